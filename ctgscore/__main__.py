@@ -1,0 +1,5 @@
+import sys
+
+from ctgscore.cli import main
+
+sys.exit(main())
