@@ -1,0 +1,197 @@
+"""The metric preference checklist (Ni'mah et al., ACL 2023; spec `meta-eval.md`).
+
+* quality groups Lo/Mod/Hi per human aspect (rating < 3, == 3, > 3, or the stored `*_cat`);
+* aspect-level evaluation: two-sample KS statistic of a column between Lo-Hi, Lo-Mod, Hi-Mod,
+  and the aspect-level preference label from the group means;
+* Easy / Hard system pairs from the human ranking;
+* system-level evaluation: KS between two systems' per-sample scores, averaged over pairs;
+* system-level preference labels ("a<b", "b<a", "a=b") and preference similarity
+  S(x, y) = (|x| + |y| - 2 Lev(x, y)) / (|x| + |y|) with the `Levenshtein` package;
+* pairwise win fractions per `doc_id` (paper Fig. 7); transfer tables.
+KS statistics come from `scipy.stats.ks_2samp` (two-sided).
+"""
+
+from __future__ import annotations
+
+import Levenshtein
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from meta_eval.correlation import correlate
+
+GROUPS = ("lo", "mod", "hi")
+_CAT_TO_GROUP = {"poor": "lo", "moderate": "mod", "high": "hi"}
+
+
+def quality_groups(frame: pd.DataFrame, aspect: str, cat_col: str | None = None) -> pd.Series:
+    """'lo' / 'mod' / 'hi' per row: the stored category if given, else rating <3, ==3, >3."""
+    if cat_col:
+        groups = frame[cat_col].map(_CAT_TO_GROUP)
+        if groups.isna().any():
+            bad = frame.index[groups.isna()][0]
+            raise ValueError(f"row {bad}: {cat_col!r} = {frame.at[bad, cat_col]!r} is not poor/moderate/high")
+        return groups
+    rating = frame[aspect].to_numpy(dtype=float)
+    return pd.Series(np.select([rating < 3, rating == 3, rating > 3], ["lo", "mod", "hi"], None),
+                     index=frame.index)
+
+
+def ks(x, y) -> float:
+    """Two-sided two-sample KS statistic D = sup |F1 - F2| (scipy); NaN if a sample is empty."""
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    x, y = x[np.isfinite(x)], y[np.isfinite(y)]
+    if not x.size or not y.size:
+        return float("nan")
+    return float(stats.ks_2samp(x, y).statistic)
+
+
+def preference_label(mean_a: float, mean_b: float, lower_is_better: bool = False,
+                     names: tuple[str, str] = ("a", "b")) -> str:
+    """'a<b' if a scores worse than b, 'b<a' if better, 'a=b' if equal (sign flipped if lower is better)."""
+    if lower_is_better:
+        mean_a, mean_b = -mean_a, -mean_b
+    a, b = names
+    if mean_a < mean_b:
+        return f"{a}<{b}"
+    if mean_a > mean_b:
+        return f"{b}<{a}"
+    return f"{a}={b}"
+
+
+def aspect_level(frame, column, aspect, cat_col=None, lower_is_better=False) -> dict:
+    """KS of `column` between quality groups of `aspect`, and the preference label of lo vs hi."""
+    groups = quality_groups(frame, aspect, cat_col)
+    values = {g: frame.loc[groups == g, column].to_numpy(dtype=float) for g in GROUPS}
+    means = {g: float(np.nanmean(v)) if len(v) else float("nan") for g, v in values.items()}
+    label = None
+    if len(values["lo"]) and len(values["hi"]):
+        label = preference_label(means["lo"], means["hi"], lower_is_better, ("lo", "hi"))
+    return {"ks_lo_hi": ks(values["lo"], values["hi"]), "ks_lo_mod": ks(values["lo"], values["mod"]),
+            "ks_hi_mod": ks(values["hi"], values["mod"]), "preference": label,
+            "sizes": {g: int(len(v)) for g, v in values.items()}}
+
+
+def human_ranking(frame, aspect, system_col="system") -> list[str]:
+    """Systems sorted by mean human score, ascending, stable (ties keep name order)."""
+    means = frame.groupby(system_col, sort=True)[aspect].mean()
+    return list(means.sort_values(kind="stable").index)
+
+
+def easy_hard_pairs(frame, aspects, system_col="system") -> tuple[list, list]:
+    """Easy / Hard pairs from each aspect's ranking r0..rL, accumulated, ordered, de-duplicated.
+
+    Easy (> 4 systems): (r0,rL), (r0,rL-1), (r1,rL), (r1,rL-1).
+    Hard (> 6 systems): (r0,r1), (r_n//2, r_n//2+1), (rL-1,rL).
+    """
+    easy, hard = [], []
+    for aspect in aspects:
+        r = human_ranking(frame, aspect, system_col)
+        n, last = len(r), len(r) - 1
+        if n > 4:
+            for pair in [(r[0], r[last]), (r[0], r[last - 1]), (r[1], r[last]), (r[1], r[last - 1])]:
+                if pair not in easy:
+                    easy.append(pair)
+        if n > 6:
+            for pair in [(r[0], r[1]), (r[n // 2], r[n // 2 + 1]), (r[last - 1], r[last])]:
+                if pair not in hard:
+                    hard.append(pair)
+    return easy, hard
+
+
+def system_level_ks(frame, column, pairs, system_col="system") -> dict:
+    """KS between the per-sample scores of the two systems of each pair, and its mean."""
+    per_pair = []
+    for a, b in pairs:
+        per_pair.append(ks(frame.loc[frame[system_col] == a, column], frame.loc[frame[system_col] == b, column]))
+    return {"mean": float(np.mean(per_pair)) if per_pair else float("nan"), "per_pair": per_pair}
+
+
+def system_preferences(frame, column, pairs, lower_is_better=False, system_col="system") -> list[str]:
+    means = frame.groupby(system_col)[column].mean()
+    missing = [s for pair in pairs for s in pair if s not in means.index]
+    if missing:
+        raise KeyError(f"system(s) {sorted(set(missing))} not found in column {system_col!r}")
+    return [preference_label(means[a], means[b], lower_is_better) for a, b in pairs]
+
+
+def preference_similarity(x: str, y: str) -> float:
+    """S(x, y) = (|x| + |y| - 2 Lev(x, y)) / (|x| + |y|) (paper §4.3; Levenshtein package)."""
+    total = len(x) + len(y)
+    if total == 0:
+        return 1.0
+    return (total - 2 * Levenshtein.distance(x, y)) / total
+
+
+def mean_preference_similarity(labels_x: list[str], labels_y: list[str]) -> float:
+    if len(labels_x) != len(labels_y):
+        raise ValueError("preference label lists differ in length")
+    return float(np.mean([preference_similarity(a, b) for a, b in zip(labels_x, labels_y)]))
+
+
+def win_fractions(frame, column, lower_is_better=False, system_col="system", doc_col="doc_id") -> pd.DataFrame:
+    """W[i][j] = share of same-`doc_id` comparisons that system i wins against j (ties count).
+
+    Several rows per (doc, system), e.g. one per annotator, are averaged first.
+    """
+    grid = frame.pivot_table(index=doc_col, columns=system_col, values=column, aggfunc="mean")
+    values = grid.to_numpy(dtype=float)
+    if lower_is_better:
+        values = -values
+    both = np.isfinite(values)[:, :, None] & np.isfinite(values)[:, None, :]
+    with np.errstate(invalid="ignore"):
+        wins = (values[:, :, None] > values[:, None, :]) & both
+    games = both.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(games > 0, wins.sum(axis=0) / games, np.nan)
+    np.fill_diagonal(share, np.nan)
+    return pd.DataFrame(share, index=grid.columns, columns=grid.columns)
+
+
+def transfer_table(frame, metrics, human, group_col="dataset", method="spearman", variant="b") -> pd.DataFrame:
+    """Sample-level correlation of each metric with `human` per dataset group (rows: metrics)."""
+    out = {}
+    for group, sub in frame.groupby(group_col, sort=True):
+        out[group] = {m: correlate(sub[m], sub[human], method, variant)
+                      if np.isfinite(sub[[m, human]].to_numpy(float)).all(axis=1).sum() >= 2 else np.nan
+                      for m in metrics}
+    return pd.DataFrame(out).reindex(metrics)
+
+
+def run_checklist(table, pairs: str = "given") -> dict:
+    """Every checklist number for a `meta_eval.io.Table` (needs a system column for the system parts).
+
+    pairs: "given" uses the table's stored Easy/Hard pairs when it has them, else the ranking;
+    "ranking" always derives them from the human ranking.
+    """
+    frame = table.frame
+    columns = table.humans + table.metrics
+    lower = {c: c in table.lower_is_better for c in columns}
+    out: dict = {"aspect_level": {}, "columns": columns, "lower_is_better": sorted(c for c in columns if lower[c])}
+    for aspect in table.humans:
+        cat = table.cat_columns.get(aspect)
+        out["aspect_level"][aspect] = {
+            c: aspect_level(frame, c, aspect, cat, lower[c]) for c in columns if c != aspect}
+    if not table.has_systems:
+        return out
+    if pairs == "given" and table.easy_pairs:
+        easy, hard = list(map(tuple, table.easy_pairs)), list(map(tuple, table.hard_pairs or []))
+        out["pairs_from"] = "given"
+    else:
+        easy, hard = easy_hard_pairs(frame, table.humans)
+        out["pairs_from"] = "human ranking"
+    out["pairs"] = {"easy": easy, "hard": hard}
+    out["system_ks"] = {name: {c: system_level_ks(frame, c, pl)["mean"] for c in columns}
+                        for name, pl in (("easy", easy), ("hard", hard)) if pl}
+    out["preference_similarity"] = {}
+    for name, pl in (("easy", easy), ("hard", hard)):
+        if not pl:
+            continue
+        labels = {c: system_preferences(frame, c, pl, lower[c]) for c in columns}
+        out["preference_similarity"][name] = {
+            m: {h: mean_preference_similarity(labels[m], labels[h]) for h in table.humans}
+            for m in columns}
+    if "doc_id" in frame and frame["doc_id"].notna().any():
+        out["win_fractions"] = {c: win_fractions(frame, c, lower[c]) for c in columns}
+    return out

@@ -1,0 +1,126 @@
+"""Metric-human correlations at sample, document and system level, and WMT DARR Kendall-like tau.
+
+Spec `meta-eval.md` "Correlations" (BARTScore §4.1.2, CTRLEval §4.4):
+* sample level: one correlation over all rows;
+* document level (SummEval convention): per `doc_id` over its systems, then averaged
+  (documents whose correlation is undefined, e.g. a constant column, are skipped and counted);
+* system level: per-system means of metric and human, then one correlation of the means.
+Every statistic comes from scipy (`pearsonr`, `spearmanr`, `kendalltau(variant=...)`).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+METHODS = ("pearson", "spearman", "kendall")
+LEVELS = ("sample", "document", "system")
+
+
+def correlate(x, y, method: str = "spearman", variant: str = "b") -> float:
+    """One scipy correlation coefficient; NaN when undefined (fewer than 2 rows, constant input)."""
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    if x.size < 2 or np.all(x == x[0]) or np.all(y == y[0]):
+        return float("nan")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if method == "pearson":
+            return float(stats.pearsonr(x, y).statistic)
+        if method == "spearman":
+            return float(stats.spearmanr(x, y).statistic)
+        if method == "kendall":
+            return float(stats.kendalltau(x, y, variant=variant).statistic)
+    raise ValueError(f"unknown correlation method {method!r} (use one of {METHODS})")
+
+
+def _clean(frame: pd.DataFrame, metric: str, human: str, extra: list[str]) -> pd.DataFrame:
+    for col in [metric, human, *extra]:
+        if col not in frame:
+            raise KeyError(f"column {col!r} not in the score table")
+    sub = frame[[metric, human, *extra]]
+    keep = np.isfinite(sub[[metric, human]].to_numpy(dtype=float)).all(axis=1)
+    for col in extra:
+        keep &= sub[col].notna().to_numpy()
+    return sub.loc[keep]
+
+
+def sample_level(frame, metric, human, method="spearman", variant="b") -> dict:
+    sub = _clean(frame, metric, human, [])
+    return {"value": correlate(sub[metric], sub[human], method, variant), "n": int(len(sub))}
+
+
+def per_document(frame, metric, human, method="spearman", variant="b", doc_col="doc_id") -> pd.Series:
+    """Correlation within each document (over its systems); NaN where undefined."""
+    sub = _clean(frame, metric, human, [doc_col])
+    return sub.groupby(doc_col, sort=True).apply(
+        lambda g: correlate(g[metric], g[human], method, variant), include_groups=False)
+
+
+def document_level(frame, metric, human, method="spearman", variant="b", doc_col="doc_id") -> dict:
+    per_doc = per_document(frame, metric, human, method, variant, doc_col)
+    valid = per_doc.dropna()
+    value = float(valid.mean()) if len(valid) else float("nan")
+    return {"value": value, "n": int(len(valid)), "n_undefined": int(per_doc.isna().sum())}
+
+
+def system_means(frame, columns: list[str], system_col="system") -> pd.DataFrame:
+    return frame.groupby(system_col, sort=True)[columns].mean()
+
+
+def system_level(frame, metric, human, method="spearman", variant="b", system_col="system") -> dict:
+    sub = _clean(frame, metric, human, [system_col])
+    means = system_means(sub, [metric, human], system_col)
+    return {"value": correlate(means[metric], means[human], method, variant), "n": int(len(means))}
+
+
+def at_level(frame, metric, human, level, method="spearman", variant="b",
+             doc_col="doc_id", system_col="system") -> dict:
+    if level == "sample":
+        return sample_level(frame, metric, human, method, variant)
+    if level == "document":
+        return document_level(frame, metric, human, method, variant, doc_col)
+    if level == "system":
+        return system_level(frame, metric, human, method, variant, system_col)
+    raise ValueError(f"unknown level {level!r} (use one of {LEVELS})")
+
+
+def darr_kendall(frame, metric, better_col="human_darr_better", pair_col="doc_id") -> dict:
+    """WMT DARR Kendall-like tau = (Concordant - Discordant) / (Concordant + Discordant).
+
+    Each `pair_col` group holds one better (`better_col` == 1) and one worse (0) row; a pair is
+    concordant when score(better) > score(worse); a metric tie counts as discordant (WMT19).
+    """
+    sub = _clean(frame, metric, better_col, [pair_col])
+    sides = sub.pivot_table(index=pair_col, columns=better_col, values=metric, aggfunc="first")
+    if not {0.0, 1.0} <= set(sides.columns.astype(float)):
+        raise ValueError(f"{better_col!r} must hold 1 (better) and 0 (worse) rows per {pair_col!r}")
+    sides = sides.rename(columns=float).dropna(subset=[0.0, 1.0])
+    concordant = int((sides[1.0] > sides[0.0]).sum())
+    discordant = int(len(sides) - concordant)
+    total = concordant + discordant
+    tau = (concordant - discordant) / total if total else float("nan")
+    return {"value": float(tau), "concordant": concordant, "discordant": discordant, "n": total}
+
+
+def correlation_table(frame, metrics, humans, levels=LEVELS, methods=METHODS, variant="b",
+                      doc_col="doc_id", system_col="system") -> list[dict]:
+    """Rows {metric, human, level, method, variant, value, n} for every combination that applies.
+
+    Levels whose grouping column is missing or empty are skipped (e.g. CTRLEval has no system).
+    """
+    rows = []
+    for level in levels:
+        group_col = {"document": doc_col, "system": system_col}.get(level)
+        if group_col and (group_col not in frame or frame[group_col].isna().all()):
+            continue
+        for human in humans:
+            for metric in metrics:
+                for method in methods:
+                    res = at_level(frame, metric, human, level, method, variant, doc_col, system_col)
+                    rows.append({"metric": metric, "human": human, "level": level, "method": method,
+                                 "variant": f"tau-{variant}" if method == "kendall" else None, **res})
+    return rows

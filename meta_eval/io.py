@@ -1,0 +1,207 @@
+"""Load per-row scores and human judgments for meta-evaluation.
+
+Two inputs are understood (spec `schema.md` "Output: scores", `checklist/SOURCE.md`):
+
+* the scoring job's output Parquet (a file, a folder or an `s3://` prefix, any number of
+  shards): `id`, score columns, `error`, `signature` and the carried `dataset`, `system`,
+  `doc_id`, `human_*` columns. Rows with a non-null `error` are dropped and counted.
+* the metric-preference-checklist CSVs (stored metric columns + human ratings), normalised to
+  the same layout: human aspects renamed `human_<aspect>`, the system column renamed `system`,
+  a `doc_id` built from the item key, and the stored `*_cat` quality groups kept.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+CARRIED = {"id", "dataset", "doc_id", "system", "error", "signature", "warning", "source", "prefix",
+           "attribute", "attributes", "constraint", "text", "references"}
+
+# Known checklist files: system column, doc key columns, aspect -> stored category column,
+# and the Easy / Hard pairs the paper's notebooks used (checklist/SOURCE.md "Systems").
+_USR_ASPECTS = {"Understandable": "understandability_cat", "Natural": "natural_cat",
+                "MaintainsContext": "coherence_cat", "Engaging": "engage_cat",
+                "UsesKnowledge": "groundedness_cat", "Overall": "overall_cat"}
+_TC_EASY = [(f"Nucleus Decoding (p = {p})", ref) for p in ("0.5", "0.3", "0.7")
+            for ref in ("New Human Generated", "Original Ground Truth")]
+_TC_HARD = [("Original Ground Truth", "New Human Generated"),
+            ("Nucleus Decoding (p = 0.5)", "Nucleus Decoding (p = 0.7)")]
+CHECKLIST_FILES = {
+    "usr_persona_chat": dict(
+        system="model", doc=["context"], aspects=_USR_ASPECTS,
+        easy=[(s, r) for s in ("Seq2Seq", "KV-MemNN", "Language Model")
+              for r in ("New Human Generated", "Original Ground Truth")],
+        hard=[("Original Ground Truth", "New Human Generated"), ("KV-MemNN", "Seq2Seq")]),
+    "usr_topical_chat": dict(system="model", doc=["context"], aspects=_USR_ASPECTS,
+                             easy=_TC_EASY, hard=_TC_HARD),
+    "unieval_topical_chat": dict(
+        system="system_id", doc=["source"],
+        aspects={"understandability": "understandability_cat", "naturalness": "natural_cat",
+                 "coherence": "coherence_cat", "engagingness": "engage_cat",
+                 "groundedness": "groundedness_cat", "overall": "overall_cat"},
+        easy=_TC_EASY, hard=_TC_HARD),
+    "ctrl_topic": dict(system="model", doc=["attribute", "prefix"],
+                       aspects={"rating": "fluency_cat", "relevance_bin": None},
+                       easy=[("BCR", "CTRL"), ("BCR", "WD")], hard=[("CTRL", "WD")]),
+    "ctrleval_topic": dict(system=None, doc=["attribute", "prefix"],
+                           aspects={"coherence": "coherence_cat", "consistency": "consisten_cat",
+                                    "relevance": "relevance_cat"}, easy=None, hard=None),
+}
+METRIC_PREFIXES = ("perplexity", "bleu", "rouge", "meteor_", "bleurt_", "bert_", "ctc_")
+METRIC_SUFFIXES = ("_unieval", "_met")
+LOWER_IS_BETTER = {"perplexity"}
+
+
+@dataclass
+class Table:
+    """Rows ready for meta-evaluation plus what is known about their columns."""
+
+    frame: pd.DataFrame
+    humans: list[str]
+    metrics: list[str]
+    source: str
+    n_input_rows: int = 0
+    n_error_rows: int = 0
+    cat_columns: dict[str, str | None] = field(default_factory=dict)
+    lower_is_better: set[str] = field(default_factory=lambda: set(LOWER_IS_BETTER))
+    easy_pairs: list[tuple[str, str]] | None = None
+    hard_pairs: list[tuple[str, str]] | None = None
+
+    @property
+    def has_systems(self) -> bool:
+        return "system" in self.frame and self.frame["system"].notna().any()
+
+
+def _fs_and_paths(path: str, suffix: str) -> tuple[object, list[str]]:
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(path)
+    if fs.isdir(root):
+        files = sorted(p for p in fs.find(root) if p.endswith(suffix))
+        if not files:
+            raise FileNotFoundError(f"{path}: no *{suffix} files under this folder/prefix")
+        return fs, files
+    if not fs.exists(root):
+        raise FileNotFoundError(f"{path}: no such file or prefix")
+    return fs, [root]
+
+
+def _read_parquet_files(path: str) -> pd.DataFrame:
+    """All shards under `path`; shards with different score columns are joined on `id`."""
+    import pyarrow.parquet as pq
+
+    fs, files = _fs_and_paths(path, ".parquet")
+    groups: dict[frozenset, list[pd.DataFrame]] = {}
+    for name in files:
+        with fs.open(name, "rb") as handle:
+            frame = pq.read_table(handle).to_pandas()
+        if "id" not in frame:
+            raise ValueError(f"{name}: missing required column 'id'")
+        groups.setdefault(frozenset(frame.columns), []).append(frame)
+    frames = [pd.concat(parts, ignore_index=True) for parts in groups.values()]
+    merged = frames[0]
+    for other in frames[1:]:
+        shared = [c for c in other.columns if c in merged.columns and c not in ("id", "error", "signature", "warning")]
+        other = other.drop(columns=[c for c in shared if c in CARRIED or c.startswith("human_")])
+        merged = merged.merge(other, on="id", how="outer", suffixes=("", "__2"))
+        for col in ("error", "signature", "warning"):
+            if f"{col}__2" in merged:
+                merged[col] = merged[col].where(merged[col].notna(), merged[f"{col}__2"])
+                merged = merged.drop(columns=[f"{col}__2"])
+    return merged
+
+
+def _numeric_columns(frame: pd.DataFrame) -> list[str]:
+    return [c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c])
+            and not pd.api.types.is_bool_dtype(frame[c])]
+
+
+def read_scores(path: str, humans: list[str] | None = None, metrics: list[str] | None = None) -> Table:
+    """Read the scoring job's output (file, folder or `s3://` prefix) into a `Table`."""
+    frame = _read_parquet_files(str(path))
+    n_input = len(frame)
+    n_error = 0
+    if "error" in frame:
+        bad = frame["error"].notna()
+        n_error = int(bad.sum())
+        frame = frame.loc[~bad].reset_index(drop=True)
+    for col in ("doc_id", "system", "dataset"):
+        if col in frame:
+            frame[col] = frame[col].astype("object").where(frame[col].notna(), None)
+    humans = humans or [c for c in frame.columns if c.startswith("human_")]
+    if metrics is None:
+        metrics = [c for c in _numeric_columns(frame) if c not in CARRIED and not c.startswith("human_")]
+    _check_columns(frame, humans + metrics, str(path))
+    return Table(frame=frame, humans=list(humans), metrics=list(metrics), source=str(path),
+                 n_input_rows=n_input, n_error_rows=n_error,
+                 cat_columns={h: None for h in humans})
+
+
+def _check_columns(frame: pd.DataFrame, columns: list[str], source: str) -> None:
+    for col in columns:
+        if col not in frame:
+            raise KeyError(f"{source}: column {col!r} not found (have: {', '.join(map(str, frame.columns))})")
+        if not pd.api.types.is_numeric_dtype(frame[col]):
+            bad = frame[col][pd.to_numeric(frame[col], errors="coerce").isna() & frame[col].notna()]
+            row = bad.index[0] if len(bad) else "?"
+            raise ValueError(f"{source}: column {col!r} is not numeric (row {row}: {frame[col].iloc[0]!r})")
+
+
+def read_checklist_csv(path: str | pathlib.Path, metrics: list[str] | None = None) -> Table:
+    """Read one metric-preference-checklist CSV into the canonical layout (see module doc)."""
+    import fsspec
+
+    path = str(path)
+    stem = pathlib.PurePosixPath(path).name.removesuffix(".csv")
+    if stem not in CHECKLIST_FILES:
+        raise ValueError(f"{path}: unknown checklist file (known: {', '.join(CHECKLIST_FILES)})")
+    conf = CHECKLIST_FILES[stem]
+    with fsspec.open(path, "r") as handle:
+        raw = pd.read_csv(handle)
+    raw = raw.drop(columns=[c for c in raw.columns if c.startswith("Unnamed")])
+    needed = list(conf["aspects"]) + conf["doc"] + ([conf["system"]] if conf["system"] else [])
+    _check_columns(raw, list(conf["aspects"]), path)
+    for col in needed:
+        if col not in raw:
+            raise KeyError(f"{path}: column {col!r} not found")
+    frame = pd.DataFrame({"id": [f"{stem}:{i}" for i in range(len(raw))], "dataset": stem})
+    frame["doc_id"] = raw[conf["doc"]].astype(str).agg("|".join, axis=1)
+    frame["system"] = raw[conf["system"]].astype(str) if conf["system"] else None
+    cat_columns = {}
+    for aspect, cat in conf["aspects"].items():
+        frame[f"human_{aspect}"] = raw[aspect].astype(float)
+        cat_columns[f"human_{aspect}"] = f"cat_{aspect}" if cat else None
+        if cat:
+            frame[f"cat_{aspect}"] = raw[cat].astype(str)
+    if metrics is None:
+        metrics = [c for c in _numeric_columns(raw)
+                   if c.startswith(METRIC_PREFIXES) or c.endswith(METRIC_SUFFIXES)]
+    _check_columns(raw, metrics, path)
+    for col in metrics:
+        frame[col] = raw[col].astype(float)
+    frame = frame.copy()
+    return Table(frame=frame, humans=[f"human_{a}" for a in conf["aspects"]], metrics=list(metrics),
+                 source=path, n_input_rows=len(raw), n_error_rows=0, cat_columns=cat_columns,
+                 easy_pairs=conf["easy"], hard_pairs=conf["hard"])
+
+
+def read_table(path: str, humans: list[str] | None = None, metrics: list[str] | None = None) -> Table:
+    """Checklist CSV (by `.csv` suffix) or score Parquet (anything else)."""
+    if str(path).endswith(".csv"):
+        table = read_checklist_csv(path, metrics=metrics)
+        if humans:
+            wanted = [h if h.startswith("human_") else f"human_{h}" for h in humans]
+            _check_columns(table.frame, wanted, str(path))
+            table.humans = wanted
+        return table
+    return read_scores(path, humans=humans, metrics=metrics)
+
+
+def finite_mask(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
+    """Rows where every named column is a finite number."""
+    values = frame[columns].to_numpy(dtype=float)
+    return np.isfinite(values).all(axis=1)
