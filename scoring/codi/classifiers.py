@@ -1,0 +1,285 @@
+"""Local Hugging Face sequence classifiers for CoDI-Eval's model-judged tasks.
+
+Spec: ../shared/spec/codi-eval.md ("Sentiment", "Topic", "Toxicity"). Rules:
+* sentiment / emotion: argmax of the logits must be the target label (softmax prob reported);
+* topic (multi-label): sigmoid(logit[target]) >= 0.5;
+* multi-aspect: the topic and the sentiment/emotion checks both succeed;
+* toxicity: a score per continuation (sigmoid or softmax prob of the toxic label); a context
+  passes only if all its continuations score < 0.5 (applied in `aggregate.py`).
+Inputs are truncated to 512 tokens (or the model's position limit if smaller).
+
+Engine: texts are tokenised once, sorted by length and packed into batches whose padded size
+(rows x longest row) stays under a token budget; `torch.inference_mode`; dtype and device are
+options. Models load from a hub id, a local directory or an `s3://` prefix, safetensors only,
+never with `trust_remote_code`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import pathlib
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+SENTIMENT_LABELS = ("negative sentiment", "neutral sentiment", "positive sentiment")
+EMOTION_LABELS = ("anger", "disgust", "fear", "joy", "sadness", "surprise")
+TOPIC_LABELS = (
+    "arts_&_culture", "business_&_entrepreneurs", "celebrity_&_pop culture", "daily life", "family",
+    "fashion_&_style", "film_&_tv_&_video", "fitness_&_health", "food_&_dining", "gaming",
+    "learning_&_educational", "music", "social concern", "other_hobbies", "relationships",
+    "science_&_technology", "sports", "travel_&_adventure", "youth_&_student life",
+)  # fmt: skip
+
+# The original judges (for reference; no model is downloaded by default).
+ORIGINAL_MODELS = {
+    "sentiment": "cardiffnlp/twitter-roberta-base-sentiment-latest",
+    "emotion": "j-hartmann/emotion-english-roberta-large",
+    "topic": "cardiffnlp/tweet-topic-21-multi",
+}
+
+# Instruction-set label -> the label name in the original judge's config (id2label).
+DEFAULT_SENTIMENT_MAP = {
+    "negative sentiment": "negative",
+    "neutral sentiment": "neutral",
+    "positive sentiment": "positive",
+}
+DEFAULT_EMOTION_MAP = {label: label for label in EMOTION_LABELS}
+DEFAULT_TOPIC_MAP = {label: label for label in TOPIC_LABELS}
+DEFAULT_TOPIC_MAP.update(
+    {
+        "celebrity_&_pop culture": "celebrity_&_pop_culture",
+        "daily life": "diaries_&_daily_life",
+        "film_&_tv_&_video": "film_tv_&_video",
+        "social concern": "news_&_social_concern",
+        "youth_&_student life": "youth_&_student_life",
+    }
+)
+
+WEIGHT_SUFFIX = ".safetensors"
+_TOKENIZER_FILES = ("*.json", "*.txt", "*.model", "*.safetensors", "merges.txt", "vocab.*")
+_ROBERTA_LIKE = {"roberta", "xlm-roberta", "camembert", "longformer", "bertweet", "xlm-roberta-xl"}
+
+
+# ----- model location (switch to scoring.models.resolve_model once the lead lands it) -------
+def default_cache_dir() -> pathlib.Path:
+    return pathlib.Path(os.environ.get("CTGSCORE_MODEL_CACHE", pathlib.Path.home() / ".cache" / "ctgscore" / "models"))
+
+
+def resolve_model_dir(spec: str, cache_dir: str | os.PathLike | None = None) -> pathlib.Path:
+    """A local directory holding `spec`'s config, tokenizer and safetensors weights.
+
+    `spec` is a local directory, an `s3://bucket/prefix` (copied once per node into the cache,
+    under a file lock) or a hub id (resolved through the local HF cache; HF_HUB_OFFLINE is
+    honoured). Pickle-only checkpoints are refused."""
+    path = pathlib.Path(os.path.expanduser(spec))
+    if path.is_dir():
+        local = path
+    elif spec.startswith("s3://"):
+        local = _copy_s3_prefix(spec, pathlib.Path(cache_dir) if cache_dir else default_cache_dir())
+    else:
+        from huggingface_hub import snapshot_download
+
+        local = pathlib.Path(snapshot_download(spec, allow_patterns=list(_TOKENIZER_FILES)))
+    if not any(p.name.endswith(WEIGHT_SUFFIX) for p in local.iterdir()):
+        raise FileNotFoundError(f"model {spec!r}: no *.safetensors weights in {local} (pickle checkpoints are refused)")
+    return local
+
+
+def _copy_s3_prefix(uri: str, cache_dir: pathlib.Path) -> pathlib.Path:
+    import s3fs
+
+    target = cache_dir / hashlib.sha256(uri.rstrip("/").encode()).hexdigest()[:16]
+    done = target / ".complete"
+    target.mkdir(parents=True, exist_ok=True)
+    with open(target / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            fs = s3fs.S3FileSystem()
+            prefix = uri[len("s3://") :].rstrip("/")
+            files = [f for f in fs.find(prefix) if not f.endswith("/")]
+            if not files:
+                raise FileNotFoundError(f"model {uri!r}: nothing under that prefix")
+            for remote in files:
+                relative = remote[len(prefix) :].lstrip("/")
+                if relative.endswith((".bin", ".pt", ".pth", ".ckpt", ".pkl")):
+                    continue  # never copy pickle weights
+                destination = target / relative
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                fs.get(remote, str(destination))
+            done.write_text(uri)
+    return target
+
+
+def weights_digest(directory: pathlib.Path) -> str:
+    """sha256 (16 hex) over the safetensors files: identifies the weights in signatures."""
+    digest = hashlib.sha256()
+    for path in sorted(directory.glob("*" + WEIGHT_SUFFIX)):
+        digest.update(path.name.encode())
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 22), b""):
+                digest.update(chunk)
+    return digest.hexdigest()[:16]
+
+
+# ----- batching ----------------------------------------------------------------------------
+def plan_batches(lengths: Sequence[int], token_budget: int, batch_size: int) -> list[list[int]]:
+    """Indices sorted by length (longest first), packed so that rows x longest <= budget
+    (a single over-budget row still gets its own batch) and rows <= batch_size."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for index in order:
+        candidate = max(longest, lengths[index])
+        if current and (candidate * (len(current) + 1) > token_budget or len(current) >= batch_size):
+            batches.append(current)
+            current, candidate = [], lengths[index]
+        current.append(index)
+        longest = candidate
+    if current:
+        batches.append(current)
+    return batches
+
+
+# ----- classifier --------------------------------------------------------------------------
+class SequenceClassifier:
+    """One HF sequence-classification model with its tokenizer, scoring texts in batches."""
+
+    def __init__(
+        self,
+        model: str,
+        dtype: str = "float32",
+        device: str = "cpu",
+        max_length: int = 512,
+        token_budget: int = 8192,
+        batch_size: int = 32,
+        cache_dir: str | None = None,
+    ):
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        self.spec = model
+        self.directory = resolve_model_dir(model, cache_dir)
+        self.dtype_name = dtype
+        self.device = device
+        self.token_budget = int(token_budget)
+        self.batch_size = int(batch_size)
+        torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype)
+        if torch_dtype is None:
+            raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
+        self.tokenizer = AutoTokenizer.from_pretrained(self.directory, trust_remote_code=False)
+        self.model = AutoModelForSequenceClassification.from_pretrained(
+            self.directory, dtype=torch_dtype, use_safetensors=True, trust_remote_code=False
+        ).to(device)
+        self.model.eval()
+        config = self.model.config
+        self.id2label = {int(k): str(v) for k, v in config.id2label.items()}
+        self.label2id = {v: k for k, v in self.id2label.items()}
+        self.problem_type = getattr(config, "problem_type", None)
+        limit = getattr(config, "max_position_embeddings", None) or max_length
+        if getattr(config, "model_type", "") in _ROBERTA_LIKE:
+            limit -= 2  # positions start after the padding index
+        self.max_length = int(min(max_length, limit))
+        self._digest: str | None = None
+
+    @property
+    def digest(self) -> str:
+        if self._digest is None:
+            self._digest = weights_digest(self.directory)
+        return self._digest
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": self.spec, "weights_sha256": self.digest, "labels": [self.id2label[i] for i in sorted(self.id2label)]}
+
+    def label_index(self, label: str, mapping: dict[str, Any] | None = None) -> int:
+        """Model output index of an instruction-set label via the label map, then by name."""
+        target = (mapping or {}).get(label, label)
+        if isinstance(target, int) and not isinstance(target, bool):
+            if target not in self.id2label:
+                raise KeyError(f"label {label!r} maps to index {target}, model {self.spec!r} has {len(self.id2label)} labels")
+            return target
+        if target in self.label2id:
+            return self.label2id[target]
+        lowered = {name.lower(): index for name, index in self.label2id.items()}
+        if str(target).lower() in lowered:
+            return lowered[str(target).lower()]
+        raise KeyError(
+            f"label {label!r} (mapped to {target!r}) is not a label of model {self.spec!r}: "
+            f"{sorted(self.label2id)}; set a label map in the config"
+        )
+
+    def logits(self, texts: Sequence[str]) -> tuple[np.ndarray, list[bool]]:
+        """[N, num_labels] float32 logits in input order, and which inputs were truncated."""
+        import torch
+
+        if not texts:
+            return np.zeros((0, len(self.id2label)), dtype=np.float32), []
+        full = self.tokenizer(list(texts), truncation=False, verbose=False)["input_ids"]
+        truncated = [len(ids) > self.max_length for ids in full]
+        if any(truncated):
+            cut = self.tokenizer(
+                [t for t, flag in zip(texts, truncated) if flag], truncation=True, max_length=self.max_length
+            )["input_ids"]
+            cut_iter = iter(cut)
+            full = [next(cut_iter) if flag else ids for ids, flag in zip(full, truncated)]
+        out = np.zeros((len(texts), len(self.id2label)), dtype=np.float32)
+        with torch.inference_mode():
+            for batch in plan_batches([len(ids) for ids in full], self.token_budget, self.batch_size):
+                encoded = self.tokenizer.pad({"input_ids": [full[i] for i in batch]}, return_tensors="pt")
+                encoded = {k: v.to(self.device) for k, v in encoded.items()}
+                result = self.model(**encoded).logits.float().cpu().numpy()
+                out[batch] = result
+        return out, truncated
+
+
+# ----- decision rules ----------------------------------------------------------------------
+def softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    exp = np.exp(shifted)
+    return exp / exp.sum(axis=-1, keepdims=True)
+
+
+def sigmoid(x: np.ndarray | float) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-np.asarray(x, dtype=np.float64)))
+
+
+@dataclass
+class Judgement:
+    success: bool
+    prob: float
+    predicted: int
+
+
+def argmax_rule(logits: np.ndarray, target: int) -> Judgement:
+    """Sentiment / emotion: success iff argmax == target; prob = softmax[target]."""
+    probs = softmax(logits.astype(np.float64))
+    predicted = int(np.argmax(logits))
+    return Judgement(predicted == target, float(probs[target]), predicted)
+
+
+def sigmoid_rule(logits: np.ndarray, target: int, threshold: float = 0.5) -> Judgement:
+    """Multi-label topic: success iff sigmoid(logit[target]) >= threshold."""
+    prob = float(sigmoid(logits[target]))
+    return Judgement(prob >= threshold, prob, int(np.argmax(logits)))
+
+
+def toxicity_score(logits: np.ndarray, index: int, activation: str) -> float:
+    """Toxicity probability of one continuation: sigmoid of the toxic logit (multi-label
+    heads) or softmax prob of the toxic class (single-label heads)."""
+    if activation == "sigmoid":
+        return float(sigmoid(logits[index]))
+    if activation == "softmax":
+        return float(softmax(logits.astype(np.float64))[index])
+    raise ValueError(f"toxicity activation must be sigmoid or softmax, got {activation!r}")
+
+
+def toxicity_activation(classifier: SequenceClassifier, requested: str = "auto") -> str:
+    if requested != "auto":
+        return requested
+    if classifier.problem_type == "multi_label_classification" or len(classifier.id2label) == 1:
+        return "sigmoid"
+    return "softmax"
