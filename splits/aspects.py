@@ -1,0 +1,293 @@
+"""Aspects, attribute combinations, atoms and compounds (CompMCTG, Zhong et al. 2024, §3; spec `splits.md`, "Objects").
+
+A `Universe` is the set C of attribute combinations a split partitions: the full product
+A_1 × ... × A_n when aspects are given, or only the combinations that occur when read from a
+corpus. Atoms are single attribute values (aspect, value); compounds are unordered pairs of
+values from two different aspects inside one combination (aspect order fixed, i < j), so every
+combination of n aspects carries n(n-1)/2 compounds.
+
+The universe also holds the 0/1 incidence matrices used by the search: `compound_matrix`
+(combinations × compounds) and `atom_matrix` (combinations × atoms).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import pathlib
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+Combo = tuple[str, ...]
+
+# The four CompMCTG datasets, values as spelled in the released data (spec "Datasets").
+KNOWN_DATASETS: dict[str, dict[str, list[str]]] = {
+    "Fyelp": {
+        "sentiment": ["Positive", "Negative"],
+        "gender": ["Male", "Female"],
+        "cuisine": ["Asian", "American", "Mexican", "Bar", "dessert"],
+        "tense": ["Present", "Past"],
+    },
+    "Amazon": {
+        "sentiment": ["Positive", "Negative"],
+        "topic": ["Books", "Clothing", "Music", "Electronics", "Movies", "Sports"],
+    },
+    "Yelp": {
+        "sentiment": ["Positive", "Negative"],
+        "pronoun": ["plural", "singular"],
+        "tense": ["Present", "Past"],
+    },
+    "Mixture": {
+        "sentiment": ["Positive", "Negative"],
+        "topic_cged": ["movies", "opener", "tablets", "auto"],
+    },
+}
+
+# Split counts used in the CompMCTG benchmark (spec "Datasets"; None = protocol not used).
+# Hold-Out is always |C|. Yelp Few-Shot lists 8, but only 4 distinct eligible sets exist
+# (`definition_oracles.json`), so distinct-as-sets selection returns 4 there.
+BENCHMARK_COUNTS: dict[str, dict[str, int | None]] = {
+    "Fyelp": {"acd": 10, "fewshot": 2},
+    "Amazon": {"acd": None, "fewshot": 10},
+    "Yelp": {"acd": 10, "fewshot": 8},
+    "Mixture": {"acd": None, "fewshot": 8},
+}
+
+# Columns of the canonical schema (spec `schema.md`) that are never aspects.
+RESERVED_COLUMNS = {
+    "id", "dataset", "doc_id", "system", "source", "prefix", "attribute", "attributes",
+    "constraint", "text", "references", "error", "warning", "signature", "perplexity",
+}
+
+
+class SplitsInputError(ValueError):
+    """Bad aspects / corpus input; the message names the file, row or field."""
+
+
+@dataclass
+class Universe:
+    """The combinations C of a split problem with their atoms and compounds."""
+
+    aspects: tuple[str, ...]
+    values: dict[str, tuple[str, ...]]
+    combos: list[Combo]
+    name: str | None = None
+    atoms: list[tuple[str, str]] = field(init=False)
+    compounds: list[tuple[tuple[str, str], tuple[str, str]]] = field(init=False)
+    atom_matrix: np.ndarray = field(init=False, repr=False)
+    compound_matrix: np.ndarray = field(init=False, repr=False)
+    combo_index: dict[Combo, int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        n = len(self.aspects)
+        if n < 2:
+            raise SplitsInputError(f"need at least 2 aspects to form compounds, got {list(self.aspects)}")
+        if not self.combos:
+            raise SplitsInputError("no attribute combinations")
+        for combo in self.combos:
+            if len(combo) != n:
+                raise SplitsInputError(f"combination {combo} does not have one value per aspect {self.aspects}")
+        if len(set(self.combos)) != len(self.combos):
+            raise SplitsInputError("duplicate attribute combinations")
+        self.combo_index = {c: i for i, c in enumerate(self.combos)}
+        used = [set(c[a] for c in self.combos) for a in range(n)]
+        self.atoms = [(asp, v) for a, asp in enumerate(self.aspects) for v in self.values[asp] if v in used[a]]
+        atom_id = {atom: i for i, atom in enumerate(self.atoms)}
+        comp_id: dict[tuple[tuple[str, str], tuple[str, str]], int] = {}
+        rows_c, cols_c, rows_a, cols_a = [], [], [], []
+        for r, combo in enumerate(self.combos):
+            for a in range(n):
+                rows_a.append(r)
+                cols_a.append(atom_id[(self.aspects[a], combo[a])])
+            for a, b in itertools.combinations(range(n), 2):
+                key = ((self.aspects[a], combo[a]), (self.aspects[b], combo[b]))
+                rows_c.append(r)
+                cols_c.append(comp_id.setdefault(key, len(comp_id)))
+        self.compounds = list(comp_id)
+        self.atom_matrix = np.zeros((len(self.combos), len(self.atoms)), dtype=np.float64)
+        self.atom_matrix[rows_a, cols_a] = 1.0
+        self.compound_matrix = np.zeros((len(self.combos), len(self.compounds)), dtype=np.float64)
+        self.compound_matrix[rows_c, cols_c] = 1.0
+
+    # ----- sizes ----------------------------------------------------------------------
+    @property
+    def n_combos(self) -> int:
+        return len(self.combos)
+
+    @property
+    def compounds_per_combo(self) -> int:
+        n = len(self.aspects)
+        return n * (n - 1) // 2
+
+    def max_cardinality(self) -> int:
+        """Largest number of values any aspect takes: the Few-Shot seen size (spec "Protocols")."""
+        return max(len(set(c[a] for c in self.combos)) for a in range(len(self.aspects)))
+
+    # ----- conversions ----------------------------------------------------------------
+    def combo_dict(self, i: int) -> dict[str, str]:
+        return dict(zip(self.aspects, self.combos[i]))
+
+    def index_of(self, combo: Mapping[str, str]) -> int:
+        try:
+            key = tuple(combo[a] for a in self.aspects)
+        except KeyError as exc:
+            raise SplitsInputError(f"combination {dict(combo)} lacks aspect {exc.args[0]!r}") from None
+        if key not in self.combo_index:
+            raise SplitsInputError(f"combination {dict(combo)} is not in this universe")
+        return self.combo_index[key]
+
+    def atoms_of(self, i: int) -> set[tuple[str, str]]:
+        return set(zip(self.aspects, self.combos[i]))
+
+    def compounds_of(self, i: int) -> list[tuple[tuple[str, str], tuple[str, str]]]:
+        combo = self.combos[i]
+        n = len(self.aspects)
+        return [((self.aspects[a], combo[a]), (self.aspects[b], combo[b])) for a, b in itertools.combinations(range(n), 2)]
+
+    # ----- eligibility ----------------------------------------------------------------
+    def is_eligible(self, seen: Iterable[int]) -> bool:
+        """Eligible split (spec "Objects"): every atom of the unseen side occurs in the seen
+        side. Since seen ∪ unseen = C, this is: seen covers every atom of C."""
+        seen = list(seen)
+        if not seen:
+            return False
+        covered = self.atom_matrix[seen].sum(axis=0) > 0
+        return bool(covered.all())
+
+    def unseen_of(self, seen: Iterable[int]) -> list[int]:
+        s = set(seen)
+        return [i for i in range(self.n_combos) if i not in s]
+
+    def describe(self) -> dict[str, Any]:
+        return {"aspects": {a: list(self.values[a]) for a in self.aspects}, "n_combos": self.n_combos}
+
+    def known_dataset(self) -> str | None:
+        """Name of the CompMCTG dataset with exactly these aspects, values and full product."""
+        for name, spec in KNOWN_DATASETS.items():
+            if set(spec) == set(self.aspects) and all(set(spec[a]) == set(self.values[a]) for a in spec):
+                full = int(np.prod([len(v) for v in spec.values()]))
+                if full == self.n_combos:
+                    return name
+        return None
+
+
+def from_aspects(aspects: Mapping[str, Sequence[str]], name: str | None = None) -> Universe:
+    """Full product universe of the given aspects (order of aspects and values kept)."""
+    if not isinstance(aspects, Mapping) or not aspects:
+        raise SplitsInputError("aspects must be a non-empty mapping {aspect: [values...]}")
+    values: dict[str, tuple[str, ...]] = {}
+    for asp, vals in aspects.items():
+        if isinstance(vals, (str, bytes)) or not isinstance(vals, Sequence) or len(vals) == 0:
+            raise SplitsInputError(f"aspect {asp!r}: values must be a non-empty list of strings")
+        vals = tuple(str(v) for v in vals)
+        if len(set(vals)) != len(vals):
+            raise SplitsInputError(f"aspect {asp!r}: duplicate values {list(vals)}")
+        values[str(asp)] = vals
+    names = tuple(values)
+    combos = list(itertools.product(*(values[a] for a in names)))
+    uni = Universe(names, values, combos, name=name)
+    if uni.name is None:
+        uni.name = uni.known_dataset()
+    return uni
+
+
+def parse_aspects_arg(text: str) -> Universe:
+    """`--aspects` value: a JSON object, a path to one, or a known dataset name."""
+    if text in KNOWN_DATASETS:
+        return from_aspects(KNOWN_DATASETS[text], name=text)
+    path = pathlib.Path(text)
+    if not text.lstrip().startswith("{") and path.is_file():
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise SplitsInputError(f"{path}: not valid JSON ({exc})") from None
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SplitsInputError(
+                f"--aspects: not a JSON object, a file, or one of {sorted(KNOWN_DATASETS)} ({exc})"
+            ) from None
+    return from_aspects(data)
+
+
+def row_combos(table, aspect_columns: Sequence[str] | None = None, source: str = "corpus") -> tuple[list[str], list[dict[str, str]]]:
+    """Per-row attribute dicts of a pyarrow table: from its `attributes` map column, or from
+    one column per aspect (`aspect_columns`, else every string column that is not a
+    canonical-schema column nor a `pred_*` / `human_*` column)."""
+    import pyarrow as pa
+
+    cols = table.column_names
+    if aspect_columns is None and "attributes" in cols:
+        raw = table.column("attributes").to_pylist()
+        rows = []
+        aspects: list[str] = []
+        for r, value in enumerate(raw):
+            if value is None:
+                raise SplitsInputError(f"{source}: row {r}: field 'attributes' is null")
+            d = dict(value) if not isinstance(value, dict) else value
+            d = {str(k): (None if v is None else str(v)) for k, v in d.items()}
+            for k in d:
+                if k not in aspects:
+                    aspects.append(k)
+            rows.append(d)
+        aspects = sorted(aspects)
+        for r, d in enumerate(rows):
+            missing = [a for a in aspects if d.get(a) in (None, "")]
+            if missing:
+                raise SplitsInputError(f"{source}: row {r}: 'attributes' lacks aspect(s) {missing}")
+        return aspects, rows
+    if aspect_columns is None:
+        aspect_columns = [
+            c for c in cols
+            if c not in RESERVED_COLUMNS and not c.startswith(("pred_", "human_"))
+            and (pa.types.is_string(table.schema.field(c).type) or pa.types.is_large_string(table.schema.field(c).type)
+                 or pa.types.is_dictionary(table.schema.field(c).type))
+        ]
+        if len(aspect_columns) < 2:
+            raise SplitsInputError(
+                f"{source}: no 'attributes' map column and fewer than 2 aspect columns found among {cols}"
+            )
+    missing = [c for c in aspect_columns if c not in cols]
+    if missing:
+        raise SplitsInputError(f"{source}: aspect column(s) {missing} not found; columns are {cols}")
+    data = {c: table.column(c).to_pylist() for c in aspect_columns}
+    rows = []
+    for r in range(table.num_rows):
+        d = {}
+        for c in aspect_columns:
+            v = data[c][r]
+            if v is None or v == "":
+                raise SplitsInputError(f"{source}: row {r}: field {c!r} is empty")
+            d[c] = str(v)
+        rows.append(d)
+    return list(aspect_columns), rows
+
+
+def read_corpus_table(path: str | pathlib.Path):
+    """A Parquet file or folder of Parquet files as one pyarrow table."""
+    import pyarrow.parquet as pq
+
+    p = pathlib.Path(path)
+    if not p.exists():
+        raise SplitsInputError(f"{path}: corpus not found")
+    try:
+        return pq.read_table(p)
+    except Exception as exc:  # pyarrow raises several types
+        raise SplitsInputError(f"{path}: cannot read Parquet ({exc})") from None
+
+
+def from_corpus(path: str | pathlib.Path, aspect_columns: Sequence[str] | None = None) -> Universe:
+    """Universe of the combinations that occur in a corpus (values sorted per aspect)."""
+    table = read_corpus_table(path)
+    if table.num_rows == 0:
+        raise SplitsInputError(f"{path}: corpus has no rows")
+    aspects, rows = row_combos(table, aspect_columns, source=str(path))
+    values = {a: tuple(sorted({d[a] for d in rows})) for a in aspects}
+    combos = sorted({tuple(d[a] for a in aspects) for d in rows},
+                    key=lambda c: tuple(values[a].index(v) for a, v in zip(aspects, c)))
+    uni = Universe(tuple(aspects), values, combos)
+    uni.name = uni.known_dataset()
+    return uni

@@ -1,0 +1,194 @@
+"""CompMCTG split protocols (spec "Protocols"): Original, Hold-Out, ACD, Few-Shot, plus
+minimum-divergence and random splits for comparison.
+
+- original: everything seen (unseen empty → D = 1 by the spec's convention).
+- holdout: each combination held out once (|C| splits; ineligible ones are skipped).
+- acd: |seen| = floor(|C|/2), maximise D; best compared at 3 decimals.
+- fewshot: |seen| = largest aspect cardinality, maximise D; best compared at 2 decimals.
+- mindiv: |seen| = floor(|C|/2) (or `seen_size`), minimise D.
+- random: distinct random eligible splits of that size.
+
+Search: exhaustive enumeration when C(|C|, k) ≤ `exhaustive_limit` ("auto"), else hill
+climbing with `restarts` independent restarts. With 2 aspects every eligible split has D = 1,
+so ACD reuses the Few-Shot splits (as CompMCTG does for Amazon and Mixture).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from scoring.signature import Signature
+from splits.aspects import BENCHMARK_COUNTS, SplitsInputError, Universe
+from splits.divergence import DEFAULT_ALPHA, divergence
+from splits.search import ClimbProblem, exhaustive, n_subsets, random_eligible_start, restart_rng, select_splits
+
+VERSION = "1"
+PROTOCOLS = ("original", "holdout", "acd", "fewshot", "mindiv", "random")
+DEFAULT_MAX_SPLITS = 10
+DECIMALS = {"acd": 3, "fewshot": 2, "mindiv": 3}
+SALTS = {"acd": 1, "fewshot": 2, "mindiv": 3, "random": 4}
+TASKS_NOTE = ("restart i draws from SeedSequence([seed, salt, i]) and restarts run in blocks "
+              "whose size depends only on the problem: the splits do not depend on the number of tasks")
+
+# A runner executes the climb's blocks: (problem, blocks) -> per-restart results in block order.
+Runner = Callable[[ClimbProblem, Sequence[tuple[int, int]]], list]
+
+
+def local_runner(problem: ClimbProblem, blocks: Sequence[tuple[int, int]]) -> list:
+    """Run every block in this process (with a progress bar when there are many)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover
+        tqdm = None
+    out = []
+    iterator = blocks
+    if tqdm is not None and len(blocks) > 4:
+        iterator = tqdm(blocks, desc="restart blocks", leave=False)
+    for start, stop in iterator:
+        out.extend(problem.run_block(start, stop))
+    return out
+
+
+@dataclass
+class Split:
+    seen: tuple[int, ...]
+    divergence: float
+
+    def to_json(self, universe: Universe) -> dict[str, Any]:
+        unseen = universe.unseen_of(self.seen)
+        return {
+            "seen": [universe.combo_dict(i) for i in self.seen],
+            "unseen": [universe.combo_dict(i) for i in unseen],
+            "divergence": self.divergence,
+        }
+
+
+@dataclass
+class SplitResult:
+    universe: Universe
+    protocol: str
+    splits: list[Split]
+    signature: Signature
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "splits": [s.to_json(self.universe) for s in self.splits],
+            "signature": {**self.signature.as_dict(), "string": str(self.signature)},
+            "aspects": self.universe.describe()["aspects"],
+            "stats": self.stats,
+        }
+
+
+def default_max_splits(universe: Universe, protocol: str) -> int:
+    """Benchmark split count for a known CompMCTG dataset, else 10."""
+    if universe.name in BENCHMARK_COUNTS:
+        count = BENCHMARK_COUNTS[universe.name].get(protocol)
+        if count:
+            return count
+    return DEFAULT_MAX_SPLITS
+
+
+def seen_size_for(universe: Universe, protocol: str, seen_size: int | None = None) -> int:
+    if seen_size is not None:
+        return int(seen_size)
+    if protocol == "fewshot":
+        return universe.max_cardinality()
+    return universe.n_combos // 2
+
+
+def build_splits(
+    universe: Universe,
+    protocol: str,
+    seed: int = 0,
+    restarts: int = 1000,
+    alpha: float = DEFAULT_ALPHA,
+    max_splits: int | None = None,
+    seen_size: int | None = None,
+    search: str = "auto",
+    moves: str = "coverage",
+    max_iters: int = 1000,
+    patience: int | None = None,
+    exhaustive_limit: int = 1_000_000,
+    runner: Runner | None = None,
+    tasks: int = 1,
+) -> SplitResult:
+    """Splits of `universe` under `protocol` (see the module docstring)."""
+    if protocol not in PROTOCOLS:
+        raise SplitsInputError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
+    if search not in ("auto", "exhaustive", "climb"):
+        raise SplitsInputError(f"search must be auto, exhaustive or climb, got {search!r}")
+    runner = runner or local_runner
+    params: dict[str, Any] = {"protocol": protocol, "alpha": alpha, "seed": seed, "aspects": universe.describe()["aspects"],
+                              "n_combos": universe.n_combos}
+    stats: dict[str, Any] = {}
+    effective = protocol
+    if protocol == "acd" and len(universe.aspects) == 2 and seen_size is None:
+        effective = "fewshot"
+        params["degenerate"] = "2 aspects: every eligible split has D = 1; ACD reuses the Few-Shot splits"
+    if max_splits is None:
+        max_splits = default_max_splits(universe, protocol if protocol != "acd" or effective == "acd" else "fewshot")
+    if protocol == "original":
+        splits = [Split(tuple(range(universe.n_combos)), 1.0)]
+    elif protocol == "holdout":
+        splits = []
+        for i in range(universe.n_combos):
+            seen = tuple(j for j in range(universe.n_combos) if j != i)
+            if universe.is_eligible(seen):
+                splits.append(Split(seen, divergence(universe, seen, alpha)))
+        stats["skipped_ineligible"] = universe.n_combos - len(splits)
+    elif protocol == "random":
+        k = seen_size_for(universe, "acd", seen_size)
+        splits, keys = [], set()
+        attempts = 0
+        while len(splits) < max_splits and attempts < max(100, 20 * max_splits):
+            seen = tuple(int(i) for i in random_eligible_start(universe, k, restart_rng(seed, attempts, SALTS["random"])))
+            attempts += 1
+            if frozenset(seen) not in keys:
+                keys.add(frozenset(seen))
+                splits.append(Split(seen, divergence(universe, seen, alpha)))
+        params.update(seen_size=k, max_splits=max_splits)
+    else:
+        k = seen_size_for(universe, effective, seen_size)
+        maximize = effective != "mindiv"
+        decimals = DECIMALS[effective]
+        space = n_subsets(universe.n_combos, k)
+        use_exhaustive = search == "exhaustive" or (search == "auto" and space <= exhaustive_limit)
+        params.update(seen_size=k, max_splits=max_splits, decimals=decimals,
+                      objective="max" if maximize else "min")
+        if use_exhaustive:
+            sets, divs = exhaustive(universe, k, alpha)
+            if not len(sets):
+                raise SplitsInputError(f"no eligible split with {k} seen combinations")
+            # candidate order: a seeded shuffle, so ties are broken by the seed, not by index order
+            order = restart_rng(seed, 0, SALTS[effective]).permutation(len(sets))
+            candidates = [(tuple(int(x) for x in sets[i]), float(divs[i])) for i in order]
+            params.update(search="exhaustive")
+            stats.update(eligible_sets=len(sets), search_space=space)
+        else:
+            problem = ClimbProblem(universe, k, seed, alpha=alpha, maximize=maximize, moves=moves,
+                                   max_iters=max_iters, patience=patience, salt=SALTS[effective])
+            blocks = problem.blocks(restarts)
+            results = runner(problem, blocks)
+            if len(results) != restarts:
+                raise RuntimeError(f"runner returned {len(results)} restarts, expected {restarts}")
+            candidates = [(r[0], r[1]) for r in results]
+            params.update(search="climb", restarts=restarts, moves=moves, max_iters=max_iters,
+                          patience=patience, block_size=problem.block_size, tasks_independent=TASKS_NOTE)
+            ds = np.array([r[1] for r in results])
+            stats.update(restart_best_max=float(ds.max()), restart_best_mean=float(ds.mean()),
+                         restart_moves_mean=float(np.mean([r[2] for r in results])), tasks=tasks,
+                         search_space=space)
+        chosen = select_splits(candidates, decimals, max_splits, maximize=maximize)
+        splits = [Split(s, d) for s, d in chosen]
+        rounded = [round(d, decimals) for _, d in candidates]
+        best = max(rounded) if maximize else min(rounded)
+        stats.update(best_rounded=best, n_distinct_optimal=len({frozenset(s) for (s, _), r in zip(candidates, rounded) if r == best}))
+    for s in splits:
+        if protocol != "original" and not universe.is_eligible(s.seen):
+            raise AssertionError(f"internal error: ineligible split {s.seen}")
+    signature = Signature("compmctg_splits", VERSION, params)
+    return SplitResult(universe, protocol, splits, signature, stats)

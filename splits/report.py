@@ -1,0 +1,125 @@
+"""Per-protocol CompMCTG report for a scored corpus (spec "CompMCTG evaluation metrics").
+
+For every split, the rows whose combination is seen are in-distribution (i.d.) and the rows
+whose combination is unseen are compositional (comp). Per side:
+- attribute accuracy per aspect = mean(pred_<aspect> == gold value), A = mean over aspects;
+- P = mean of the perplexity column (when present);
+- Dist-3 = mean per-text distinct-3 ratio (`scoring.text_stats.distinct_n`, whitespace tokens);
+and the compositional gap G = (A_i.d. − A_comp) / A_i.d. The protocol's numbers are the
+means over its splits. `benchmark_summary` combines Original / Hold-Out / ACD reports into
+A_avg (mean of the five A's), P_avg and G_avg (mean of the Hold-Out and ACD gaps).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from scoring.text_stats import distinct_n
+from splits.aspects import SplitsInputError, read_corpus_table, row_combos
+
+
+def _mean(values) -> float | None:
+    vals = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    return float(np.mean(vals)) if vals else None
+
+
+def _side_stats(mask: np.ndarray, gold: Mapping[str, list], preds: Mapping[str, list], ppl, dist3) -> dict[str, Any]:
+    n = int(mask.sum())
+    out: dict[str, Any] = {"rows": n}
+    if n == 0:
+        out.update(accuracy=None, accuracy_per_aspect={}, perplexity=None, dist3=None)
+        return out
+    idx = np.flatnonzero(mask)
+    per = {}
+    for aspect, pred in preds.items():
+        per[aspect] = float(np.mean([pred[i] is not None and str(pred[i]) == gold[aspect][i] for i in idx]))
+    out["accuracy_per_aspect"] = per
+    out["accuracy"] = _mean(per.values())
+    out["perplexity"] = _mean(ppl[i] for i in idx) if ppl is not None else None
+    out["dist3"] = _mean(dist3[i] for i in idx) if dist3 is not None else None
+    return out
+
+
+def protocol_report(corpus, splits_json: Mapping[str, Any], pred_prefix: str = "pred_", perplexity_column: str = "perplexity",
+                    text_column: str = "text", aspect_columns: Sequence[str] | None = None) -> dict[str, Any]:
+    """Report of one protocol's splits over a scored corpus (path or pyarrow table)."""
+    if hasattr(corpus, "column_names"):
+        table, source = corpus, "corpus"
+    else:
+        table, source = read_corpus_table(corpus), str(corpus)
+    aspects = list(splits_json.get("aspects") or splits_json["splits"][0]["seen"][0].keys())
+    if aspect_columns is None and "attributes" not in table.column_names:
+        aspect_columns = aspects
+    _, rows = row_combos(table, aspect_columns, source=source)
+    gold = {a: [d.get(a) for d in rows] for a in aspects}
+    preds = {}
+    for a in aspects:
+        col = f"{pred_prefix}{a}"
+        if col not in table.column_names:
+            raise SplitsInputError(f"{source}: classifier-prediction column {col!r} for aspect {a!r} not found")
+        preds[a] = table.column(col).to_pylist()
+    ppl = table.column(perplexity_column).to_pylist() if perplexity_column in table.column_names else None
+    dist3 = None
+    if text_column in table.column_names:
+        dist3 = [distinct_n((t or "").split(), 3) for t in table.column(text_column).to_pylist()]
+    keys = [tuple(d[a] for a in aspects) for d in rows]
+    per_split = []
+    for n, split in enumerate(splits_json["splits"]):
+        seen = {tuple(c[a] for a in aspects) for c in split["seen"]}
+        unseen = {tuple(c[a] for a in aspects) for c in split["unseen"]}
+        is_seen = np.fromiter((k in seen for k in keys), dtype=bool, count=len(keys))
+        is_unseen = np.fromiter((k in unseen for k in keys), dtype=bool, count=len(keys))
+        iid = _side_stats(is_seen, gold, preds, ppl, dist3)
+        comp = _side_stats(is_unseen, gold, preds, ppl, dist3)
+        gap = None
+        if iid["accuracy"] and comp["accuracy"] is not None:
+            gap = (iid["accuracy"] - comp["accuracy"]) / iid["accuracy"]
+        per_split.append({"split": n, "divergence": split.get("divergence"), "iid": iid, "comp": comp, "gap": gap})
+    summary = {}
+    for side in ("iid", "comp"):
+        summary[f"A_{side}"] = _mean(s[side]["accuracy"] for s in per_split)
+        summary[f"P_{side}"] = _mean(s[side]["perplexity"] for s in per_split)
+        summary[f"dist3_{side}"] = _mean(s[side]["dist3"] for s in per_split)
+        summary[f"accuracy_per_aspect_{side}"] = {
+            a: _mean(s[side]["accuracy_per_aspect"].get(a) for s in per_split) for a in aspects
+        }
+    summary["gap"] = _mean(s["gap"] for s in per_split)
+    protocol = (splits_json.get("signature") or {}).get("protocol")
+    return {"protocol": protocol, "n_splits": len(per_split), "summary": summary, "splits": per_split,
+            "splits_signature": splits_json.get("signature")}
+
+
+def benchmark_summary(reports: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """CompMCTG averages from reports keyed by protocol ("original", "holdout", "acd")."""
+    a_vals, p_vals, gaps = [], [], []
+    if "original" in reports:
+        a_vals.append(reports["original"]["summary"]["A_iid"])
+        p_vals.append(reports["original"]["summary"]["P_iid"])
+    for proto in ("holdout", "acd"):
+        if proto in reports:
+            s = reports[proto]["summary"]
+            a_vals += [s["A_iid"], s["A_comp"]]
+            p_vals += [s["P_iid"], s["P_comp"]]
+            gaps.append(s["gap"])
+    return {"A_avg": _mean(a_vals), "P_avg": _mean(p_vals), "G_avg": _mean(gaps)}
+
+
+def report_markdown(report: Mapping[str, Any]) -> str:
+    s = report["summary"]
+
+    def f(v, pct=False):
+        if v is None:
+            return "–"
+        return f"{100 * v:.2f}%" if pct else f"{v:.4g}"
+
+    lines = [f"### Protocol {report['protocol']} ({report['n_splits']} splits)", "",
+             "| A_i.d. | A_comp | P_i.d. | P_comp | Dist-3 i.d. | Dist-3 comp | gap |", "|---|---|---|---|---|---|---|",
+             f"| {f(s['A_iid'], True)} | {f(s['A_comp'], True)} | {f(s['P_iid'])} | {f(s['P_comp'])} | "
+             f"{f(s['dist3_iid'])} | {f(s['dist3_comp'])} | {f(s['gap'], True)} |", ""]
+    lines += ["| aspect | acc i.d. | acc comp |", "|---|---|---|"]
+    for a, v in s["accuracy_per_aspect_iid"].items():
+        lines.append(f"| {a} | {f(v, True)} | {f(s['accuracy_per_aspect_comp'].get(a), True)} |")
+    return "\n".join(lines) + "\n"

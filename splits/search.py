@@ -1,0 +1,234 @@
+"""Searching for maximum (or minimum) divergence splits of a fixed seen size (spec "Protocols").
+
+- `random_eligible_start`: a random split whose seen side covers every atom.
+- `ClimbProblem.run_block`: greedy hill climbing from random eligible starts, a block of
+  independent restarts advanced together (one batched numpy step per iteration). Each step
+  evaluates every swap (one seen combo ↔ one unseen combo) incrementally with
+  `divergence.move_gains` and takes a uniformly random strictly improving move (= the first
+  improving move in a random order), else a random tie move; it stops when no move is left,
+  after `max_iters` moves, or after `patience` consecutive tie moves (None: no limit).
+  Move rules: "original" never removes from seen the last carrier of an atom; "coverage"
+  (default) also allows removing it when the incoming combo carries the same atoms, i.e.
+  every move keeps the seen side covering all atoms. The original rule gets stuck on
+  Few-Shot splits with one carrier per value (spec "Oracles", Fyelp Few-Shot 0.45 vs 0.5414).
+- `exhaustive`: every eligible seen set of size k with its D, when C(|C|, k) is small.
+- `select_splits`: the best D after rounding and up to n distinct (as sets) optimal splits.
+
+Restart i of a job with seed s draws from `numpy.random.SeedSequence([s, salt, i])`, and
+restarts are grouped in blocks whose size depends only on the problem, so results do not
+depend on how blocks are spread over workers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from splits.aspects import SplitsInputError, Universe
+from splits.divergence import DEFAULT_ALPHA, CountTerms, divergence_from_counts, move_gains
+
+EPS = 1e-9  # gains of Σ_k c_s^α c_u^(1-α) below this count as ties
+MOVE_RULES = ("coverage", "original")
+
+
+def restart_rng(seed: int, restart: int, salt: int = 0) -> np.random.Generator:
+    """Generator of restart `restart` of a job seeded `seed` (independent of worker layout)."""
+    return np.random.default_rng(np.random.SeedSequence([int(seed), int(salt), int(restart)]))
+
+
+def random_eligible_start(universe: Universe, k: int, rng: np.random.Generator, tries: int = 20) -> np.ndarray:
+    """Sorted indices of a random seen set of size k that covers every atom.
+
+    Uniform over eligible sets by rejection (up to `tries` draws); when eligible sets are
+    rare (e.g. Few-Shot sizes), a randomised greedy cover (pick an uncovered atom at random,
+    then a random carrier of it among those covering the most uncovered atoms) filled up
+    with random combinations.
+    """
+    n = universe.n_combos
+    if not 1 <= k <= n:
+        raise SplitsInputError(f"seen size {k} is outside 1..{n}")
+    amat = universe.atom_matrix
+    for _ in range(tries):
+        seen = rng.choice(n, size=k, replace=False)
+        if (amat[seen].sum(axis=0) > 0).all():
+            return np.sort(seen)
+    for _ in range(100):
+        uncovered = np.ones(amat.shape[1], dtype=bool)
+        chosen: list[int] = []
+        free = np.ones(n, dtype=bool)
+        while uncovered.any() and len(chosen) <= k:
+            atom = rng.choice(np.flatnonzero(uncovered))
+            carriers = np.flatnonzero(free & (amat[:, atom] > 0))
+            gain = amat[carriers] @ uncovered
+            best = carriers[gain == gain.max()]
+            pick = int(rng.choice(best))
+            chosen.append(pick)
+            free[pick] = False
+            uncovered &= amat[pick] == 0
+        if len(chosen) <= k:
+            rest = rng.choice(np.flatnonzero(free), size=k - len(chosen), replace=False)
+            return np.sort(np.concatenate([np.array(chosen, dtype=np.int64), rest.astype(np.int64)]))
+    raise SplitsInputError(f"no eligible split with {k} seen combinations found: {k} combinations cannot cover every atom")
+
+
+def block_size_for(n_combos: int, k: int) -> int:
+    """Restarts per batched block: bounded so one step's (B, k, N−k) arrays stay ~32 MB."""
+    per = max(1, k * (n_combos - k))
+    return int(max(1, min(32, (4 << 20) // per)))
+
+
+@dataclass
+class ClimbProblem:
+    """One hill-climbing job: what to climb and how. Picklable (sent to Ray tasks)."""
+
+    universe: Universe
+    k: int
+    seed: int
+    alpha: float = DEFAULT_ALPHA
+    maximize: bool = True
+    moves: str = "coverage"
+    max_iters: int = 1000
+    patience: int | None = None
+    salt: int = 0
+
+    def __post_init__(self) -> None:
+        if self.moves not in MOVE_RULES:
+            raise SplitsInputError(f"moves must be one of {MOVE_RULES}, got {self.moves!r}")
+        if not 1 <= self.k < self.universe.n_combos:
+            raise SplitsInputError(f"seen size {self.k} must be in 1..{self.universe.n_combos - 1}")
+
+    @property
+    def block_size(self) -> int:
+        return block_size_for(self.universe.n_combos, self.k)
+
+    def blocks(self, restarts: int) -> list[tuple[int, int]]:
+        b = self.block_size
+        return [(i, min(i + b, restarts)) for i in range(0, restarts, b)]
+
+    def run_blocks(self, blocks: Sequence[tuple[int, int]]) -> list[tuple[tuple[int, ...], float, int]]:
+        out = []
+        for start, stop in blocks:
+            out.extend(self.run_block(start, stop))
+        return out
+
+    def run_block(self, start: int, stop: int) -> list[tuple[tuple[int, ...], float, int]]:
+        """Climb restarts start..stop−1 together; returns (seen indices, D, moves) per restart."""
+        uni = self.universe
+        n, k = uni.n_combos, self.k
+        m = uni.compounds_per_combo
+        cmat = uni.compound_matrix
+        amat = uni.atom_matrix
+        terms = CountTerms(n, self.alpha)
+        total = cmat.sum(axis=0).astype(np.int64)
+        rngs = [restart_rng(self.seed, r, self.salt) for r in range(start, stop)]
+        b = len(rngs)
+        seen = np.zeros((b, n), dtype=bool)
+        for r, rng in enumerate(rngs):
+            seen[r, random_eligible_start(uni, k, rng)] = True
+        cs = (seen.astype(np.float64) @ cmat).round().astype(np.int64)
+        ac = (seen.astype(np.float64) @ amat).round().astype(np.int64)
+        active = np.ones(b, dtype=bool)
+        tie_run = np.zeros(b, dtype=np.int64)
+        n_moves = np.zeros(b, dtype=np.int64)
+        sign = -1.0 if self.maximize else 1.0  # maximising D = minimising Σ
+        for _ in range(self.max_iters):
+            idx = np.flatnonzero(active)
+            if idx.size == 0:
+                break
+            sm = seen[idx]
+            seen_idx = np.nonzero(sm)[1].reshape(idx.size, k)
+            unseen_idx = np.nonzero(~sm)[1].reshape(idx.size, n - k)
+            csb = cs[idx]
+            gain = sign * move_gains(terms, cmat, seen_idx, unseen_idx, csb, total - csb)
+            protected = (ac[idx] == 1).astype(np.float64)
+            a_seen = amat[seen_idx] * protected[:, None, :]
+            n_prot = a_seen.sum(axis=-1)
+            if self.moves == "coverage":
+                carried = np.matmul(a_seen, amat[unseen_idx].transpose(0, 2, 1))
+                valid = carried == n_prot[:, :, None]
+            else:
+                valid = np.broadcast_to((n_prot == 0)[:, :, None], gain.shape)
+            improving = valid & (gain > EPS)
+            ties = valid & (np.abs(gain) <= EPS)
+            for j, r in enumerate(idx):
+                cand = np.flatnonzero(improving[j])
+                if cand.size:
+                    tie_run[r] = 0
+                else:
+                    if self.patience is not None and tie_run[r] >= self.patience:
+                        active[r] = False
+                        continue
+                    cand = np.flatnonzero(ties[j])
+                    if not cand.size:
+                        active[r] = False
+                        continue
+                    tie_run[r] += 1
+                pick = int(cand[rngs[r].integers(cand.size)])
+                s_out = int(seen_idx[j, pick // (n - k)])
+                u_in = int(unseen_idx[j, pick % (n - k)])
+                seen[r, s_out] = False
+                seen[r, u_in] = True
+                cs[r] += (cmat[u_in] - cmat[s_out]).astype(np.int64)
+                ac[r] += (amat[u_in] - amat[s_out]).astype(np.int64)
+                n_moves[r] += 1
+        d = divergence_from_counts(terms, cs, total[None, :] - cs, k, n - k, m)
+        return [(tuple(int(i) for i in np.flatnonzero(seen[r])), float(d[r]), int(n_moves[r])) for r in range(b)]
+
+
+def n_subsets(n: int, k: int) -> int:
+    return math.comb(n, k)
+
+
+def exhaustive(universe: Universe, k: int, alpha: float = DEFAULT_ALPHA, chunk: int = 50_000) -> tuple[np.ndarray, np.ndarray]:
+    """Every eligible seen set of size k (lexicographic order) and its D."""
+    n = universe.n_combos
+    m = universe.compounds_per_combo
+    cmat = universe.compound_matrix.astype(np.int16)
+    amat = universe.atom_matrix.astype(np.int16)
+    total = universe.compound_matrix.sum(axis=0).astype(np.int64)
+    terms = CountTerms(n, alpha)
+    it = itertools.combinations(range(n), k)
+    sets, divs = [], []
+    while True:
+        block = list(itertools.islice(it, chunk))
+        if not block:
+            break
+        idx = np.array(block, dtype=np.int64).reshape(len(block), k)
+        ok = (amat[idx].sum(axis=1) > 0).all(axis=1)
+        idx = idx[ok]
+        if not idx.size:
+            continue
+        cs = cmat[idx].sum(axis=1, dtype=np.int64)
+        sets.append(idx)
+        divs.append(divergence_from_counts(terms, cs, total[None, :] - cs, k, n - k, m))
+    if not sets:
+        return np.zeros((0, k), dtype=np.int64), np.zeros(0)
+    return np.concatenate(sets), np.concatenate(divs)
+
+
+def select_splits(candidates: Sequence[tuple[Sequence[int], float]], decimals: int, max_splits: int,
+                  maximize: bool = True) -> list[tuple[tuple[int, ...], float]]:
+    """Best D after rounding to `decimals`, then up to `max_splits` distinct (as sets)
+    candidates reaching it: exact D best first, ties in candidate order."""
+    if not candidates:
+        return []
+    rounded = [round(d, decimals) for _, d in candidates]
+    best = max(rounded) if maximize else min(rounded)
+    order = sorted(
+        (i for i in range(len(candidates)) if rounded[i] == best),
+        key=lambda i: ((-1 if maximize else 1) * round(candidates[i][1], 12), i),
+    )
+    out, seen_sets = [], set()
+    for i in order:
+        key = frozenset(candidates[i][0])
+        if key in seen_sets:
+            continue
+        seen_sets.add(key)
+        out.append((tuple(sorted(candidates[i][0])), float(candidates[i][1])))
+        if len(out) >= max_splits:
+            break
+    return out
