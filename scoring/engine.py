@@ -1,0 +1,198 @@
+"""The likelihood engine shared by every model metric: per-target mean token NLL.
+
+Seq2seq: `mean_nll(sources, targets_per_source)` encodes each source once and decodes all of
+its targets against the cached encoder states (prompt ensembles, multi-reference, CTRLEval
+label words). Causal: `sequence_nll(sequences)` for perplexity.
+
+Speed and safety, in one place:
+- rows sorted by length, batched by a token budget (padded tokens per forward), input order
+  restored on return;
+- `torch.inference_mode`; log-softmax in float32 whatever the model dtype;
+- on out-of-memory a batch is split in half and retried; a single item that still does not
+  fit raises (never a silent exit, unlike the original BARTScore);
+- `stats` counts forward passes, so tests and benchmarks can check the sharing.
+
+Token ids in and out: tokenisation conventions (special tokens, truncation flags) belong to
+the metrics.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable, Sequence, TypeVar
+
+import torch
+
+T = TypeVar("T")
+
+DEFAULT_TOKEN_BUDGET = 4096
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+def run_splitting_on_oom(items: list[T], run: Callable[[list[T]], None], on_split: Callable[[], None] | None = None) -> None:
+    """Run `run(items)`; on out-of-memory, halve the batch and retry each half."""
+    try:
+        run(items)
+    except Exception as exc:  # noqa: BLE001 - only OOM is handled; everything else re-raises
+        if not is_out_of_memory(exc):
+            raise
+        if len(items) <= 1:
+            raise RuntimeError(f"out of memory on a single item ({exc}); lower max_length or use a larger device") from exc
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        if on_split:
+            on_split()
+        middle = len(items) // 2
+        run_splitting_on_oom(items[:middle], run, on_split)
+        run_splitting_on_oom(items[middle:], run, on_split)
+
+
+def budget_batches(lengths: Sequence[int], order: Sequence[int], token_budget: int, max_items: int | None = None) -> list[list[int]]:
+    """Group indices (already in the desired order, longest first) so that
+    len(batch) * max(length in batch) <= token_budget (at least one item per batch)."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for index in order:
+        length = max(int(lengths[index]), 1)
+        new_longest = max(longest, length)
+        too_many = max_items is not None and len(current) >= max_items
+        if current and (new_longest * (len(current) + 1) > token_budget or too_many):
+            batches.append(current)
+            current, new_longest = [], length
+        current.append(index)
+        longest = new_longest
+    if current:
+        batches.append(current)
+    return batches
+
+
+def _pad(sequences: Sequence[Sequence[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        ids[row, : len(sequence)] = torch.as_tensor(list(sequence), dtype=torch.long)
+        mask[row, : len(sequence)] = 1
+    return ids.to(device), mask.to(device)
+
+
+def _token_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """log p(label) per position, computed in float32: logit[label] - logsumexp(logits)."""
+    logits = logits.float()
+    picked = logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+    return picked - torch.logsumexp(logits, dim=-1)
+
+
+class Seq2SeqLikelihood:
+    """Mean target-token NLL under an encoder-decoder model (BARTScore Eq. 1-2 with uniform
+    weights; CTRLEval's lm_score). The decoder input is the target shifted right behind the
+    model's decoder start token, so the model never sees the token it predicts."""
+
+    def __init__(self, model, pad_id: int, decoder_start_id: int, token_budget: int = DEFAULT_TOKEN_BUDGET, max_batch_items: int | None = None):
+        self.model = model
+        self.pad_id = pad_id
+        self.decoder_start_id = decoder_start_id
+        self.token_budget = int(token_budget)
+        self.max_batch_items = max_batch_items
+        self.device = next(model.parameters()).device
+        self.stats: Counter = Counter()
+
+    @torch.inference_mode()
+    def mean_nll(self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[Sequence[int]]]) -> list[list[float]]:
+        """For each source i and each of its targets j: -mean log p(target_j | source_i)."""
+        if len(sources) != len(targets):
+            raise ValueError(f"{len(sources)} sources but {len(targets)} target lists")
+        for i, (source, target_list) in enumerate(zip(sources, targets)):
+            if len(source) == 0:
+                raise ValueError(f"source {i} has no tokens")
+            for j, target in enumerate(target_list):
+                if len(target) == 0:
+                    raise ValueError(f"target {j} of source {i} has no tokens")
+        results: list[list[float]] = [[float("nan")] * len(t) for t in targets]
+        order = sorted((i for i in range(len(sources)) if targets[i]), key=lambda i: -len(sources[i]))
+        lengths = [len(s) for s in sources]
+        for batch in budget_batches(lengths, order, self.token_budget, self.max_batch_items):
+            run_splitting_on_oom(batch, lambda b: self._score_source_batch(b, sources, targets, results), self._count_split)
+        return results
+
+    def _count_split(self) -> None:
+        self.stats["oom_splits"] += 1
+
+    def _score_source_batch(self, batch: list[int], sources, targets, results) -> None:
+        input_ids, attention_mask = _pad([sources[i] for i in batch], self.pad_id, self.device)
+        encoder_states = self.model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        self.stats["encoder_passes"] += 1
+        self.stats["encoded_sources"] += len(batch)
+        pairs = [(row, i, j) for row, i in enumerate(batch) for j in range(len(targets[i]))]
+        pair_lengths = [len(targets[i][j]) for _, i, j in pairs]
+        pair_order = sorted(range(len(pairs)), key=lambda p: -pair_lengths[p])
+        for chunk in budget_batches(pair_lengths, pair_order, self.token_budget, self.max_batch_items):
+            chunk_pairs = [pairs[p] for p in chunk]
+            run_splitting_on_oom(
+                chunk_pairs,
+                lambda cp: self._decode_pairs(cp, encoder_states, attention_mask, targets, results),
+                self._count_split,
+            )
+
+    def _decode_pairs(self, chunk_pairs, encoder_states, attention_mask, targets, results) -> None:
+        from transformers.modeling_outputs import BaseModelOutput
+
+        rows = torch.as_tensor([row for row, _, _ in chunk_pairs], device=self.device)
+        labels_list = [targets[i][j] for _, i, j in chunk_pairs]
+        labels, label_mask = _pad(labels_list, self.pad_id, self.device)
+        decoder_inputs = torch.full_like(labels, self.pad_id)
+        decoder_inputs[:, 0] = self.decoder_start_id
+        decoder_inputs[:, 1:] = labels[:, :-1]
+        output = self.model(
+            encoder_outputs=BaseModelOutput(last_hidden_state=encoder_states.index_select(0, rows)),
+            attention_mask=attention_mask.index_select(0, rows),
+            decoder_input_ids=decoder_inputs,
+            decoder_attention_mask=label_mask,
+        )
+        self.stats["decoder_passes"] += 1
+        self.stats["decoded_targets"] += len(chunk_pairs)
+        logprobs = _token_logprobs(output.logits, labels) * label_mask
+        mean_nll = (-(logprobs.sum(-1) / label_mask.sum(-1))).double().cpu().tolist()
+        for (_, i, j), value in zip(chunk_pairs, mean_nll):
+            results[i][j] = value
+
+
+class CausalLikelihood:
+    """Summed token NLL under a causal LM, every token after the first predicted."""
+
+    def __init__(self, model, pad_id: int, token_budget: int = DEFAULT_TOKEN_BUDGET, max_batch_items: int | None = None):
+        self.model = model
+        self.pad_id = pad_id
+        self.token_budget = int(token_budget)
+        self.max_batch_items = max_batch_items
+        self.device = next(model.parameters()).device
+        self.stats: Counter = Counter()
+
+    @torch.inference_mode()
+    def sequence_nll(self, sequences: Sequence[Sequence[int]]) -> list[tuple[float, int]]:
+        """(sum of -log p(x_t | x_<t) over t >= 1, number of predicted tokens) per sequence."""
+        for i, sequence in enumerate(sequences):
+            if len(sequence) < 2:
+                raise ValueError(f"sequence {i} needs at least 2 tokens (BOS + one token)")
+        results: list[tuple[float, int]] = [(float("nan"), 0)] * len(sequences)
+        lengths = [len(s) for s in sequences]
+        order = sorted(range(len(sequences)), key=lambda i: -lengths[i])
+        for batch in budget_batches(lengths, order, self.token_budget, self.max_batch_items):
+            run_splitting_on_oom(batch, lambda b: self._score_batch(b, sequences, results), lambda: self.stats.update(["oom_splits"]))
+        return results
+
+    def _score_batch(self, batch: list[int], sequences, results) -> None:
+        input_ids, mask = _pad([sequences[i] for i in batch], self.pad_id, self.device)
+        logits = self.model(input_ids=input_ids, attention_mask=mask).logits
+        self.stats["forward_passes"] += 1
+        logprobs = _token_logprobs(logits[:, :-1], input_ids[:, 1:]) * mask[:, 1:]
+        sums = (-logprobs.sum(-1)).double().cpu().tolist()
+        counts = mask[:, 1:].sum(-1).cpu().tolist()
+        for i, total, count in zip(batch, sums, counts):
+            results[i] = (total, int(count))
