@@ -16,6 +16,16 @@ from scoring.signature import Signature, stable_hash
 
 ERROR_COLUMN = "error"
 WARNING_COLUMN = "warning"
+SIGNATURE_COLUMN = "signature"
+ROW_KEY_COLUMN = "row_key"
+# input columns carried into every output row, for analysis (meta-evaluation)
+CARRIED_COLUMNS = ("id", "dataset", "system", "doc_id")
+CARRIED_PREFIX = "human_"
+
+
+def carried_columns(names) -> list[str]:
+    """The input columns an output row keeps: id, dataset, system, doc_id and human_*."""
+    return [n for n in names if n in CARRIED_COLUMNS or n.startswith(CARRIED_PREFIX)]
 
 
 class RowError(ValueError):
@@ -73,7 +83,14 @@ class RowMetric(ABC):
         """Hash of the signature and the row content this metric reads: equal keys mean the
         stored score can be reused (nightly incremental re-scoring)."""
         content = {column: _jsonable(row.get(column)) for column in self.read_columns()}
-        return stable_hash([self.signature().digest, content], length=24)
+        return stable_hash([self.signature_string(), content], length=24)
+
+    def signature_string(self) -> str:
+        """`str(self.signature())`, computed once per metric object."""
+        cached = self.__dict__.get("_signature_string")
+        if cached is None:
+            cached = self.__dict__["_signature_string"] = str(self.signature())
+        return cached
 
     def empty_result(self, error: str) -> dict[str, Any]:
         result: dict[str, Any] = {column: None for column in self.output_columns}
@@ -93,6 +110,31 @@ class RowMetric(ABC):
                 valid_indices.append(index)
         self._score_bisecting(rows, valid_indices, results)
         return [result for result in results]  # type: ignore[misc]
+
+    def output_schema(self, input_names) -> "pa.Schema":
+        """Arrow schema of `output_records` for inputs with these column names (carried
+        columns keep string/float types; every shard gets the same schema)."""
+        import pyarrow as pa
+
+        fields = []
+        for name in carried_columns(input_names):
+            fields.append(pa.field(name, pa.float64() if name.startswith(CARRIED_PREFIX) else pa.string()))
+        fields += [pa.field(column, pa.float64()) for column in self.output_columns]
+        fields += [pa.field(c, pa.string()) for c in (ERROR_COLUMN, WARNING_COLUMN, SIGNATURE_COLUMN, ROW_KEY_COLUMN)]
+        return pa.schema(fields)
+
+    def output_records(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Full output rows: carried input columns, score columns, error, warning, the run's
+        signature and each row's incremental key. One per input row, in order."""
+        signature = self.signature_string()
+        records = []
+        for row, result in zip(rows, self.score_rows(rows)):
+            record = {name: row[name] for name in carried_columns(row.keys())}
+            record.update(result)
+            record[SIGNATURE_COLUMN] = signature
+            record[ROW_KEY_COLUMN] = self.row_key(row)
+            records.append(record)
+        return records
 
     def _score_bisecting(self, rows, indices: list[int], results: list) -> None:
         if not indices:

@@ -52,7 +52,10 @@ class ModelSource:
         """Model id plus a revision: the hub revision, or a hash of the weight files."""
         if self.is_hub:
             return {"model": self.location, "revision": self.revision or "main"}
-        return {"model": self.location, "revision": f"sha256:{weights_digest(self.local_path)}"}
+        # a local folder or s3 prefix is named by its last path component; the weight hash
+        # identifies it, so the same weights give the same signature on every node
+        name = self.location.rstrip("/").rsplit("/", 1)[-1]
+        return {"model": name, "revision": f"sha256:{weights_digest(self.local_path)}"}
 
 
 def weights_digest(folder: str | os.PathLike) -> str:
