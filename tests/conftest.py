@@ -54,3 +54,17 @@ def ray_local():
     yield ray
     ray.shutdown()
     shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory) -> dict[str, str]:
+    """The tiny PEGASUS, BART, GPT-2 and IWF table, built once per test session."""
+    from scoring.tiny_models import build_tiny_models
+
+    return build_tiny_models(tmp_path_factory.mktemp("tiny-models"))
+
+
+@pytest.fixture(scope="session")
+def sample_corpus() -> pathlib.Path:
+    """The shipped sample corpus folder (real SummEval and CTRLEval rows)."""
+    return REPO_ROOT / "data" / "sample"
