@@ -232,16 +232,19 @@ def convert_dir(
     system: str | None = None,
     tasks: Iterable[str] = TASKS,
     require_all: bool = True,
+    limit: int | None = None,
 ) -> list[dict[str, Any]]:
     """Canonical rows for every task; with `responses_dir`, each row gets its response text.
     Missing responses for a task are an error unless `require_all` is False (rows then
-    keep text None)."""
+    keep text None). `limit` keeps the first N instructions of each task."""
     instructions_dir = pathlib.Path(instructions_dir)
     rows: list[dict[str, Any]] = []
     for task in tasks:
         task = canonical_task(task)
         path = instruction_file(instructions_dir, task)
         instructions = read_jsonl(path)
+        if limit is not None:
+            instructions = instructions[:limit]
         texts = None
         if responses_dir is not None:
             rpath = response_file(pathlib.Path(responses_dir), task)
