@@ -1,0 +1,92 @@
+"""CoDI-Eval converter: every shipped instruction round-trips through a canonical row."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pyarrow.parquet as pq
+import pytest
+
+from scoring.codi import TASKS, convert
+
+# rows per task, from ../shared/data/codi-eval/SOURCE.md
+EXPECTED = {"sentiment": 1000, "topic": 1000, "multi": 1000, "length": 1000, "keyword": 1000, "detoxic": 4060}
+
+
+@pytest.fixture(scope="module")
+def instructions(shared_data):
+    return shared_data / "codi-eval" / "instructions"
+
+
+def test_round_trip_every_shipped_instruction(instructions, tmp_path):
+    rows = convert.convert_dir(instructions)
+    assert Counter(json.loads(r["constraint"])["task"] for r in rows) == EXPECTED
+    # through Parquet and back
+    path = tmp_path / "rows.parquet"
+    convert.write_parquet(rows, path)
+    back = pq.read_table(path).to_pylist()
+    assert len(back) == sum(EXPECTED.values())
+    i = 0
+    for task in TASKS:
+        lines = (instructions / f"{task}_lite.jsonl").read_text().splitlines()
+        for line in lines:
+            original = json.loads(line)
+            rebuilt = convert.instruction_row(back[i])
+            # same keys, same values, same JSON types (e.g. 32.0 stays a float)
+            assert json.dumps(rebuilt, sort_keys=True) == json.dumps(original, sort_keys=True), (task, i)
+            assert convert.detect_task(original) == task
+            i += 1
+    assert len({r["id"] for r in back}) == len(back)
+
+
+def test_keyword_levels_and_detoxic_contexts(instructions):
+    rows = convert.convert_dir(instructions, tasks=["keyword", "detoxic"])
+    keyword = [json.loads(r["constraint"]) for r in rows if r["id"].startswith("keyword")]
+    assert [c["level"] for c in keyword] == ["easy"] * 500 + ["hard"] * 500
+    assert all("anti_label" in c for c in keyword[500:])
+    detox = [r for r in rows if r["id"].startswith("detoxic")]
+    groups = Counter(r["doc_id"] for r in detox)
+    assert len(groups) == 203 and set(groups.values()) == {20}
+    for i, row in enumerate(detox):
+        assert json.loads(row["constraint"])["context_id"] == i // 20
+
+
+def _write(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_responses_aligned_and_checked(tmp_path):
+    inst = tmp_path / "inst"
+    _write(inst / "sentiment_lite.jsonl", [{"instruction": "Write joy.", "label": "joy"}, {"instruction": "Write fear.", "label": "fear"}])
+    # original generate.py layout: <dir>/<task>/generation.jsonl with the instruction fields + text
+    _write(tmp_path / "a" / "sentiment" / "generation.jsonl",
+           [{"instruction": "Write joy.", "label": "joy", "text": "yay"}, {"instruction": "Write fear.", "label": "fear", "text": "eek"}])  # fmt: skip
+    rows = convert.convert_dir(inst, tmp_path / "a", "sysA", tasks=["sentiment"])
+    assert [(r["id"], r["text"], r["system"]) for r in rows] == [("sysA/sentiment-00000", "yay", "sysA"), ("sysA/sentiment-00001", "eek", "sysA")]
+    # by index, out of order
+    _write(tmp_path / "b" / "sentiment.jsonl", [{"index": 1, "text": "eek"}, {"index": 0, "text": "yay"}])
+    rows = convert.convert_dir(inst, tmp_path / "b", "sysB", tasks=["sentiment"])
+    assert [r["text"] for r in rows] == ["yay", "eek"]
+    # a mismatching instruction names the file and the row
+    _write(tmp_path / "c" / "sentiment.jsonl", [{"instruction": "Write joy.", "text": "x"}, {"instruction": "Other", "text": "y"}])
+    with pytest.raises(convert.ConvertError, match=r"c/sentiment.jsonl row 1: field 'instruction'"):
+        convert.convert_dir(inst, tmp_path / "c", "sysC", tasks=["sentiment"])
+    # a missing response
+    _write(tmp_path / "d" / "sentiment.jsonl", [{"text": "x"}])
+    with pytest.raises(convert.ConvertError, match="1 instructions have no response"):
+        convert.convert_dir(inst, tmp_path / "d", "sysD", tasks=["sentiment"])
+
+
+def test_bad_instruction_rows_name_file_row_field(tmp_path):
+    inst = tmp_path / "inst"
+    _write(inst / "length_lite.jsonl", [{"instruction": "x", "mode": "around", "label": [1, 2]}, {"instruction": "y", "mode": "around"}])
+    with pytest.raises(convert.ConvertError, match=r"length_lite.jsonl row 1: missing field 'label'"):
+        convert.convert_dir(inst, tasks=["length"])
+    _write(inst / "keyword_lite.jsonl", [{"instruction": "x", "label": "ball"}])
+    with pytest.raises(convert.ConvertError, match=r"keyword_lite.jsonl row 0: field 'label' has type str"):
+        convert.convert_dir(inst, tasks=["keyword"])
+    (inst / "topic_lite.jsonl").write_text('{"instruction": "x", "label": "music"}\nnot json\n')
+    with pytest.raises(convert.ConvertError, match=r"topic_lite.jsonl line 2: not JSON"):
+        convert.convert_dir(inst, tasks=["topic"])
