@@ -110,6 +110,7 @@ class CodiMetric(RowMetric):
         self.clean_responses = bool(clean_responses)
         self.model_cache_dir = model_cache_dir
         self._classifiers: dict[str, clf.SequenceClassifier] = {}
+        self._load_errors: dict[str, str] = {}
         self._signature: Signature | None = None
 
     # ----- models --------------------------------------------------------------------------
@@ -118,15 +119,21 @@ class CodiMetric(RowMetric):
             spec = self.model_specs[role]
             if not spec:
                 raise ValueError(f"task needs the {role} classifier: set '{role}_model'")
-            self._classifiers[role] = clf.SequenceClassifier(
-                spec,
-                dtype=self.dtype,
-                device=self.device,
-                max_length=self.max_length,
-                token_budget=self.token_budget,
-                batch_size=self.batch_size,
-                cache_dir=self.model_cache_dir,
-            )
+            if role in self._load_errors:
+                raise ValueError(self._load_errors[role])
+            try:
+                self._classifiers[role] = clf.SequenceClassifier(
+                    spec,
+                    dtype=self.dtype,
+                    device=self.device,
+                    max_length=self.max_length,
+                    token_budget=self.token_budget,
+                    batch_size=self.batch_size,
+                    cache_dir=self.model_cache_dir,
+                )
+            except Exception as exc:  # noqa: BLE001 - reported once per row, loaded once
+                self._load_errors[role] = f"{role}_model {spec!r} could not be loaded: {type(exc).__name__}: {exc}"
+                raise ValueError(self._load_errors[role]) from exc
         return self._classifiers[role]
 
     @staticmethod

@@ -37,8 +37,10 @@ def build_tiny_classifier(
     arch: str = "bert",
     seed: int = 0,
     max_positions: int = 512,
+    init_range: float = 0.02,
 ) -> pathlib.Path:
-    """Save a tiny `arch` classifier with `labels` as id2label into `directory`."""
+    """Save a tiny `arch` classifier with `labels` as id2label into `directory`; a larger
+    `init_range` makes the (random) logits vary more between inputs."""
     import torch
     from transformers import (
         BertConfig,
@@ -58,6 +60,7 @@ def build_tiny_classifier(
         num_hidden_layers=2,
         num_attention_heads=2,
         intermediate_size=64,
+        initializer_range=init_range,
         id2label=dict(enumerate(labels)),
         label2id={label: i for i, label in enumerate(labels)},
         problem_type="multi_label_classification" if multi_label else "single_label_classification",
