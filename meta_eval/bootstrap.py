@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
 
-from meta_eval.correlation import correlate
+from meta_eval.correlation import MEAN_DECIMALS, correlate
 
 BLOCK_SIZE = 25
 VERSION = "1"
@@ -186,7 +186,7 @@ def _system_block(prep: Prepared, counts: np.ndarray) -> dict[str, np.ndarray]:
     sums = np.einsum("rd,dkc->rkc", weights, prep.sums)
     rows = weights @ prep.counts
     with np.errstate(invalid="ignore", divide="ignore"):
-        means = sums / rows[:, :, None]
+        means = np.round(sums / rows[:, :, None], MEAN_DECIMALS)
     out = {method: np.full((len(weights), prep.n_metrics), np.nan) for method in prep.methods}
     for r in range(len(weights)):
         present = rows[r] > 0

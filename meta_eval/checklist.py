@@ -13,6 +13,8 @@ KS statistics come from `scipy.stats.ks_2samp` (two-sided).
 
 from __future__ import annotations
 
+import warnings
+
 import Levenshtein
 import numpy as np
 import pandas as pd
@@ -44,7 +46,9 @@ def ks(x, y) -> float:
     x, y = x[np.isfinite(x)], y[np.isfinite(y)]
     if not x.size or not y.size:
         return float("nan")
-    return float(stats.ks_2samp(x, y).statistic)
+    with warnings.catch_warnings():  # "exact calculation unsuccessful" only changes the p-value
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(stats.ks_2samp(x, y).statistic)
 
 
 def preference_label(mean_a: float, mean_b: float, lower_is_better: bool = False,

@@ -67,8 +67,13 @@ def document_level(frame, metric, human, method="spearman", variant="b", doc_col
     return {"value": value, "n": int(len(valid)), "n_undefined": int(per_doc.isna().sum())}
 
 
+MEAN_DECIMALS = 12
+
+
 def system_means(frame, columns: list[str], system_col="system") -> pd.DataFrame:
-    return frame.groupby(system_col, sort=True)[columns].mean()
+    """Per-system means, rounded to `MEAN_DECIMALS` so that mathematically equal means tie
+    whatever the summation order (rank correlations of means depend on ties)."""
+    return frame.groupby(system_col, sort=True)[columns].mean().round(MEAN_DECIMALS)
 
 
 def system_level(frame, metric, human, method="spearman", variant="b", system_col="system") -> dict:

@@ -19,6 +19,8 @@ import numpy as np
 
 FIGSIZE = (10, 6)
 DPI = 100
+LEVEL_ORDER = ["sample", "document", "system"]
+METHOD_ORDER = ["pearson", "spearman", "kendall"]
 MAX_ROWS = 40  # most metrics drawn in one plot (all of them stay in the JSON)
 
 
@@ -219,7 +221,7 @@ def markdown(results: dict, images: list[str]) -> str:
     corr = results.get("correlations") or []
     if corr:
         out += ["## Correlations", ""]
-        keys = sorted({(r["level"], r["method"]) for r in corr}, key=lambda k: (["sample", "document", "system"].index(k[0]), k[1]))
+        keys = sorted({(r["level"], r["method"]) for r in corr}, key=lambda k: (LEVEL_ORDER.index(k[0]), METHOD_ORDER.index(k[1])))
         header = ["metric", "human"] + [f"{lvl} {m}" for lvl, m in keys]
         rows = {}
         for r in corr:

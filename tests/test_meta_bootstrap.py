@@ -1,0 +1,118 @@
+"""Paired bootstrap: resample statistics equal scipy by hand; same answer for 1 and 4 Ray tasks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from meta_eval import bootstrap
+
+A, B, H = "human_fluency", "human_consistency", "human_coherence"
+
+
+@pytest.fixture(scope="module")
+def summeval(shared_data):
+    return pd.read_parquet(shared_data / "corpora" / "summeval.parquet")
+
+
+def _arrays(frame):
+    return frame[[A, B]].to_numpy(float), frame[H].to_numpy(float)
+
+
+def test_sample_level_resamples_equal_scipy_on_the_same_rows(summeval):
+    metrics, human = _arrays(summeval)
+    prep = bootstrap.prepare(metrics, human, "sample", ("pearson", "spearman", "kendall"))
+    got = bootstrap.run_blocks(prep, seed=3, blocks=[(2, 4)])
+    counts = bootstrap.block_counts(len(human), 3, 2, 4)
+    for r in range(4):
+        rows = np.repeat(np.arange(len(human)), counts[r])
+        for j in range(2):
+            x, y = metrics[rows, j], human[rows]
+            assert got["pearson"][r, j] == pytest.approx(stats.pearsonr(x, y).statistic, abs=1e-12)
+            assert got["spearman"][r, j] == pytest.approx(stats.spearmanr(x, y).statistic, abs=1e-12)
+            assert got["kendall"][r, j] == pytest.approx(stats.kendalltau(x, y).statistic, abs=1e-12)
+
+
+def test_resample_blocks_do_not_depend_on_grouping():
+    whole = bootstrap.block_counts(50, 11, 0, 25)
+    again = bootstrap.block_counts(50, 11, 0, 25)
+    other_block = bootstrap.block_counts(50, 11, 1, 25)
+    assert (whole == again).all() and not (whole == other_block).all()
+    assert (whole.sum(axis=1) == 50).all()
+    assert bootstrap.plan_blocks(60) == [(0, 25), (1, 25), (2, 10)]
+
+
+def test_document_level_resamples_by_hand(summeval):
+    metrics, human = _arrays(summeval)
+    docs = summeval["doc_id"].to_numpy()
+    prep = bootstrap.prepare(metrics, human, "document", ("kendall",), doc=docs,
+                             system=summeval["system"].to_numpy())
+    got = bootstrap.run_blocks(prep, seed=5, blocks=[(0, 3)])["kendall"]
+    counts = bootstrap.block_counts(100, 5, 0, 3)
+    names = np.sort(summeval["doc_id"].unique())
+    per_doc = {}
+    for name, g in summeval.groupby("doc_id"):
+        per_doc[name] = [stats.kendalltau(g[c], g[H]).statistic if g[c].nunique() > 1 and g[H].nunique() > 1
+                         else np.nan for c in (A, B)]
+    for r in range(3):
+        drawn = np.repeat(names, counts[r])
+        values = np.array([per_doc[d] for d in drawn])
+        assert got[r] == pytest.approx(np.nanmean(values, axis=0), abs=1e-12)
+
+
+def test_system_level_resamples_by_hand(summeval):
+    metrics, human = _arrays(summeval)
+    prep = bootstrap.prepare(metrics, human, "system", ("spearman",), doc=summeval["doc_id"].to_numpy(),
+                             system=summeval["system"].to_numpy())
+    got = bootstrap.run_blocks(prep, seed=9, blocks=[(1, 2)])["spearman"]
+    counts = bootstrap.block_counts(100, 9, 1, 2)
+    names = np.sort(summeval["doc_id"].unique())
+    groups = dict(tuple(summeval.groupby("doc_id")))
+    for r in range(2):
+        resampled = pd.concat([groups[d] for d in np.repeat(names, counts[r])])
+        # system means rounded to 12 decimals so equal means tie (meta_eval.correlation.MEAN_DECIMALS)
+        means = resampled.groupby("system")[[A, B, H]].mean().round(12)
+        for j, col in enumerate((A, B)):
+            assert got[r, j] == pytest.approx(stats.spearmanr(means[col], means[H]).statistic, abs=1e-12)
+
+
+def test_p_value_and_intervals_from_the_distribution(summeval):
+    metrics, human = _arrays(summeval)
+    res = bootstrap.paired_bootstrap(metrics[:, 0], metrics[:, 1], human, n_resamples=60, seed=1,
+                                     methods=("spearman",))
+    prep = bootstrap.prepare(metrics, human, "sample", ("spearman",))
+    dist = bootstrap.bootstrap_distribution(prep, 60, seed=1)["spearman"]
+    diff = dist[:, 0] - dist[:, 1]
+    out = res["results"]["spearman"]
+    assert out["p_value"] == pytest.approx((np.sum(diff <= 0) + 1) / 61)
+    assert out["ci_diff"] == pytest.approx(np.percentile(diff, [2.5, 97.5]).tolist())
+    assert out["ci_a"] == pytest.approx(np.percentile(dist[:, 0], [2.5, 97.5]).tolist())
+    assert out["corr_a"] == pytest.approx(stats.spearmanr(metrics[:, 0], human).statistic)
+    assert "seed:1" in res["signature"] and "resamples:60" in res["signature"]
+
+
+def test_needs_finite_scores():
+    with pytest.raises(ValueError, match="finite"):
+        bootstrap.prepare(np.array([[1.0], [np.nan]]), np.array([1.0, 2.0]))
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("level", ["sample", "document"])
+def test_same_answer_with_1_and_4_ray_tasks(ray_local, summeval, level):
+    metrics, human = _arrays(summeval)
+    kwargs = dict(level=level, methods=("spearman", "kendall"), n_resamples=200, seed=42,
+                  doc=summeval["doc_id"].to_numpy(), system=summeval["system"].to_numpy(), num_cpus=0.5)
+    one = bootstrap.paired_bootstrap(metrics[:, 0], metrics[:, 1], human, tasks=1, **kwargs)
+    four = bootstrap.paired_bootstrap(metrics[:, 0], metrics[:, 1], human, tasks=4, **kwargs)
+    local = bootstrap.paired_bootstrap(metrics[:, 0], metrics[:, 1], human, tasks=0, **kwargs)
+    assert one == four == local
+    for method in ("spearman", "kendall"):
+        res = one["results"][method]
+        assert 0 < res["p_value"] <= 1
+        assert res["ci_a"][0] <= res["corr_a"] <= res["ci_a"][1]
+        assert res["n_resamples_valid"] == 200
+    other_seed = bootstrap.paired_bootstrap(metrics[:, 0], metrics[:, 1], human, tasks=0,
+                                            **{**kwargs, "seed": 43})
+    assert other_seed["results"]["spearman"]["ci_diff"] != one["results"]["spearman"]["ci_diff"]

@@ -1,0 +1,137 @@
+"""Metric preference checklist against the original notebooks' outputs (issue 4, acceptance 1)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from meta_eval import checklist
+from meta_eval.io import read_checklist_csv
+
+ASPECTS = ["Understandable", "Natural", "MaintainsContext", "Engaging", "UsesKnowledge", "Overall"]
+
+
+@pytest.fixture(scope="module")
+def persona(shared_data):
+    return read_checklist_csv(shared_data / "checklist" / "usr_persona_chat.csv")
+
+
+@pytest.fixture(scope="module")
+def persona_results(persona):
+    return checklist.run_checklist(persona, pairs="given")
+
+
+def test_system_level_ks_easy_pairs_match_notebook(persona_results):
+    ks = persona_results["system_ks"]["easy"]
+    assert ks["human_Understandable"] == pytest.approx(0.058333, abs=1e-6)
+    assert ks["perplexity"] == pytest.approx(0.394444, abs=1e-6)
+    # further check values listed in checklist/SOURCE.md
+    assert ks["human_Natural"] == pytest.approx(0.215741, abs=1e-6)
+    assert ks["bleu"] == pytest.approx(0.236111, abs=1e-6)
+    assert ks["cohere_met"] == pytest.approx(0.108333, abs=1e-6)
+
+
+@pytest.mark.parametrize("metric,expected", [("perplexity", 0.5556), ("bleu", 1.0), ("rouge1", 0.7778)])
+def test_preference_similarity_easy_pairs_match_notebook(persona_results, metric, expected):
+    row = persona_results["preference_similarity"]["easy"][metric]
+    for aspect in ASPECTS:
+        assert round(row[f"human_{aspect}"], 4) == expected
+
+
+def test_pairs_from_human_ranking_equal_the_notebook_easy_pairs(persona):
+    easy, hard = checklist.easy_hard_pairs(persona.frame, persona.humans)
+    assert set(easy) == set(persona.easy_pairs)
+    assert len(easy) == len(set(easy))
+    assert hard == []  # five systems: no Hard pairs from the ranking (needs more than six)
+    derived = checklist.run_checklist(persona, pairs="ranking")
+    assert derived["pairs_from"] == "human ranking"
+    assert derived["system_ks"]["easy"]["perplexity"] == pytest.approx(0.394444, abs=1e-6)
+
+
+def test_easy_hard_pairs_rule_on_eight_systems():
+    # systems s0..s7 with human means 0..7 (ranking = name order); rule from spec meta-eval.md
+    frame = pd.DataFrame({"system": [f"s{i}" for i in range(8)], "h": np.arange(8.0)})
+    easy, hard = checklist.easy_hard_pairs(frame, ["h"])
+    assert easy == [("s0", "s7"), ("s0", "s6"), ("s1", "s7"), ("s1", "s6")]
+    assert hard == [("s0", "s1"), ("s4", "s5"), ("s6", "s7")]
+
+
+def test_sequence_similarity_examples_from_the_paper():
+    assert checklist.preference_similarity("cdabe", "abcde") == pytest.approx(0.2)
+    assert checklist.preference_similarity("cbed", "abcde") == pytest.approx(1 / 3)
+    assert checklist.preference_similarity("a<b", "a<b") == 1.0
+    assert checklist.preference_similarity("a<b", "b<a") == pytest.approx(1 / 3)
+    assert checklist.preference_similarity("a<b", "a=b") == pytest.approx(2 / 3)
+
+
+def test_preference_labels_flip_for_lower_is_better():
+    assert checklist.preference_label(1.0, 2.0) == "a<b"
+    assert checklist.preference_label(1.0, 2.0, lower_is_better=True) == "b<a"
+    assert checklist.preference_label(2.0, 2.0) == "a=b"
+
+
+def test_raw_rating_groups_match_stored_categories(persona):
+    frame = persona.frame
+    for aspect in ASPECTS:
+        from_raw = checklist.quality_groups(frame, f"human_{aspect}")
+        stored = checklist.quality_groups(frame, f"human_{aspect}", f"cat_{aspect}")
+        assert (from_raw == stored).all(), aspect
+
+
+def test_aspect_level_ks_equals_scipy_by_hand(persona):
+    frame = persona.frame
+    res = checklist.aspect_level(frame, "bleu", "human_Overall", "cat_Overall")
+    raw = frame["human_Overall"]
+    lo, mod, hi = (frame.loc[raw < 3, "bleu"], frame.loc[raw == 3, "bleu"], frame.loc[raw > 3, "bleu"])
+    assert res["ks_lo_hi"] == pytest.approx(stats.ks_2samp(lo, hi).statistic)
+    assert res["ks_lo_mod"] == pytest.approx(stats.ks_2samp(lo, mod).statistic)
+    assert res["ks_hi_mod"] == pytest.approx(stats.ks_2samp(hi, mod).statistic)
+    assert res["preference"] == ("lo<hi" if lo.mean() < hi.mean() else "hi<lo")
+    assert res["sizes"] == {"lo": len(lo), "mod": len(mod), "hi": len(hi)}
+
+
+def test_win_fractions_by_hand():
+    frame = pd.DataFrame({
+        "doc_id": ["d1"] * 3 + ["d2"] * 3 + ["d3"] * 2,
+        "system": ["A", "B", "C", "A", "B", "C", "A", "B"],
+        "s": [3.0, 1.0, 2.0, 1.0, 1.0, 5.0, 0.0, 2.0],
+    })
+    w = checklist.win_fractions(frame, "s")
+    assert w.loc["A", "B"] == pytest.approx(1 / 3)  # d1 win, d2 tie, d3 loss
+    assert w.loc["B", "A"] == pytest.approx(1 / 3)
+    assert w.loc["A", "C"] == pytest.approx(1 / 2)  # d1 win, d2 loss (C absent on d3)
+    assert w.loc["C", "B"] == pytest.approx(1.0)
+    assert np.isnan(w.loc["A", "A"])
+    lower = checklist.win_fractions(frame, "s", lower_is_better=True)
+    assert lower.loc["C", "B"] == pytest.approx(0.0)
+
+
+def test_win_fractions_average_annotator_rows(persona):
+    frame = persona.frame
+    w = checklist.win_fractions(frame, "human_Overall")
+    means = frame.groupby(["doc_id", "system"])["human_Overall"].mean().unstack()
+    a, b = "Seq2Seq", "Original Ground Truth"
+    both = means[[a, b]].dropna()
+    assert w.loc[a, b] == pytest.approx((both[a] > both[b]).mean())
+
+
+def test_every_checklist_file_runs(shared_data):
+    for name in ["usr_topical_chat", "unieval_topical_chat", "ctrl_topic", "ctrleval_topic"]:
+        table = read_checklist_csv(shared_data / "checklist" / f"{name}.csv")
+        res = checklist.run_checklist(table)
+        assert res["aspect_level"], name
+        if name == "ctrleval_topic":
+            assert "system_ks" not in res  # no system column in this file
+        else:
+            assert set(res["system_ks"]["easy"]) == set(table.humans + table.metrics)
+            for a, b in table.easy_pairs:
+                assert {a, b} <= set(table.frame["system"])
+
+
+def test_unknown_checklist_file_is_a_clear_error(tmp_path):
+    path = tmp_path / "other.csv"
+    path.write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="other.csv"):
+        read_checklist_csv(path)
