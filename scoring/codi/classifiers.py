@@ -16,10 +16,7 @@ never with `trust_remote_code`.
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import os
-import pathlib
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -59,90 +56,32 @@ DEFAULT_TOPIC_MAP.update(
     }
 )
 
-WEIGHT_SUFFIX = ".safetensors"
-_TOKENIZER_FILES = ("*.json", "*.txt", "*.model", "*.safetensors", "merges.txt", "vocab.*")
 _ROBERTA_LIKE = {"roberta", "xlm-roberta", "camembert", "longformer", "bertweet", "xlm-roberta-xl"}
 
 
-# ----- model location (switch to scoring.models.resolve_model once the lead lands it) -------
-def default_cache_dir() -> pathlib.Path:
-    return pathlib.Path(os.environ.get("CTGSCORE_MODEL_CACHE", pathlib.Path.home() / ".cache" / "ctgscore" / "models"))
+# ----- model location: scoring.models (hub id / local folder / s3:// prefix, safetensors only)
+def resolve_model_dir(spec: str, cache_dir: str | os.PathLike | None = None):
+    """`scoring.models.ModelSource` for `spec`: a local folder with safetensors weights, an
+    `s3://` prefix copied once per node into the cache, or a hub id (HF_HUB_OFFLINE honoured)."""
+    from scoring.models import resolve_model
+
+    return resolve_model(spec, cache_dir=cache_dir)
 
 
-def resolve_model_dir(spec: str, cache_dir: str | os.PathLike | None = None) -> pathlib.Path:
-    """A local directory holding `spec`'s config, tokenizer and safetensors weights.
-
-    `spec` is a local directory, an `s3://bucket/prefix` (copied once per node into the cache,
-    under a file lock) or a hub id (resolved through the local HF cache; HF_HUB_OFFLINE is
-    honoured). Pickle-only checkpoints are refused."""
-    path = pathlib.Path(os.path.expanduser(spec))
-    if path.is_dir():
-        local = path
-    elif spec.startswith("s3://"):
-        local = _copy_s3_prefix(spec, pathlib.Path(cache_dir) if cache_dir else default_cache_dir())
-    else:
-        from huggingface_hub import snapshot_download
-
-        local = pathlib.Path(snapshot_download(spec, allow_patterns=list(_TOKENIZER_FILES)))
-    if not any(p.name.endswith(WEIGHT_SUFFIX) for p in local.iterdir()):
-        raise FileNotFoundError(f"model {spec!r}: no *.safetensors weights in {local} (pickle checkpoints are refused)")
-    return local
-
-
-def _copy_s3_prefix(uri: str, cache_dir: pathlib.Path) -> pathlib.Path:
-    import s3fs
-
-    target = cache_dir / hashlib.sha256(uri.rstrip("/").encode()).hexdigest()[:16]
-    done = target / ".complete"
-    target.mkdir(parents=True, exist_ok=True)
-    with open(target / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not done.exists():
-            fs = s3fs.S3FileSystem()
-            prefix = uri[len("s3://") :].rstrip("/")
-            files = [f for f in fs.find(prefix) if not f.endswith("/")]
-            if not files:
-                raise FileNotFoundError(f"model {uri!r}: nothing under that prefix")
-            for remote in files:
-                relative = remote[len(prefix) :].lstrip("/")
-                if relative.endswith((".bin", ".pt", ".pth", ".ckpt", ".pkl")):
-                    continue  # never copy pickle weights
-                destination = target / relative
-                destination.parent.mkdir(parents=True, exist_ok=True)
-                fs.get(remote, str(destination))
-            done.write_text(uri)
-    return target
-
-
-def weights_digest(directory: pathlib.Path) -> str:
-    """sha256 (16 hex) over the safetensors files: identifies the weights in signatures."""
-    digest = hashlib.sha256()
-    for path in sorted(directory.glob("*" + WEIGHT_SUFFIX)):
-        digest.update(path.name.encode())
-        with open(path, "rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 22), b""):
-                digest.update(chunk)
-    return digest.hexdigest()[:16]
+def model_identity(spec: str, cache_dir: str | os.PathLike | None = None) -> dict[str, str]:
+    """Model id + revision (hub) or weights sha256 (folder / s3) for signatures."""
+    return resolve_model_dir(spec, cache_dir).identity()
 
 
 # ----- batching ----------------------------------------------------------------------------
 def plan_batches(lengths: Sequence[int], token_budget: int, batch_size: int) -> list[list[int]]:
     """Indices sorted by length (longest first), packed so that rows x longest <= budget
-    (a single over-budget row still gets its own batch) and rows <= batch_size."""
+    (a single over-budget row still gets its own batch) and rows <= batch_size; the shared
+    engine's `budget_batches` does the packing."""
+    from scoring.engine import budget_batches
+
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches: list[list[int]] = []
-    current: list[int] = []
-    longest = 0
-    for index in order:
-        candidate = max(longest, lengths[index])
-        if current and (candidate * (len(current) + 1) > token_budget or len(current) >= batch_size):
-            batches.append(current)
-            current, candidate = [], lengths[index]
-        current.append(index)
-        longest = candidate
-    if current:
-        batches.append(current)
-    return batches
+    return budget_batches(lengths, order, token_budget, max_items=batch_size)
 
 
 # ----- classifier --------------------------------------------------------------------------
@@ -159,23 +98,18 @@ class SequenceClassifier:
         batch_size: int = 32,
         cache_dir: str | None = None,
     ):
-        import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import AutoModelForSequenceClassification
+
+        from scoring.models import load_pretrained, load_tokenizer
 
         self.spec = model
-        self.directory = resolve_model_dir(model, cache_dir)
+        self.source = resolve_model_dir(model, cache_dir)
         self.dtype_name = dtype
         self.device = device
         self.token_budget = int(token_budget)
         self.batch_size = int(batch_size)
-        torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype)
-        if torch_dtype is None:
-            raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
-        self.tokenizer = AutoTokenizer.from_pretrained(self.directory, trust_remote_code=False)
-        self.model = AutoModelForSequenceClassification.from_pretrained(
-            self.directory, dtype=torch_dtype, use_safetensors=True, trust_remote_code=False
-        ).to(device)
-        self.model.eval()
+        self.tokenizer = load_tokenizer(self.source)
+        self.model = load_pretrained(AutoModelForSequenceClassification, self.source, dtype=dtype, device=device)
         config = self.model.config
         self.id2label = {int(k): str(v) for k, v in config.id2label.items()}
         self.label2id = {v: k for k, v in self.id2label.items()}
@@ -184,16 +118,9 @@ class SequenceClassifier:
         if getattr(config, "model_type", "") in _ROBERTA_LIKE:
             limit -= 2  # positions start after the padding index
         self.max_length = int(min(max_length, limit))
-        self._digest: str | None = None
-
-    @property
-    def digest(self) -> str:
-        if self._digest is None:
-            self._digest = weights_digest(self.directory)
-        return self._digest
 
     def describe(self) -> dict[str, Any]:
-        return {"model": self.spec, "weights_sha256": self.digest, "labels": [self.id2label[i] for i in sorted(self.id2label)]}
+        return {**self.source.identity(), "labels": [self.id2label[i] for i in sorted(self.id2label)]}
 
     def label_index(self, label: str, mapping: dict[str, Any] | None = None) -> int:
         """Model output index of an instruction-set label via the label map, then by name."""
@@ -227,12 +154,16 @@ class SequenceClassifier:
             cut_iter = iter(cut)
             full = [next(cut_iter) if flag else ids for ids, flag in zip(full, truncated)]
         out = np.zeros((len(texts), len(self.id2label)), dtype=np.float32)
+        from scoring.engine import run_splitting_on_oom
+
+        def run(batch: list[int]) -> None:
+            encoded = self.tokenizer.pad({"input_ids": [full[i] for i in batch]}, return_tensors="pt")
+            encoded = {k: v.to(self.model.device) for k, v in encoded.items()}
+            out[batch] = self.model(**encoded).logits.float().cpu().numpy()
+
         with torch.inference_mode():
             for batch in plan_batches([len(ids) for ids in full], self.token_budget, self.batch_size):
-                encoded = self.tokenizer.pad({"input_ids": [full[i] for i in batch]}, return_tensors="pt")
-                encoded = {k: v.to(self.device) for k, v in encoded.items()}
-                result = self.model(**encoded).logits.float().cpu().numpy()
-                out[batch] = result
+                run_splitting_on_oom(batch, run)
         return out, truncated
 
 

@@ -189,8 +189,7 @@ class CodiMetric(RowMetric):
             models = {}
             for role, spec in self.model_specs.items():
                 if spec:
-                    directory = clf.resolve_model_dir(spec, self.model_cache_dir)
-                    models[role] = {"id": spec, "weights_sha256": clf.weights_digest(directory)}
+                    models[role] = clf.model_identity(spec, self.model_cache_dir)
             params = {
                 "lemmatizer": rules.lemmatizer_name(),
                 "clean": "first ':\\n' cut + strip" if self.clean_responses else "none",
