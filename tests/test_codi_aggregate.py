@@ -93,10 +93,11 @@ def test_codi_score_two_systems_and_report(tmp_path):
         assert index[(system, "all", "self_bleu")]["value"] == pytest.approx(sum(per_task_bleu) / 6)
     assert index[("A", "length", "accuracy")]["n_errors"] == 1
     assert all(r["signature"] for r in report["results"])
-    aggregate.write_report(report, tmp_path / "codi.json")
-    loaded = json.loads((tmp_path / "codi.json").read_text())
+    paths = aggregate.write_report(report, tmp_path / "report")
+    loaded = json.loads(paths["json"].read_text())
     assert loaded["results"] == json.loads(json.dumps(report["results"]))
-    md = (tmp_path / "codi.md").read_text()
+    md = paths["md"].read_text()
+    assert paths["png"].stat().st_size > 1000 and "![codi_accuracy.png](codi_accuracy.png)" in md
     codi_a = index[("A", "all", "codi_score")]["value"]
     assert f"| A | {100 * successes['A']['sentiment']:.2f}" in md and f"{codi_a:.2f}" in md
     assert "A / length: 1 of 10 rows" in md

@@ -75,7 +75,7 @@ def test_codi_in_the_ray_job_matches_in_process(ray_local, shared_data, tmp_path
     # the report for the two systems, from the job's outputs
     scores = [by_id[row["id"]] for row in all_rows]
     result = aggregate.aggregate(all_rows, scores, metric_signature=report["signature"])
-    aggregate.write_report(result, tmp_path / "report" / "codi.json")
+    aggregate.write_report(result, tmp_path / "report")
     index = {(r["system"], r["task"], r["measure"]): r["value"] for r in result["results"]}
     for system in ("sysA", "sysB"):
         accuracies = [index[(system, task, "accuracy")] for task in TASKS]
@@ -83,5 +83,5 @@ def test_codi_in_the_ray_job_matches_in_process(ray_local, shared_data, tmp_path
         assert 0 <= index[(system, "all", "self_bleu")] <= 1
     # the skilled system meets more rule constraints
     assert index[("sysA", "length", "accuracy")] > index[("sysB", "length", "accuracy")]
-    md_lines = (tmp_path / "report" / "codi.md").read_text().splitlines()
+    md_lines = (tmp_path / "report" / "report.md").read_text().splitlines()
     assert sum(line.startswith(("| sysA |", "| sysB |")) for line in md_lines) == 4  # accuracy + Self-BLEU tables

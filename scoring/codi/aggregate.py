@@ -203,10 +203,13 @@ def aggregate(
             results.append({"system": system, "task": "all", "measure": "self_bleu",
                             "value": sum(values) / len(values) if values else None, "n": len(values),
                             "signature": bleu_sig + "|mean-over-tasks"})  # fmt: skip
+    signatures = {"accuracy": accuracy_sig, "self_bleu": bleu_sig, "metric": metric_signature}
     return {
         "report": "codi-eval",
-        "signature": {"accuracy": accuracy_sig, "self_bleu": bleu_sig, "metric": metric_signature},
+        "signature": str(Signature("codi-eval-report", VERSION, {"accuracy": accuracy_sig, "self_bleu": bleu_sig if with_self_bleu else None})),
+        "signatures": signatures,
         "systems": systems,
+        "tasks": list(TASKS),
         "results": results,
     }
 
@@ -218,11 +221,12 @@ def _fmt(value: Any, scale: float = 1.0) -> str:
     return f"{value * scale:.2f}"
 
 
-def markdown(report: dict[str, Any]) -> str:
+def markdown(report: dict[str, Any], images: Sequence[str] = ()) -> str:
     """Accuracy (%) per task, the CoDI score and Self-BLEU (x100) per system."""
     index = {(r["system"], r["task"], r["measure"]): r for r in report["results"]}
     header = "| system | " + " | ".join(TASKS) + " | CoDI score | Self-BLEU |"
-    lines = ["# CoDI-Eval", "", "Accuracy in %, Self-BLEU x 100 (mean over tasks).", "", header,
+    lines = ["# CoDI-Eval report", "", f"Signature: `{report['signature']}`", "",
+             "Accuracy in %, Self-BLEU x 100 (mean over tasks).", "", header,
              "|" + "---|" * (len(TASKS) + 3)]  # fmt: skip
     for system in report["systems"]:
         cells = [_fmt(index.get((system, t, "accuracy"), {}).get("value"), 100) for t in TASKS]
@@ -239,16 +243,52 @@ def markdown(report: dict[str, Any]) -> str:
     if errors:
         lines += ["", "Rows that could not be scored (counted as failures):", ""]
         lines += [f"- {r['system']} / {r['task']}: {r['n_errors']} of {r['n_rows']} rows" for r in errors]
-    lines += ["", "Signatures:", "", f"- accuracy: `{report['signature']['accuracy']}`",
-              f"- self-BLEU: `{report['signature']['self_bleu']}`"]  # fmt: skip
-    if report["signature"].get("metric"):
-        lines.append(f"- metric: `{report['signature']['metric']}`")
+    lines += ["", "Signatures:", "", f"- accuracy: `{report['signatures']['accuracy']}`",
+              f"- self-BLEU: `{report['signatures']['self_bleu']}`"]  # fmt: skip
+    if report["signatures"].get("metric"):
+        lines.append(f"- metric: `{report['signatures']['metric']}`")
+    if images:
+        lines += ["", "## Plots", ""] + [f"![{name}]({name})" for name in images]
     return "\n".join(lines) + "\n"
 
 
-def write_report(report: dict[str, Any], json_path: str | pathlib.Path, md_path: str | pathlib.Path | None = None) -> None:
-    json_path = pathlib.Path(json_path)
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-    md_path = pathlib.Path(md_path) if md_path else json_path.with_suffix(".md")
-    md_path.write_text(markdown(report))
+def plot_accuracy(report: dict[str, Any], path: pathlib.Path) -> str:
+    """Grouped bars: accuracy (%) per task and the CoDI score, one bar per system."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    index = {(r["system"], r["task"], r["measure"]): r["value"] for r in report["results"]}
+    groups = list(TASKS) + ["CoDI score"]
+    systems = report["systems"]
+    width = 0.8 / max(len(systems), 1)
+    fig, ax = plt.subplots(figsize=(10, 6))
+    for k, system in enumerate(systems):
+        values = [100 * (index.get((system, t, "accuracy")) or 0) for t in TASKS]
+        values.append(index.get((system, "all", "codi_score")) or 0)
+        ax.bar([i + k * width for i in range(len(groups))], values, width, label=system)
+    ax.set_xticks([i + width * (len(systems) - 1) / 2 for i in range(len(groups))], groups)
+    ax.set_ylabel("accuracy (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title("CoDI-Eval accuracy per task")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path.name
+
+
+def write_report(report: dict[str, Any], out_dir: str | pathlib.Path, plot: bool = True) -> dict[str, pathlib.Path]:
+    """`results.json` (every number with its signature), `report.md`, `codi_accuracy.png`
+    in `out_dir` (the meta-evaluation report layout)."""
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "results.json", "md": out / "report.md"}
+    paths["json"].write_text(json.dumps(report, indent=1, ensure_ascii=False, allow_nan=False) + "\n")
+    images = []
+    if plot:
+        images.append(plot_accuracy(report, out / "codi_accuracy.png"))
+        paths["png"] = out / images[0]
+    paths["md"].write_text(markdown(report, images))
+    return paths

@@ -2,7 +2,7 @@
 
   ctgscore constraints convert --instructions DIR [--responses SYSTEM=DIR ...] --out rows.parquet
   ctgscore constraints score --input rows.parquet --out scores.parquet [--params JSON|@file]
-  ctgscore constraints report --input rows.parquet --scores scores.parquet --out report.json
+  ctgscore constraints report --input rows.parquet --scores scores.parquet --out REPORT_DIR
 
 The same scoring runs in the Ray job as metric `codi` (`{name: codi, params: {...}}`).
 """
@@ -27,6 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="responses of one system: DIR/<task>.jsonl or DIR/<task>/generation.jsonl (repeatable)",
     )  # fmt: skip
     convert.add_argument("--tasks", nargs="+", default=None, help="subset of tasks (default: all six)")
+    convert.add_argument("--limit", type=int, default=None, help="first N instructions of each task only")
     convert.add_argument("--out", required=True, help="output Parquet file")
     convert.set_defaults(handler=_convert)
 
@@ -40,8 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     report = sub.add_parser("report", help="accuracies, CoDI score and Self-BLEU -> JSON + Markdown")
     report.add_argument("--input", required=True, help="canonical Parquet (constraint, text, system)")
     report.add_argument("--scores", required=True, help="scores Parquet (id, codi_success, codi_toxicity, error)")
-    report.add_argument("--out", required=True, help="report JSON path (Markdown next to it, or --md)")
-    report.add_argument("--md", default=None, help="Markdown path (default: JSON path with .md)")
+    report.add_argument("--out", required=True, help="report folder: results.json, report.md, codi_accuracy.png")
     report.add_argument("--no-self-bleu", action="store_true", help="skip Self-BLEU")
     report.set_defaults(handler=_report)
 
@@ -77,12 +77,12 @@ def _convert(args: argparse.Namespace) -> int:
     tasks = args.tasks or list(TASKS)
     rows: list[dict[str, Any]] = []
     if not args.responses:
-        rows = convert.convert_dir(args.instructions, None, None, tasks)
+        rows = convert.convert_dir(args.instructions, None, None, tasks, limit=args.limit)
     for item in args.responses:
         if "=" not in item:
             raise SystemExit(f"--responses expects SYSTEM=DIR, got {item!r}")
         system, directory = item.split("=", 1)
-        rows.extend(convert.convert_dir(args.instructions, directory, system, tasks))
+        rows.extend(convert.convert_dir(args.instructions, directory, system, tasks, limit=args.limit))
     convert.write_parquet(rows, args.out)
     print(f"wrote {len(rows)} rows to {args.out}")
     return 0
@@ -138,6 +138,7 @@ def _report(args: argparse.Namespace) -> int:
     signatures = {s.get("signature") for s in scores if s.get("signature")}
     report = aggregate.aggregate(rows, scores, metric_signature="; ".join(sorted(signatures)) or None,
                                  with_self_bleu=not args.no_self_bleu)  # fmt: skip
-    aggregate.write_report(report, args.out, args.md)
+    paths = aggregate.write_report(report, args.out)
     sys.stdout.write(aggregate.markdown(report))
+    print(f"wrote {', '.join(str(p) for p in paths.values())}")
     return 0
