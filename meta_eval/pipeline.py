@@ -75,6 +75,11 @@ def significance(table: Table, human: str, level: str, opts: Options) -> dict:
     doc = sub["doc_id"].to_numpy() if level != "sample" else None
     system = sub["system"].to_numpy() if level != "sample" else None
     values = sub[metrics].to_numpy(dtype=float)
+    # orient lower-is-better metrics (e.g. perplexity) so "higher correlation" means "better" for all
+    oriented = [m for m in metrics if m in table.lower_is_better]
+    for j, metric in enumerate(metrics):
+        if metric in oriented:
+            values[:, j] = -values[:, j]
     prep = bootstrap.prepare(values, sub[human].to_numpy(float), level, (opts.boot_method,),
                              opts.variant, doc, system)
     dist = bootstrap.bootstrap_distribution(prep, opts.resamples, opts.seed, opts.tasks, opts.num_cpus)
@@ -100,7 +105,7 @@ def significance(table: Table, human: str, level: str, opts: Options) -> dict:
                               prep.n_units)
     return {"human": human, "level": level, "method": opts.boot_method, "n_rows": int(keep.sum()),
             "intervals": intervals, "comparisons": pairs, "p_matrix": p_matrix.tolist(),
-            "metrics": metrics, "signature": str(sig)}
+            "metrics": metrics, "negated": oriented, "signature": str(sig)}
 
 
 def run_meta(table: Table, opts: Options | None = None, progress: bool = True) -> dict:

@@ -237,6 +237,8 @@ def markdown(results: dict, images: list[str]) -> str:
     for block in results.get("significance") or []:
         out += [f"## Paired bootstrap: {block['human']}, {block['level']} level, {block['method']}", "",
                 f"`{block['signature']}`", ""]
+        if block.get("negated"):
+            out += [f"Lower-is-better metrics negated before correlating: {', '.join(block['negated'])}.", ""]
         out += _md_table(["metric", "correlation", "95% CI low", "95% CI high"],
                          [[m, v["value"], *v["ci"]] for m, v in block["intervals"].items()])
         out.append("")
