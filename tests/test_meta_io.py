@@ -1,0 +1,89 @@
+"""Reading score Parquet shards from a folder and from an s3:// prefix (moto server on loopback)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from meta_eval.io import read_scores
+
+
+def _shards():
+    ids = [f"r{i}" for i in range(12)]
+    first = pd.DataFrame({"id": ids[:6], "m": np.arange(6.0), "error": [None] * 5 + ["boom"],
+                          "signature": "metric:m|v:1", "doc_id": "d", "system": list("abcabc"),
+                          "human_q": np.arange(6.0)})
+    second = first.assign(id=ids[6:], error=[None] * 6, m=np.arange(6.0, 12.0))
+    return first, second
+
+
+def test_folder_of_shards_drops_error_rows(tmp_path):
+    first, second = _shards()
+    first.to_parquet(tmp_path / "a.parquet")
+    second.to_parquet(tmp_path / "b.parquet")
+    table = read_scores(str(tmp_path))
+    assert (table.n_input_rows, table.n_error_rows, len(table.frame)) == (12, 1, 11)
+    assert table.metrics == ["m"] and table.humans == ["human_q"]
+    assert "r5" not in set(table.frame["id"])
+
+
+def test_separate_metric_runs_are_joined_on_id(tmp_path):
+    first, second = _shards()
+    both = pd.concat([first, second])
+    both.to_parquet(tmp_path / "run1.parquet")
+    both[["id", "signature"]].assign(other=np.arange(12.0) * 2, error=None).to_parquet(tmp_path / "run2.parquet")
+    table = read_scores(str(tmp_path))
+    assert set(table.metrics) == {"m", "other"}
+    assert table.n_error_rows == 1
+    assert (table.frame["other"] == table.frame["m"] * 2).all()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.timeout(60)
+def test_read_scores_from_s3_prefix(monkeypatch):
+    server = Path(sys.executable).parent / "moto_server"
+    if not server.exists():
+        pytest.skip("moto_server is not installed in this environment")
+    port = _free_port()
+    proc = subprocess.Popen([str(server), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 20
+        while True:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert time.time() < deadline, "moto server did not start"
+            time.sleep(0.1)
+        endpoint = f"http://127.0.0.1:{port}"
+        for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint}.items():
+            monkeypatch.setenv(key, value)
+        import s3fs
+
+        fs = s3fs.S3FileSystem(key="testing", secret="testing", client_kwargs={"endpoint_url": endpoint})
+        fs.mkdir("meta-test-bucket")
+        first, second = _shards()
+        for name, frame in (("part-0.parquet", first), ("part-1.parquet", second)):
+            with fs.open(f"meta-test-bucket/scores/{name}", "wb") as handle:
+                frame.to_parquet(handle)
+        table = read_scores("s3://meta-test-bucket/scores")
+        assert (table.n_input_rows, table.n_error_rows) == (12, 1)
+        assert sorted(table.frame["id"]) == sorted(set(first["id"]) - {"r5"} | set(second["id"]))
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
