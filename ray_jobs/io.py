@@ -170,7 +170,8 @@ def _type_ok(column: str, dtype: pa.DataType) -> str | None:
 
 def check_shard(info: ShardInfo, fs, needed: tuple[str, ...], read_ids: bool = True) -> ShardCheck:
     """Schema check of one shard before any work starts: the footer must be readable, `id`
-    and `text` present, every column the job reads must have its canonical type, and ids
+    and `text` present, every column the job reads or carries (`needed`, `dataset`, `system`,
+    `doc_id`, `human_*`) must have its canonical type, and ids
     must be non-null and unique within the shard. Raises `BadShard` naming file and field."""
     path = fs_path(info.uri)
     try:
@@ -182,7 +183,8 @@ def check_shard(info: ShardInfo, fs, needed: tuple[str, ...], read_ids: bool = T
             for column in ALWAYS_REQUIRED:
                 if column not in columns:
                     raise BadShard(info.uri, f"missing required column '{column}' (has: {', '.join(schema.names)})")
-            for column in needed:
+            carried = [c for c in columns if c in CARRIED_COLUMNS or c.startswith("human_")]
+            for column in dict.fromkeys([*needed, *carried]):
                 if column in columns:
                     expected = _type_ok(column, schema.field(column).type)
                     if expected is not None:
