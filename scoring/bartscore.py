@@ -90,19 +90,37 @@ class BARTScorer:
     def score_shared(
         self, sources: Sequence[str], targets: Sequence[Sequence[str]], batch_size: int | None = None
     ) -> tuple[list[list[float]], list[bool], list[list[bool]]]:
-        """score(source_i -> target_ij) for every target of every source, each source encoded
-        once. Returns scores, source-truncated flags and target-truncated flags."""
+        """score(source_i -> target_ij) for every target of every source. Identical sources
+        are encoded once (e.g. the 16 systems of one SummEval document) and every target is
+        decoded against the cached encoder states. Returns scores, source-truncated flags and
+        target-truncated flags, in input order."""
+        if len(sources) != len(targets):
+            raise ValueError(f"{len(sources)} sources but {len(targets)} target lists")
         self.engine.max_batch_items = batch_size
-        encoded_sources = encode_texts(self.tokenizer, sources, self.max_length)
-        flat_targets = [t for group in targets for t in group]
-        encoded_flat = encode_texts(self.tokenizer, flat_targets, self.max_length)
+        unique_index: dict[str, int] = {}
+        for source in sources:
+            unique_index.setdefault(source, len(unique_index))
+        unique_sources = list(unique_index)
+        merged: list[list[str]] = [[] for _ in unique_sources]
+        slots = []  # (unique source, offset of this row's first target)
+        for source, group in zip(sources, targets):
+            u = unique_index[source]
+            slots.append((u, len(merged[u])))
+            merged[u].extend(group)
+        encoded_sources = encode_texts(self.tokenizer, unique_sources, self.max_length)
+        encoded_targets = encode_texts(self.tokenizer, [t for group in merged for t in group], self.max_length)
         grouped, position = [], 0
-        for group in targets:
-            grouped.append(encoded_flat[position : position + len(group)])
+        for group in merged:
+            grouped.append(encoded_targets[position : position + len(group)])
             position += len(group)
         nll = self.engine.mean_nll([e.ids for e in encoded_sources], [[e.ids for e in g] for g in grouped])
-        scores = [[-value for value in row] for row in nll]
-        return scores, [e.truncated for e in encoded_sources], [[e.truncated for e in g] for g in grouped]
+        scores, source_flags, target_flags = [], [], []
+        for (u, offset), group in zip(slots, targets):
+            span = slice(offset, offset + len(group))
+            scores.append([-value for value in nll[u][span]])
+            source_flags.append(encoded_sources[u].truncated)
+            target_flags.append([e.truncated for e in grouped[u][span]])
+        return scores, source_flags, target_flags
 
     def score(self, srcs: Sequence[str], tgts: Sequence[str], batch_size: int | None = None) -> list[float]:
         """score(src_i -> tgt_i) per pair (the original `BARTScorer.score`)."""
