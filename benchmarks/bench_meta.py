@@ -7,7 +7,8 @@ of two metrics against one human column over 100k rows. The baseline is the loop
 per resample draw row indices, then `scipy.stats.spearmanr` and `scipy.stats.kendalltau` for metric
 A and for metric B. It draws exactly the same rows as ours (same per-block generators), so the
 numbers must agree; it is timed on `--baseline-resamples` resamples and extrapolated linearly to
-all resamples (stated in the table). Ray start-up is timed separately and not counted.
+all resamples (stated in the table). Rounds of ours and of the baseline alternate so that load
+changes on the shared machine affect both. Ray start-up is timed separately and not counted.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 
 import numpy as np
 from scipy import stats
+from tqdm import tqdm
 
 from meta_eval import bootstrap
 
@@ -36,11 +38,11 @@ def make_data(rows: int, seed: int = 0):
     return np.column_stack([a, b]), human
 
 
-def baseline(metrics, human, seed: int, n_resamples: int):
-    """Per-resample scipy loop on the same resamples as ours (block generators, in order)."""
+def baseline(metrics, human, seed: int, blocks: list[tuple[int, int]]):
+    """Per-resample scipy loop on the same resamples as ours (the same block generators)."""
     n = len(human)
     out = {"spearman": [], "kendall": []}
-    for block, size in bootstrap.plan_blocks(n_resamples):
+    for block, size in blocks:
         rng = bootstrap.block_rng(seed, block)
         for _ in range(size):
             idx = rng.integers(0, n, n)
@@ -58,6 +60,7 @@ def main(argv=None) -> int:
     parser.add_argument("--tasks", type=int, default=4)
     parser.add_argument("--num-cpus", type=float, default=0.5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds of ours and baseline")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -74,23 +77,44 @@ def main(argv=None) -> int:
 
     t0 = time.perf_counter()
     prep = bootstrap.prepare(metrics, human, "sample", methods, "b")
-    ours = bootstrap.bootstrap_distribution(prep, args.resamples, args.seed, tasks=args.tasks,
-                                            num_cpus=args.num_cpus)
-    ours_time = time.perf_counter() - t0
-    ray.shutdown()
+    prep_ref = ray.put(prep)
+    prep_time = time.perf_counter() - t0
 
-    k = args.baseline_resamples
+    # Interleave rounds of ours (all blocks, Ray) and of the baseline (first blocks of the round)
+    # so load changes on this shared machine hit both alike.
+    blocks = bootstrap.plan_blocks(args.resamples)
+    rounds = np.array_split(np.arange(len(blocks)), args.rounds)
+    per_round = max(1, args.baseline_resamples // args.rounds)
+    ours_time, base_measured, base_count = prep_time, 0.0, 0
+    ours_parts, base_parts, checked = [], [], []
+    for round_ids in tqdm(rounds, desc="rounds"):
+        round_blocks = [blocks[i] for i in round_ids]
+        t0 = time.perf_counter()
+        ours_parts.append(bootstrap.distribute(prep_ref, args.seed, round_blocks, args.tasks, args.num_cpus,
+                                               methods=methods))
+        ours_time += time.perf_counter() - t0
+        first = round_blocks[0]
+        sub = [(first[0], min(first[1], per_round))]
+        t0 = time.perf_counter()
+        base_parts.append(baseline(metrics, human, args.seed, sub))
+        base_measured += time.perf_counter() - t0
+        base_count += sub[0][1]
+        checked.append((sum(b[1] for b in blocks[: round_ids[0]]), sub[0][1]))
+    ours = {m: np.concatenate([p[m] for p in ours_parts]) for m in methods}
+    ray.shutdown()
+    base_time = base_measured * args.resamples / base_count
+    diff = 0.0
+    for part, (start, count) in zip(base_parts, checked):
+        for m in methods:
+            diff = max(diff, float(np.max(np.abs(part[m] - ours[m][start:start + count]))))
+
+    k = min(args.baseline_resamples, args.resamples)
     t0 = time.perf_counter()
     local = bootstrap.bootstrap_distribution(prep, k, args.seed, tasks=0)
     local_time = (time.perf_counter() - t0) * args.resamples / k
-
-    t0 = time.perf_counter()
-    base = baseline(metrics, human, args.seed, k)
-    base_measured = time.perf_counter() - t0
-    base_time = base_measured * args.resamples / k
-    diff = max(float(np.max(np.abs(base[m] - ours[m][:k]))) for m in methods)
     diff_local = max(float(np.max(np.abs(local[m] - ours[m][:k]))) for m in methods)
     load_end = os.getloadavg()[0]
+    k = base_count
 
     rows = [
         ("workload", f"{args.rows:,} rows, {args.resamples:,} paired resamples, Spearman + Kendall tau-b, "
@@ -101,7 +125,8 @@ def main(argv=None) -> int:
                                              f"**{base_time:.1f} s** for {args.resamples} (linear extrapolation)"),
         ("ours, one process (no Ray)", f"{local_time:.1f} s for {args.resamples} (measured on {k}, extrapolated)"),
         (f"ours, {args.tasks} Ray tasks x {args.num_cpus} CPU on 2 CPUs", f"**{ours_time:.1f} s** measured "
-                                                                          f"for all {args.resamples} (+{ray_start:.1f} s ray.init, not counted)"),
+                                                                          f"for all {args.resamples}, incl. {prep_time:.2f} s setup "
+                                                                          f"(+{ray_start:.1f} s ray.init, not counted)"),
         ("speed-up vs baseline", f"**{base_time / ours_time:.1f}x** (one process: {base_time / local_time:.1f}x)"),
         ("max abs difference vs baseline (same resamples)", f"{diff:.1e}"),
         ("max abs difference Ray vs one process", f"{diff_local:.1e}"),

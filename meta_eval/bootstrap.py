@@ -220,16 +220,27 @@ def bootstrap_distribution(prep: Prepared, n_resamples: int = 1000, seed: int = 
             parts = [run_blocks(prep, seed, [b]) for b in tqdm(blocks, desc="bootstrap blocks")]
             return {m: np.concatenate([p[m] for p in parts]) for m in prep.methods}
         return run_blocks(prep, seed, blocks)
+    return distribute(prep, seed, blocks, tasks, num_cpus)
+
+
+def distribute(prep, seed: int, blocks: list[tuple[int, int]], tasks: int, num_cpus: float = 0.5,
+               methods=None) -> dict[str, np.ndarray]:
+    """Run `blocks` as `tasks` Ray tasks (contiguous runs of blocks), results in block order.
+
+    `prep` may be a `Prepared` or an object ref to one (then pass `methods`).
+    """
     import ray
 
     if not ray.is_initialized():
         ray.init(include_dashboard=False, log_to_driver=False)
+    if isinstance(prep, Prepared):
+        methods = prep.methods
+        prep = ray.put(prep)
     remote = ray.remote(num_cpus=num_cpus)(run_blocks)
-    prep_ref = ray.put(prep)
-    chunks = [list(map(tuple, c)) for c in np.array_split(np.array(blocks, dtype=np.int64), tasks) if len(c)]
-    refs = [remote.remote(prep_ref, seed, chunk) for chunk in chunks]
-    parts = ray.get(refs)
-    return {m: np.concatenate([p[m] for p in parts]) for m in prep.methods}
+    chunks = [list(map(tuple, c)) for c in np.array_split(np.array(blocks, dtype=np.int64), max(tasks, 1))
+              if len(c)]
+    parts = ray.get([remote.remote(prep, seed, chunk) for chunk in chunks])
+    return {m: np.concatenate([p[m] for p in parts]) for m in methods}
 
 
 def compare(point: np.ndarray, dist: np.ndarray, i: int, j: int) -> dict:

@@ -102,3 +102,17 @@ def test_darr_kendall_like_tau_by_hand(shared_data):
 def test_missing_column_is_a_clear_error(summeval):
     with pytest.raises(KeyError, match="nope"):
         correlation.sample_level(summeval, "nope", "human_coherence")
+
+
+def test_transfer_table_is_a_correlation_per_dataset(shared_data):
+    from meta_eval.checklist import transfer_table
+
+    parts = [pd.read_parquet(shared_data / "corpora" / f"{n}.parquet") for n in ("summeval", "newsroom")]
+    frame = pd.concat(parts, ignore_index=True)
+    frame["length"] = frame["text"].str.len().astype(float)
+    table = transfer_table(frame, ["length", "human_fluency"], "human_coherence", method="kendall")
+    for name, part in zip(("summeval", "newsroom"), parts):
+        expected = stats.kendalltau(part["text"].str.len(), part["human_coherence"]).statistic
+        assert table.loc["length", name] == pytest.approx(expected)
+        assert table.loc["human_fluency", name] == pytest.approx(
+            stats.kendalltau(part["human_fluency"], part["human_coherence"]).statistic)
