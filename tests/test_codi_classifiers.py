@@ -240,3 +240,15 @@ def test_signature_names_models_and_weights(models):
     assert signature["dtype"] == "bfloat16"
     other = build_metric("codi", {"emotion_model": models["sentiment"], "topic_model": models["topic"], "dtype": "bfloat16"})
     assert other.signature().digest != metric.signature().digest
+
+
+def test_toxicity_label_by_index_and_unknown_label(models):
+    rows = rows_for([{"task": "detoxic", "context_id": 0, "context": "c"}] * 2)
+    rows[1]["text"] = "sad news about the economy"
+    by_name = build_metric("codi", {"toxicity_model": models["random"]}).score_rows(rows)
+    by_index = build_metric("codi", {"toxicity_model": models["random"], "toxicity_label": 1}).score_rows(rows)
+    other = build_metric("codi", {"toxicity_model": models["random"], "toxicity_label": 0}).score_rows(rows)
+    assert [o["codi_toxicity"] for o in by_index] == [o["codi_toxicity"] for o in by_name]
+    assert [o["codi_toxicity"] for o in other] == pytest.approx([1 - o["codi_toxicity"] for o in by_name], abs=1e-6)
+    bad = build_metric("codi", {"toxicity_model": models["random"], "toxicity_label": "hateful"}).score_rows(rows)
+    assert all("'hateful'" in o["error"] and "non-toxic" in o["error"] for o in bad)

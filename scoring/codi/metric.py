@@ -164,7 +164,7 @@ class CodiMetric(RowMetric):
         if role == "toxicity":
             if len(classifier.id2label) == 1:
                 return 0
-            return classifier.label_index(self.toxicity_label) if isinstance(self.toxicity_label, str) else int(self.toxicity_label)
+            return classifier.label_index("toxicity_label", {"toxicity_label": self.toxicity_label})
         return classifier.label_index(label, self.label_maps[role])
 
     # ----- contract ------------------------------------------------------------------------
