@@ -199,3 +199,25 @@ def test_signature_names_the_lemmatiser(metric):
     from importlib import metadata
 
     assert f"lemminflect-{metadata.version('lemminflect')}" in str(metric.signature())
+
+
+def test_shipped_keyword_sets_are_met_by_their_own_words(shared_data):
+    """A response made of the keywords themselves meets every easy row; a hard row fails only
+    when its anti-keyword collides with a required word (e.g. label 'stand', anti 'stand')."""
+    path = shared_data / "codi-eval" / "instructions" / "keyword_lite.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    hard_failures = 0
+    for row in rows:
+        for pick in (0, -1):  # either side of every "a or b" item
+            chosen = [rules.keyword_alternatives(item)[pick] for item in row["label"]]
+            result = rules.check_keywords(" ".join(chosen), row["label"], row.get("anti_label"))
+            if "anti_label" not in row:
+                assert result.success, row
+                continue
+            anti_first = re.findall(r"\w+", row["anti_label"].lower())[0]
+            literal_clash = anti_first in {re.findall(r"\w+", word.lower())[0] for word in chosen}
+            if literal_clash:
+                assert not result.success and result.anti_present, row
+            hard_failures += not result.success
+            assert not result.missing, row
+    assert hard_failures <= 20  # of 1,000 hard checks
