@@ -57,17 +57,26 @@ def run(args: argparse.Namespace) -> int:
         if (args.partition_dir or args.report) and not args.corpus:
             raise SplitsInputError("--partition-dir and --report need --corpus")
         universe = from_corpus(args.corpus, columns) if args.corpus else parse_aspects_arg(args.aspects)
-        runner = None
+        runner, started_ray = None, False
         if args.tasks > 1 or getattr(args, "force_ray", False):
+            import ray
+
             from ray_jobs.build_splits import ray_runner
 
+            started_ray = not ray.is_initialized()
             runner = ray_runner(args.tasks)
-        result = build_splits(
-            universe, args.protocol, seed=args.seed, restarts=args.restarts, alpha=args.alpha,
-            max_splits=args.max_splits, seen_size=args.seen_size, search=args.search, moves=args.moves,
-            max_iters=args.max_iters, patience=args.patience, exhaustive_limit=args.exhaustive_limit,
-            runner=runner, tasks=args.tasks,
-        )
+        try:
+            result = build_splits(
+                universe, args.protocol, seed=args.seed, restarts=args.restarts, alpha=args.alpha,
+                max_splits=args.max_splits, seen_size=args.seen_size, search=args.search, moves=args.moves,
+                max_iters=args.max_iters, patience=args.patience, exhaustive_limit=args.exhaustive_limit,
+                runner=runner, tasks=args.tasks,
+            )
+        finally:
+            if started_ray:
+                import ray
+
+                ray.shutdown()
         data = result.to_json()
         out = pathlib.Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from scoring.signature import Signature
+from scoring.signature import Signature, library_versions
 from splits.aspects import BENCHMARK_COUNTS, SplitsInputError, Universe
 from splits.divergence import DEFAULT_ALPHA, divergence
 from splits.search import ClimbProblem, exhaustive, n_subsets, random_eligible_start, restart_rng, select_splits
@@ -123,7 +123,7 @@ def build_splits(
         raise SplitsInputError(f"search must be auto, exhaustive or climb, got {search!r}")
     runner = runner or local_runner
     params: dict[str, Any] = {"protocol": protocol, "alpha": alpha, "seed": seed, "aspects": universe.describe()["aspects"],
-                              "n_combos": universe.n_combos}
+                              "n_combos": universe.n_combos, "libraries": library_versions("numpy")}
     stats: dict[str, Any] = {}
     effective = protocol
     if protocol == "acd" and len(universe.aspects) == 2 and seen_size is None:

@@ -174,3 +174,15 @@ def test_synthetic_five_aspects_beats_random():
     best_random = max(s.divergence for s in rnd.splits)
     assert min(s.divergence for s in res.splits) > 2 * best_random
     assert res.splits[0].divergence == pytest.approx(divergence(u, res.splits[0].seen), abs=1e-9)
+
+
+def test_subset_universe_holdout_skips_ineligible_and_small_seen_size_fails():
+    from splits.aspects import SplitsInputError, Universe
+
+    u = Universe(("a", "b"), {"a": ("x", "y", "z"), "b": ("p", "q")}, [("x", "p"), ("x", "q"), ("y", "p"), ("z", "q")])
+    res = build_splits(u, "holdout")
+    held = [u.unseen_of(s.seen) for s in res.splits]
+    # (y, p) and (z, q) are the only carriers of y and z: holding them out is ineligible
+    assert held == [[0], [1]] and res.stats["skipped_ineligible"] == 2
+    with pytest.raises(SplitsInputError, match="cannot cover"):
+        build_splits(uni("Fyelp"), "acd", seen_size=4, search="climb", restarts=2)
