@@ -71,12 +71,12 @@ def test_convert_score_report(shared_data, tmp_path, capsys):
     assert "CoDI score" in capsys.readouterr().out
 
 
-def test_convert_reports_bad_responses(shared_data, tmp_path):
+def test_convert_reports_bad_responses(shared_data, tmp_path, capsys):
     folder = tmp_path / "resp"
     folder.mkdir()
     (folder / "sentiment.jsonl").write_text(json.dumps({"instruction": "not the instruction", "text": "x"}) + "\n")
-    from scoring.codi.convert import ConvertError
-
-    with pytest.raises(ConvertError, match="sentiment.jsonl row 0: field 'instruction'"):
-        main(["constraints", "convert", "--instructions", str(shared_data / "codi-eval" / "instructions"),
-              "--tasks", "sentiment", "--responses", f"s={folder}", "--out", str(tmp_path / "x.parquet")])  # fmt: skip
+    status = main(["constraints", "convert", "--instructions", str(shared_data / "codi-eval" / "instructions"),
+                   "--tasks", "sentiment", "--responses", f"s={folder}", "--out", str(tmp_path / "x.parquet")])  # fmt: skip
+    assert status == 2
+    assert "sentiment.jsonl row 0: field 'instruction' does not match" in capsys.readouterr().err
+    assert not (tmp_path / "x.parquet").exists()

@@ -29,21 +29,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     convert.add_argument("--tasks", nargs="+", default=None, help="subset of tasks (default: all six)")
     convert.add_argument("--limit", type=int, default=None, help="first N instructions of each task only")
     convert.add_argument("--out", required=True, help="output Parquet file")
-    convert.set_defaults(handler=_convert)
+    convert.set_defaults(handler=_guarded(_convert))
 
     score = sub.add_parser("score", help="score a canonical Parquet in-process with metric 'codi'")
     score.add_argument("--input", required=True, help="canonical Parquet file or folder")
     score.add_argument("--out", required=True, help="output scores Parquet file")
     score.add_argument("--params", default="{}", help="metric params as JSON, or @file.json/@file.yaml")
     score.add_argument("--chunk-size", type=int, default=512, help="rows per score_rows call")
-    score.set_defaults(handler=_score)
+    score.set_defaults(handler=_guarded(_score))
 
     report = sub.add_parser("report", help="accuracies, CoDI score and Self-BLEU -> JSON + Markdown")
     report.add_argument("--input", required=True, help="canonical Parquet (constraint, text, system)")
     report.add_argument("--scores", required=True, help="scores Parquet (id, codi_success, codi_toxicity, error)")
     report.add_argument("--out", required=True, help="report folder: results.json, report.md, codi_accuracy.png")
     report.add_argument("--no-self-bleu", action="store_true", help="skip Self-BLEU")
-    report.set_defaults(handler=_report)
+    report.set_defaults(handler=_guarded(_report))
+
+
+def _guarded(handler):
+    """Bad input -> one clear line on stderr and exit status 2 (no traceback)."""
+
+    def run(args: argparse.Namespace) -> int:
+        from scoring.codi.convert import ConvertError
+
+        try:
+            return handler(args)
+        except (ConvertError, ValueError, FileNotFoundError, KeyError) as exc:
+            print(f"ctgscore constraints {args.constraints_command}: error: {exc}", file=sys.stderr)
+            return 2
+
+    return run
 
 
 def load_params(value: str) -> dict[str, Any]:

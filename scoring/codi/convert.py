@@ -252,7 +252,10 @@ def convert_dir(
                 if require_all:
                     raise ConvertError(f"no responses for task '{task}' in {responses_dir}")
             else:
-                texts = align_responses(instructions, read_jsonl(rpath), rpath)
+                responses = read_jsonl(rpath)
+                if limit is not None:
+                    responses = [r for n, r in enumerate(responses) if isinstance(r.get("index", n), int) and r.get("index", n) < limit]
+                texts = align_responses(instructions, responses, rpath)
                 if require_all and any(t is None for t in texts):
                     missing = sum(t is None for t in texts)
                     raise ConvertError(f"{rpath}: {missing} instructions have no response")
