@@ -90,3 +90,11 @@ def test_bad_instruction_rows_name_file_row_field(tmp_path):
     (inst / "topic_lite.jsonl").write_text('{"instruction": "x", "label": "music"}\nnot json\n')
     with pytest.raises(convert.ConvertError, match=r"topic_lite.jsonl line 2: not JSON"):
         convert.convert_dir(inst, tasks=["topic"])
+
+
+def test_limit_trims_instructions_and_responses(tmp_path):
+    inst = tmp_path / "inst"
+    _write(inst / "topic_lite.jsonl", [{"instruction": f"Write {t}.", "label": t} for t in ("music", "gaming", "family")])
+    _write(tmp_path / "r" / "topic.jsonl", [{"text": "a"}, {"text": "b"}, {"text": "c"}])
+    rows = convert.convert_dir(inst, tmp_path / "r", "s", tasks=["topic"], limit=2)
+    assert [(r["text"], json.loads(r["constraint"])["label"]) for r in rows] == [("a", "music"), ("b", "gaming")]
