@@ -116,8 +116,6 @@ def prepare(metrics: np.ndarray, human: np.ndarray, level: str = "sample", metho
         raise ValueError(f"level {level!r} resamples documents: a doc_id column is required")
     doc_codes, docs = _codes(doc)
     if level == "document":
-        if system is None:
-            raise ValueError("document-level correlation needs a system column")
         prep = Prepared(level, methods, variant, len(docs), m)
         order = np.argsort(doc_codes, kind="stable")
         bounds = np.flatnonzero(np.diff(doc_codes[order])) + 1

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-CARRIED = {"id", "dataset", "doc_id", "system", "error", "signature", "warning", "source", "prefix",
+CARRIED = {"id", "dataset", "doc_id", "system", "error", "signature", "warning", "row_key", "source", "prefix",
            "attribute", "attributes", "constraint", "text", "references"}
 
 # Known checklist files: system column, doc key columns, aspect -> stored category column,
@@ -70,6 +70,7 @@ class Table:
     lower_is_better: set[str] = field(default_factory=lambda: set(LOWER_IS_BETTER))
     easy_pairs: list[tuple[str, str]] | None = None
     hard_pairs: list[tuple[str, str]] | None = None
+    runs: dict = field(default_factory=dict)  # per metric run: rows, rows_error, signatures
 
     @property
     def has_systems(self) -> bool:
@@ -90,29 +91,54 @@ def _fs_and_paths(path: str, suffix: str) -> tuple[object, list[str]]:
     return fs, [root]
 
 
-def _read_parquet_files(path: str) -> pd.DataFrame:
-    """All shards under `path`; shards with different score columns are joined on `id`."""
+def _score_columns(columns) -> list[str]:
+    return [c for c in columns if c not in CARRIED and not c.startswith("human_")]
+
+
+def _read_parquet_files(path: str) -> tuple[pd.DataFrame, dict]:
+    """All shards under `path`, one row per id.
+
+    Shards are grouped by their score columns (one group per metric run, e.g. the scoring job's
+    `<out>/<metric>/*.parquet`); groups are joined on `id`. A row's `error` only blanks the score
+    columns of its own metric run. Returns the frame and per-run facts (rows, errors, signatures).
+    """
     import pyarrow.parquet as pq
 
     fs, files = _fs_and_paths(path, ".parquet")
-    groups: dict[frozenset, list[pd.DataFrame]] = {}
+    groups: dict[tuple, list[pd.DataFrame]] = {}
     for name in files:
         with fs.open(name, "rb") as handle:
             frame = pq.read_table(handle).to_pandas()
         if "id" not in frame:
             raise ValueError(f"{name}: missing required column 'id'")
-        groups.setdefault(frozenset(frame.columns), []).append(frame)
-    frames = [pd.concat(parts, ignore_index=True) for parts in groups.values()]
-    merged = frames[0]
-    for other in frames[1:]:
-        shared = [c for c in other.columns if c in merged.columns and c not in ("id", "error", "signature", "warning")]
-        other = other.drop(columns=[c for c in shared if c in CARRIED or c.startswith("human_")])
-        merged = merged.merge(other, on="id", how="outer", suffixes=("", "__2"))
-        for col in ("error", "signature", "warning"):
-            if f"{col}__2" in merged:
-                merged[col] = merged[col].where(merged[col].notna(), merged[f"{col}__2"])
-                merged = merged.drop(columns=[f"{col}__2"])
-    return merged
+        groups.setdefault(tuple(_score_columns(frame.columns)), []).append(frame)
+    carried_parts, score_parts, errors, runs = [], [], [], {}
+    for score_cols, parts in groups.items():
+        frame = pd.concat(parts, ignore_index=True)
+        dupes = frame["id"].duplicated()
+        if dupes.any():
+            raise ValueError(f"{path}: id {frame.loc[dupes, 'id'].iloc[0]!r} appears twice in the run with "
+                             f"columns {list(score_cols)}")
+        frame = frame.set_index("id")
+        error = frame["error"].notna() if "error" in frame else pd.Series(False, index=frame.index)
+        scores = frame[list(score_cols)].copy()
+        numeric = [c for c in score_cols if pd.api.types.is_numeric_dtype(scores[c])]
+        scores.loc[error, numeric] = np.nan
+        score_parts.append(scores)
+        carried_parts.append(frame[[c for c in frame.columns if c not in score_cols
+                                    and c not in ("error", "warning", "signature", "row_key")]])
+        errors.append(error)
+        label = ",".join(score_cols) or "(no score columns)"
+        signatures = sorted(map(str, frame["signature"].dropna().unique())) if "signature" in frame else []
+        runs[label] = {"rows": int(len(frame)), "rows_error": int(error.sum()), "signatures": signatures}
+    carried = carried_parts[0]
+    for part in carried_parts[1:]:
+        carried = carried.combine_first(part)
+    merged = carried.join(score_parts, how="outer") if score_parts else carried
+    any_error = pd.concat(errors, axis=1).fillna(False).astype(bool).any(axis=1)
+    merged["error"] = any_error.reindex(merged.index, fill_value=False)
+    merged = merged.reset_index().rename(columns={"index": "id"})
+    return merged, runs
 
 
 def _numeric_columns(frame: pd.DataFrame) -> list[str]:
@@ -121,14 +147,14 @@ def _numeric_columns(frame: pd.DataFrame) -> list[str]:
 
 
 def read_scores(path: str, humans: list[str] | None = None, metrics: list[str] | None = None) -> Table:
-    """Read the scoring job's output (file, folder or `s3://` prefix) into a `Table`."""
-    frame = _read_parquet_files(str(path))
+    """Read the scoring job's output (file, folder or `s3://` prefix) into a `Table`.
+
+    Rows with an error keep their human columns but their metric run's scores become NaN, so
+    they drop out of every statistic on that metric; `n_error_rows` counts rows with any error.
+    """
+    frame, runs = _read_parquet_files(str(path))
     n_input = len(frame)
-    n_error = 0
-    if "error" in frame:
-        bad = frame["error"].notna()
-        n_error = int(bad.sum())
-        frame = frame.loc[~bad].reset_index(drop=True)
+    n_error = int(frame.pop("error").sum())
     for col in ("doc_id", "system", "dataset"):
         if col in frame:
             frame[col] = frame[col].astype("object").where(frame[col].notna(), None)
@@ -137,7 +163,7 @@ def read_scores(path: str, humans: list[str] | None = None, metrics: list[str] |
         metrics = [c for c in _numeric_columns(frame) if c not in CARRIED and not c.startswith("human_")]
     _check_columns(frame, humans + metrics, str(path))
     return Table(frame=frame, humans=list(humans), metrics=list(metrics), source=str(path),
-                 n_input_rows=n_input, n_error_rows=n_error,
+                 n_input_rows=n_input, n_error_rows=n_error, runs=runs,
                  cat_columns={h: None for h in humans})
 
 

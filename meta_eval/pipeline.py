@@ -62,7 +62,7 @@ def _level_applies(table: Table, level: str) -> bool:
     frame = table.frame
     if level == "sample":
         return True
-    needed = ["doc_id", "system"] if level in ("document", "system") else []
+    needed = {"document": ["doc_id"], "system": ["doc_id", "system"]}.get(level, [])
     return all(c in frame and frame[c].notna().all() and frame[c].nunique() > 1 for c in needed)
 
 
@@ -74,7 +74,7 @@ def significance(table: Table, human: str, level: str, opts: Options) -> dict:
     sub = frame.loc[keep]
     doc = sub["doc_id"].to_numpy() if level != "sample" else None
     system = sub["system"].to_numpy() if level != "sample" else None
-    values = sub[metrics].to_numpy(dtype=float)
+    values = sub[metrics].to_numpy(dtype=float, copy=True)
     # orient lower-is-better metrics (e.g. perplexity) so "higher correlation" means "better" for all
     oriented = [m for m in metrics if m in table.lower_is_better]
     for j, metric in enumerate(metrics):
@@ -108,45 +108,73 @@ def significance(table: Table, human: str, level: str, opts: Options) -> dict:
             "metrics": metrics, "negated": oriented, "signature": str(sig)}
 
 
-def run_meta(table: Table, opts: Options | None = None, progress: bool = True) -> dict:
-    from scoring.signature import Signature, library_versions
+def _usable(frame, columns, minimum=3) -> list[str]:
+    return [c for c in columns if np.isfinite(frame[c].to_numpy(dtype=float)).sum() >= minimum]
 
-    opts = opts or Options()
+
+def analyse_group(table: Table, name: str, opts: Options, progress: bool = True) -> dict:
+    """Correlations, DARR tau, significance and checklist for one dataset group."""
     frame = table.frame
-    levels = [lvl for lvl in opts.levels if _level_applies(table, lvl)]
-    sig = Signature("meta-eval", VERSION, {
-        "source": table.source, "rows": len(frame), "error_rows": table.n_error_rows,
-        "levels": levels, "methods": opts.methods, "kendall_variant": f"tau-{opts.variant}",
-        "bootstrap": {"levels": opts.boot_levels, "method": opts.boot_method, "resamples": opts.resamples,
-                      "seed": opts.seed, "block_size": bootstrap.BLOCK_SIZE},
-        "checklist_pairs": opts.pairs, **library_versions("scipy", "numpy", "pandas", "levenshtein")})
-    results: dict = {
-        "signature": str(sig), "signature_fields": sig.as_dict(), "options": asdict(opts),
-        "input": {"source": table.source, "rows_in": table.n_input_rows, "rows_error": table.n_error_rows,
-                  "rows_used": len(frame), "humans": table.humans, "metrics": table.metrics,
-                  "datasets": sorted(map(str, frame["dataset"].dropna().unique())) if "dataset" in frame else []},
-    }
-    humans = [h for h in table.humans if h != "human_darr_better"]
-    results["correlations"] = correlation.correlation_table(frame, table.metrics, humans, levels,
-                                                            opts.methods, opts.variant)
+    humans = _usable(frame, [h for h in table.humans if h != "human_darr_better"])
+    metrics = _usable(frame, table.metrics)
+    group_table = Table(frame=frame, humans=humans, metrics=metrics, source=table.source,
+                        cat_columns=table.cat_columns, lower_is_better=table.lower_is_better,
+                        easy_pairs=table.easy_pairs, hard_pairs=table.hard_pairs)
+    levels = [lvl for lvl in opts.levels if _level_applies(group_table, lvl)]
+    out: dict = {"name": name, "rows": int(len(frame)), "humans": humans, "metrics": metrics,
+                 "levels": levels,
+                 "correlations": correlation.correlation_table(frame, metrics, humans, levels, opts.methods,
+                                                               opts.variant)}
     if "human_darr_better" in frame:
-        results["darr"] = {m: correlation.darr_kendall(frame, m) for m in table.metrics}
-    results["significance"] = []
-    if len(table.metrics) >= 1 and opts.resamples > 0:
-        jobs = [(h, lvl) for lvl in opts.boot_levels if _level_applies(table, lvl) for h in humans]
+        out["darr"] = {m: correlation.darr_kendall(frame, m) for m in metrics}
+    out["significance"] = []
+    jobs = [(h, lvl) for lvl in opts.boot_levels if _level_applies(group_table, lvl) for h in humans]
+    if metrics and opts.resamples > 0 and jobs:
         iterator = jobs
         if progress:
             from tqdm import tqdm
 
-            iterator = tqdm(jobs, desc="paired bootstrap")
+            iterator = tqdm(jobs, desc=f"paired bootstrap [{name}]")
         for human, level in iterator:
-            results["significance"].append(significance(table, human, level, opts))
-    if opts.run_checklist and humans:
-        sub_table = Table(frame=frame, humans=humans, metrics=table.metrics, source=table.source,
-                          cat_columns=table.cat_columns, lower_is_better=table.lower_is_better,
-                          easy_pairs=table.easy_pairs, hard_pairs=table.hard_pairs)
-        results["checklist"] = checklist.run_checklist(sub_table, pairs=opts.pairs)
-    if "dataset" in frame and frame["dataset"].nunique() > 1:
+            if finite_mask(frame, metrics + [human]).sum() >= 3:
+                out["significance"].append(significance(group_table, human, level, opts))
+    if opts.run_checklist and humans and metrics:
+        out["checklist"] = checklist.run_checklist(group_table, pairs=opts.pairs)
+    return out
+
+
+def run_meta(table: Table, opts: Options | None = None, progress: bool = True) -> dict:
+    """Every number for the table, per dataset group (the `dataset` column, else one group)."""
+    from scoring.signature import Signature, library_versions
+
+    opts = opts or Options()
+    frame = table.frame
+    sig = Signature("meta-eval", VERSION, {
+        "source": table.source, "rows": len(frame), "error_rows": table.n_error_rows,
+        "levels": opts.levels, "methods": opts.methods, "kendall_variant": f"tau-{opts.variant}",
+        "bootstrap": {"levels": opts.boot_levels, "method": opts.boot_method, "resamples": opts.resamples,
+                      "seed": opts.seed, "block_size": bootstrap.BLOCK_SIZE},
+        "checklist_pairs": opts.pairs, "groups": "dataset",
+        **library_versions("scipy", "numpy", "pandas", "levenshtein")})
+    has_datasets = "dataset" in frame and frame["dataset"].notna().any()
+    results: dict = {
+        "signature": str(sig), "signature_fields": sig.as_dict(), "options": asdict(opts),
+        "input": {"source": table.source, "rows_in": table.n_input_rows, "rows_error": table.n_error_rows,
+                  "runs": table.runs, "humans": table.humans, "metrics": table.metrics,
+                  "datasets": sorted(map(str, frame["dataset"].dropna().unique())) if has_datasets else []},
+        "groups": [],
+    }
+    if has_datasets:
+        for name, part in frame.groupby("dataset", sort=True):
+            sub = Table(frame=part.reset_index(drop=True), humans=table.humans, metrics=table.metrics,
+                        source=table.source, cat_columns=table.cat_columns,
+                        lower_is_better=table.lower_is_better, easy_pairs=table.easy_pairs,
+                        hard_pairs=table.hard_pairs)
+            results["groups"].append(analyse_group(sub, str(name), opts, progress))
+    else:
+        results["groups"].append(analyse_group(table, "all", opts, progress))
+    humans = [h for h in table.humans if h != "human_darr_better"]
+    if has_datasets and frame["dataset"].nunique() > 1:
         results["transfer"] = {h: checklist.transfer_table(frame, table.metrics, h, "dataset",
                                                            opts.boot_method, opts.variant) for h in humans}
     return jsonable(results)

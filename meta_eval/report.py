@@ -1,6 +1,7 @@
 """Write the meta-evaluation results: JSON of every number, a Markdown/HTML report, PNG plots.
 
 Plots (matplotlib, Agg backend, every PNG exactly `FIGSIZE` x `DPI` = 1000 x 600 pixels):
+Each dataset group gets its own folder `<out>/<dataset>/` with:
 * `correlations.png`: each metric's correlation with each human aspect, 95 % bootstrap interval;
 * `significance.png`: pairwise paired-bootstrap p-values (row metric better than column metric);
 * `checklist_ks.png`: system-level KS on Easy / Hard pairs (or aspect-level Lo-Hi KS);
@@ -203,7 +204,7 @@ def _fmt(value, digits=4):
         return "–"
     if isinstance(value, float):
         return f"{value:.{digits}f}"
-    return str(value)
+    return str(value).replace("|", "\\|")
 
 
 def _md_table(header, rows) -> list[str]:
@@ -212,16 +213,15 @@ def _md_table(header, rows) -> list[str]:
     return lines
 
 
-def markdown(results: dict, images: list[str]) -> str:
-    inp = results["input"]
-    out = ["# Meta-evaluation report", "", f"Signature: `{results['signature']}`", "",
-           f"Input `{inp['source']}`: {inp['rows_in']} rows, {inp['rows_error']} with an error (excluded), "
-           f"{inp['rows_used']} used; human aspects: {', '.join(inp['humans']) or '–'}; "
-           f"metrics: {', '.join(inp['metrics'])}.", ""]
-    corr = results.get("correlations") or []
+def _group_markdown(results: dict, group: dict, images: list[str]) -> list[str]:
+    out = [f"## Dataset `{group['name']}`", "",
+           f"{group['rows']} rows; human aspects: {', '.join(group['humans']) or '–'}; "
+           f"metrics: {', '.join(group['metrics']) or '–'}.", ""]
+    corr = group.get("correlations") or []
     if corr:
-        out += ["## Correlations", ""]
-        keys = sorted({(r["level"], r["method"]) for r in corr}, key=lambda k: (LEVEL_ORDER.index(k[0]), METHOD_ORDER.index(k[1])))
+        out += ["### Correlations", ""]
+        keys = sorted({(r["level"], r["method"]) for r in corr},
+                      key=lambda k: (LEVEL_ORDER.index(k[0]), METHOD_ORDER.index(k[1])))
         header = ["metric", "human"] + [f"{lvl} {m}" for lvl, m in keys]
         rows = {}
         for r in corr:
@@ -229,13 +229,13 @@ def markdown(results: dict, images: list[str]) -> str:
         out += _md_table(header, [[m, h] + [vals.get(k) for k in keys] for (m, h), vals in rows.items()])
         out += ["", "Kendall is tau-" + results["options"]["variant"] + "; document level averages per-doc_id "
                 "correlations; system level correlates per-system means.", ""]
-    if results.get("darr"):
-        out += ["## WMT DARR Kendall-like tau", ""]
+    if group.get("darr"):
+        out += ["### WMT DARR Kendall-like tau", ""]
         out += _md_table(["metric", "tau", "concordant", "discordant"],
-                         [[m, d["value"], d["concordant"], d["discordant"]] for m, d in results["darr"].items()])
+                         [[m, d["value"], d["concordant"], d["discordant"]] for m, d in group["darr"].items()])
         out.append("")
-    for block in results.get("significance") or []:
-        out += [f"## Paired bootstrap: {block['human']}, {block['level']} level, {block['method']}", "",
+    for block in group.get("significance") or []:
+        out += [f"### Paired bootstrap: {block['human']}, {block['level']} level, {block['method']}", "",
                 f"`{block['signature']}`", ""]
         if block.get("negated"):
             out += [f"Lower-is-better metrics negated before correlating: {', '.join(block['negated'])}.", ""]
@@ -247,9 +247,9 @@ def markdown(results: dict, images: list[str]) -> str:
             out += _md_table(["A", "B", "corr A - corr B", "p (A > B)", "CI diff low", "CI diff high"],
                              [[c["a"], c["b"], c["diff"], c["p_value"], *c["ci_diff"]] for c in comps])
             out.append("")
-    chk = results.get("checklist")
+    chk = group.get("checklist")
     if chk:
-        out += ["## Metric preference checklist", ""]
+        out += ["### Metric preference checklist", ""]
         if chk.get("system_ks"):
             kinds = list(chk["system_ks"])
             out += [f"Pairs ({chk.get('pairs_from')}): " + "; ".join(
@@ -263,6 +263,23 @@ def markdown(results: dict, images: list[str]) -> str:
             out += ["Preference similarity to humans (Easy pairs):", ""]
             out += _md_table(["column"] + humans, [[c] + [easy[c][h] for h in humans] for c in easy])
             out.append("")
+    out += [f"![{name}]({name})" for name in images] + [""]
+    return out
+
+
+def markdown(results: dict, images: dict[str, list[str]]) -> str:
+    inp = results["input"]
+    out = ["# Meta-evaluation report", "", f"Signature: `{results['signature']}`", "",
+           f"Input `{inp['source']}`: {inp['rows_in']} rows, {inp['rows_error']} with an error in at least "
+           "one metric run (their scores on that run are excluded); "
+           f"human aspects: {', '.join(inp['humans']) or '–'}; metrics: {', '.join(inp['metrics'])}.", ""]
+    if inp.get("runs"):
+        out += _md_table(["metric run (columns)", "rows", "rows with error", "signature"],
+                         [[k, v["rows"], v["rows_error"], "; ".join(v["signatures"])[:200]]
+                          for k, v in inp["runs"].items()])
+        out.append("")
+    for group in results["groups"]:
+        out += _group_markdown(results, group, images.get(group["name"], []))
     if results.get("transfer"):
         out += ["## Transfer (correlation per dataset)", ""]
         for human, table in results["transfer"].items():
@@ -270,8 +287,11 @@ def markdown(results: dict, images: list[str]) -> str:
             out += _md_table(["metric"] + table["columns"],
                              [[m] + row for m, row in zip(table["index"], table["values"])])
             out.append("")
-    out += ["## Plots", ""] + [f"![{name}]({name})" for name in images] + [""]
     return "\n".join(out)
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name) or "group"
 
 
 def markdown_to_html(text: str) -> str:
@@ -280,7 +300,8 @@ def markdown_to_html(text: str) -> str:
 
     def flush():
         if table:
-            rows = [r.strip().strip("|").split("|") for r in table if not set(r) <= set("|-")]
+            rows = [[c.replace("\x00", "|") for c in r.replace("\\|", "\x00").strip().strip("|").split("|")]
+                    for r in table if not set(r) <= set("|-")]
             head, *rest = rows
             body.append("<table><tr>" + "".join(f"<th>{html.escape(c.strip())}</th>" for c in head) + "</tr>"
                         + "".join("<tr>" + "".join(f"<td>{html.escape(c.strip())}</td>" for c in r) + "</tr>"
@@ -307,14 +328,22 @@ def markdown_to_html(text: str) -> str:
 
 
 def write_report(results: dict, out_dir, fmt: str = "md") -> dict[str, pathlib.Path]:
-    """Write results.json, report.md and/or report.html, and the PNG plots into out_dir."""
+    """Write results.json, report.md and/or report.html, and per dataset group `<group>/*.png`."""
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "results.json"}
     paths["json"].write_text(json.dumps(results, indent=1, allow_nan=False))
-    images = [fn(results, out / name) for name, fn in PLOTS.items()]
-    for name in images:
-        paths[name] = out / name
+    images = {}
+    for group in results["groups"]:
+        folder = _safe(group["name"])
+        (out / folder).mkdir(exist_ok=True)
+        view = {**group, "options": results["options"],
+                "input": {"humans": group["humans"], "metrics": group["metrics"]}}
+        images[group["name"]] = []
+        for name, fn in PLOTS.items():
+            fn(view, out / folder / name)
+            images[group["name"]].append(f"{folder}/{name}")
+            paths[f"{folder}/{name}"] = out / folder / name
     text = markdown(results, images)
     if fmt in ("md", "both"):
         paths["md"] = out / "report.md"

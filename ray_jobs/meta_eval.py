@@ -33,7 +33,7 @@ def run(args) -> int:
             ray.init(include_dashboard=False, log_to_driver=False)
     results = pipeline.run_meta(table, opts)
     paths = report.write_report(results, args.out, args.format)
-    print(f"meta-eval: {table.n_input_rows} rows ({table.n_error_rows} with errors excluded), "
+    print(f"meta-eval: {table.n_input_rows} rows ({table.n_error_rows} with an error in some metric run), "
           f"{len(table.metrics)} metrics x {len(table.humans)} human aspects, "
           f"{time.time() - started:.1f}s -> {args.out}")
     for name, path in paths.items():

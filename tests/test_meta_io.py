@@ -31,9 +31,11 @@ def test_folder_of_shards_drops_error_rows(tmp_path):
     first.to_parquet(tmp_path / "a.parquet")
     second.to_parquet(tmp_path / "b.parquet")
     table = read_scores(str(tmp_path))
-    assert (table.n_input_rows, table.n_error_rows, len(table.frame)) == (12, 1, 11)
+    assert (table.n_input_rows, table.n_error_rows, len(table.frame)) == (12, 1, 12)
     assert table.metrics == ["m"] and table.humans == ["human_q"]
-    assert "r5" not in set(table.frame["id"])
+    row = table.frame.set_index("id").loc["r5"]
+    assert np.isnan(row["m"]) and row["human_q"] == 5.0  # error: score excluded, judgment kept
+    assert table.frame["m"].notna().sum() == 11
 
 
 def test_separate_metric_runs_are_joined_on_id(tmp_path):
@@ -44,7 +46,11 @@ def test_separate_metric_runs_are_joined_on_id(tmp_path):
     table = read_scores(str(tmp_path))
     assert set(table.metrics) == {"m", "other"}
     assert table.n_error_rows == 1
-    assert (table.frame["other"] == table.frame["m"] * 2).all()
+    frame = table.frame.set_index("id")
+    assert np.isnan(frame.loc["r5", "m"]) and frame.loc["r5", "other"] == 10.0  # error of run 1 only
+    ok = frame.drop(index="r5")
+    assert (ok["other"] == ok["m"] * 2).all()
+    assert table.runs["m"]["rows_error"] == 1 and table.runs["other"]["rows_error"] == 0
 
 
 def _free_port() -> int:
@@ -83,7 +89,8 @@ def test_read_scores_from_s3_prefix(monkeypatch):
                 frame.to_parquet(handle)
         table = read_scores("s3://meta-test-bucket/scores")
         assert (table.n_input_rows, table.n_error_rows) == (12, 1)
-        assert sorted(table.frame["id"]) == sorted(set(first["id"]) - {"r5"} | set(second["id"]))
+        assert sorted(table.frame["id"]) == sorted(set(first["id"]) | set(second["id"]))
+        assert table.frame.set_index("id")["m"].isna().sum() == 1
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=10)

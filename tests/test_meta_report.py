@@ -23,6 +23,7 @@ EXPECTED_SHAPE = (int(report.FIGSIZE[1] * report.DPI), int(report.FIGSIZE[0] * r
 def _check_pngs(out):
     for name in PNGS:
         path = out / name
+        assert path.exists(), path
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
         image = mpimg.imread(path)
         assert image.shape[:2] == EXPECTED_SHAPE, name
@@ -62,15 +63,18 @@ def test_report_from_checklist_csv(shared_data, tmp_path):
                      "--methods", "spearman", "kendall"])
     assert code == 0
     results = json.loads((out / "results.json").read_text())
-    chk = results["checklist"]
+    [group] = results["groups"]
+    assert group["name"] == "usr_persona_chat"
+    chk = group["checklist"]
     assert chk["system_ks"]["easy"]["human_Understandable"] == pytest.approx(0.058333, abs=1e-6)
     assert chk["preference_similarity"]["easy"]["perplexity"]["human_Overall"] == pytest.approx(5 / 9)
     assert results["signature_fields"]["bootstrap"]["seed"] == 0 and "\"resamples\":30" in results["signature"]
-    assert len(results["significance"]) == 6  # one block per human aspect
+    assert len(group["significance"]) == 6  # one block per human aspect
     text = (out / "report.md").read_text()
     assert "Metric preference checklist" in text and "0.0583" in text
     assert "<table>" in (out / "report.html").read_text()
-    _check_pngs(out)
+    assert "usr_persona_chat/win_fractions.png" in text
+    _check_pngs(out / "usr_persona_chat")
 
 
 @pytest.mark.timeout(240)
@@ -83,23 +87,26 @@ def test_report_from_scoring_job_output_with_ray(ray_local, shared_data, tmp_pat
     results = json.loads((out / "results.json").read_text())
     assert results["input"]["rows_in"] == len(frame)
     assert results["input"]["rows_error"] == len(bad)
-    assert results["input"]["rows_used"] == len(frame) - len(bad)
     assert results["input"]["metrics"] == ["bartscore_s_h", "perplexity", "text_stats_words"]
+    [group] = results["groups"]
+    assert group["name"] == "summeval" and group["rows"] == len(frame)
     ok = frame.drop(index=sorted(bad))
-    rows = {(r["metric"], r["human"], r["level"], r["method"]): r["value"] for r in results["correlations"]}
+    rows = {(r["metric"], r["human"], r["level"], r["method"]): r["value"] for r in group["correlations"]}
     expected = stats.spearmanr(ok["bartscore_s_h"], ok["human_coherence"]).statistic
     assert rows[("bartscore_s_h", "human_coherence", "sample", "spearman")] == pytest.approx(expected)
     means = ok.groupby("system")[["perplexity", "human_fluency"]].mean()
     expected = stats.kendalltau(means["perplexity"], means["human_fluency"]).statistic
     assert rows[("perplexity", "human_fluency", "system", "kendall")] == pytest.approx(expected)
-    levels = {(s["human"], s["level"]) for s in results["significance"]}
+    levels = {(s["human"], s["level"]) for s in group["significance"]}
     assert len(levels) == 12  # 4 aspects x 3 bootstrap levels
-    block = results["significance"][0]
+    assert all(s["n_rows"] == len(ok) for s in group["significance"])
+    block = group["significance"][0]
     assert set(block["comparisons"]) == {"bartscore_s_h > perplexity", "bartscore_s_h > text_stats_words",
                                          "perplexity > text_stats_words"}
     assert "seed:7" in block["signature"]
-    assert results["checklist"]["pairs_from"] == "human ranking"
-    _check_pngs(out)
+    assert block["negated"] == ["perplexity"]
+    assert group["checklist"]["pairs_from"] == "human ranking"
+    _check_pngs(out / "summeval")
 
 
 def test_meta_subcommand_registers():
