@@ -79,6 +79,7 @@ class Universe:
     atom_matrix: np.ndarray = field(init=False, repr=False)
     compound_matrix: np.ndarray = field(init=False, repr=False)
     combo_index: dict[Combo, int] = field(init=False, repr=False)
+    value_index: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         n = len(self.aspects)
@@ -110,6 +111,15 @@ class Universe:
         self.atom_matrix[rows_a, cols_a] = 1.0
         self.compound_matrix = np.zeros((len(self.combos), len(self.compounds)), dtype=np.float64)
         self.compound_matrix[rows_c, cols_c] = 1.0
+        # value positions per combination and a mixed-radix code for looking combinations up
+        self.value_index = np.array(
+            [[self.values[asp].index(c[a]) for a, asp in enumerate(self.aspects)] for c in self.combos], dtype=np.int64
+        )
+        radices = [len(self.values[asp]) for asp in self.aspects]
+        self._strides = np.cumprod([1] + radices[1:][::-1])[::-1].astype(np.int64)
+        codes = self.value_index @ self._strides
+        self._code_order = np.argsort(codes, kind="stable")
+        self._sorted_codes = codes[self._code_order]
 
     # ----- sizes ----------------------------------------------------------------------
     @property
@@ -137,6 +147,14 @@ class Universe:
         if key not in self.combo_index:
             raise SplitsInputError(f"combination {dict(combo)} is not in this universe")
         return self.combo_index[key]
+
+    def lookup_values(self, value_index: np.ndarray) -> np.ndarray:
+        """Combination indices of rows of value positions (..., n_aspects); −1 where absent."""
+        codes = value_index @ self._strides
+        pos = np.searchsorted(self._sorted_codes, codes)
+        pos = np.minimum(pos, len(self._sorted_codes) - 1)
+        found = self._sorted_codes[pos] == codes
+        return np.where(found, self._code_order[pos], -1)
 
     def atoms_of(self, i: int) -> set[tuple[str, str]]:
         return set(zip(self.aspects, self.combos[i]))

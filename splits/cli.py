@@ -31,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seen-size", type=int, default=None, help="override |seen| (acd/mindiv/random/fewshot)")
     parser.add_argument("--search", choices=["auto", "exhaustive", "climb"], default="auto")
     parser.add_argument("--moves", choices=["coverage", "original"], default="coverage")
+    parser.add_argument("--recombine", choices=["auto", "on", "off"], default="auto",
+                        help="2-for-2 value-exchange moves when no single swap improves (auto: small seen sides)")
     parser.add_argument("--max-iters", type=int, default=1000)
     parser.add_argument("--patience", type=int, default=None, help="stop a restart after this many tie moves in a row")
     parser.add_argument("--exhaustive-limit", type=int, default=1_000_000)
@@ -70,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
                 universe, args.protocol, seed=args.seed, restarts=args.restarts, alpha=args.alpha,
                 max_splits=args.max_splits, seen_size=args.seen_size, search=args.search, moves=args.moves,
                 max_iters=args.max_iters, patience=args.patience, exhaustive_limit=args.exhaustive_limit,
-                runner=runner, tasks=args.tasks,
+                runner=runner, tasks=args.tasks, recombine={"auto": None, "on": True, "off": False}[args.recombine],
             )
         finally:
             if started_ray:

@@ -113,6 +113,7 @@ def build_splits(
     max_iters: int = 1000,
     patience: int | None = None,
     exhaustive_limit: int = 1_000_000,
+    recombine: bool | None = None,
     runner: Runner | None = None,
     tasks: int = 1,
 ) -> SplitResult:
@@ -170,13 +171,13 @@ def build_splits(
             stats.update(eligible_sets=len(sets), search_space=space)
         else:
             problem = ClimbProblem(universe, k, seed, alpha=alpha, maximize=maximize, moves=moves,
-                                   max_iters=max_iters, patience=patience, salt=SALTS[effective])
+                                   max_iters=max_iters, patience=patience, salt=SALTS[effective], recombine=recombine)
             blocks = problem.blocks(restarts)
             results = runner(problem, blocks)
             if len(results) != restarts:
                 raise RuntimeError(f"runner returned {len(results)} restarts, expected {restarts}")
             candidates = [(r[0], r[1]) for r in results]
-            params.update(search="climb", restarts=restarts, moves=moves, max_iters=max_iters,
+            params.update(search="climb", restarts=restarts, moves=moves, recombine=problem.use_recombine(), max_iters=max_iters,
                           patience=patience, block_size=problem.block_size, tasks_independent=TASKS_NOTE)
             ds = np.array([r[1] for r in results])
             stats.update(restart_best_max=float(ds.max()), restart_best_mean=float(ds.mean()),

@@ -11,6 +11,11 @@
   (default) also allows removing it when the incoming combo carries the same atoms, i.e.
   every move keeps the seen side covering all atoms. The original rule gets stuck on
   Few-Shot splits with one carrier per value (spec "Oracles", Fyelp Few-Shot 0.45 vs 0.5414).
+  With "coverage", small seen sides (see `use_recombine`) also get recombination moves, tried
+  when no single swap improves, on entering a plateau or when no single swap is left
+  (strict improvements only, no tie walks): two seen combos
+  exchange their values on some aspects (a 2-for-2 swap that keeps every atom's seen count),
+  which moves between exact covers where every single swap is blocked.
 - `exhaustive`: every eligible seen set of size k with its D, when C(|C|, k) is small.
 - `select_splits`: the best D after rounding and up to n distinct (as sets) optimal splits.
 
@@ -94,6 +99,19 @@ class ClimbProblem:
     max_iters: int = 1000
     patience: int | None = None
     salt: int = 0
+    recombine: bool | None = None
+
+    def use_recombine(self) -> bool:
+        """Recombination moves: on unless disabled; "auto" (None) turns them on for small seen
+        sides (k ≤ 2 × largest cardinality, e.g. Few-Shot) where coverage is tight and
+        single swaps are often blocked, and only under the "coverage" move rule."""
+        if self.moves != "coverage":
+            return False
+        n_aspects = len(self.universe.aspects)
+        work = math.comb(self.k, 2) * (2 ** (n_aspects - 1) - 1)
+        if self.recombine is None:
+            return self.k <= 2 * self.universe.max_cardinality() and work <= 200_000
+        return bool(self.recombine)
 
     def __post_init__(self) -> None:
         if self.moves not in MOVE_RULES:
@@ -115,6 +133,40 @@ class ClimbProblem:
             out.extend(self.run_block(start, stop))
         return out
 
+    def recombinations(self, seen_row: np.ndarray, cs_row: np.ndarray, total: np.ndarray, terms: CountTerms):
+        """Coverage-preserving 2-for-2 moves: two seen combinations exchange their values on a
+        set T of aspects, giving two unseen combinations (the seen atoms are unchanged).
+        Returns (gain of Σ per move, s1, s2, u1, u2, compound-count change per move)."""
+        uni = self.universe
+        n = len(uni.aspects)
+        seen_ids = np.flatnonzero(seen_row)
+        vals = uni.value_index[seen_ids]
+        i, j = np.triu_indices(len(seen_ids), 1)
+        t = np.arange(1, 2 ** (n - 1))
+        masks = ((t[:, None] >> np.arange(n)[None, :]) & 1).astype(bool)  # never the last aspect
+        new1 = np.where(masks[None], vals[j][:, None, :], vals[i][:, None, :])
+        new2 = np.where(masks[None], vals[i][:, None, :], vals[j][:, None, :])
+        u1 = uni.lookup_values(new1).ravel()
+        u2 = uni.lookup_values(new2).ravel()
+        s1 = np.repeat(seen_ids[i], len(t))
+        s2 = np.repeat(seen_ids[j], len(t))
+        ok = (u1 >= 0) & (u2 >= 0)
+        ok[ok] = ~seen_row[u1[ok]] & ~seen_row[u2[ok]]
+        s1, s2, u1, u2 = s1[ok], s2[ok], u1[ok], u2[ok]
+        cmat = uni.compound_matrix
+        delta = (cmat[u1] + cmat[u2] - cmat[s1] - cmat[s2]).round().astype(np.int64)
+        cu_row = total - cs_row
+        base = terms.table[cs_row, cu_row].sum()
+        gains = terms.table[cs_row[None, :] + delta, cu_row[None, :] - delta].sum(axis=1) - base
+        return gains, s1, s2, u1, u2, delta
+
+    @staticmethod
+    def _apply_recombination(seen: np.ndarray, cs: np.ndarray, r: int, rec, m: int) -> None:
+        _, s1, s2, u1, u2, delta = rec
+        seen[r, [s1[m], s2[m]]] = False
+        seen[r, [u1[m], u2[m]]] = True
+        cs[r] += delta[m]
+
     def run_block(self, start: int, stop: int) -> list[tuple[tuple[int, ...], float, int]]:
         """Climb restarts start..stop−1 together; returns (seen indices, D, moves) per restart."""
         uni = self.universe
@@ -135,6 +187,7 @@ class ClimbProblem:
         tie_run = np.zeros(b, dtype=np.int64)
         n_moves = np.zeros(b, dtype=np.int64)
         sign = -1.0 if self.maximize else 1.0  # maximising D = minimising Σ
+        recombine = self.use_recombine()
         for _ in range(self.max_iters):
             idx = np.flatnonzero(active)
             if idx.size == 0:
@@ -156,6 +209,16 @@ class ClimbProblem:
             ties = valid & (np.abs(gain) <= EPS)
             for j, r in enumerate(idx):
                 cand = np.flatnonzero(improving[j])
+                # recombinations: when a plateau is entered, or when no single swap is left
+                if not cand.size and recombine and (tie_run[r] == 0 or not ties[j].any()):
+                    rec = self.recombinations(seen[r], cs[r], total, terms)
+                    rec_gain = sign * rec[0]
+                    rec_improving = np.flatnonzero(rec_gain > EPS)
+                    if rec_improving.size:
+                        tie_run[r] = 0
+                        self._apply_recombination(seen, cs, r, rec, int(rec_improving[rngs[r].integers(rec_improving.size)]))
+                        n_moves[r] += 1
+                        continue
                 if cand.size:
                     tie_run[r] = 0
                 else:

@@ -186,3 +186,26 @@ def test_subset_universe_holdout_skips_ineligible_and_small_seen_size_fails():
     assert held == [[0], [1]] and res.stats["skipped_ineligible"] == 2
     with pytest.raises(SplitsInputError, match="cannot cover"):
         build_splits(uni("Fyelp"), "acd", seen_size=4, search="climb", restarts=2)
+
+
+def test_recombination_moves_leave_blocked_exact_covers():
+    """3 aspects × 3 values with some combinations missing, Few-Shot size 3: every value has
+    one seen carrier, so no single swap keeps coverage; exchanging values between two seen
+    combinations does, and reaches the exhaustive optimum from every start."""
+    import itertools
+
+    from splits.aspects import Universe
+
+    vals = {"a": ("a0", "a1", "a2"), "b": ("b0", "b1", "b2"), "c": ("c0", "c1", "c2")}
+    combos = [c for i, c in enumerate(itertools.product(*vals.values())) if i % 4 != 1]
+    u = Universe(("a", "b", "c"), vals, combos)
+    sets, d = exhaustive(u, 3)
+    best = float(d.max())
+    assert len(set(np.round(d, 6))) > 1  # the missing combinations make exact covers differ
+    single = ClimbProblem(u, 3, seed=5, recombine=False).run_block(0, 32)
+    assert all(moves == 0 for _, _, moves in single)
+    assert min(dv for _, dv, _ in single) < best - 1e-6
+    both = ClimbProblem(u, 3, seed=5, recombine=True).run_block(0, 32)
+    for s, dv, _ in both:
+        assert u.is_eligible(s) and dv == pytest.approx(divergence(u, s), abs=1e-12)
+        assert dv == pytest.approx(best, abs=1e-9)
