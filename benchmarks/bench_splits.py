@@ -23,7 +23,6 @@ import shutil
 import tempfile
 import time
 
-import numpy as np
 
 from splits.aspects import KNOWN_DATASETS, from_aspects
 from splits.divergence import divergence

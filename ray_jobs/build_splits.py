@@ -12,7 +12,6 @@ are the same for any number of tasks. Tasks take a fraction of a CPU (Ray Data s
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Sequence
 
