@@ -143,6 +143,7 @@ def child_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env.update({"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1"})
+    env["PATH"] = os.pathsep.join([str(VENV_BIN), env.get("PATH", "")])  # `python` in job entrypoints
     env.pop("RAY_ADDRESS", None)
     env.update(extra)
     return env
@@ -188,3 +189,30 @@ def stop_group(process: subprocess.Popen, marker: str | None = None, grace: floa
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def run_on_local_cluster(config_path: str, temp_dir: str, nodes: int = 2, cpus_per_node: int = 1) -> None:
+    """Driver for the multi-node test (run in its own process): a head with no CPUs and
+    `nodes` raylets on this machine (`ray.cluster_utils.Cluster`), then the job on it."""
+    import json
+
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from ray_jobs.config import load_config
+    from ray_jobs.score_corpus import run_job
+
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 0, "temp_dir": temp_dir, "include_dashboard": False, "object_store_memory": 256 << 20},
+    )
+    for _ in range(nodes):
+        cluster.add_node(num_cpus=cpus_per_node, object_store_memory=256 << 20)
+    ray.init(address=cluster.address, log_to_driver=False)
+    try:
+        print("NODES", len([n for n in ray.nodes() if n["Alive"]]), flush=True)
+        manifest = run_job(load_config(config_path))
+        print("MANIFEST " + json.dumps(manifest["metrics"], default=str), flush=True)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()

@@ -1,0 +1,170 @@
+"""The job on Ray clusters the tests start themselves: `ray start --head` + `ray job submit`
+(acceptance 3), a multi-node local cluster with a scoring actor killed mid-run (4), and a
+driver killed mid-run then resumed (5). Every cluster gets its own temp dir and ports and is
+stopped by killing the processes this test started (never `ray stop`, which would kill every
+Ray on the machine, other sessions' included)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from tests.job_support import (
+    REPO_ROOT,
+    VENV_BIN,
+    child_env,
+    free_port,
+    make_corpus,
+    pids_using,
+    stop_group,
+    wait_port,
+)
+
+SLOW = "tests.job_support:SlowLengthMetric"
+
+
+def write_config(path: pathlib.Path, **data) -> pathlib.Path:
+    base = {"batch_size": 10, "pool": {"min_size": 1, "max_size": 2, "num_cpus": 0.5}, "progress": False}
+    path.write_text(yaml.safe_dump({**base, **data}))
+    return path
+
+
+def all_output_ids(folder: pathlib.Path) -> list[str]:
+    ids = []
+    for path in sorted(folder.glob("*.parquet")):
+        ids.extend(pq.read_table(path, columns=["id"]).column("id").to_pylist())
+    return ids
+
+
+def input_ids(paths) -> list[str]:
+    return [i for p in paths for i in pq.read_table(p, columns=["id"]).column("id").to_pylist()]
+
+
+@pytest.mark.timeout(180)
+def test_ray_job_submit_to_ray_start_head(tmp_path):
+    corpus = make_corpus(tmp_path / "in", shards=8, rows=15)
+    config = write_config(tmp_path / "job.yaml", input=str(tmp_path / "in"), output=str(tmp_path / "out"),
+                          metrics=[{"name": "text_stats"}])
+    temp_dir = tempfile.mkdtemp(prefix="rjs", dir="/tmp")
+    ports = {name: free_port() for name in ("port", "dashboard-port", "ray-client-server-port", "node-manager-port",
+                                             "object-manager-port", "dashboard-agent-listen-port",
+                                             "dashboard-agent-grpc-port", "metrics-export-port", "runtime-env-agent-port")}
+    worker_low = 20000 + (os.getpid() % 200) * 100
+    head = subprocess.Popen(
+        [str(VENV_BIN / "ray"), "start", "--head", "--block", "--num-cpus=2", "--node-ip-address=127.0.0.1",
+         "--dashboard-host=127.0.0.1", "--disable-usage-stats", "--include-dashboard=true", f"--temp-dir={temp_dir}",
+         "--object-store-memory=300000000", f"--min-worker-port={worker_low}", f"--max-worker-port={worker_low + 99}",
+         *[f"--{name}={port}" for name, port in ports.items()]],
+        env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    try:
+        wait_port(ports["dashboard-port"], timeout=60)
+        address = f"http://127.0.0.1:{ports['dashboard-port']}"
+        submit = subprocess.run(
+            [str(VENV_BIN / "ray"), "job", "submit", "--address", address, "--working-dir", ".",
+             "--submission-id", f"rescore-test-{os.getpid()}", "--",
+             "python", "-m", "ray_jobs.score_corpus", "--config", str(config), "--no-progress"],
+            cwd=REPO_ROOT, env=child_env(), capture_output=True, text=True, timeout=150,
+        )
+        assert submit.returncode == 0, submit.stdout[-3000:] + submit.stderr[-3000:]
+        assert "succeeded" in submit.stdout
+        assert "text_stats: 120 in -> 120 out" in submit.stdout  # the job's one-line summary
+    finally:
+        stop_group(head, marker=temp_dir)
+    assert pids_using(temp_dir) == []
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["metrics"]["text_stats"]["rows_out"] == 120
+    assert sorted(all_output_ids(tmp_path / "out" / "text_stats")) == sorted(input_ids(corpus))
+
+
+@pytest.mark.timeout(180)
+def test_killed_actor_on_multi_node_cluster_rows_exactly_once(tmp_path):
+    corpus = make_corpus(tmp_path / "in", shards=8, rows=40)
+    pid_dir = tmp_path / "pids"
+    config = write_config(
+        tmp_path / "job.yaml", input=str(tmp_path / "in"), output=str(tmp_path / "out"),
+        metrics=[{"name": "slow_length", "class": SLOW, "params": {"delay": 0.03, "pid_dir": str(pid_dir)}}],
+    )
+    temp_dir = tempfile.mkdtemp(prefix="rjc", dir="/tmp")
+    driver = subprocess.Popen(
+        [sys.executable, "-c", f"from tests.job_support import run_on_local_cluster; "
+                               f"run_on_local_cluster({str(config)!r}, {temp_dir!r})"],
+        cwd=REPO_ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )
+    killed = None
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and killed is None:
+            assert driver.poll() is None, driver.communicate()[0][-4000:]
+            actors = [int(p.name) for p in pid_dir.glob("*")] if pid_dir.exists() else []
+            actors = [pid for pid in actors if pid != driver.pid]  # the driver builds the metric once too
+            if actors:
+                time.sleep(1.0)  # let it get a few batches in flight
+                killed = actors[0]
+                killed_at = time.time()
+                os.kill(killed, signal.SIGKILL)
+            time.sleep(0.1)
+        assert killed is not None, "no scoring actor started"
+        output, _ = driver.communicate(timeout=150)
+    finally:
+        stop_group(driver, marker=temp_dir)
+    assert driver.returncode == 0, output[-4000:]
+    assert "NODES 3" in output
+    restarted = [p for p in pid_dir.glob("*") if int(p.name) not in (killed, driver.pid) and p.stat().st_mtime > killed_at]
+    assert restarted, "no scoring actor was started after the kill"
+    ids = all_output_ids(tmp_path / "out" / "slow_length")
+    assert len(ids) == len(set(ids)) == 320
+    assert sorted(ids) == sorted(input_ids(corpus))
+    stats = json.loads(output.split("MANIFEST ", 1)[1].splitlines()[0])["slow_length"]
+    assert stats["rows_in"] == stats["rows_out"] == 320
+
+
+@pytest.mark.timeout(200)
+def test_killed_driver_resumes_without_duplicates_or_gaps(ray_local, tmp_path):
+    from ray_jobs.config import load_config
+    from ray_jobs.score_corpus import run_job
+
+    corpus = make_corpus(tmp_path / "in", shards=10, rows=30)
+    temp_dir = tempfile.mkdtemp(prefix="rjd", dir="/tmp")
+    metrics = [{"name": "slow_length", "class": SLOW, "params": {"delay": 0.03}}]
+    config = write_config(tmp_path / "job.yaml", input=str(tmp_path / "in"), output=str(tmp_path / "out"),
+                          metrics=metrics, ray={"num_cpus": 2, "object_store_memory": 300000000, "temp_dir": temp_dir})
+    out = tmp_path / "out" / "slow_length"
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "ray_jobs.score_corpus", "--config", str(config), "--no-progress"],
+        cwd=REPO_ROOT, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and len(list(out.glob("*.parquet")) if out.exists() else []) < 2:
+            assert driver.poll() is None, "the job ended before it could be killed"
+            time.sleep(0.05)
+        os.killpg(driver.pid, signal.SIGKILL)  # the driver and the local Ray it started
+        driver.wait(timeout=30)
+    finally:
+        stop_group(driver, marker=temp_dir)
+    committed = sorted(p.name for p in out.glob("*.parquet"))
+    assert 2 <= len(committed) < 10, committed
+    assert not (tmp_path / "out" / "manifest.json").exists()  # an interrupted run leaves no manifest
+
+    resumed = run_job(load_config(config))  # second run on the session's Ray
+    report = resumed["metrics"]["slow_length"]
+    assert report["shards_reused"] == len(committed)
+    assert report["rows_scored"] == 300 - 30 * len(committed)  # fewer rows scored the second time
+    ids = all_output_ids(out)
+    assert len(ids) == len(set(ids)) == 300  # no duplicates, no gaps
+    assert sorted(ids) == sorted(input_ids(corpus))
+    assert sorted(p.name for p in out.glob("*.parquet")) == sorted(p.name for p in corpus)
