@@ -63,6 +63,11 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds of ours and baseline")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
+    from threadpoolctl import threadpool_limits
+
+    # Both sides run with one BLAS thread (ours sets it in every task; the baseline gets the same),
+    # so neither pays for OpenBLAS threads fighting over 2 shared cores.
+    threadpool_limits(limits=1, user_api="blas")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
@@ -120,7 +125,7 @@ def main(argv=None) -> int:
         ("workload", f"{args.rows:,} rows, {args.resamples:,} paired resamples, Spearman + Kendall tau-b, "
                      "2 metrics vs 1 human (13 rating levels)"),
         ("machine", f"{os.cpu_count()} CPUs ({platform.machine()}), load average {load_start:.1f} at start, "
-                    f"{load_end:.1f} at end (shared machine)"),
+                    f"{load_end:.1f} at end (shared machine); one BLAS thread on both sides"),
         ("baseline: per-resample scipy loop", f"{base_measured:.1f} s measured on {k} resamples -> "
                                              f"**{base_time:.1f} s** for {args.resamples} (linear extrapolation)"),
         ("ours, one process (no Ray)", f"{local_time:.1f} s for {args.resamples} (measured on {k}, extrapolated)"),

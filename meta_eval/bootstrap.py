@@ -196,8 +196,13 @@ def _system_block(prep: Prepared, counts: np.ndarray) -> dict[str, np.ndarray]:
 
 def run_blocks(prep: Prepared, seed: int, blocks: list[tuple[int, int]]) -> dict[str, np.ndarray]:
     """Correlations (resamples, metrics) per method for the listed blocks, in block order."""
+    from threadpoolctl import threadpool_limits
+
     block_fn = {"sample": _sample_block, "document": _document_block, "system": _system_block}[prep.level]
-    parts = [block_fn(prep, block_counts(prep.n_units, seed, k, size)) for k, size in blocks]
+    # one BLAS thread: the 100k-long dot products inside pearsonr run 10-100x slower when a
+    # multi-threaded OpenBLAS competes for the cores with other tasks (measured on this machine)
+    with threadpool_limits(limits=1, user_api="blas"):
+        parts = [block_fn(prep, block_counts(prep.n_units, seed, k, size)) for k, size in blocks]
     if not parts:
         return {method: np.empty((0, prep.n_metrics)) for method in prep.methods}
     return {method: np.concatenate([p[method] for p in parts]) for method in prep.methods}
