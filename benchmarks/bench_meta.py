@@ -77,58 +77,73 @@ def main(argv=None) -> int:
     load_start = os.getloadavg()[0]
 
     t0 = time.perf_counter()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=1 << 30)
-    ray_start = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
     prep = bootstrap.prepare(metrics, human, "sample", methods, "b")
-    prep_ref = ray.put(prep)
     prep_time = time.perf_counter() - t0
-
-    # Interleave rounds of ours (all blocks, Ray) and of the baseline (first blocks of the round)
-    # so load changes on this shared machine hit both alike.
     blocks = bootstrap.plan_blocks(args.resamples)
     rounds = np.array_split(np.arange(len(blocks)), args.rounds)
     per_round = max(1, args.baseline_resamples // args.rounds)
-    ours_time, base_measured, base_count = prep_time, 0.0, 0
-    ours_parts, base_parts, checked = [], [], []
-    for round_ids in tqdm(rounds, desc="rounds"):
-        round_blocks = [blocks[i] for i in round_ids]
-        t0 = time.perf_counter()
-        ours_parts.append(bootstrap.distribute(prep_ref, args.seed, round_blocks, args.tasks, args.num_cpus,
-                                               methods=methods))
-        ours_time += time.perf_counter() - t0
+    base_measured, base_count, diff = 0.0, 0, 0.0
+
+    def baseline_round(round_blocks, ours_part, offset):
+        """Time the baseline on the first resamples of a round and compare with ours."""
+        nonlocal base_measured, base_count, diff
         first = round_blocks[0]
         sub = [(first[0], min(first[1], per_round))]
         t0 = time.perf_counter()
-        base_parts.append(baseline(metrics, human, args.seed, sub))
+        part = baseline(metrics, human, args.seed, sub)
         base_measured += time.perf_counter() - t0
         base_count += sub[0][1]
-        checked.append((sum(b[1] for b in blocks[: round_ids[0]]), sub[0][1]))
-    ours = {m: np.concatenate([p[m] for p in ours_parts]) for m in methods}
-    ray.shutdown()
-    base_time = base_measured * args.resamples / base_count
-    diff = 0.0
-    for part, (start, count) in zip(base_parts, checked):
         for m in methods:
-            diff = max(diff, float(np.max(np.abs(part[m] - ours[m][start:start + count]))))
+            diff = max(diff, float(np.max(np.abs(part[m] - ours_part[m][offset:offset + sub[0][1]]))))
 
-    k = min(args.baseline_resamples, args.resamples)
+    # Phase A, one process: ours and the baseline alternate on the same resamples.
+    local_time, local_count = 0.0, 0
+    for round_ids in tqdm(rounds, desc="one process"):
+        first = blocks[round_ids[0]]
+        sub = [(first[0], min(first[1], per_round))]
+        t0 = time.perf_counter()
+        part = bootstrap.run_blocks(prep, args.seed, sub)
+        local_time += time.perf_counter() - t0
+        local_count += sub[0][1]
+        baseline_round([first], part, 0)
+    local_per = local_time / local_count
+    base_per_a = base_measured / base_count
+
+    # Phase B, Ray: all resamples as tasks, rounds alternating with baseline samples so load
+    # changes on this shared machine hit both alike.
     t0 = time.perf_counter()
-    local = bootstrap.bootstrap_distribution(prep, k, args.seed, tasks=0)
-    local_time = (time.perf_counter() - t0) * args.resamples / k
-    diff_local = max(float(np.max(np.abs(local[m] - ours[m][:k]))) for m in methods)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=1 << 30)
+    ray_start = time.perf_counter() - t0
+    prep_ref = ray.put(prep)
+    ours_time = prep_time
+    ours_parts = []
+    for round_ids in tqdm(rounds, desc="ray rounds"):
+        round_blocks = [blocks[i] for i in round_ids]
+        t0 = time.perf_counter()
+        part = bootstrap.distribute(prep_ref, args.seed, round_blocks, args.tasks, args.num_cpus, methods=methods)
+        ours_time += time.perf_counter() - t0
+        ours_parts.append(part)
+        baseline_round(round_blocks, part, 0)
+    ray.shutdown()
+    ours = {m: np.concatenate([p[m] for p in ours_parts]) for m in methods}
+    base_time = base_measured / base_count * args.resamples
+    local = bootstrap.run_blocks(prep, args.seed, blocks[:1])
+    diff_local = max(float(np.max(np.abs(local[m] - ours[m][: len(local[m])]))) for m in methods)
     load_end = os.getloadavg()[0]
     k = base_count
+    local_time = local_per * args.resamples
 
     rows = [
         ("workload", f"{args.rows:,} rows, {args.resamples:,} paired resamples, Spearman + Kendall tau-b, "
                      "2 metrics vs 1 human (13 rating levels)"),
         ("machine", f"{os.cpu_count()} CPUs ({platform.machine()}), load average {load_start:.1f} at start, "
                     f"{load_end:.1f} at end (shared machine); one BLAS thread on both sides"),
-        ("baseline: per-resample scipy loop", f"{base_measured:.1f} s measured on {k} resamples -> "
+        ("baseline: per-resample scipy loop", f"{base_measured:.1f} s measured on {k} resamples (alternating "
+                                             "with ours) -> "
                                              f"**{base_time:.1f} s** for {args.resamples} (linear extrapolation)"),
-        ("ours, one process (no Ray)", f"{local_time:.1f} s for {args.resamples} (measured on {k}, extrapolated)"),
+        ("ours, one process (no Ray)", f"{local_time:.1f} s for {args.resamples} (measured on {local_count}, "
+                                       f"extrapolated; baseline alongside: {base_per_a * 1000:.0f} ms/resample "
+                                       f"vs ours {local_per * 1000:.0f} ms)"),
         (f"ours, {args.tasks} Ray tasks x {args.num_cpus} CPU on 2 CPUs", f"**{ours_time:.1f} s** measured "
                                                                           f"for all {args.resamples}, incl. {prep_time:.2f} s setup "
                                                                           f"(+{ray_start:.1f} s ray.init, not counted)"),

@@ -57,9 +57,12 @@ def plan_blocks(n_resamples: int) -> list[tuple[int, int]]:
 
 
 def _dense(values: np.ndarray) -> np.ndarray:
-    """Dense integer ranks (scipy), int16 when they fit (cheaper sorts), else intp."""
+    """Dense integer ranks (scipy), int16 / int32 when they fit (cheaper sorts), else intp."""
     ranks = stats.rankdata(values, method="dense")
-    return ranks.astype(np.int16 if ranks.max() < np.iinfo(np.int16).max else np.intp)
+    for dtype in (np.int16, np.int32):
+        if ranks.max() < np.iinfo(dtype).max:
+            return ranks.astype(dtype)
+    return ranks.astype(np.intp)
 
 
 @dataclass
@@ -143,7 +146,7 @@ def prepare(metrics: np.ndarray, human: np.ndarray, level: str = "sample", metho
 def _sample_block(prep: Prepared, counts: np.ndarray) -> dict[str, np.ndarray]:
     size = counts.shape[0]
     out = {method: np.full((size, prep.n_metrics), np.nan) for method in prep.methods}
-    base = np.arange(prep.n_units)
+    base = np.arange(prep.n_units, dtype=np.int32 if prep.n_units < 2**31 - 1 else np.intp)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for r in range(size):
