@@ -72,7 +72,7 @@ class MetricPlan:
     stale: list[str] = field(default_factory=list)  # outputs whose input shard is gone or bad
 
 
-def plan_metric(fs, output: str, label: str, digest: str, checks: list[jio.ShardCheck], bad_rels: set[str]) -> MetricPlan:
+def plan_metric(fs, output: str, label: str, digest: str, checks: list[jio.ShardCheck]) -> MetricPlan:
     plan = MetricPlan(label=label, digest=digest)
     prefix = jio.join(output, label)
     existing = set(jio.list_outputs(fs, prefix))

@@ -13,6 +13,16 @@ import sys
 import time
 
 
+def _parse_pairs(values: list[str], flag: str) -> list[tuple[str, str]]:
+    pairs = []
+    for value in values:
+        parts = value.split("::")
+        if len(parts) != 2 or not all(parts):
+            raise SystemExit(f"{flag}: {value!r} is not SYSTEM_A::SYSTEM_B")
+        pairs.append((parts[0], parts[1]))
+    return pairs
+
+
 def run(args) -> int:
     from meta_eval import io, pipeline, report
 
@@ -20,11 +30,16 @@ def run(args) -> int:
     table = io.read_table(args.scores, humans=args.human_columns, metrics=args.metrics)
     if args.lower_is_better is not None:
         table.lower_is_better = set(args.lower_is_better)
+    pairs = args.pairs
+    if args.easy_pairs is not None or args.hard_pairs is not None:
+        table.easy_pairs = _parse_pairs(args.easy_pairs or [], "--easy-pairs")
+        table.hard_pairs = _parse_pairs(args.hard_pairs or [], "--hard-pairs")
+        pairs = "given"
     if not table.metrics:
         raise SystemExit(f"{args.scores}: no metric columns found (pass --metrics)")
     opts = pipeline.Options(methods=args.methods, variant=args.kendall_variant, boot_levels=args.level,
                             boot_method=args.boot_method, resamples=args.resamples, seed=args.seed,
-                            tasks=args.tasks, num_cpus=args.num_cpus, pairs=args.pairs)
+                            tasks=args.tasks, num_cpus=args.num_cpus, pairs=pairs)
     if args.tasks > 0 and args.resamples > 0:
         import ray
 

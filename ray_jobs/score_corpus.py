@@ -59,25 +59,38 @@ class MetricInfo:
 
 
 def describe_metric(config: JobConfig, spec: MetricSpec) -> MetricInfo:
-    """Build the metric once on the driver: validates its parameters before any work starts
-    and gives the signature that keys its outputs."""
+    """Build the metric once before any work starts: validates its parameters and gives the
+    signature that keys its outputs. Built on the driver, or, when actors ask for GPUs (a
+    CPU-only head), in one Ray task with the actors' resources."""
     params = metric_params(config, spec)
-    try:
-        metric = build_metric_for(spec, params)
-    except ConfigError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - bad params or unloadable model: before any work
-        raise ConfigError(f"metric {spec.label!r}: cannot build it with params {params}: {exc}") from exc
+    if config.pool.num_gpus:
+        import ray
+
+        task = ray.remote(num_cpus=config.pool.num_cpus, num_gpus=config.pool.num_gpus, max_retries=0)(_describe)
+        try:
+            described = ray.get(task.remote(spec, params))
+        except Exception as exc:  # noqa: BLE001 - the task's error names the metric
+            raise ConfigError(f"metric {spec.label!r}: cannot build it with params {params}: {exc}") from exc
+    else:
+        try:
+            described = _describe(spec, params)
+        except ConfigError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - bad params or unloadable model: before any work
+            raise ConfigError(f"metric {spec.label!r}: cannot build it with params {params}: {exc}") from exc
+    return MetricInfo(spec=spec, params=params, **described)
+
+
+def _describe(spec: MetricSpec, params: dict[str, Any]) -> dict[str, Any]:
+    metric = build_metric_for(spec, params)
     signature = metric.signature()
-    return MetricInfo(
-        spec=spec,
-        params=params,
-        signature=str(signature),
-        signature_dict=signature.as_dict(),
-        digest=signature.digest,
-        read_columns=tuple(metric.read_columns()),
-        output_columns=tuple(metric.output_columns),
-    )
+    return {
+        "signature": str(signature),
+        "signature_dict": signature.as_dict(),
+        "digest": signature.digest,
+        "read_columns": tuple(metric.read_columns()),
+        "output_columns": tuple(metric.output_columns),
+    }
 
 
 def _score_array(values: list) -> pa.Array:
@@ -99,6 +112,7 @@ class BatchScorer:
         carried: list[str],
         cache_ref: list | None = None,
         torch_threads: int | None = None,
+        expected_signature: str | None = None,
     ):
         if torch_threads:
             import torch
@@ -106,6 +120,11 @@ class BatchScorer:
             torch.set_num_threads(torch_threads)
         self.metric = build_metric_for(spec, params)
         self.signature = str(self.metric.signature())
+        if expected_signature is not None and self.signature != expected_signature:
+            raise RuntimeError(
+                f"metric {spec.label}: signature on this worker differs from the driver's "
+                f"(worker {self.signature!r}, driver {expected_signature!r}): different library or model versions"
+            )
         self.output_columns = tuple(self.metric.output_columns)
         self.missing_by_path = missing_by_path
         self.carried = carried
@@ -169,6 +188,28 @@ def _ensure_ray(config: JobConfig) -> bool:
         kwargs["_temp_dir"] = config.ray.temp_dir
     ray.init(**kwargs)
     return True
+
+
+class _RaySession:
+    """Starts or connects to Ray on first use (a re-run with nothing to score never does) and
+    shuts down only a Ray it started."""
+
+    def __init__(self, config: JobConfig):
+        self.config = config
+        self.owned = False
+        self.ready = False
+
+    def ensure(self) -> None:
+        if not self.ready:
+            self.owned = _ensure_ray(self.config)
+            self.ready = True
+
+    def close(self) -> None:
+        if self.owned:
+            import ray
+
+            ray.shutdown()
+            self.owned = False
 
 
 class _ShardCollector:
@@ -254,6 +295,7 @@ def _map_scorer(ds, config: JobConfig, info: MetricInfo, missing_by_path, carrie
             "carried": carried,
             "cache_ref": cache_ref,
             "torch_threads": pool.torch_threads,
+            "expected_signature": info.signature,
         },
         batch_size=config.batch_size,
         batch_format="pyarrow",
@@ -356,12 +398,22 @@ def _verify_outputs(config: JobConfig, info: MetricInfo, checks: list[jio.ShardC
 
 def run_job(config: JobConfig) -> dict[str, Any]:
     """Run a validated job; returns the manifest (also written to `OUT/manifest.json`)."""
+    started_at = dt.datetime.now(dt.timezone.utc)
+    t0 = time.perf_counter()
+    session = _RaySession(config)
+    try:
+        return _run(config, session, started_at, t0)
+    finally:
+        session.close()
+
+
+def _run(config: JobConfig, session: "_RaySession", started_at, t0) -> dict[str, Any]:
     from tqdm import tqdm
 
     from scoring.signature import Signature, library_versions
 
-    started_at = dt.datetime.now(dt.timezone.utc)
-    t0 = time.perf_counter()
+    if config.pool.num_gpus:
+        session.ensure()  # the metric is described on a GPU worker
     infos = [describe_metric(config, spec) for spec in config.metrics]
     in_fs = jio.fsspec_filesystem(config.input, config.s3)
     out_fs = jio.fsspec_filesystem(config.output, config.s3)
@@ -393,52 +445,44 @@ def run_job(config: JobConfig) -> dict[str, Any]:
     ]
 
     rows_in = sum(check.num_rows for check in checks)
-    owns_ray = False
     metrics_report: dict[str, Any] = {}
-    try:
-        plans = [incremental.plan_metric(out_fs, config.output, info.spec.label, info.digest, checks, set()) for info in infos]
-        for info, plan in zip(infos, plans):
-            metric_start = time.perf_counter()
-            stats: dict[str, Any] = {"rows_cached": 0, "rows_error": 0, "duplicates_dropped": 0}
-            if plan.pending:
-                if not owns_ray:
-                    owns_ray = _ensure_ray(config)
-                stats = _score_pending(config, info, plan, in_fs, out_fs)
-            rows_out, outputs = _verify_outputs(config, info, checks, out_fs)
-            if rows_out != rows_in:
-                raise JobError(f"metric {info.spec.label}: {rows_out} rows out != {rows_in} rows in")
-            for uri in plan.stale:
-                jio.remove(out_fs, uri)
-            rows_reused = sum(check.num_rows for check in plan.reused)
-            pending_rows = sum(check.num_rows for check in plan.pending)
-            wall = time.perf_counter() - metric_start
-            scored = pending_rows - stats["rows_cached"]
-            metrics_report[info.spec.label] = {
-                "metric": info.spec.name,
-                "params": info.params,
-                "signature": info.signature,
-                "signature_digest": info.digest,
-                "rows_in": rows_in,
-                "rows_out": rows_out,
-                "rows_scored": scored,
-                "rows_cached": rows_reused + stats["rows_cached"],
-                "rows_error": _count_errors(out_fs, outputs, stats, plan),
-                "duplicates_dropped": stats["duplicates_dropped"],
-                "shards_reused": len(plan.reused),
-                "shards_scored": len(plan.pending),
-                "stale_outputs_removed": plan.stale,
-                "error_reasons": stats.get("error_reasons", {}),
-                "error_samples": stats.get("error_samples", []),
-                "wall_s": round(wall, 3),
-                "rows_per_s": round(scored / wall, 2) if wall > 0 and scored else 0.0,
-                "steady_rows_per_s": stats.get("steady_rows_per_s"),
-                "outputs": outputs,
-            }
-    finally:
-        if owns_ray:
-            import ray
-
-            ray.shutdown()
+    plans = [incremental.plan_metric(out_fs, config.output, info.spec.label, info.digest, checks) for info in infos]
+    for info, plan in zip(infos, plans):
+        metric_start = time.perf_counter()
+        stats: dict[str, Any] = {"rows_cached": 0, "rows_error": 0, "duplicates_dropped": 0}
+        if plan.pending:
+            session.ensure()
+            stats = _score_pending(config, info, plan, in_fs, out_fs)
+        rows_out, outputs = _verify_outputs(config, info, checks, out_fs)
+        if rows_out != rows_in:
+            raise JobError(f"metric {info.spec.label}: {rows_out} rows out != {rows_in} rows in")
+        for uri in plan.stale:
+            jio.remove(out_fs, uri)
+        rows_reused = sum(check.num_rows for check in plan.reused)
+        pending_rows = sum(check.num_rows for check in plan.pending)
+        wall = time.perf_counter() - metric_start
+        scored = pending_rows - stats["rows_cached"]
+        metrics_report[info.spec.label] = {
+            "metric": info.spec.name,
+            "params": info.params,
+            "signature": info.signature,
+            "signature_digest": info.digest,
+            "rows_in": rows_in,
+            "rows_out": rows_out,
+            "rows_scored": scored,
+            "rows_cached": rows_reused + stats["rows_cached"],
+            "rows_error": _count_errors(out_fs, outputs, stats, plan),
+            "duplicates_dropped": stats["duplicates_dropped"],
+            "shards_reused": len(plan.reused),
+            "shards_scored": len(plan.pending),
+            "stale_outputs_removed": plan.stale,
+            "error_reasons": stats.get("error_reasons", {}),
+            "error_samples": stats.get("error_samples", []),
+            "wall_s": round(wall, 3),
+            "rows_per_s": round(scored / wall, 2) if wall > 0 and scored else 0.0,
+            "steady_rows_per_s": stats.get("steady_rows_per_s"),
+            "outputs": outputs,
+        }
 
     wall = time.perf_counter() - t0
     job_signature = Signature(
