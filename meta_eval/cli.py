@@ -22,6 +22,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--kendall-variant", default="b", choices=["b", "c"])
     parser.add_argument("--pairs", default="given", choices=["given", "ranking"],
                         help="checklist Easy/Hard pairs: stored ones when known, or from the human ranking")
+    parser.add_argument("--easy-pairs", nargs="*", default=None, metavar="SYS_A::SYS_B",
+                        help="given Easy system pairs (overrides stored/ranking pairs), e.g. 'M11::M0'")
+    parser.add_argument("--hard-pairs", nargs="*", default=None, metavar="SYS_A::SYS_B")
     parser.add_argument("--lower-is-better", nargs="*", default=None,
                         help="metric columns where lower is better (default: perplexity)")
     parser.add_argument("--format", default="md", choices=["md", "html", "both"])

@@ -127,3 +127,18 @@ def test_unknown_metric_column_is_a_clear_error(shared_data, tmp_path):
     folder, _, _ = _scores_like_output(shared_data, tmp_path)
     with pytest.raises(KeyError, match="bleurt"):
         job.main(["--scores", str(folder), "--metrics", "bleurt", "--out", str(tmp_path / "o"), "--tasks", "0"])
+
+
+def test_given_pairs_from_the_command_line(shared_data, tmp_path):
+    folder, frame, bad = _scores_like_output(shared_data, tmp_path)
+    out = tmp_path / "pairs"
+    assert job.main(["--scores", str(folder), "--out", str(out), "--resamples", "0", "--tasks", "0",
+                     "--methods", "spearman", "--easy-pairs", "M11::M0", "M9::M23"]) == 0
+    chk = json.loads((out / "results.json").read_text())["groups"][0]["checklist"]
+    assert chk["pairs_from"] == "given" and chk["pairs"]["easy"] == [["M11", "M0"], ["M9", "M23"]]
+    ok = frame.drop(index=sorted(bad))
+    expected = np.mean([stats.ks_2samp(ok.loc[ok.system == a, "bartscore_s_h"],
+                                       ok.loc[ok.system == b, "bartscore_s_h"]).statistic
+                        for a, b in [("M11", "M0"), ("M9", "M23")]])
+    assert chk["system_ks"]["easy"]["bartscore_s_h"] == pytest.approx(expected)
+    _check_pngs(out / "summeval")
