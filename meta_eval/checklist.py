@@ -193,6 +193,7 @@ def run_checklist(table, pairs: str = "given") -> dict:
         if not pl:
             continue
         labels = {c: system_preferences(frame, c, pl, lower[c]) for c in columns}
+        out.setdefault("preference_labels", {})[name] = labels
         out["preference_similarity"][name] = {
             m: {h: mean_preference_similarity(labels[m], labels[h]) for h in table.humans}
             for m in columns}

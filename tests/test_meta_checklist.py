@@ -40,6 +40,15 @@ def test_preference_similarity_easy_pairs_match_notebook(persona_results, metric
         assert round(row[f"human_{aspect}"], 4) == expected
 
 
+def test_system_preference_labels_by_hand(persona, persona_results):
+    means = persona.frame.groupby("system")[["bleu", "perplexity"]].mean()
+    for (a, b), bleu, ppl in zip(persona.easy_pairs, persona_results["preference_labels"]["easy"]["bleu"],
+                                 persona_results["preference_labels"]["easy"]["perplexity"]):
+        assert bleu == ("a<b" if means.loc[a, "bleu"] < means.loc[b, "bleu"] else "b<a")
+        # perplexity: lower is better, so the label follows -perplexity
+        assert ppl == ("a<b" if means.loc[a, "perplexity"] > means.loc[b, "perplexity"] else "b<a")
+
+
 def test_pairs_from_human_ranking_equal_the_notebook_easy_pairs(persona):
     easy, hard = checklist.easy_hard_pairs(persona.frame, persona.humans)
     assert set(easy) == set(persona.easy_pairs)
