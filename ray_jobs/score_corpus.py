@@ -198,10 +198,12 @@ class _RaySession:
         self.config = config
         self.owned = False
         self.ready = False
+        self.local = False  # a local Ray this job started (no cluster, no autoscaler)
 
     def ensure(self) -> None:
         if not self.ready:
             self.owned = _ensure_ray(self.config)
+            self.local = self.owned and not (self.config.ray.address or os.environ.get("RAY_ADDRESS"))
             self.ready = True
 
     def close(self) -> None:
@@ -414,12 +416,16 @@ def _run(config: JobConfig, session: "_RaySession", started_at, t0) -> dict[str,
 
     if config.pool.num_gpus:
         session.ensure()  # the metric is described on a GPU worker
+        if session.local:
+            import ray
+
+            gpus = ray.cluster_resources().get("GPU", 0)
+            if gpus < config.pool.num_gpus:  # a local Ray has no autoscaler: it would wait forever
+                raise ConfigError(f"'pool.num_gpus' is {config.pool.num_gpus} but this local Ray has {gpus:g} GPU(s)")
     infos = [describe_metric(config, spec) for spec in config.metrics]
     in_fs = jio.fsspec_filesystem(config.input, config.s3)
     out_fs = jio.fsspec_filesystem(config.output, config.s3)
     manifest_uri = jio.join(config.output, MANIFEST)
-    if out_fs.exists(jio.fs_path(manifest_uri)):
-        jio.remove(out_fs, manifest_uri)  # no manifest while a run is in progress
 
     shards = jio.list_shards(config.input, in_fs)
     if not shards:
@@ -445,6 +451,8 @@ def _run(config: JobConfig, session: "_RaySession", started_at, t0) -> dict[str,
     ]
 
     rows_in = sum(check.num_rows for check in checks)
+    if out_fs.exists(jio.fs_path(manifest_uri)):
+        jio.remove(out_fs, manifest_uri)  # no manifest while outputs may change
     metrics_report: dict[str, Any] = {}
     plans = [incremental.plan_metric(out_fs, config.output, info.spec.label, info.digest, checks) for info in infos]
     for info, plan in zip(infos, plans):
