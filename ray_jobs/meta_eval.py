@@ -45,6 +45,9 @@ def run(args) -> int:
 
         if not ray.is_initialized():
             os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+            # Ray starts workers at nice 15: CPU-bound bootstrap tasks would lose to any other
+            # process on a shared machine; run them at normal priority unless told otherwise.
+            os.environ.setdefault("RAY_worker_niceness", "0")
             ray.init(include_dashboard=False, log_to_driver=False)
     results = pipeline.run_meta(table, opts)
     paths = report.write_report(results, args.out, args.format)

@@ -258,6 +258,15 @@ class _ShardCollector:
             if len(seen) == check.num_rows and path not in self.committed:
                 self._commit(path, check)
 
+    def commit_empty(self, check: jio.ShardCheck, carried: list[str]) -> None:
+        fields = [("id", pa.string())] + [(c, pa.float64()) for c in self.info.output_columns]
+        fields += [(c, pa.string()) for c in ("error", "warning", "signature", "row_key")]
+        fields += [(c, pa.float64() if c.startswith("human_") else pa.string()) for c in carried]
+        fields += [("_path", pa.string()), ("_cached", pa.bool_())]
+        path = jio.fs_path(check.info.uri)
+        self.parts[path].append(pa.schema(fields).empty_table())
+        self._commit(path, check)
+
     def _commit(self, path: str, check: jio.ShardCheck) -> None:
         table = pa.concat_tables(self.parts.pop(path), promote_options="permissive")
         if set(table.column("id").to_pylist()) != set(check.ids):
@@ -335,27 +344,15 @@ def _score_pending(config: JobConfig, info: MetricInfo, plan: incremental.Metric
     total = sum(check.num_rows for check in plan.pending)
     progress = tqdm(total=total, desc=f"score {info.spec.label}", unit="row", disable=not config.progress, file=sys.stderr)
     collector = _ShardCollector(config, info, plan.pending, out_fs, progress)
-    pool = config.pool
+    for check in plan.pending:
+        if check.num_rows == 0:  # nothing to read: commit an empty output with the full schema
+            collector.commit_empty(check, carried)
+    work = [check for check in plan.pending if check.num_rows]
     started = time.perf_counter()
-    ds = ray.data.read_parquet(
-        [jio.fs_path(check.info.uri) for check in plan.pending],
-        filesystem=jio.arrow_filesystem(config.input, config.s3),
-        include_paths=True,
-    ).select_columns(columns + [PATH_COLUMN])  # projection, pushed down into the Parquet reader
-    ds = ds.repartition(target_num_rows_per_block=config.batch_size)
-    with warnings.catch_warnings():
-        # max_restarts/max_task_retries have no named parameter; Ray Data documents passing
-        # them as extra kwargs, which warns about `ray_remote_args`
-        warnings.simplefilter("ignore")
-        ds = _map_scorer(ds, config, info, missing_by_path, carried, cache_ref)
     first_at = None
     rows_after_first = 0
-    for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-        if first_at is None:
-            first_at = time.perf_counter()
-        else:
-            rows_after_first += batch.num_rows
-        collector.add(batch)
+    if work:
+        first_at, rows_after_first = _stream(config, info, work, columns, missing_by_path, carried, cache_ref, collector)
     ended = time.perf_counter()
     progress.close()
     missing = [
@@ -377,6 +374,34 @@ def _score_pending(config: JobConfig, info: MetricInfo, plan: incremental.Metric
         "pipeline_wall_s": round(wall, 3),
         "steady_rows_per_s": round(rows_after_first / steady_time, 2) if steady_time > 0 else None,
     }
+
+
+def _stream(config, info, work, columns, missing_by_path, carried, cache_ref, collector) -> tuple[float | None, int]:
+    """read_parquet -> repartition -> map_batches(BatchScorer); the driver consumes the scored
+    blocks as they come and hands them to the collector. Returns (time of the first block,
+    rows after it) for the steady-state rate."""
+    import ray.data
+
+    ds = ray.data.read_parquet(
+        [jio.fs_path(check.info.uri) for check in work],
+        filesystem=jio.arrow_filesystem(config.input, config.s3),
+        include_paths=True,
+    ).select_columns(columns + [PATH_COLUMN])  # projection, pushed down into the Parquet reader
+    ds = ds.repartition(target_num_rows_per_block=config.batch_size)
+    with warnings.catch_warnings():
+        # max_restarts/max_task_retries have no named parameter; Ray Data documents passing
+        # them as extra kwargs, which warns about `ray_remote_args`
+        warnings.simplefilter("ignore")
+        ds = _map_scorer(ds, config, info, missing_by_path, carried, cache_ref)
+    first_at = None
+    rows_after_first = 0
+    for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+        if first_at is None:
+            first_at = time.perf_counter()
+        else:
+            rows_after_first += batch.num_rows
+        collector.add(batch)
+    return first_at, rows_after_first
 
 
 def _verify_outputs(config: JobConfig, info: MetricInfo, checks: list[jio.ShardCheck], out_fs) -> tuple[int, list[dict]]:

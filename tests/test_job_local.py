@@ -64,6 +64,8 @@ def test_local_job_matches_in_process_scores(ray_local, tmp_path):
     rows[2]["text"] = "   "
     write_rows(tmp_path / "in" / "nested" / "part-00009.parquet", rows)
     paths.append(tmp_path / "in" / "nested" / "part-00009.parquet")
+    write_rows(tmp_path / "in" / "part-00010-empty.parquet", [])  # an empty shard still gets its (empty) output
+    paths.append(tmp_path / "in" / "part-00010-empty.parquet")
     config = job(tmp_path / "in", tmp_path / "out", [{"name": "text_stats"}, {"name": "slow_length", "class": SLOW}])
 
     manifest = run_job(config)
