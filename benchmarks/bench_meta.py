@@ -7,8 +7,9 @@ of two metrics against one human column over 100k rows. The baseline is the loop
 per resample draw row indices, then `scipy.stats.spearmanr` and `scipy.stats.kendalltau` for metric
 A and for metric B. It draws exactly the same rows as ours (same per-block generators), so the
 numbers must agree; it is timed on `--baseline-resamples` resamples and extrapolated linearly to
-all resamples (stated in the table). Rounds of ours and of the baseline alternate so that load
-changes on the shared machine affect both. Ray start-up is timed separately and not counted.
+all resamples (stated in the table). Ray start-up (ray.init and starting the task workers) is
+timed separately and not counted. Rounds of ours and of the baseline alternate so that load
+changes on the shared machine affect both.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--baseline-resamples", type=int, default=100)
-    parser.add_argument("--tasks", type=int, default=4)
+    parser.add_argument("--tasks", type=int, default=2, help="Ray tasks (2 on 2 cores; 4 x 0.5 CPU thrash the caches, measured)")
     parser.add_argument("--num-cpus", type=float, default=0.5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds of ours and baseline")
@@ -70,6 +71,9 @@ def main(argv=None) -> int:
     threadpool_limits(limits=1, user_api="blas")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # Ray starts its workers at nice 15; on this shared machine they would then lose the CPU to
+    # every normal-priority process, the baseline included. Same priority on both sides.
+    os.environ.setdefault("RAY_worker_niceness", "0")
     import ray
 
     metrics, human = make_data(args.rows, args.seed)
@@ -96,39 +100,38 @@ def main(argv=None) -> int:
         for m in methods:
             diff = max(diff, float(np.max(np.abs(part[m] - ours_part[m][offset:offset + sub[0][1]]))))
 
-    # Phase A, one process: ours and the baseline alternate on the same resamples.
-    local_time, local_count = 0.0, 0
-    for round_ids in tqdm(rounds, desc="one process"):
-        first = blocks[round_ids[0]]
-        sub = [(first[0], min(first[1], per_round))]
-        t0 = time.perf_counter()
-        part = bootstrap.run_blocks(prep, args.seed, sub)
-        local_time += time.perf_counter() - t0
-        local_count += sub[0][1]
-        baseline_round([first], part, 0)
-    local_per = local_time / local_count
-    base_per_a = base_measured / base_count
-
-    # Phase B, Ray: all resamples as tasks, rounds alternating with baseline samples so load
-    # changes on this shared machine hit both alike.
     t0 = time.perf_counter()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=1 << 30)
-    ray_start = time.perf_counter() - t0
     prep_ref = ray.put(prep)
-    ours_time = prep_time
+    # start the task workers (process start + imports), as a long-running cluster would have them
+    bootstrap.distribute(prep_ref, args.seed, [(0, 1)] * args.tasks, args.tasks, args.num_cpus, methods=methods)
+    ray_start = time.perf_counter() - t0
+
+    # Each round: ours with Ray on a quarter of all resamples, then ours in one process and the
+    # baseline on the first resamples of that quarter, so load changes on this shared machine hit
+    # all three alike.
+    ours_time, local_time, local_count = prep_time, 0.0, 0
     ours_parts = []
-    for round_ids in tqdm(rounds, desc="ray rounds"):
+    diff_local = 0.0
+    for round_ids in tqdm(rounds, desc="rounds"):
         round_blocks = [blocks[i] for i in round_ids]
         t0 = time.perf_counter()
         part = bootstrap.distribute(prep_ref, args.seed, round_blocks, args.tasks, args.num_cpus, methods=methods)
         ours_time += time.perf_counter() - t0
         ours_parts.append(part)
+        first = round_blocks[0]
+        sub = [(first[0], min(first[1], per_round))]
+        t0 = time.perf_counter()
+        local = bootstrap.run_blocks(prep, args.seed, sub)
+        local_time += time.perf_counter() - t0
+        local_count += sub[0][1]
+        for m in methods:
+            diff_local = max(diff_local, float(np.max(np.abs(local[m] - part[m][: sub[0][1]]))))
         baseline_round(round_blocks, part, 0)
     ray.shutdown()
-    ours = {m: np.concatenate([p[m] for p in ours_parts]) for m in methods}
+    local_per = local_time / local_count
+    base_per_a = base_measured / base_count
     base_time = base_measured / base_count * args.resamples
-    local = bootstrap.run_blocks(prep, args.seed, blocks[:1])
-    diff_local = max(float(np.max(np.abs(local[m] - ours[m][: len(local[m])]))) for m in methods)
     load_end = os.getloadavg()[0]
     k = base_count
     local_time = local_per * args.resamples
@@ -137,7 +140,8 @@ def main(argv=None) -> int:
         ("workload", f"{args.rows:,} rows, {args.resamples:,} paired resamples, Spearman + Kendall tau-b, "
                      "2 metrics vs 1 human (13 rating levels)"),
         ("machine", f"{os.cpu_count()} CPUs ({platform.machine()}), load average {load_start:.1f} at start, "
-                    f"{load_end:.1f} at end (shared machine); one BLAS thread on both sides"),
+                    f"{load_end:.1f} at end (shared machine); one BLAS thread on both sides; "
+                    f"Ray worker niceness {os.environ['RAY_worker_niceness']}"),
         ("baseline: per-resample scipy loop", f"{base_measured:.1f} s measured on {k} resamples (alternating "
                                              "with ours) -> "
                                              f"**{base_time:.1f} s** for {args.resamples} (linear extrapolation)"),
@@ -146,7 +150,7 @@ def main(argv=None) -> int:
                                        f"vs ours {local_per * 1000:.0f} ms)"),
         (f"ours, {args.tasks} Ray tasks x {args.num_cpus} CPU on 2 CPUs", f"**{ours_time:.1f} s** measured "
                                                                           f"for all {args.resamples}, incl. {prep_time:.2f} s setup "
-                                                                          f"(+{ray_start:.1f} s ray.init, not counted)"),
+                                                                          f"(+{ray_start:.1f} s ray.init and worker start-up, not counted)"),
         ("speed-up vs baseline", f"**{base_time / ours_time:.1f}x** (one process: {base_time / local_time:.1f}x)"),
         ("max abs difference vs baseline (same resamples)", f"{diff:.1e}"),
         ("max abs difference Ray vs one process", f"{diff_local:.1e}"),
