@@ -21,7 +21,9 @@ def _arrays(frame):
     return frame[[A, B]].to_numpy(float), frame[H].to_numpy(float)
 
 
-def test_sample_level_resamples_equal_scipy_on_the_same_rows(summeval):
+@pytest.mark.parametrize("batch_rows", [bootstrap.BATCH_ROWS, 0], ids=["batched", "per-resample"])
+def test_sample_level_resamples_equal_scipy_on_the_same_rows(summeval, monkeypatch, batch_rows):
+    monkeypatch.setattr(bootstrap, "BATCH_ROWS", batch_rows)
     metrics, human = _arrays(summeval)
     prep = bootstrap.prepare(metrics, human, "sample", ("pearson", "spearman", "kendall"))
     got = bootstrap.run_blocks(prep, seed=3, blocks=[(2, 4)])
