@@ -142,3 +142,40 @@ def test_given_pairs_from_the_command_line(shared_data, tmp_path):
                         for a, b in [("M11", "M0"), ("M9", "M23")]])
     assert chk["system_ks"]["easy"]["bartscore_s_h"] == pytest.approx(expected)
     _check_pngs(out / "summeval")
+
+
+def test_report_from_demo_like_layout(shared_data, tmp_path):
+    """`<out>/<metric>/<shard>.parquet` per metric run, two datasets, errors in one run only."""
+    summ = pd.read_parquet(shared_data / "corpora" / "summeval.parquet").iloc[:320]
+    ctrl = pd.read_parquet(shared_data / "corpora" / "ctrleval_senti.parquet")
+    carried = ["id", "dataset", "system", "doc_id"]
+    root = tmp_path / "demo"
+    for name, frame in (("summeval", summ), ("ctrleval_senti", ctrl)):
+        humans = [c for c in frame.columns if c.startswith("human_")]
+        words = frame[carried + humans].assign(text_stats_words=frame["text"].str.split().str.len().astype(float),
+                                               error=None, warning=None, signature="metric:text_stats|v:1",
+                                               row_key="k")
+        chars = frame[carried + humans].assign(chars=frame["text"].str.len().astype(float),
+                                               error=None, warning=None, signature="metric:chars|v:1", row_key="k")
+        if name == "ctrleval_senti":  # this run fails on every ctrleval row (like BARTScore without a source)
+            chars = chars.assign(chars=np.nan, error="KeyError: source")
+        for run, table in (("text_stats", words), ("chars", chars)):
+            (root / run).mkdir(parents=True, exist_ok=True)
+            table.to_parquet(root / run / f"{name}-00000.parquet", index=False)
+    out = tmp_path / "out"
+    assert job.main(["--scores", str(root), "--out", str(out), "--resamples", "20", "--tasks", "0",
+                     "--methods", "kendall"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["input"]["rows_in"] == len(summ) + len(ctrl)
+    assert results["input"]["rows_error"] == len(ctrl)
+    groups = {g["name"]: g for g in results["groups"]}
+    assert set(groups) == {"summeval", "ctrleval-senti"}
+    assert groups["ctrleval-senti"]["metrics"] == ["text_stats_words"]  # chars errored everywhere there
+    assert set(groups["summeval"]["metrics"]) == {"text_stats_words", "chars"}
+    value = {(r["metric"], r["human"], r["level"]): r["value"] for r in groups["ctrleval-senti"]["correlations"]}
+    expected = stats.kendalltau(ctrl["text"].str.split().str.len(), ctrl["human_coherence"]).statistic
+    assert value[("text_stats_words", "human_coherence", "sample")] == pytest.approx(expected)
+    transfer = results["transfer"]["human_coherence"]
+    assert transfer["columns"] == ["ctrleval-senti", "summeval"]
+    for folder in ("summeval", "ctrleval-senti"):
+        _check_pngs(out / folder)
