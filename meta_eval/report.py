@@ -59,7 +59,26 @@ def plot_correlations(results: dict, path: pathlib.Path) -> str:
     fig, ax = plt.subplots(figsize=FIGSIZE)
     sig = results.get("significance") or []
     if not sig:
-        _empty(ax, "no bootstrap intervals (no metric or resamples = 0)")
+        rows = [r for r in results.get("correlations") or [] if r["level"] == "sample"]
+        if not rows:
+            _empty(ax, "no correlations (no metric or no human column)")
+            return _save(fig, path)
+        method = "spearman" if any(r["method"] == "spearman" for r in rows) else rows[0]["method"]
+        rows = [r for r in rows if r["method"] == method]
+        metrics = list(dict.fromkeys(r["metric"] for r in rows))[:MAX_ROWS]
+        humans = list(dict.fromkeys(r["human"] for r in rows))
+        width = 0.8 / max(len(humans), 1)
+        for k, human in enumerate(humans):
+            vals = {r["metric"]: r["value"] for r in rows if r["human"] == human}
+            ax.plot([np.nan if vals.get(m) is None else vals[m] for m in metrics],
+                    np.arange(len(metrics)) + (k - (len(humans) - 1) / 2) * width, "o", ms=3,
+                    label=_short(human))
+        ax.set_yticks(np.arange(len(metrics)), [_short(m) for m in metrics], fontsize=_fontsize(len(metrics)))
+        ax.axvline(0, color="grey", lw=0.8)
+        ax.set_xlabel(f"{method} correlation (sample level); no bootstrap intervals (resamples = 0)")
+        ax.legend(fontsize=7, loc="best")
+        ax.set_title("Metric-human correlation")
+        fig.subplots_adjust(left=0.2, right=0.98, top=0.93, bottom=0.1)
         return _save(fig, path)
     level = sig[0]["level"]
     blocks = [s for s in sig if s["level"] == level]
