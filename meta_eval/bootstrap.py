@@ -17,6 +17,11 @@ then metric) with dense integer ranks; `np.repeat(arange(n), counts[order])` lis
 already sorted, which makes scipy's `rankdata` (Spearman) and `kendalltau` sorts cheap. Ranks
 preserve order and ties, so Spearman and Kendall values equal scipy on the raw floats.
 Scipy does every statistic: `rankdata`, `pearsonr`, `kendalltau`.
+
+Why not `scipy.stats.bootstrap`: it draws its resamples internally in one process, so its chunks
+cannot be spread over Ray tasks with results that are identical for any number of tasks, and
+the per-resample distributions every paired comparison needs are not returned. Percentile
+intervals and the smoothed p-value are computed here from the shared distribution instead.
 """
 
 from __future__ import annotations
