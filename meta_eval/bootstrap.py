@@ -18,10 +18,10 @@ already sorted, which makes scipy's `rankdata` (Spearman) and `kendalltau` sorts
 preserve order and ties, so Spearman and Kendall values equal scipy on the raw floats.
 Scipy does every statistic: `rankdata`, `pearsonr`, `kendalltau`.
 
-Why not `scipy.stats.bootstrap`: it draws its resamples internally in one process, so its chunks
-cannot be spread over Ray tasks with results that are identical for any number of tasks, and
-the per-resample distributions every paired comparison needs are not returned. Percentile
-intervals and the smoothed p-value are computed here from the shared distribution instead.
+Why not `scipy.stats.bootstrap`: it draws all resamples from one generator inside one call, so
+its work cannot be split into Ray tasks whose union is identical for any number of tasks, and it
+would redraw resamples for every statistic, while the pairwise comparisons of M metrics need one
+shared set. Percentile intervals and the smoothed p-value are computed from that shared set.
 """
 
 from __future__ import annotations
