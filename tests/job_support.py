@@ -7,17 +7,19 @@ from __future__ import annotations
 import os
 import pathlib
 import random
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from scoring.metric import RowError, RowMetric
+from scoring.metric import RowMetric
 from scoring.signature import Signature
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -189,6 +191,8 @@ def stop_group(process: subprocess.Popen, marker: str | None = None, grace: floa
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        if marker.startswith(tempfile.gettempdir() + "/"):
+            shutil.rmtree(marker, ignore_errors=True)  # the cluster's own temp dir
 
 
 def run_on_local_cluster(config_path: str, temp_dir: str, nodes: int = 2, cpus_per_node: int = 1) -> None:
