@@ -235,9 +235,15 @@ def parse_config(data: Any, base_dir: str | pathlib.Path | None = None) -> JobCo
             path = pathlib.Path(base_dir) / path
         return str(path.resolve())
 
+    input_location = resolve(data["input"], "input")
+    output_location = resolve(data["output"], "output")
+    if output_location == input_location or output_location.startswith(input_location.rstrip("/") + "/"):
+        raise ConfigError(
+            f"'output' {output_location!r} is inside 'input' {input_location!r}: its Parquet files would be read as input shards"
+        )
     return JobConfig(
-        input=resolve(data["input"], "input"),
-        output=resolve(data["output"], "output"),
+        input=input_location,
+        output=output_location,
         metrics=metrics,
         dtype=dtype,
         token_budget=data.get("token_budget"),

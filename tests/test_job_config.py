@@ -52,6 +52,8 @@ def test_minimal_config_defaults():
         (config_with(input="gs://bucket/x"), "only local paths and s3://"),
         (config_with(input="s3://"), "must name a bucket"),
         (config_with(skip_bad_shards="yes"), "'skip_bad_shards' must be bool"),
+        (config_with(output="data/sample/scores"), "is inside 'input'"),
+        (config_with(input="s3://b/dump", output="s3://b/dump/scores"), "is inside 'input'"),
     ],
 )
 def test_bad_configs_name_the_key(data, message):
