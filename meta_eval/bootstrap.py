@@ -11,10 +11,10 @@ Determinism: resamples come in blocks of `BLOCK_SIZE`; block k draws from
 Ray tasks: 1 task and 4 tasks give identical numbers. All metrics share the same resamples, so
 any two columns of the result form a paired comparison.
 
-Speed (sample level): a resample is stored as per-row counts, so the resampled rows can be listed
-in any order. Each metric keeps two fixed row orders (sorted by metric then human, and by human
-then metric) with dense integer ranks; `np.repeat(arange(n), counts[order])` lists the resample
-already sorted, which makes scipy's `rankdata` (Spearman) and `kendalltau` sorts cheap. Ranks
+Speed (sample level): a correlation does not depend on the order of the resampled rows. Each
+metric keeps two fixed row orders (sorted by metric then human, and by human then metric) with
+dense integer ranks; sorting the layout positions of a resample's draws lists it already sorted,
+which makes scipy's `rankdata` (Spearman) and `kendalltau` sorts cheap. Ranks
 preserve order and ties, so Spearman and Kendall values equal scipy on the raw floats.
 Scipy does every statistic: `rankdata`, `pearsonr`, `kendalltau`.
 
@@ -44,13 +44,19 @@ def block_rng(seed: int, block: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(block,)))
 
 
+def block_draws(n_units: int, seed: int, block: int, size: int) -> np.ndarray:
+    """(size, n_units) unit indices drawn with replacement for each resample of the block."""
+    rng = block_rng(seed, block)
+    dtype = np.int32 if n_units < 2**31 - 1 else np.intp
+    return np.stack([rng.integers(0, n_units, n_units).astype(dtype) for _ in range(size)]) if size else \
+        np.empty((0, n_units), dtype=dtype)
+
+
 def block_counts(n_units: int, seed: int, block: int, size: int) -> np.ndarray:
     """(size, n_units) multiplicities of the units drawn in each resample of the block."""
-    rng = block_rng(seed, block)
-    out = np.empty((size, n_units), dtype=np.int64)
-    for r in range(size):
-        out[r] = np.bincount(rng.integers(0, n_units, n_units), minlength=n_units)
-    return out
+    draws = block_draws(n_units, seed, block, size)
+    return np.stack([np.bincount(d, minlength=n_units) for d in draws]) if size else \
+        np.empty((0, n_units), dtype=np.int64)
 
 
 def plan_blocks(n_resamples: int) -> list[tuple[int, int]]:
@@ -70,6 +76,13 @@ def _dense(values: np.ndarray) -> np.ndarray:
     return ranks.astype(np.intp)
 
 
+def _positions(order: np.ndarray) -> np.ndarray:
+    """Inverse permutation: where each row sits in the layout `order`."""
+    pos = np.empty(len(order), dtype=np.int32 if len(order) < 2**31 - 1 else np.intp)
+    pos[order] = np.arange(len(order))
+    return pos
+
+
 @dataclass
 class Prepared:
     """Everything a resample needs, built once on the driver and shared with the tasks."""
@@ -80,8 +93,9 @@ class Prepared:
     n_units: int
     n_metrics: int
     raw: np.ndarray | None = None  # (n, M + 1) sample level, human last
-    by_metric: list = field(default_factory=list)  # spearman layout per metric: (order, m ranks, h ranks)
-    by_human: list = field(default_factory=list)  # kendall layout per metric: (order, m ranks, h ranks)
+    # per metric: (position of each row in the layout, m ranks, h ranks in layout order)
+    by_metric: list = field(default_factory=list)  # Spearman layout: sorted by metric, then human
+    by_human: list = field(default_factory=list)  # Kendall layout: sorted by human, then metric
     doc_corr: dict = field(default_factory=dict)  # document level: method -> (D, M) per-doc correlations
     sums: np.ndarray | None = None  # system level: (D, K, M + 1) sums per (doc, system)
     counts: np.ndarray | None = None  # system level: (D, K) rows per (doc, system)
@@ -115,10 +129,10 @@ def prepare(metrics: np.ndarray, human: np.ndarray, level: str = "sample", metho
             m_dense = _dense(col)
             if "spearman" in methods:
                 order = np.lexsort((human, col))
-                prep.by_metric.append((order, m_dense[order], h_dense[order]))
+                prep.by_metric.append((_positions(order), m_dense[order], h_dense[order]))
             if "kendall" in methods:
                 order = np.lexsort((col, human))
-                prep.by_human.append((order, m_dense[order], h_dense[order]))
+                prep.by_human.append((_positions(order), m_dense[order], h_dense[order]))
         return prep
     if doc is None:
         raise ValueError(f"level {level!r} resamples documents: a doc_id column is required")
@@ -151,47 +165,46 @@ def prepare(metrics: np.ndarray, human: np.ndarray, level: str = "sample", metho
 BATCH_ROWS = 20_000  # up to this many rows, Pearson/Spearman run batched over a whole block
 
 
-def _batched_sample_block(prep: Prepared, counts: np.ndarray, out: dict, base: np.ndarray) -> None:
+def _batched_sample_block(prep: Prepared, draws: np.ndarray, out: dict) -> None:
     """Pearson / Spearman for all resamples of a block at once: (block, n) arrays through
     `scipy.stats.rankdata(axis=1)` and `scipy.stats.pearsonr(axis=1)` (cheap for small n)."""
     if "pearson" in prep.methods:
-        rows = np.stack([np.repeat(base, c) for c in counts])
-        human = prep.raw[:, -1][rows]
+        human = prep.raw[:, -1][draws]
         for j in range(prep.n_metrics):
-            out["pearson"][:, j] = stats.pearsonr(prep.raw[:, j][rows], human, axis=1).statistic
+            out["pearson"][:, j] = stats.pearsonr(prep.raw[:, j][draws], human, axis=1).statistic
     if "spearman" in prep.methods:
-        for j, (order, m_rank, h_rank) in enumerate(prep.by_metric):
-            rows = np.stack([np.repeat(base, c[order]) for c in counts])
+        for j, (pos, m_rank, h_rank) in enumerate(prep.by_metric):
+            rows = np.sort(pos[draws], axis=1)
             x = stats.rankdata(m_rank[rows], axis=1)
             y = stats.rankdata(h_rank[rows], axis=1)
             out["spearman"][:, j] = stats.pearsonr(x, y, axis=1).statistic
 
 
-def _sample_block(prep: Prepared, counts: np.ndarray) -> dict[str, np.ndarray]:
-    size = counts.shape[0]
+def _sample_block(prep: Prepared, draws: np.ndarray) -> dict[str, np.ndarray]:
+    """Resampled correlations; a resample's rows in a layout = sorted layout positions of its
+    draws, so the metric (Spearman layout) or the human column (Kendall layout) comes sorted."""
+    size = draws.shape[0]
     out = {method: np.full((size, prep.n_metrics), np.nan) for method in prep.methods}
-    base = np.arange(prep.n_units, dtype=np.int32 if prep.n_units < 2**31 - 1 else np.intp)
     batched = prep.n_units <= BATCH_ROWS
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if batched:
-            _batched_sample_block(prep, counts, out, base)
+            _batched_sample_block(prep, draws, out)
         for r in range(size):
-            c = counts[r]
+            draw = draws[r]
             if "pearson" in prep.methods and not batched:
-                rows = np.repeat(base, c)
-                sample = prep.raw[rows]
+                sample = prep.raw[draw]
                 for j in range(prep.n_metrics):
                     out["pearson"][r, j] = stats.pearsonr(sample[:, j], sample[:, -1]).statistic
             if "spearman" in prep.methods and not batched:
-                for j, (order, m_rank, h_rank) in enumerate(prep.by_metric):
-                    rows = np.repeat(base, c[order])
+                for j, (pos, m_rank, h_rank) in enumerate(prep.by_metric):
+                    rows = np.sort(pos[draw])
                     x = stats.rankdata(m_rank[rows])
                     y = stats.rankdata(h_rank[rows])
                     out["spearman"][r, j] = stats.pearsonr(x, y).statistic
             if "kendall" in prep.methods:
-                for j, (order, m_rank, h_rank) in enumerate(prep.by_human):
-                    rows = np.repeat(base, c[order])
+                for j, (pos, m_rank, h_rank) in enumerate(prep.by_human):
+                    rows = np.sort(pos[draw])
                     out["kendall"][r, j] = stats.kendalltau(m_rank[rows], h_rank[rows],
                                                             variant=prep.variant).statistic
     return out
@@ -232,7 +245,8 @@ def run_blocks(prep: Prepared, seed: int, blocks: list[tuple[int, int]]) -> dict
     # one BLAS thread: the 100k-long dot products inside pearsonr run 10-100x slower when a
     # multi-threaded OpenBLAS competes for the cores with other tasks (measured on this machine)
     with threadpool_limits(limits=1, user_api="blas"):
-        parts = [block_fn(prep, block_counts(prep.n_units, seed, k, size)) for k, size in blocks]
+        draw_fn = block_draws if prep.level == "sample" else block_counts
+        parts = [block_fn(prep, draw_fn(prep.n_units, seed, k, size)) for k, size in blocks]
     if not parts:
         return {method: np.empty((0, prep.n_metrics)) for method in prep.methods}
     return {method: np.concatenate([p[method] for p in parts]) for method in prep.methods}
