@@ -62,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     for label, report in manifest["metrics"].items():
         print(f"  {label:<11} {report['rows_out']:>4} rows, {report['rows_error']:>3} with an error, "
               f"signature {report['signature'][:90]}")
+    print("errors are rows a metric cannot read (e.g. SummEval rows have no CTRLEval prefix, CTRLEval rows no "
+          "BARTScore source); they stay in the output with their reason in the `error` column.")
     print(f"manifest: {manifest['manifest']}")
     print("run `make demo` again: every shard is reused and nothing is scored twice.")
     return 0
