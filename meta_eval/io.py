@@ -173,8 +173,8 @@ def _check_columns(frame: pd.DataFrame, columns: list[str], source: str) -> None
             raise KeyError(f"{source}: column {col!r} not found (have: {', '.join(map(str, frame.columns))})")
         if not pd.api.types.is_numeric_dtype(frame[col]):
             bad = frame[col][pd.to_numeric(frame[col], errors="coerce").isna() & frame[col].notna()]
-            row = bad.index[0] if len(bad) else "?"
-            raise ValueError(f"{source}: column {col!r} is not numeric (row {row}: {frame[col].iloc[0]!r})")
+            where = f"row {bad.index[0]}: {bad.iloc[0]!r}" if len(bad) else f"dtype {frame[col].dtype}"
+            raise ValueError(f"{source}: column {col!r} is not numeric ({where})")
 
 
 def read_checklist_csv(path: str | pathlib.Path, metrics: list[str] | None = None) -> Table:

@@ -94,3 +94,12 @@ def test_read_scores_from_s3_prefix(monkeypatch):
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=10)
+
+
+def test_non_numeric_score_column_names_file_row_and_value(tmp_path):
+    first, _ = _shards()
+    first["m"] = first["m"].astype(str)
+    first.loc[3, "m"] = "n/a"
+    first.to_parquet(tmp_path / "a.parquet")
+    with pytest.raises(ValueError, match=r"'m' is not numeric \(row 3: 'n/a'\)"):
+        read_scores(str(tmp_path), metrics=["m"])
