@@ -123,7 +123,9 @@ def _read_parquet_files(path: str) -> tuple[pd.DataFrame, dict]:
         error = frame["error"].notna() if "error" in frame else pd.Series(False, index=frame.index)
         scores = frame[list(score_cols)].copy()
         numeric = [c for c in score_cols if pd.api.types.is_numeric_dtype(scores[c])]
-        scores.loc[error, numeric] = np.nan
+        if numeric and error.any():
+            for col in numeric:
+                scores[col] = scores[col].astype(float).where(~error, np.nan)
         score_parts.append(scores)
         carried_parts.append(frame[[c for c in frame.columns if c not in score_cols
                                     and c not in ("error", "warning", "signature", "row_key")]])
