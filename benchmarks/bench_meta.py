@@ -101,7 +101,8 @@ def main(argv=None) -> int:
             diff = max(diff, float(np.max(np.abs(part[m] - ours_part[m][offset:offset + sub[0][1]]))))
 
     t0 = time.perf_counter()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=1 << 30)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             object_store_memory=1 << 30)
     prep_ref = ray.put(prep)
     # start the task workers (process start + imports), as a long-running cluster would have them
     bootstrap.distribute(prep_ref, args.seed, [(0, 1)] * args.tasks, args.tasks, args.num_cpus, methods=methods)

@@ -270,6 +270,21 @@ def bootstrap_distribution(prep: Prepared, n_resamples: int = 1000, seed: int = 
     return distribute(prep, seed, blocks, tasks, num_cpus)
 
 
+def ensure_ray() -> None:
+    """Connect to RAY_ADDRESS when set, else start a private local Ray (never silently join a
+    cluster someone else started on this machine). Workers of a new local Ray run at normal
+    priority: Ray's default niceness 15 starves CPU-bound tasks on a shared machine."""
+    import os
+
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_worker_niceness", "0")
+    ray.init(address=os.environ.get("RAY_ADDRESS") or "local", include_dashboard=False, log_to_driver=False)
+
+
 def distribute(prep, seed: int, blocks: list[tuple[int, int]], tasks: int, num_cpus: float = 0.5,
                methods=None) -> dict[str, np.ndarray]:
     """Run `blocks` as `tasks` Ray tasks (contiguous runs of blocks), results in block order.
@@ -278,8 +293,7 @@ def distribute(prep, seed: int, blocks: list[tuple[int, int]], tasks: int, num_c
     """
     import ray
 
-    if not ray.is_initialized():
-        ray.init(include_dashboard=False, log_to_driver=False)
+    ensure_ray()
     if isinstance(prep, Prepared):
         methods = prep.methods
         prep = ray.put(prep)

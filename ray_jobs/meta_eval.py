@@ -8,7 +8,6 @@ results.json + report.md/html + PNG plots (see meta_eval.report).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
@@ -41,14 +40,9 @@ def run(args) -> int:
                             boot_method=args.boot_method, resamples=args.resamples, seed=args.seed,
                             tasks=args.tasks, num_cpus=args.num_cpus, pairs=pairs)
     if args.tasks > 0 and args.resamples > 0:
-        import ray
+        from meta_eval.bootstrap import ensure_ray
 
-        if not ray.is_initialized():
-            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-            # Ray starts workers at nice 15: CPU-bound bootstrap tasks would lose to any other
-            # process on a shared machine; run them at normal priority unless told otherwise.
-            os.environ.setdefault("RAY_worker_niceness", "0")
-            ray.init(include_dashboard=False, log_to_driver=False)
+        ensure_ray()
     results = pipeline.run_meta(table, opts)
     paths = report.write_report(results, args.out, args.format)
     print(f"meta-eval: {table.n_input_rows} rows ({table.n_error_rows} with an error in some metric run), "
