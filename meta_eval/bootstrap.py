@@ -159,7 +159,24 @@ def prepare(metrics: np.ndarray, human: np.ndarray, level: str = "sample", metho
         counts = np.zeros((len(docs), len(systems)))
         np.add.at(counts, (doc_codes, sys_codes), 1.0)
         return Prepared(level, methods, variant, len(docs), m, sums=sums, counts=counts)
+    if level == "darr":
+        return _prepare_darr(metrics, human, doc_codes, len(docs), methods, variant)
     raise ValueError(f"unknown level {level!r}")
+
+
+def _prepare_darr(metrics, better, pair_codes, n_pairs, methods, variant) -> Prepared:
+    """WMT DARR: one unit per better/worse pair; +1 if score(better) > score(worse), else -1
+    (a tie is discordant), so a resample's Kendall-like tau is the count-weighted mean sign."""
+    if not np.isin(better, (0.0, 1.0)).all():
+        raise ValueError("DARR level needs a 0/1 better column")
+    scores = np.full((n_pairs, 2, metrics.shape[1]), np.nan)
+    scores[pair_codes, better.astype(int)] = metrics
+    complete = np.isfinite(scores).all(axis=(1, 2))  # pairs with both sides scored
+    if not complete.any():
+        raise ValueError("DARR level needs one better (1) and one worse (0) row per pair")
+    scores = scores[complete]
+    signs = np.where(scores[:, 1] > scores[:, 0], 1.0, -1.0)
+    return Prepared("darr", methods, variant, len(signs), metrics.shape[1], doc_corr={"darr": signs})
 
 
 BATCH_ROWS = 20_000  # up to this many rows, Pearson/Spearman run batched over a whole block
@@ -222,6 +239,13 @@ def _document_block(prep: Prepared, counts: np.ndarray) -> dict[str, np.ndarray]
     return out
 
 
+def _darr_block(prep: Prepared, counts: np.ndarray) -> dict[str, np.ndarray]:
+    """(Concordant - Discordant) / (Concordant + Discordant) on each resample of pairs."""
+    weights = counts.astype(float)
+    tau = weights @ prep.doc_corr["darr"] / weights.sum(axis=1, keepdims=True)
+    return {method: tau for method in prep.methods}
+
+
 def _system_block(prep: Prepared, counts: np.ndarray) -> dict[str, np.ndarray]:
     weights = counts.astype(float)
     sums = np.einsum("rd,dkc->rkc", weights, prep.sums)
@@ -241,7 +265,8 @@ def run_blocks(prep: Prepared, seed: int, blocks: list[tuple[int, int]]) -> dict
     """Correlations (resamples, metrics) per method for the listed blocks, in block order."""
     from threadpoolctl import threadpool_limits
 
-    block_fn = {"sample": _sample_block, "document": _document_block, "system": _system_block}[prep.level]
+    block_fn = {"sample": _sample_block, "document": _document_block, "system": _system_block,
+                "darr": _darr_block}[prep.level]
     # one BLAS thread: the 100k-long dot products inside pearsonr run 10-100x slower when a
     # multi-threaded OpenBLAS competes for the cores with other tasks (measured on this machine)
     with threadpool_limits(limits=1, user_api="blas"):
@@ -333,6 +358,11 @@ def point_estimates(metrics: np.ndarray, human: np.ndarray, level: str, method: 
         metrics = metrics[:, None]
     frame = pd.DataFrame({f"m{j}": metrics[:, j] for j in range(metrics.shape[1])})
     frame["h"] = human
+    if level == "darr":
+        from meta_eval.correlation import darr_kendall
+
+        frame["doc_id"] = np.asarray(doc)
+        return np.array([darr_kendall(frame, f"m{j}", "h")["value"] for j in range(metrics.shape[1])])
     if doc is not None:
         frame["doc_id"] = np.asarray(doc)
     if system is not None:
@@ -362,5 +392,5 @@ def signature(level, methods, variant, n_resamples, seed, n_units):
     return Signature("paired-bootstrap", VERSION, {
         "level": level, "methods": list(methods), "kendall_variant": f"tau-{variant}",
         "resamples": n_resamples, "seed": seed, "block_size": BLOCK_SIZE, "units": n_units,
-        "unit": "row" if level == "sample" else "document", "p": "(c+1)/(N+1), c=#(diff<=0)",
+        "unit": {"sample": "row", "darr": "better/worse pair"}.get(level, "document"), "p": "(c+1)/(N+1), c=#(diff<=0)",
         "ci": "percentile 95%", **library_versions("scipy", "numpy")})

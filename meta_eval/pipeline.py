@@ -73,7 +73,7 @@ def significance(table: Table, human: str, level: str, opts: Options) -> dict:
     keep = finite_mask(frame, metrics + [human])
     sub = frame.loc[keep]
     doc = sub["doc_id"].to_numpy() if level != "sample" else None
-    system = sub["system"].to_numpy() if level != "sample" else None
+    system = sub["system"].to_numpy() if level in ("document", "system") else None
     values = sub[metrics].to_numpy(dtype=float, copy=True)
     # orient lower-is-better metrics (e.g. perplexity) so "higher correlation" means "better" for all
     oriented = [m for m in metrics if m in table.lower_is_better]
@@ -127,7 +127,10 @@ def analyse_group(table: Table, name: str, opts: Options, progress: bool = True)
                                                                opts.variant)}
     if "human_darr_better" in frame:
         out["darr"] = {m: correlation.darr_kendall(frame, m) for m in metrics}
-    out["significance"] = []
+        if metrics and opts.resamples > 0:
+            darr_opts = Options(**{**asdict(opts), "boot_method": "darr"})
+            out["significance"] = [significance(group_table, "human_darr_better", "darr", darr_opts)]
+    out.setdefault("significance", [])
     jobs = [(h, lvl) for lvl in opts.boot_levels if _level_applies(group_table, lvl) for h in humans]
     if metrics and opts.resamples > 0 and jobs:
         iterator = jobs

@@ -118,3 +118,25 @@ def test_same_answer_with_1_and_4_ray_tasks(ray_local, summeval, level):
     other_seed = bootstrap.paired_bootstrap(metrics[:, 0], metrics[:, 1], human, tasks=0,
                                             **{**kwargs, "seed": 43})
     assert other_seed["results"]["spearman"]["ci_diff"] != one["results"]["spearman"]["ci_diff"]
+
+
+def test_darr_pairs_bootstrap_by_hand(shared_data):
+    frame = pd.read_parquet(shared_data / "corpora" / "wmt19_darr_kk_en.parquet")
+    words = frame["text"].str.split().str.len().to_numpy(float)
+    chars = frame["text"].str.len().to_numpy(float)
+    metrics = np.column_stack([words, chars])
+    better = frame["human_darr_better"].to_numpy(float)
+    res = bootstrap.paired_bootstrap(words, chars, better, level="darr", methods=("darr",),
+                                     doc=frame["doc_id"].to_numpy(), n_resamples=30, seed=4)["results"]["darr"]
+    table = pd.DataFrame({"pair": frame["doc_id"], "better": better, "w": words, "c": chars})
+    wide = table.pivot(index="pair", columns="better")  # pairs sorted like pandas.factorize(sort=True)
+    signs = {name: np.where(wide[(name, 1.0)] > wide[(name, 0.0)], 1, -1) for name in ("w", "c")}
+    assert res["corr_a"] == pytest.approx(signs["w"].mean())
+    assert res["corr_b"] == pytest.approx(signs["c"].mean())
+    counts = bootstrap.block_counts(len(wide), 4, 0, 25)
+    dist = bootstrap.run_blocks(bootstrap.prepare(metrics, better, "darr", ("darr",), doc=frame["doc_id"].to_numpy()),
+                                4, [(0, 25)])["darr"]
+    for r in range(3):
+        drawn = np.repeat(np.arange(len(wide)), counts[r])
+        assert dist[r, 0] == pytest.approx(signs["w"][drawn].mean())
+        assert dist[r, 1] == pytest.approx(signs["c"][drawn].mean())

@@ -179,3 +179,26 @@ def test_report_from_demo_like_layout(shared_data, tmp_path):
     assert transfer["columns"] == ["ctrleval-senti", "summeval"]
     for folder in ("summeval", "ctrleval-senti"):
         _check_pngs(out / folder)
+
+
+def test_report_on_wmt_darr_scores(shared_data, tmp_path):
+    src = pd.read_parquet(shared_data / "corpora" / "wmt19_darr_kk_en.parquet").iloc[:2000]
+    scores = src[["id", "dataset", "system", "doc_id", "human_darr_better"]].assign(
+        text_stats_words=src["text"].str.split().str.len().astype(float),
+        chars=src["text"].str.len().astype(float), error=None, signature="metric:x|v:1")
+    scores.to_parquet(tmp_path / "wmt.parquet", index=False)
+    out = tmp_path / "out"
+    assert job.main(["--scores", str(tmp_path / "wmt.parquet"), "--out", str(out), "--resamples", "40",
+                     "--tasks", "0"]) == 0
+    [group] = json.loads((out / "results.json").read_text())["groups"]
+    assert group["humans"] == [] and group["correlations"] == []
+    [block] = group["significance"]
+    assert block["level"] == "darr" and block["n_rows"] == 2000
+    better = src[src["human_darr_better"] == 1].set_index("doc_id")["text"].str.len()
+    worse = src[src["human_darr_better"] == 0].set_index("doc_id")["text"].str.len()
+    expected = np.where(better > worse.reindex(better.index), 1, -1).mean()
+    assert group["darr"]["chars"]["value"] == pytest.approx(expected)
+    assert block["intervals"]["chars"]["value"] == pytest.approx(expected)
+    assert "chars > text_stats_words" not in block["comparisons"]  # pairs are ordered as the metrics
+    assert "text_stats_words > chars" in block["comparisons"]
+    _check_pngs(out / "wmt19-kk-en")
