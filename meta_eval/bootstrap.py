@@ -4,7 +4,8 @@ Spec `meta-eval.md` "Paired bootstrap significance": resample rows (sample level
 (document and system level) with replacement N times; on each resample compute every metric's
 correlation with the human column; for metrics A and B the one-sided p-value of "A correlates
 better than B" is (c + 1) / (N + 1) with c = #resamples where corr_A - corr_B <= 0; 95 %
-percentile intervals of both correlations and of the difference.
+percentile intervals of both correlations and of the difference. Level "darr" resamples the
+WMT DARR better/worse pairs and compares Kendall-like taus the same way.
 
 Determinism: resamples come in blocks of `BLOCK_SIZE`; block k draws from
 `SeedSequence(seed, spawn_key=(k,))`, so its resamples do not depend on how blocks are spread over
