@@ -162,9 +162,18 @@ def pids_using(marker: str) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if marker in cmdline:
+        if marker in cmdline or _has_open_file_under(entry, marker):
             found.append(int(entry.name))
     return found
+
+
+def _has_open_file_under(proc: pathlib.Path, marker: str) -> bool:
+    """Ray agents rewrite their command line (`ray::DashboardAgent`), but keep log files
+    open under the cluster's temp dir."""
+    try:
+        return any(marker in os.readlink(fd) for fd in (proc / "fd").iterdir())
+    except OSError:
+        return False
 
 
 def stop_group(process: subprocess.Popen, marker: str | None = None, grace: float = 10.0) -> None:
@@ -195,9 +204,12 @@ def stop_group(process: subprocess.Popen, marker: str | None = None, grace: floa
             shutil.rmtree(marker, ignore_errors=True)  # the cluster's own temp dir
 
 
-def run_on_local_cluster(config_path: str, temp_dir: str, nodes: int = 2, cpus_per_node: int = 1) -> None:
+def run_on_local_cluster(config_path: str, temp_dir: str, nodes: int = 2, cpus_per_node: int = 2) -> None:
     """Driver for the multi-node test (run in its own process): a head with no CPUs and
-    `nodes` raylets on this machine (`ray.cluster_utils.Cluster`), then the job on it."""
+    `nodes` raylets on this machine (`ray.cluster_utils.Cluster`), then the job.
+
+    Nodes get 2 logical CPUs: Ray Data's ListFiles/read tasks need one whole CPU on one node,
+    and fractional actors spread over 1-CPU nodes leave none (a silent hang, measured here)."""
     import json
 
     import ray
@@ -208,7 +220,12 @@ def run_on_local_cluster(config_path: str, temp_dir: str, nodes: int = 2, cpus_p
 
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 0, "temp_dir": temp_dir, "include_dashboard": False, "object_store_memory": 256 << 20},
+        head_node_args={
+            "num_cpus": 0,
+            "temp_dir": temp_dir,
+            "include_dashboard": False,
+            "object_store_memory": 256 << 20,
+        },
     )
     for _ in range(nodes):
         cluster.add_node(num_cpus=cpus_per_node, object_store_memory=256 << 20)
