@@ -404,6 +404,23 @@ def _stream(config, info, work, columns, missing_by_path, carried, cache_ref, co
     return first_at, rows_after_first
 
 
+def _check_pool_fits(config: JobConfig, session: "_RaySession") -> None:
+    """On a local Ray (fixed size, no autoscaler), a pool whose actors take every CPU starves
+    Ray Data's 1-CPU list/read tasks and hangs without an error (measured on 2 cores): refuse
+    it with a clear message instead."""
+    if not session.local:
+        return
+    import ray
+
+    cpus = ray.cluster_resources().get("CPU", 0)
+    needed = config.pool.max_size * config.pool.num_cpus
+    if cpus and needed > cpus - 1:
+        raise ConfigError(
+            f"pool.max_size x pool.num_cpus = {needed:g} CPUs leaves less than one of this local Ray's "
+            f"{cpus:g} CPUs for reading; Ray Data would hang. Use fractional num_cpus (e.g. 0.5) or a smaller pool"
+        )
+
+
 def _verify_outputs(config: JobConfig, info: MetricInfo, checks: list[jio.ShardCheck], out_fs) -> tuple[int, list[dict]]:
     """Rows out == rows in, per shard and in total, read back from the committed footers."""
     rows_out = 0
@@ -485,6 +502,7 @@ def _run(config: JobConfig, session: "_RaySession", started_at, t0) -> dict[str,
         stats: dict[str, Any] = {"rows_cached": 0, "rows_error": 0, "duplicates_dropped": 0}
         if plan.pending:
             session.ensure()
+            _check_pool_fits(config, session)
             stats = _score_pending(config, info, plan, in_fs, out_fs)
         rows_out, outputs = _verify_outputs(config, info, checks, out_fs)
         if rows_out != rows_in:
