@@ -51,24 +51,8 @@ def bench_models() -> dict[str, str]:
     if not (paths["bart"] / "model.safetensors").exists():
         build_bart(paths["bart"], seed=11, sizes=BASE, vocab_size=50265)
     if not (paths["pegasus"] / "model.safetensors").exists():
-        _build_pegasus_base(paths["pegasus"])
+        build_pegasus(paths["pegasus"], seed=12, sizes=BASE, vocab_size=96103)
     return {k: str(v) for k, v in paths.items()}
-
-
-def _build_pegasus_base(out: pathlib.Path) -> None:
-    import json
-
-    from scoring.tiny_models import build_pegasus
-
-    build_pegasus(out, seed=12, sizes=BASE)
-    config = json.loads((out / "config.json").read_text())
-    if config["vocab_size"] < 96103:  # rebuild at the real vocabulary size
-        from transformers import PegasusConfig, PegasusForConditionalGeneration
-
-        config["vocab_size"] = 96103
-        torch.manual_seed(12)
-        model = PegasusForConditionalGeneration(PegasusConfig(**{k: v for k, v in config.items() if k not in ("architectures", "transformers_version")}))
-        model.save_pretrained(str(out), safe_serialization=True)
 
 
 class OriginalStyleBARTScore:

@@ -20,7 +20,6 @@ TINY_CORPUS = RESOURCES / "tiny_corpus.txt"
 TINY_VERSION = "2"
 WEIGHT_STD = 0.3
 
-# (name, d_model, layers, heads, ffn)
 TINY_SIZES = {"d_model": 64, "layers": 2, "heads": 4, "ffn": 128}
 BART_BASE_SIZES = {"d_model": 768, "layers": 6, "heads": 12, "ffn": 3072}
 
@@ -67,7 +66,33 @@ def _spread_weights(model, std: float) -> None:
                 parameter.normal_(0.0, std)
 
 
-def build_pegasus(out_dir: pathlib.Path, seed: int = 0, sizes: dict | None = None) -> pathlib.Path:
+def _seq2seq_dims(sizes: dict) -> dict:
+    """Encoder-decoder config sizes (same depth and width on both sides)."""
+    return {
+        "d_model": sizes["d_model"],
+        "encoder_layers": sizes["layers"],
+        "decoder_layers": sizes["layers"],
+        "encoder_attention_heads": sizes["heads"],
+        "decoder_attention_heads": sizes["heads"],
+        "encoder_ffn_dim": sizes["ffn"],
+        "decoder_ffn_dim": sizes["ffn"],
+        "max_position_embeddings": 1024,
+    }
+
+
+def _weight_std(sizes: dict) -> float:
+    """Tiny models get spread-out weights; larger (benchmark) models a conventional init."""
+    return WEIGHT_STD if sizes is TINY_SIZES else 0.02
+
+
+def _save(model, tokenizer, out_dir: pathlib.Path) -> pathlib.Path:
+    model.eval()
+    model.save_pretrained(str(out_dir), safe_serialization=True)
+    tokenizer.save_pretrained(str(out_dir))
+    return out_dir
+
+
+def build_pegasus(out_dir: pathlib.Path, seed: int = 0, sizes: dict | None = None, vocab_size: int | None = None) -> pathlib.Path:
     import torch
     from transformers import PegasusConfig, PegasusForConditionalGeneration, PegasusTokenizer
 
@@ -79,26 +104,16 @@ def build_pegasus(out_dir: pathlib.Path, seed: int = 0, sizes: dict | None = Non
         tokenizer = PegasusTokenizer.from_pretrained(str(work_dir))
     torch.manual_seed(seed)
     config = PegasusConfig(
-        vocab_size=len(tokenizer),
-        d_model=sizes["d_model"],
-        encoder_layers=sizes["layers"],
-        decoder_layers=sizes["layers"],
-        encoder_attention_heads=sizes["heads"],
-        decoder_attention_heads=sizes["heads"],
-        encoder_ffn_dim=sizes["ffn"],
-        decoder_ffn_dim=sizes["ffn"],
-        max_position_embeddings=1024,
+        vocab_size=vocab_size or len(tokenizer),
+        **_seq2seq_dims(sizes),
         pad_token_id=0,
         eos_token_id=1,
         decoder_start_token_id=0,
         forced_eos_token_id=1,
     )
     model = PegasusForConditionalGeneration(config)
-    _spread_weights(model, WEIGHT_STD)
-    model.eval()
-    model.save_pretrained(str(out_dir), safe_serialization=True)
-    tokenizer.save_pretrained(str(out_dir))
-    return out_dir
+    _spread_weights(model, _weight_std(sizes))
+    return _save(model, tokenizer, out_dir)
 
 
 def build_bart(out_dir: pathlib.Path, seed: int = 0, sizes: dict | None = None, vocab_size: int | None = None) -> pathlib.Path:
@@ -114,14 +129,7 @@ def build_bart(out_dir: pathlib.Path, seed: int = 0, sizes: dict | None = None, 
     torch.manual_seed(seed)
     config = BartConfig(
         vocab_size=vocab_size or len(tokenizer),
-        d_model=sizes["d_model"],
-        encoder_layers=sizes["layers"],
-        decoder_layers=sizes["layers"],
-        encoder_attention_heads=sizes["heads"],
-        decoder_attention_heads=sizes["heads"],
-        encoder_ffn_dim=sizes["ffn"],
-        decoder_ffn_dim=sizes["ffn"],
-        max_position_embeddings=1024,
+        **_seq2seq_dims(sizes),
         bos_token_id=0,
         pad_token_id=1,
         eos_token_id=2,
@@ -130,11 +138,8 @@ def build_bart(out_dir: pathlib.Path, seed: int = 0, sizes: dict | None = None, 
         forced_eos_token_id=2,
     )
     model = BartForConditionalGeneration(config)
-    _spread_weights(model, WEIGHT_STD if sizes is TINY_SIZES else 0.02)
-    model.eval()
-    model.save_pretrained(str(out_dir), safe_serialization=True)
-    tokenizer.save_pretrained(str(out_dir))
-    return out_dir
+    _spread_weights(model, _weight_std(sizes))
+    return _save(model, tokenizer, out_dir)
 
 
 def build_gpt2(out_dir: pathlib.Path, seed: int = 0, sizes: dict | None = None) -> pathlib.Path:
@@ -159,11 +164,8 @@ def build_gpt2(out_dir: pathlib.Path, seed: int = 0, sizes: dict | None = None) 
         eos_token_id=tokenizer.eos_token_id,
     )
     model = GPT2LMHeadModel(config)
-    _spread_weights(model, WEIGHT_STD)
-    model.eval()
-    model.save_pretrained(str(out_dir), safe_serialization=True)
-    tokenizer.save_pretrained(str(out_dir))
-    return out_dir
+    _spread_weights(model, _weight_std(sizes))
+    return _save(model, tokenizer, out_dir)
 
 
 def build_tiny_models(cache_dir: str | pathlib.Path, force: bool = False) -> dict[str, str]:
