@@ -102,6 +102,7 @@ class Seq2SeqLikelihood:
         self.max_batch_items = max_batch_items
         self.device = next(model.parameters()).device
         self.stats: Counter = Counter()
+        self.head = OutputHead.for_model(model)
 
     @torch.inference_mode()
     def mean_nll(self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[Sequence[int]]]) -> list[list[float]]:
@@ -129,6 +130,7 @@ class Seq2SeqLikelihood:
         encoder_states = self.model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         self.stats["encoder_passes"] += 1
         self.stats["encoded_sources"] += len(batch)
+        cross_kv = self._cross_attention_kv(encoder_states)
         pairs = [(row, i, j) for row, i in enumerate(batch) for j in range(len(targets[i]))]
         pair_lengths = [len(targets[i][j]) for _, i, j in pairs]
         pair_order = sorted(range(len(pairs)), key=lambda p: -pair_lengths[p])
@@ -136,31 +138,122 @@ class Seq2SeqLikelihood:
             chunk_pairs = [pairs[p] for p in chunk]
             run_splitting_on_oom(
                 chunk_pairs,
-                lambda cp: self._decode_pairs(cp, encoder_states, attention_mask, targets, results),
+                lambda cp: self._decode_pairs(cp, encoder_states, attention_mask, cross_kv, targets, results),
                 self._count_split,
             )
 
-    def _decode_pairs(self, chunk_pairs, encoder_states, attention_mask, targets, results) -> None:
-        from transformers.modeling_outputs import BaseModelOutput
+    def _cross_attention_kv(self, encoder_states: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+        """Cross-attention keys and values of every decoder layer for this source batch,
+        projected once and reused by every target of these sources (otherwise each target
+        would project the whole source again). None for architectures without BART-style
+        `encoder_attn.k_proj/v_proj` layers (they fall back to plain decoding)."""
+        decoder = self.model.get_decoder()
+        layers = getattr(decoder, "layers", None)
+        if not layers or not all(hasattr(getattr(layer, "encoder_attn", None), "k_proj") for layer in layers):
+            return None
+        projected = []
+        for layer in layers:
+            attention = layer.encoder_attn
+            shape = (*encoder_states.shape[:-1], -1, attention.head_dim)
+            keys = attention.k_proj(encoder_states).view(shape).transpose(1, 2)
+            values = attention.v_proj(encoder_states).view(shape).transpose(1, 2)
+            projected.append((keys, values))
+        return projected
 
+    @staticmethod
+    def _cache_for(cross_kv, rows: torch.Tensor):
+        """An encoder-decoder cache whose cross-attention layers hold the projected source
+        keys/values of these rows (a broadcast view, no copy, when every row is the same
+        source), marked as already computed so the decoder only reads them."""
+        from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+        same_source = bool((rows == rows[0]).all())
+        cross = DynamicCache()
+        for layer_index, (keys, values) in enumerate(cross_kv):
+            if same_source:
+                keys = keys[rows[:1]].expand(len(rows), -1, -1, -1)
+                values = values[rows[:1]].expand(len(rows), -1, -1, -1)
+            else:
+                keys, values = keys.index_select(0, rows), values.index_select(0, rows)
+            cross.update(keys[:, :, :0], values[:, :, :0], layer_index)  # initialise the layer
+            cross.layers[layer_index].keys, cross.layers[layer_index].values = keys, values
+        cache = EncoderDecoderCache(DynamicCache(), cross)
+        for layer_index in range(len(cross_kv)):
+            cache.is_updated[layer_index] = True
+        return cache
+
+    def _decode_pairs(self, chunk_pairs, encoder_states, attention_mask, cross_kv, targets, results) -> None:
         rows = torch.as_tensor([row for row, _, _ in chunk_pairs], device=self.device)
         labels_list = [targets[i][j] for _, i, j in chunk_pairs]
         labels, label_mask = _pad(labels_list, self.pad_id, self.device)
         decoder_inputs = torch.full_like(labels, self.pad_id)
         decoder_inputs[:, 0] = self.decoder_start_id
         decoder_inputs[:, 1:] = labels[:, :-1]
-        output = self.model(
-            encoder_outputs=BaseModelOutput(last_hidden_state=encoder_states.index_select(0, rows)),
-            attention_mask=attention_mask.index_select(0, rows),
-            decoder_input_ids=decoder_inputs,
-            decoder_attention_mask=label_mask,
-        )
+        if self.head is not None:
+            hidden = self.model.get_decoder()(
+                input_ids=decoder_inputs,
+                attention_mask=label_mask,
+                encoder_hidden_states=encoder_states.index_select(0, rows),
+                encoder_attention_mask=attention_mask.index_select(0, rows),
+                past_key_values=self._cache_for(cross_kv, rows) if cross_kv is not None else None,
+                use_cache=False,
+            ).last_hidden_state
+            sums = self.head.target_logprob_sums(hidden, labels, label_mask)
+        else:
+            from transformers.modeling_outputs import BaseModelOutput
+
+            logits = self.model(
+                encoder_outputs=BaseModelOutput(last_hidden_state=encoder_states.index_select(0, rows)),
+                attention_mask=attention_mask.index_select(0, rows),
+                decoder_input_ids=decoder_inputs,
+                decoder_attention_mask=label_mask,
+            ).logits
+            sums = (_token_logprobs(logits, labels) * label_mask).sum(-1)
         self.stats["decoder_passes"] += 1
         self.stats["decoded_targets"] += len(chunk_pairs)
-        logprobs = _token_logprobs(output.logits, labels) * label_mask
-        mean_nll = (-(logprobs.sum(-1) / label_mask.sum(-1))).double().cpu().tolist()
+        mean_nll = (-(sums / label_mask.sum(-1))).double().cpu().tolist()
         for (_, i, j), value in zip(chunk_pairs, mean_nll):
             results[i][j] = value
+
+
+class OutputHead:
+    """The LM head applied only where it is needed: on real (non-pad) target positions, a
+    chunk of positions at a time, so the full [batch, length, vocabulary] logits tensor is
+    never built. Only for architectures whose logits are exactly `lm_head(h) +
+    final_logits_bias` (BART, PEGASUS, mBART, Marian); others use the model's own forward."""
+
+    ARCHITECTURES = ("bart", "mbart", "pegasus", "marian")
+    POSITIONS_PER_CHUNK = 1024
+
+    def __init__(self, model):
+        self.weight = model.get_output_embeddings().weight
+        bias = getattr(model, "final_logits_bias", None)
+        self.bias = bias.reshape(-1).float() if bias is not None else None
+
+    @classmethod
+    def for_model(cls, model) -> "OutputHead | None":
+        if getattr(model.config, "model_type", None) not in cls.ARCHITECTURES:
+            return None
+        if model.get_output_embeddings() is None or not hasattr(model, "get_decoder"):
+            return None
+        return cls(model)
+
+    def target_logprob_sums(self, hidden: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Per row: sum over real positions of log p(label) = logit[label] - logsumexp(logits),
+        in float32."""
+        positions = mask.bool()
+        states, targets = hidden[positions], labels[positions]
+        owners = torch.nonzero(positions, as_tuple=True)[0]
+        token_logprobs = torch.empty(len(targets), dtype=torch.float32, device=hidden.device)
+        for start in range(0, len(targets), self.POSITIONS_PER_CHUNK):
+            stop = start + self.POSITIONS_PER_CHUNK
+            logits = (states[start:stop] @ self.weight.T).float()
+            if self.bias is not None:
+                logits += self.bias
+            picked = logits.gather(-1, targets[start:stop, None]).squeeze(-1)
+            token_logprobs[start:stop] = picked - torch.logsumexp(logits, dim=-1)
+        sums = torch.zeros(labels.shape[0], dtype=torch.float32, device=hidden.device)
+        return sums.index_add_(0, owners, token_logprobs)
 
 
 class CausalLikelihood:
