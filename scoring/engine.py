@@ -155,8 +155,9 @@ class Seq2SeqLikelihood:
         for layer in layers:
             attention = layer.encoder_attn
             shape = (*encoder_states.shape[:-1], -1, attention.head_dim)
-            keys = attention.k_proj(encoder_states).view(shape).transpose(1, 2)
-            values = attention.v_proj(encoder_states).view(shape).transpose(1, 2)
+            # contiguous once here, so selecting rows per target chunk is a plain block copy
+            keys = attention.k_proj(encoder_states).view(shape).transpose(1, 2).contiguous()
+            values = attention.v_proj(encoder_states).view(shape).transpose(1, 2).contiguous()
             projected.append((keys, values))
         return projected
 
@@ -193,7 +194,8 @@ class Seq2SeqLikelihood:
             hidden = self.model.get_decoder()(
                 input_ids=decoder_inputs,
                 attention_mask=label_mask,
-                encoder_hidden_states=encoder_states.index_select(0, rows),
+                # with cached cross keys/values the states only give the mask its shape
+                encoder_hidden_states=(encoder_states[:1].expand(len(rows), -1, -1) if cross_kv is not None else encoder_states.index_select(0, rows)),
                 encoder_attention_mask=attention_mask.index_select(0, rows),
                 past_key_values=self._cache_for(cross_kv, rows) if cross_kv is not None else None,
                 use_cache=False,
