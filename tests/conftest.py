@@ -29,6 +29,8 @@ def repo_root() -> pathlib.Path:
 def shared_data() -> pathlib.Path:
     """`../shared/data` beside the checkout; tests that need it skip when it is absent."""
     if not SHARED_DATA.is_dir():
+        if os.environ.get("CI"):
+            pytest.fail("../shared/data must be beside the checkout in CI")
         pytest.skip("../shared/data is not beside this checkout")
     return SHARED_DATA
 
