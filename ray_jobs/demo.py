@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", default=str(REPO_ROOT / ".cache" / "tiny-models"))
     parser.add_argument("--input", default=str(REPO_ROOT / "data" / "sample"))
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--no-report", action="store_true", help="skip the meta-evaluation report of the scores")
     args = parser.parse_args(argv)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -65,6 +66,13 @@ def main(argv: list[str] | None = None) -> int:
     print("errors are rows a metric cannot read (e.g. SummEval rows have no CTRLEval prefix, CTRLEval rows no "
           "BARTScore source); they stay in the output with their reason in the `error` column.")
     print(f"manifest: {manifest['manifest']}")
+    if not args.no_report:
+        from ray_jobs import meta_eval
+
+        report_dir = pathlib.Path(args.output).parent / (pathlib.Path(args.output).name + "-report")
+        print("\nmeta-evaluation of the stored scores (random tiny models: the numbers only show the machinery)")
+        meta_eval.main(["--scores", args.output, "--out", str(report_dir), "--resamples", "200", "--tasks", "0",
+                        "--level", "sample", "system"])
     print("run `make demo` again: every shard is reused and nothing is scored twice.")
     return 0
 
