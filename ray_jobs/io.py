@@ -25,10 +25,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ray_jobs.config import S3Config
+from scoring.metric import carried_columns
 
 STRING_COLUMNS = ("id", "dataset", "doc_id", "system", "source", "prefix", "attribute", "text", "constraint")
 ALWAYS_REQUIRED = ("id", "text")
-CARRIED_COLUMNS = ("dataset", "system", "doc_id")  # plus every human_* column
 
 
 class BadShard(ValueError):
@@ -183,7 +183,7 @@ def check_shard(info: ShardInfo, fs, needed: tuple[str, ...], read_ids: bool = T
             for column in ALWAYS_REQUIRED:
                 if column not in columns:
                     raise BadShard(info.uri, f"missing required column '{column}' (has: {', '.join(schema.names)})")
-            carried = [c for c in columns if c in CARRIED_COLUMNS or c.startswith("human_")]
+            carried = [c for c in carried_columns(columns) if c != "id"]
             for column in dict.fromkeys([*needed, *carried]):
                 if column in columns:
                     expected = _type_ok(column, schema.field(column).type)

@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 from ray_jobs import incremental
 from ray_jobs import io as jio
 from ray_jobs.config import ConfigError, JobConfig, MetricSpec, build_metric_for, load_config, metric_params
+from scoring.metric import carried_columns, carried_type, is_carried
 
 VERSION = "1"
 MANIFEST = "manifest.json"
@@ -157,7 +158,7 @@ class BatchScorer:
         columns["row_key"] = pa.array(keys, type=pa.string())
         for column in self.carried:
             values = [row.get(column) for row in rows]
-            columns[column] = pa.array(values, type=pa.float64() if column.startswith("human_") else pa.string())
+            columns[column] = pa.array(values, type=carried_type(column))
         columns["_path"] = pa.array(paths, type=pa.string())
         columns["_cached"] = pa.array(cached, type=pa.bool_())
         return pa.table(columns)
@@ -261,7 +262,7 @@ class _ShardCollector:
     def commit_empty(self, check: jio.ShardCheck, carried: list[str]) -> None:
         fields = [("id", pa.string())] + [(c, pa.float64()) for c in self.info.output_columns]
         fields += [(c, pa.string()) for c in ("error", "warning", "signature", "row_key")]
-        fields += [(c, pa.float64() if c.startswith("human_") else pa.string()) for c in carried]
+        fields += [(c, carried_type(c)) for c in carried]
         fields += [("_path", pa.string()), ("_cached", pa.bool_())]
         path = jio.fs_path(check.info.uri)
         self.parts[path].append(pa.schema(fields).empty_table())
@@ -275,7 +276,7 @@ class _ShardCollector:
         table = table.take(order)  # input row order
         self.cached += pc.sum(table.column("_cached")).as_py() or 0
         drop = [c for c in INTERNAL if c in table.column_names]
-        drop += [c for c in table.column_names if (c in jio.CARRIED_COLUMNS or c.startswith("human_")) and c not in check.columns]
+        drop += [c for c in table.column_names if is_carried(c) and c not in check.columns]
         table = table.drop_columns(drop)
         errors = table.column("error").to_pylist()
         for row, reason in enumerate(errors):
@@ -331,7 +332,7 @@ def _score_pending(config: JobConfig, info: MetricInfo, plan: incremental.Metric
     context.enable_progress_bars = config.progress
     union = set().union(*(check.columns for check in plan.pending))
     read = ["id"] + [c for c in info.read_columns if c in union and c != "id"]
-    carried = [c for c in jio.CARRIED_COLUMNS if c in union] + sorted(c for c in union if c.startswith("human_"))
+    carried = [c for c in carried_columns(union) if c != "id"]
     columns = list(dict.fromkeys(read + carried))
     missing_by_path = {}
     for check in plan.pending:

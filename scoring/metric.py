@@ -23,9 +23,23 @@ CARRIED_COLUMNS = ("id", "dataset", "system", "doc_id")
 CARRIED_PREFIX = "human_"
 
 
+def is_carried(name: str) -> bool:
+    """Whether an input column is kept in output rows: id, dataset, system, doc_id, human_*."""
+    return name in CARRIED_COLUMNS or name.startswith(CARRIED_PREFIX)
+
+
 def carried_columns(names) -> list[str]:
-    """The input columns an output row keeps: id, dataset, system, doc_id and human_*."""
-    return [n for n in names if n in CARRIED_COLUMNS or n.startswith(CARRIED_PREFIX)]
+    """The carried columns among `names`, in one canonical order: id, dataset, system,
+    doc_id, then human_* sorted (the same in every output, whatever the input order)."""
+    names = set(names)
+    return [n for n in CARRIED_COLUMNS if n in names] + sorted(n for n in names if n.startswith(CARRIED_PREFIX))
+
+
+def carried_type(name: str) -> "pa.DataType":
+    """Output type of a carried column: float64 for human judgments, string otherwise."""
+    import pyarrow as pa
+
+    return pa.float64() if name.startswith(CARRIED_PREFIX) else pa.string()
 
 
 class RowError(ValueError):
@@ -118,7 +132,7 @@ class RowMetric(ABC):
 
         fields = []
         for name in carried_columns(input_names):
-            fields.append(pa.field(name, pa.float64() if name.startswith(CARRIED_PREFIX) else pa.string()))
+            fields.append(pa.field(name, carried_type(name)))
         fields += [pa.field(column, pa.float64()) for column in self.output_columns]
         fields += [pa.field(c, pa.string()) for c in (ERROR_COLUMN, WARNING_COLUMN, SIGNATURE_COLUMN, ROW_KEY_COLUMN)]
         return pa.schema(fields)
@@ -129,7 +143,7 @@ class RowMetric(ABC):
         signature = self.signature_string()
         records = []
         for row, result in zip(rows, self.score_rows(rows)):
-            record = {name: row[name] for name in carried_columns(row.keys())}
+            record = {name: row[name] for name in carried_columns(row)}
             record.update(result)
             record[SIGNATURE_COLUMN] = signature
             record[ROW_KEY_COLUMN] = self.row_key(row)
