@@ -218,6 +218,10 @@ def run_on_local_cluster(config_path: str, temp_dir: str, nodes: int = 2, cpus_p
     from ray_jobs.config import load_config
     from ray_jobs.score_corpus import run_job
 
+    # Cluster records its address under Ray's temp root (/tmp/ray by default), which a fresh
+    # machine does not have: keep that file in this test's own temp dir too
+    os.environ["RAY_TMPDIR"] = temp_dir
+    os.makedirs(os.path.join(temp_dir, "ray"), exist_ok=True)
     cluster = Cluster(
         initialize_head=True,
         head_node_args={
