@@ -15,8 +15,8 @@ import statistics
 from typing import Any, Sequence
 
 from scoring.engine import DEFAULT_TOKEN_BUDGET, Seq2SeqLikelihood
-from scoring.metric import RowError, RowMetric
-from scoring.models import load_pretrained, load_tokenizer, resolve_model, weights_digest
+from scoring.metric import RowMetric
+from scoring.models import file_digest, load_pretrained, load_tokenizer, resolve_model
 from scoring.resources import bartscore_prompt_path
 from scoring.signature import Signature, library_versions, stable_hash
 from scoring.text_encoding import encode_texts, read_lines
@@ -81,10 +81,7 @@ class BARTScorer:
         if unexpected:
             raise ValueError(f"{path}: keys not in the model: {unexpected[:5]}")
         self.model.tie_weights()
-        import hashlib
-
-        with open(path, "rb") as handle:
-            self.state_dict_digest = hashlib.sha256(handle.read()).hexdigest()[:16]
+        self.state_dict_digest = file_digest(path)
 
     # ----- core ---------------------------------------------------------------------------
     def score_shared(

@@ -18,8 +18,6 @@ NISF(s) = ISF(s) / sum of ISF over the evaluators of the aspect (plain mean when
 
 from __future__ import annotations
 
-import hashlib
-import math
 import pathlib
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -29,7 +27,7 @@ import numpy as np
 from scoring.engine import DEFAULT_TOKEN_BUDGET, Seq2SeqLikelihood
 from scoring.iwf import load_iwf
 from scoring.metric import RowError, RowMetric
-from scoring.models import load_pretrained, load_tokenizer, resolve_model
+from scoring.models import file_digest, load_pretrained, load_tokenizer, resolve_model
 from scoring.resources import ctrleval_task_paths
 from scoring.sentences import split_sentences
 from scoring.signature import Signature, library_versions, stable_hash
@@ -227,7 +225,7 @@ class CTRLEval:
             **self.source.identity(),
             "dtype": self.dtype,
             "max_length": self.max_length,
-            "iwf": f"sha256:{_file_digest(self.iwf_path)}",
+            "iwf": f"sha256:{file_digest(self.iwf_path)}",
             "sentence_splitter": "regex-v1",
             "batching": f"length-sorted,token_budget={self.engine.token_budget}",
             **library_versions("torch", "transformers"),
@@ -236,11 +234,6 @@ class CTRLEval:
             params["prompts"] = f"{len(self.prompts)}:{stable_hash(self.prompts)}"
             params["verbalizers"] = stable_hash([self.verbalizer.labels, self.verbalizer.rows])
         return params
-
-
-def _file_digest(path: str) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.sha256(handle.read()).hexdigest()[:16]
 
 
 class CTRLEvalMetric(RowMetric):

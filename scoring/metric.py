@@ -10,9 +10,12 @@ take its neighbours down.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from scoring.signature import Signature, stable_hash
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 ERROR_COLUMN = "error"
 WARNING_COLUMN = "warning"

@@ -58,6 +58,20 @@ class ModelSource:
         return {"model": name, "revision": f"sha256:{weights_digest(self.local_path)}"}
 
 
+def _hash_file_into(digest, path) -> None:
+    """Feed a file to a hash in 1 MiB chunks (weights can be gigabytes)."""
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    """Short sha256 of one file's bytes (state dicts, IWF tables), read in chunks."""
+    digest = hashlib.sha256()
+    _hash_file_into(digest, path)
+    return digest.hexdigest()[:16]
+
+
 def weights_digest(folder: str | os.PathLike) -> str:
     """sha256 over the safetensors files of a folder (names and bytes), cached beside them
     keyed by size and mtime so large checkpoints are hashed once."""
@@ -76,9 +90,7 @@ def weights_digest(folder: str | os.PathLike) -> str:
     digest = hashlib.sha256()
     for file in files:
         digest.update(file.name.encode())
-        with open(file, "rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(chunk)
+        _hash_file_into(digest, file)
     value = digest.hexdigest()[:16]
     try:
         sidecar.write_text(json.dumps({"stamp": stamp, "digest": value}))
