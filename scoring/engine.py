@@ -103,6 +103,7 @@ class Seq2SeqLikelihood:
         self.device = next(model.parameters()).device
         self.stats: Counter = Counter()
         self.head = OutputHead.for_model(model)
+        self.layout = "auto"  # decoder layout: "auto", "by_length" or "by_slot" (see _decode_plan)
 
     @torch.inference_mode()
     def mean_nll(self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[Sequence[int]]]) -> list[list[float]]:
@@ -131,16 +132,49 @@ class Seq2SeqLikelihood:
         self.stats["encoder_passes"] += 1
         self.stats["encoded_sources"] += len(batch)
         cross_kv = self._cross_attention_kv(encoder_states)
-        pairs = [(row, i, j) for row, i in enumerate(batch) for j in range(len(targets[i]))]
-        pair_lengths = [len(targets[i][j]) for _, i, j in pairs]
-        pair_order = sorted(range(len(pairs)), key=lambda p: -pair_lengths[p])
-        for chunk in budget_batches(pair_lengths, pair_order, self.token_budget, self.max_batch_items):
-            chunk_pairs = [pairs[p] for p in chunk]
+        for chunk_pairs in self._decode_plan(batch, sources, targets, encoder_states.shape[1]):
             run_splitting_on_oom(
                 chunk_pairs,
                 lambda cp: self._decode_pairs(cp, encoder_states, attention_mask, cross_kv, targets, results),
                 self._count_split,
             )
+
+    # Copying one padded source token's cross-attention keys/values for one more target costs
+    # about as much as decoding 1/COPY_TOKENS_PER_DECODE_TOKEN of a target token (measured on
+    # CPU with bart-base shapes; the choice below only needs the order of magnitude).
+    COPY_TOKENS_PER_DECODE_TOKEN = 16
+
+    def _decode_plan(self, batch: list[int], sources, targets, source_width: int) -> list[list[tuple[int, int, int]]]:
+        """Decoder chunks of (row in batch, source, target) for one encoded source batch.
+
+        Two layouts; the cheaper by padded decoder tokens plus key/value copies is used:
+        - by length: all pairs sorted by target length and cut by the token budget (least
+          padding), but a chunk mixing sources must copy each pair's source keys/values;
+        - by slot: target j of every source together, rows in source order, cut into
+          contiguous runs, so each chunk reads a slice of the cached keys/values without a
+          copy (wins when targets are short next to their sources, e.g. CTRLEval label words).
+        """
+        pairs = [(row, i, j) for row, i in enumerate(batch) for j in range(len(targets[i]))]
+        pair_lengths = [len(targets[i][j]) for _, i, j in pairs]
+        pair_order = sorted(range(len(pairs)), key=lambda p: -pair_lengths[p])
+        by_length = [[pairs[p] for p in chunk] for chunk in budget_batches(pair_lengths, pair_order, self.token_budget, self.max_batch_items)]
+        if len(batch) == 1 or self.layout == "by_length":
+            return by_length
+        by_slot = []
+        for j in range(max(len(targets[i]) for i in batch)):
+            slot = [(row, i, j) for row, i in enumerate(batch) if j < len(targets[i])]
+            lengths = [len(targets[i][j]) for _, i, _ in slot]
+            by_slot += [[slot[k] for k in run] for run in budget_batches(lengths, range(len(slot)), self.token_budget, self.max_batch_items)]
+
+        if self.layout == "by_slot":
+            return by_slot
+
+        def padded_tokens(chunks):
+            return sum(len(c) * max(len(targets[i][j]) for _, i, j in c) for c in chunks)
+
+        copied = sum(len(c) for c in by_length if len({row for row, _, _ in c}) > 1) * source_width
+        cost_by_length = padded_tokens(by_length) + copied / self.COPY_TOKENS_PER_DECODE_TOKEN
+        return by_slot if padded_tokens(by_slot) <= cost_by_length else by_length
 
     def _cross_attention_kv(self, encoder_states: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
         """Cross-attention keys and values of every decoder layer for this source batch,
@@ -164,16 +198,20 @@ class Seq2SeqLikelihood:
     @staticmethod
     def _cache_for(cross_kv, rows: torch.Tensor):
         """An encoder-decoder cache whose cross-attention layers hold the projected source
-        keys/values of these rows (a broadcast view, no copy, when every row is the same
-        source), marked as already computed so the decoder only reads them."""
+        keys/values of these rows (a view, no copy, when every row is the same source or the
+        rows are a contiguous run of the source batch), marked as already computed so the decoder only reads them."""
         from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
         same_source = bool((rows == rows[0]).all())
+        first = int(rows[0])
+        contiguous = bool((rows == torch.arange(first, first + len(rows), device=rows.device)).all())
         cross = DynamicCache()
         for layer_index, (keys, values) in enumerate(cross_kv):
             if same_source:
                 keys = keys[rows[:1]].expand(len(rows), -1, -1, -1)
                 values = values[rows[:1]].expand(len(rows), -1, -1, -1)
+            elif contiguous:  # a slice of the cached rows: a view, no copy
+                keys, values = keys[first : first + len(rows)], values[first : first + len(rows)]
             else:
                 keys, values = keys.index_select(0, rows), values.index_select(0, rows)
             cross.update(keys[:, :, :0], values[:, :, :0], layer_index)  # initialise the layer

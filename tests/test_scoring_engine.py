@@ -228,3 +228,34 @@ def test_plain_forward_fallback_matches_fast_head(tiny_models):
     plain.engine.head = None
     assert fast.engine.head is not None
     assert plain.score(SRCS, TGTS) == pytest.approx(fast.score(SRCS, TGTS), abs=1e-5)
+
+
+def test_decode_layouts_agree_and_short_targets_read_keys_in_place(bart, monkeypatch):
+    """Both decoder layouts (by length, with key/value copies; by target slot, reading slices of
+    the cached keys/values) give the same numbers; label-word-like targets, short next to their
+    sources, are decoded by slot (auto), and then no cross-attention keys are copied."""
+    sources = [s * 3 for s in SRCS]
+    engine = bart.engine
+    source_ids = [bart.tokenizer(s).input_ids for s in sources]
+    target_ids = [[bart.tokenizer(w).input_ids for w in ("good", "bad", "great")]] * len(sources)
+    batch = list(range(len(sources)))
+    plan = engine._decode_plan(batch, source_ids, target_ids, max(map(len, source_ids)))
+    assert all(len({j for _, _, j in chunk}) == 1 for chunk in plan), "expected one target slot per chunk"
+    gathered = []
+    original = torch.Tensor.index_select
+    monkeypatch.setattr(torch.Tensor, "index_select", lambda t, d, i: gathered.append(t.dim()) or original(t, d, i))
+    by_slot = engine.mean_nll(source_ids, target_ids)
+    assert 4 not in gathered  # no (rows, heads, length, dim) key/value gathers
+    monkeypatch.setattr(engine, "layout", "by_length")
+    assert any(len({i for _, i, _ in chunk}) > 1 for chunk in engine._decode_plan(batch, source_ids, target_ids, 1))
+    by_length = engine.mean_nll(source_ids, target_ids)
+    assert 4 in gathered
+    for slot_row, length_row in zip(by_slot, by_length):
+        assert slot_row == pytest.approx(length_row, abs=1e-5)
+    # in each slot, targets of very different lengths next to short sources: by length (less padding)
+    words = lambda n: bart.tokenizer(" ".join(["word"] * n)).input_ids  # noqa: E731
+    long_targets = [[words(2), words(40)], [words(40), words(2)], [words(3), words(38)]]
+    monkeypatch.setattr(engine, "layout", "auto")
+    monkeypatch.setattr(engine, "token_budget", 2 * len(words(40)))
+    plan = engine._decode_plan(batch, source_ids, long_targets, 4)
+    assert any(len({j for _, _, j in chunk}) > 1 for chunk in plan)
