@@ -227,7 +227,7 @@ class CTRLEval:
             "max_length": self.max_length,
             "iwf": f"sha256:{file_digest(self.iwf_path)}",
             "sentence_splitter": "regex-v1",
-            "batching": f"length-sorted,token_budget={self.engine.token_budget}",
+            "batching": f"length-sorted,token_budget={self.engine.token_budget},decode_token_budget={self.engine.decode_token_budget}",
             **library_versions("torch", "transformers"),
         }
         if self.prompts:

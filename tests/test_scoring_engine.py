@@ -256,6 +256,26 @@ def test_decode_layouts_agree_and_short_targets_read_keys_in_place(bart, monkeyp
     words = lambda n: bart.tokenizer(" ".join(["word"] * n)).input_ids  # noqa: E731
     long_targets = [[words(2), words(40)], [words(40), words(2)], [words(3), words(38)]]
     monkeypatch.setattr(engine, "layout", "auto")
-    monkeypatch.setattr(engine, "token_budget", 2 * len(words(40)))
+    monkeypatch.setattr(engine, "decode_token_budget", 2 * len(words(40)))
     plan = engine._decode_plan(batch, source_ids, long_targets, 4)
     assert any(len({j for _, _, j in chunk}) > 1 for chunk in plan)
+
+
+def test_one_source_many_targets_attend_as_one_query_sequence(tiny_models, monkeypatch):
+    """Targets of a single source (a decoder-side prompt ensemble) share the source's keys and
+    values: the folded cross-attention is taken and equals the model's own forward."""
+    from scoring import shared_source_attention
+    from scoring.resources import BARTSCORE_PROMPTS
+    from scoring.text_encoding import read_lines
+
+    fast = BARTScorer(tiny_models["bart"])
+    plain = BARTScorer(tiny_models["bart"])
+    plain.engine.head = None  # the model's own forward: no broadcast keys, nothing folded
+    assert fast.engine.shared_source_attention
+    folded = []
+    original = shared_source_attention._is_broadcast
+    monkeypatch.setattr(shared_source_attention, "_is_broadcast", lambda t: folded.append(original(t)) or original(t))
+    prompts = read_lines(BARTSCORE_PROMPTS["src_hypo"], "prompt")[:12]
+    got = fast.score_prompted(SRCS[:1], TGTS[:1], prompts, side="decoder")
+    assert any(folded)
+    assert got == pytest.approx(plain.score_prompted(SRCS[:1], TGTS[:1], prompts, side="decoder"), abs=1e-5)
