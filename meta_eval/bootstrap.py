@@ -17,7 +17,8 @@ metric keeps two fixed row orders (sorted by metric then human, and by human the
 dense integer ranks; sorting the layout positions of a resample's draws lists it already sorted,
 which makes scipy's `rankdata` (Spearman) and `kendalltau` sorts cheap. Ranks
 preserve order and ties, so Spearman and Kendall values equal scipy on the raw floats.
-Scipy does every statistic: `rankdata`, `pearsonr`, `kendalltau`.
+Scipy does every statistic: `rankdata`, `kendalltau`, and Pearson r of the ranks as one minus
+scipy's correlation distance (`pearsonr` without its p-value, the costliest part at 100k rows).
 
 Why not `scipy.stats.bootstrap`: it draws all resamples from one generator inside one call, so
 its work cannot be split into Ray tasks whose union is identical for any number of tasks, and it
@@ -48,9 +49,10 @@ def block_rng(seed: int, block: int) -> np.random.Generator:
 def block_draws(n_units: int, seed: int, block: int, size: int) -> np.ndarray:
     """(size, n_units) unit indices drawn with replacement for each resample of the block."""
     rng = block_rng(seed, block)
-    dtype = np.int32 if n_units < 2**31 - 1 else np.intp
-    return np.stack([rng.integers(0, n_units, n_units).astype(dtype) for _ in range(size)]) if size else \
-        np.empty((0, n_units), dtype=dtype)
+    draws = np.empty((size, n_units), dtype=np.int32 if n_units < 2**31 - 1 else np.intp)
+    for r in range(size):
+        draws[r] = rng.integers(0, n_units, n_units)
+    return draws
 
 
 def block_counts(n_units: int, seed: int, block: int, size: int) -> np.ndarray:
@@ -180,6 +182,17 @@ def _prepare_darr(metrics, better, pair_codes, n_pairs, methods, variant) -> Pre
     return Prepared("darr", methods, variant, len(signs), metrics.shape[1], doc_corr={"darr": signs})
 
 
+def pearson_of_ranks(x: np.ndarray, y: np.ndarray) -> float:
+    """Pearson r of two rank vectors as 1 - scipy's correlation distance (the same centred
+    cosine, to ~1e-16), 3x faster than `pearsonr` on 100k rows because it computes no p-value.
+    NaN when either vector is constant, like `pearsonr`."""
+    from scipy.spatial.distance import correlation
+
+    if x[0] == x[-1] and (x == x[0]).all() or y[0] == y[-1] and (y == y[0]).all():
+        return math.nan
+    return 1.0 - float(correlation(x, y))
+
+
 BATCH_ROWS = 20_000  # up to this many rows, Pearson/Spearman run batched over a whole block
 
 
@@ -219,7 +232,7 @@ def _sample_block(prep: Prepared, draws: np.ndarray) -> dict[str, np.ndarray]:
                     rows = np.sort(pos[draw])
                     x = stats.rankdata(m_rank[rows])
                     y = stats.rankdata(h_rank[rows])
-                    out["spearman"][r, j] = stats.pearsonr(x, y).statistic
+                    out["spearman"][r, j] = pearson_of_ranks(x, y)
             if "kendall" in prep.methods:
                 for j, (pos, m_rank, h_rank) in enumerate(prep.by_human):
                     rows = np.sort(pos[draw])

@@ -140,3 +140,12 @@ def test_darr_pairs_bootstrap_by_hand(shared_data):
         drawn = np.repeat(np.arange(len(wide)), counts[r])
         assert dist[r, 0] == pytest.approx(signs["w"][drawn].mean())
         assert dist[r, 1] == pytest.approx(signs["c"][drawn].mean())
+
+
+def test_pearson_of_ranks_is_pearsonr():
+    rng = np.random.default_rng(3)
+    x = stats.rankdata(rng.integers(0, 50, 2000))
+    y = stats.rankdata(x + rng.normal(0, 20, 2000))
+    assert bootstrap.pearson_of_ranks(x, y) == pytest.approx(stats.pearsonr(x, y).statistic, abs=1e-14)
+    assert np.isnan(bootstrap.pearson_of_ranks(np.full(10, 5.5), y[:10]))
+    assert np.isnan(bootstrap.pearson_of_ranks(y[:10], np.full(10, 5.5)))
