@@ -110,12 +110,17 @@ def test_state_dict_on_top_of_checkpoint(tiny_models, tmp_path):
 
     scorer = BARTScorer(tiny_models["bart"])
     before = scorer.score(SRCS, TGTS)
-    state = {k: v.clone() for k, v in scorer.model.state_dict().items() if k == "model.decoder.layers.0.fc1.weight"}
-    state["model.decoder.layers.0.fc1.weight"] *= 3.0
+    changed = ("model.decoder.layers.0.fc1.weight", "model.shared.weight")  # incl. the output embedding
+    state = {k: v.clone() * 3.0 for k, v in scorer.model.state_dict().items() if k in changed}
     save_file(state, str(tmp_path / "finetuned.safetensors"))
     scorer.load(str(tmp_path / "finetuned.safetensors"))
     after = scorer.score(SRCS, TGTS)
     assert all(abs(a - b) > 1e-4 for a, b in zip(before, after))
+    reference = BARTScorer(tiny_models["bart"])  # the same weights loaded into a fresh scorer
+    reference.model.load_state_dict(state, strict=False)
+    reference.model.tie_weights()
+    reference.engine.head = None  # the model's own forward, nothing cached
+    assert after == pytest.approx(reference.score(SRCS, TGTS), abs=1e-5)
     assert scorer.signature_params()["state_dict"].startswith("sha256:")
     with pytest.raises(ValueError, match="safetensors"):
         scorer.load(str(tmp_path / "finetuned.bin"))
@@ -239,7 +244,7 @@ def test_decode_layouts_agree_and_short_targets_read_keys_in_place(bart, monkeyp
     source_ids = [bart.tokenizer(s).input_ids for s in sources]
     target_ids = [[bart.tokenizer(w).input_ids for w in ("good", "bad", "great")]] * len(sources)
     batch = list(range(len(sources)))
-    plan = engine._decode_plan(batch, source_ids, target_ids, max(map(len, source_ids)))
+    plan = engine._decode_plan(batch, target_ids, max(map(len, source_ids)))
     assert all(len({j for _, _, j in chunk}) == 1 for chunk in plan), "expected one target slot per chunk"
     gathered = []
     original = torch.Tensor.index_select
@@ -247,7 +252,7 @@ def test_decode_layouts_agree_and_short_targets_read_keys_in_place(bart, monkeyp
     by_slot = engine.mean_nll(source_ids, target_ids)
     assert 4 not in gathered  # no (rows, heads, length, dim) key/value gathers
     monkeypatch.setattr(engine, "layout", "by_length")
-    assert any(len({i for _, i, _ in chunk}) > 1 for chunk in engine._decode_plan(batch, source_ids, target_ids, 1))
+    assert any(len({i for _, i, _ in chunk}) > 1 for chunk in engine._decode_plan(batch, target_ids, 1))
     by_length = engine.mean_nll(source_ids, target_ids)
     assert 4 in gathered
     for slot_row, length_row in zip(by_slot, by_length):
@@ -257,7 +262,7 @@ def test_decode_layouts_agree_and_short_targets_read_keys_in_place(bart, monkeyp
     long_targets = [[words(2), words(40)], [words(40), words(2)], [words(3), words(38)]]
     monkeypatch.setattr(engine, "layout", "auto")
     monkeypatch.setattr(engine, "decode_token_budget", 2 * len(words(40)))
-    plan = engine._decode_plan(batch, source_ids, long_targets, 4)
+    plan = engine._decode_plan(batch, long_targets, 4)
     assert any(len({j for _, _, j in chunk}) > 1 for chunk in plan)
 
 
