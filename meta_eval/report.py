@@ -102,6 +102,13 @@ def plot_correlations(results: dict, path: pathlib.Path) -> str:
     return _save(fig, path)
 
 
+def _grouped_bars(ax, series: dict, width: float) -> None:
+    """One bar per column for each series (label -> values), series side by side; None is a gap."""
+    for k, (label, values) in enumerate(series.items()):
+        offset = (k - (len(series) - 1) / 2) * width
+        ax.bar(np.arange(len(values)) + offset, [np.nan if v is None else v for v in values], width, label=label)
+
+
 def _heatmap(ax, matrix, rows, cols, cmap, vmin, vmax, annotate=True, fmt="{:.2f}"):
     matrix = np.asarray(matrix, dtype=float)
     image = ax.imshow(matrix, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
@@ -141,20 +148,15 @@ def plot_checklist_ks(results: dict, path: pathlib.Path) -> str:
     if chk.get("system_ks"):
         columns = chk["columns"][:MAX_ROWS]
         kinds = list(chk["system_ks"])
-        width = 0.8 / len(kinds)
-        for k, kind in enumerate(kinds):
-            vals = [chk["system_ks"][kind].get(c) for c in columns]
-            ax.bar(np.arange(len(columns)) + (k - (len(kinds) - 1) / 2) * width,
-                   [np.nan if v is None else v for v in vals], width, label=f"{kind} pairs")
+        _grouped_bars(ax, {f"{kind} pairs": [chk["system_ks"][kind].get(c) for c in columns] for kind in kinds},
+                      0.8 / len(kinds))
         ax.set_ylabel("mean system-level KS")
         ax.set_title("Checklist: system-level discrimination (KS between system pairs)")
     elif chk.get("aspect_level"):
         human = next(iter(chk["aspect_level"]))
         columns = list(chk["aspect_level"][human])[:MAX_ROWS]
-        for k, key in enumerate(("ks_lo_hi", "ks_lo_mod", "ks_hi_mod")):
-            vals = [chk["aspect_level"][human][c][key] for c in columns]
-            ax.bar(np.arange(len(columns)) + (k - 1) * 0.27, [np.nan if v is None else v for v in vals],
-                   0.27, label=key.removeprefix("ks_").replace("_", "-"))
+        _grouped_bars(ax, {key.removeprefix("ks_").replace("_", "-"): [chk["aspect_level"][human][c][key] for c in columns]
+                           for key in ("ks_lo_hi", "ks_lo_mod", "ks_hi_mod")}, 0.27)
         ax.set_ylabel("KS")
         ax.set_title(f"Checklist: aspect-level KS between quality groups of {_short(human)}")
     else:

@@ -85,6 +85,18 @@ def _weight_std(sizes: dict) -> float:
     return WEIGHT_STD if sizes is TINY_SIZES else 0.02
 
 
+def _build_seq2seq(config_class, model_class, tokenizer, out_dir: pathlib.Path, seed: int, sizes: dict,
+                   vocab_size: int | None, **special_token_ids) -> pathlib.Path:
+    """Seeded random encoder-decoder of `sizes` with spread-out weights, saved with its tokenizer."""
+    import torch
+
+    torch.manual_seed(seed)
+    config = config_class(vocab_size=vocab_size or len(tokenizer), **_seq2seq_dims(sizes), **special_token_ids)
+    model = model_class(config)
+    _spread_weights(model, _weight_std(sizes))
+    return _save(model, tokenizer, out_dir)
+
+
 def _save(model, tokenizer, out_dir: pathlib.Path) -> pathlib.Path:
     model.eval()
     model.save_pretrained(str(out_dir), safe_serialization=True)
@@ -93,7 +105,6 @@ def _save(model, tokenizer, out_dir: pathlib.Path) -> pathlib.Path:
 
 
 def build_pegasus(out_dir: pathlib.Path, seed: int = 0, sizes: dict | None = None, vocab_size: int | None = None) -> pathlib.Path:
-    import torch
     from transformers import PegasusConfig, PegasusForConditionalGeneration, PegasusTokenizer
 
     sizes = sizes or TINY_SIZES
@@ -102,22 +113,11 @@ def build_pegasus(out_dir: pathlib.Path, seed: int = 0, sizes: dict | None = Non
         work_dir = pathlib.Path(work)
         _train_sentencepiece(work_dir, corpus_lines(), vocab_size=800)
         tokenizer = PegasusTokenizer.from_pretrained(str(work_dir))
-    torch.manual_seed(seed)
-    config = PegasusConfig(
-        vocab_size=vocab_size or len(tokenizer),
-        **_seq2seq_dims(sizes),
-        pad_token_id=0,
-        eos_token_id=1,
-        decoder_start_token_id=0,
-        forced_eos_token_id=1,
-    )
-    model = PegasusForConditionalGeneration(config)
-    _spread_weights(model, _weight_std(sizes))
-    return _save(model, tokenizer, out_dir)
+    return _build_seq2seq(PegasusConfig, PegasusForConditionalGeneration, tokenizer, out_dir, seed, sizes, vocab_size,
+                          pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, forced_eos_token_id=1)
 
 
 def build_bart(out_dir: pathlib.Path, seed: int = 0, sizes: dict | None = None, vocab_size: int | None = None) -> pathlib.Path:
-    import torch
     from transformers import BartConfig, BartForConditionalGeneration, BartTokenizer
 
     sizes = sizes or TINY_SIZES
@@ -126,20 +126,9 @@ def build_bart(out_dir: pathlib.Path, seed: int = 0, sizes: dict | None = None, 
         work_dir = pathlib.Path(work)
         _train_byte_bpe(work_dir, corpus_lines(), 1000, ["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
         tokenizer = BartTokenizer.from_pretrained(str(work_dir))
-    torch.manual_seed(seed)
-    config = BartConfig(
-        vocab_size=vocab_size or len(tokenizer),
-        **_seq2seq_dims(sizes),
-        bos_token_id=0,
-        pad_token_id=1,
-        eos_token_id=2,
-        decoder_start_token_id=2,
-        forced_bos_token_id=0,
-        forced_eos_token_id=2,
-    )
-    model = BartForConditionalGeneration(config)
-    _spread_weights(model, _weight_std(sizes))
-    return _save(model, tokenizer, out_dir)
+    return _build_seq2seq(BartConfig, BartForConditionalGeneration, tokenizer, out_dir, seed, sizes, vocab_size,
+                          bos_token_id=0, pad_token_id=1, eos_token_id=2, decoder_start_token_id=2,
+                          forced_bos_token_id=0, forced_eos_token_id=2)
 
 
 def build_gpt2(out_dir: pathlib.Path, seed: int = 0, sizes: dict | None = None) -> pathlib.Path:
