@@ -1,7 +1,7 @@
 """Row metrics: the one contract between metrics and everything that runs them.
 
 A `RowMetric` wraps a pure scorer (e.g. `BARTScorer`) for canonical rows (see
-`../shared/spec/schema.md`). The CLI, the Ray job and tests all call `score_rows`, which
+`docs/schema.md`). The CLI, the Ray job and tests all call `score_rows`, which
 guarantees: one output row per input row, in input order, each with its score columns filled
 or an `error` reason, never both lost. A batch that raises is bisected so one bad row cannot
 take its neighbours down.
@@ -17,32 +17,21 @@ from scoring.signature import Signature, stable_hash
 if TYPE_CHECKING:
     import pyarrow as pa
 
-ERROR_COLUMN = "error"
-WARNING_COLUMN = "warning"
-SIGNATURE_COLUMN = "signature"
-ROW_KEY_COLUMN = "row_key"
-# input columns carried into every output row, for analysis (meta-evaluation)
-CARRIED_COLUMNS = ("id", "dataset", "system", "doc_id")
-CARRIED_PREFIX = "human_"
+# the column rules live in scoring.schema; re-exported here for metric authors
+from scoring.schema import (  # noqa: E402
+    ERROR as ERROR_COLUMN,
+    ROW_KEY as ROW_KEY_COLUMN,
+    SIGNATURE as SIGNATURE_COLUMN,
+    WARNING as WARNING_COLUMN,
+    carried_columns,
+    carried_type,
+    is_carried,
+)
 
-
-def is_carried(name: str) -> bool:
-    """Whether an input column is kept in output rows: id, dataset, system, doc_id, human_*."""
-    return name in CARRIED_COLUMNS or name.startswith(CARRIED_PREFIX)
-
-
-def carried_columns(names) -> list[str]:
-    """The carried columns among `names`, in one canonical order: id, dataset, system,
-    doc_id, then human_* sorted (the same in every output, whatever the input order)."""
-    names = set(names)
-    return [n for n in CARRIED_COLUMNS if n in names] + sorted(n for n in names if n.startswith(CARRIED_PREFIX))
-
-
-def carried_type(name: str) -> "pa.DataType":
-    """Output type of a carried column: float64 for human judgments, string otherwise."""
-    import pyarrow as pa
-
-    return pa.float64() if name.startswith(CARRIED_PREFIX) else pa.string()
+__all__ = [
+    "ERROR_COLUMN", "ROW_KEY_COLUMN", "SIGNATURE_COLUMN", "WARNING_COLUMN",
+    "RowError", "RowMetric", "carried_columns", "carried_type", "is_carried",
+]
 
 
 class RowError(ValueError):
@@ -129,29 +118,30 @@ class RowMetric(ABC):
         return [result for result in results]  # type: ignore[misc]
 
     def output_schema(self, input_names) -> "pa.Schema":
-        """Arrow schema of `output_records` for inputs with these column names (carried
-        columns keep string/float types; every shard gets the same schema)."""
-        import pyarrow as pa
+        """Arrow schema of this metric's output for inputs with these column names (see
+        `scoring.schema.output_schema`; every shard gets the same layout)."""
+        from scoring.schema import output_schema
 
-        fields = []
-        for name in carried_columns(input_names):
-            fields.append(pa.field(name, carried_type(name)))
-        fields += [pa.field(column, pa.float64()) for column in self.output_columns]
-        fields += [pa.field(c, pa.string()) for c in (ERROR_COLUMN, WARNING_COLUMN, SIGNATURE_COLUMN, ROW_KEY_COLUMN)]
-        return pa.schema(fields)
+        return output_schema(self.output_columns, carried_columns(input_names))
+
+    def output_table(self, rows: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]] | None = None) -> "pa.Table":
+        """Output rows as an Arrow table (`scoring.schema.output_table`): scores `rows` unless
+        their `results` are given. Carried columns are those present in the rows."""
+        from scoring.schema import output_table
+
+        if results is None:
+            results = self.score_rows(rows)
+        present = carried_columns({name for row in rows for name in row})
+        carried = {name: [row.get(name) for row in rows] for name in present if name != "id"}
+        return output_table(
+            [row.get("id") for row in rows], results, self.output_columns,
+            self.signature_string(), [self.row_key(row) for row in rows], carried,
+        )
 
     def output_records(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Full output rows: carried input columns, score columns, error, warning, the run's
-        signature and each row's incremental key. One per input row, in order."""
-        signature = self.signature_string()
-        records = []
-        for row, result in zip(rows, self.score_rows(rows)):
-            record = {name: row[name] for name in carried_columns(row)}
-            record.update(result)
-            record[SIGNATURE_COLUMN] = signature
-            record[ROW_KEY_COLUMN] = self.row_key(row)
-            records.append(record)
-        return records
+        """Full output rows as dicts (the rows of `output_table`): id, score columns, error,
+        warning, the run's signature, each row's incremental key, carried input columns."""
+        return self.output_table(rows).to_pylist()
 
     def _score_bisecting(self, rows, indices: list[int], results: list) -> None:
         if not indices:

@@ -1,0 +1,35 @@
+"""The errors a user can cause or meet, each with the exit code the CLI gives it.
+
+Library code raises these with a one-line message that names the file, row, field, key or
+bucket at fault; the CLI prints `error: <message>` and exits with `exc.exit_code`, never a
+traceback. Anything else escaping to the CLI is a bug in ctgscore.
+
+| class          | exit | when                                                            |
+|----------------|------|-----------------------------------------------------------------|
+| `UsageError`   | 2    | bad flags, job config, metric name or parameter                  |
+| `InputError`   | 1    | input data that cannot be used (file, row, field)                |
+| `StorageError` | 1    | storage unreachable, unwritable, missing bucket, permission     |
+| `CtgscoreError`| 1    | any other failure while running (lost rows, too many errors)    |
+"""
+
+from __future__ import annotations
+
+
+class CtgscoreError(Exception):
+    """Base of every error ctgscore reports to a user as one line."""
+
+    exit_code = 1
+
+
+class UsageError(CtgscoreError, ValueError):
+    """The command, the job configuration or a metric parameter is wrong: fix it and re-run."""
+
+    exit_code = 2
+
+
+class InputError(CtgscoreError, ValueError):
+    """Input data that cannot be used: the message names the file, row or field."""
+
+
+class StorageError(CtgscoreError, OSError):
+    """Storage that cannot be read or written: the message names the path, bucket or key."""
