@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     from ray_jobs.score_corpus import run_job
     from scoring.registry import build_metric
     from scoring.signature import Signature, library_versions
-    from scoring.tiny_models import build_tiny_models
+    from ctgscore.testing.tiny_models import build_tiny_models
 
     work = pathlib.Path(tempfile.mkdtemp(prefix="bench-job-"))
     temp_dir = tempfile.mkdtemp(prefix="rjb", dir="/tmp")

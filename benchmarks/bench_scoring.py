@@ -45,7 +45,7 @@ BASE = {"d_model": 768, "layers": 6, "heads": 12, "ffn": 3072}
 
 
 def bench_models() -> dict[str, str]:
-    from scoring.tiny_models import build_bart, build_pegasus
+    from ctgscore.testing.tiny_models import build_bart, build_pegasus
 
     paths = {"bart": CACHE / "bart-base-random", "pegasus": CACHE / "pegasus-base-random"}
     if not (paths["bart"] / "model.safetensors").exists():

@@ -17,7 +17,7 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def demo_config(cache_dir: pathlib.Path, output: pathlib.Path, sample: pathlib.Path) -> dict:
-    from scoring.tiny_models import build_tiny_models
+    from ctgscore.testing.tiny_models import build_tiny_models
 
     models = build_tiny_models(cache_dir)
     return {

@@ -85,7 +85,7 @@ def run_score(args) -> int:
 
 
 def run_make_tiny_models(args) -> int:
-    from scoring.tiny_models import build_tiny_models
+    from ctgscore.testing.tiny_models import build_tiny_models
 
     print(json.dumps(build_tiny_models(args.directory, force=args.force), indent=2))
     return 0

@@ -14,7 +14,7 @@ import pytest
 
 from scoring.codi import aggregate
 from scoring.codi import classifiers as clf
-from scoring.codi.tiny import build_tiny_classifier, one_hot_bias
+from ctgscore.testing.tiny_classifier import build_tiny_classifier, one_hot_bias
 from scoring.registry import build_metric
 
 EMOTIONS = ["anger", "disgust", "fear", "joy", "neutral", "sadness", "surprise"]

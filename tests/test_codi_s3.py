@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from scoring.codi.tiny import build_tiny_classifier, one_hot_bias
+from ctgscore.testing.tiny_classifier import build_tiny_classifier, one_hot_bias
 from scoring.registry import build_metric
 from tests.job_support import start_moto, stop_group
 

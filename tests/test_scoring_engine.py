@@ -140,7 +140,7 @@ def test_model_resolution(tiny_models, tmp_path):
 
 
 def test_tiny_models_are_deterministic(tiny_models, tmp_path):
-    from scoring.tiny_models import build_tiny_models
+    from ctgscore.testing.tiny_models import build_tiny_models
 
     again = build_tiny_models(tmp_path / "again")
     for name in ("pegasus", "bart", "gpt2"):
