@@ -11,7 +11,7 @@ export RAY_AUTH_MODE := disabled
 export RAY_USAGE_STATS_ENABLED := 0
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test test-quick lint bench clean
 
 install: $(STAMP)
 
@@ -19,7 +19,6 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet torch==2.13.0
 	$(PIP) install --quiet -e '.[test]'
-	$(PIP) install --quiet 'moto[server]' 'botocore>=1.43.115,<1.43.118'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -27,6 +26,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider
+
+test-quick: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run_all

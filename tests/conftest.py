@@ -1,4 +1,9 @@
-"""Shared fixtures: offline Hugging Face, a session-scoped local Ray, and the shared data."""
+"""Shared fixtures: offline Hugging Face, a session-scoped local Ray, and the real data.
+
+Real data: the full project data beside the checkout (`../shared/data`, what CI has) when it
+is there, else the slice committed under `tests/data/` (see its README). Every test runs on
+either; `CTGSCORE_TEST_DATA=slice` forces the slice. The header of a pytest run says which.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +22,21 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+FULL_DATA = REPO_ROOT.parent / "shared" / "data"
+DATA_SLICE = REPO_ROOT / "tests" / "data"
+
+
+def real_data_root() -> pathlib.Path:
+    """The full data when present (and not overridden), else the committed slice."""
+    if os.environ.get("CTGSCORE_TEST_DATA") == "slice" or not FULL_DATA.is_dir():
+        return DATA_SLICE
+    return FULL_DATA
+
+
+def pytest_report_header(config):
+    root = real_data_root()
+    kind = "full project data" if root == FULL_DATA else "committed slice"
+    return f"ctgscore real data: {root} ({kind})"
 
 
 @pytest.fixture(scope="session")
@@ -27,12 +46,9 @@ def repo_root() -> pathlib.Path:
 
 @pytest.fixture(scope="session")
 def shared_data() -> pathlib.Path:
-    """`../shared/data` beside the checkout; tests that need it skip when it is absent."""
-    if not SHARED_DATA.is_dir():
-        if os.environ.get("CI"):
-            pytest.fail("../shared/data must be beside the checkout in CI")
-        pytest.skip("../shared/data is not beside this checkout")
-    return SHARED_DATA
+    """Root of the real data (`corpora/`, `checklist/`, `codi-eval/`, `compmctg/`): the full
+    data beside the checkout, else the committed slice (see module docstring)."""
+    return real_data_root()
 
 
 @pytest.fixture(scope="session")
