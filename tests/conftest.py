@@ -77,7 +77,7 @@ def ray_local():
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory) -> dict[str, str]:
     """The tiny PEGASUS, BART, GPT-2 and IWF table, built once per test session."""
-    from scoring.tiny_models import build_tiny_models
+    from ctgscore.testing.tiny_models import build_tiny_models
 
     return build_tiny_models(tmp_path_factory.mktemp("tiny-models"))
 
