@@ -1,0 +1,238 @@
+"""Comparing systems on stored per-row scores: paired bootstrap, approximate randomisation, leaderboard.
+
+Definitions in `docs/meta_eval.md`, "Comparing systems". The scores are never recomputed: each
+test resamples the per-row numbers already stored (as sacreBLEU's `--paired-bs` does with
+per-sentence statistics).
+
+* Pairing: rows are paired by a unit column (`doc_id`: the same input given to every system).
+  Several rows of one (unit, system) are averaged first. Units where any compared system has no
+  finite score are dropped (and counted), so all systems share the same units.
+* Paired bootstrap (Koehn 2004): N resamples of the units with replacement, drawn in seeded
+  blocks (`meta_eval.bootstrap.block_counts`), the same resamples for every system. Per system:
+  the mean over the units and the 95 % percentile interval of the resampled means. Per pair
+  (a, b): delta = mean_a - mean_b, the percentile interval of the resampled deltas, and the
+  two-sided p-value (1 + #{r : |delta_r - delta| >= |delta|}) / (N + 1) (the resampled deltas
+  shifted to the null hypothesis delta = 0).
+* Approximate randomisation (Noreen 1989; Riezler & Maxwell 2005): T trials, each swapping the
+  two systems' scores of every unit with probability 1/2; two-sided p-value
+  (1 + #{t : |delta_t| >= |delta|}) / (T + 1).
+* Ranks: by mean, best first (lowest first for lower-is-better columns), equal means share the
+  smaller rank. A pair's `better` names the system whose mean is better when the bootstrap
+  p-value (the randomisation p-value when the bootstrap is off) is below `alpha`.
+
+Blocks of resamples and of trials run through a runner (`meta_eval.runner`), so the answer is the
+same in-process and on any number of Ray tasks.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from meta_eval.bootstrap import BLOCK_SIZE, block_counts, plan_blocks
+from meta_eval.results import Interval, LeaderboardRow, SystemComparison, SystemPair, SystemScore, to_json_dict
+from meta_eval.runner import Runner, local_runner
+
+VERSION = "1"
+TESTS = ("bootstrap", "randomization")
+_RANDOMIZATION_SALT = 0x4152  # separates the randomisation stream from the bootstrap's
+
+
+def paired_units(frame: pd.DataFrame, column: str, systems: Sequence[str] | None = None, unit: str = "doc_id",
+                 system_col: str = "system") -> tuple[pd.DataFrame, int]:
+    """(units x systems) table of per-unit means of `column`, complete rows only, and the number
+    of units dropped because some system had no finite score there."""
+    from scoring.errors import InputError
+
+    for col in (unit, system_col, column):
+        if col not in frame:
+            raise InputError(f"comparing systems needs a {col!r} column (have: {', '.join(map(str, frame.columns))})")
+    data = frame[[unit, system_col, column]].copy()
+    data[column] = pd.to_numeric(data[column], errors="coerce").astype(float)
+    data = data[data[unit].notna() & data[system_col].notna()]
+    data[system_col] = data[system_col].astype(str)
+    grid = data.pivot_table(index=unit, columns=system_col, values=column, aggfunc="mean", dropna=False)
+    if systems is not None:
+        missing = [s for s in systems if s not in grid.columns]
+        if missing:
+            raise InputError(f"system(s) {missing} have no rows in column {system_col!r} "
+                             f"(have: {', '.join(map(str, grid.columns))})")
+        grid = grid[list(systems)]
+    if grid.shape[1] < 2:
+        raise InputError(f"comparing systems needs two or more systems in {system_col!r}, found {grid.shape[1]}")
+    complete = np.isfinite(grid.to_numpy(dtype=float)).all(axis=1)
+    return grid[complete], int((~complete).sum())
+
+
+def _resampled_means(shared: tuple[np.ndarray, int], blocks: list) -> list[np.ndarray]:
+    """Runner task: per block, (resamples, systems) means of the resampled units."""
+    values, seed = shared
+    out = []
+    for block, size in blocks:
+        counts = block_counts(len(values), seed, block, size).astype(float)
+        out.append(counts @ values / len(values))
+    return out
+
+
+def _randomization_rng(seed: int, block: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence([seed, _RANDOMIZATION_SALT], spawn_key=(block,)))
+
+
+def randomization_signs(n_units: int, seed: int, block: int, size: int) -> np.ndarray:
+    """(size, n_units) +1 / -1: -1 where a trial swaps the two systems' scores of a unit."""
+    rng = _randomization_rng(seed, block)
+    return np.where(rng.random((size, n_units)) < 0.5, -1.0, 1.0)
+
+
+def _randomized_deltas(shared: tuple[np.ndarray, int], blocks: list) -> list[np.ndarray]:
+    """Runner task: per block, (trials, pairs) mean differences after random swaps."""
+    diffs, seed = shared
+    return [randomization_signs(len(diffs), seed, block, size) @ diffs / len(diffs) for block, size in blocks]
+
+
+def _two_sided(observed: np.ndarray, null: np.ndarray) -> np.ndarray:
+    """(1 + #{|null| >= |observed|}) / (K + 1) per column; a relative 1e-12 absorbs rounding."""
+    bound = np.abs(observed) - 1e-12 * np.maximum(1.0, np.abs(observed))
+    return (1 + (np.abs(null) >= bound).sum(axis=0)) / (len(null) + 1)
+
+
+def _interval(values: np.ndarray, level: float) -> Interval:
+    tail = 100 * (1 - level) / 2
+    low, high = np.percentile(values, [tail, 100 - tail]) if len(values) else (math.nan, math.nan)
+    return Interval(float(low), float(high), level)
+
+
+def _ranks(means: np.ndarray, lower_is_better: bool) -> np.ndarray:
+    from scipy.stats import rankdata
+
+    oriented = means if lower_is_better else -means
+    return rankdata(oriented, method="min").astype(int)
+
+
+def system_comparison(frame: pd.DataFrame, column: str, *, dataset: str = "all",
+                      systems: Sequence[str] | None = None, unit: str = "doc_id", system_col: str = "system",
+                      lower_is_better: bool = False, tests: Sequence[str] = TESTS, n_resamples: int = 1000,
+                      trials: int = 10000, seed: int = 0, alpha: float = 0.05, level: float = 0.95,
+                      runner: Runner | None = None) -> SystemComparison:
+    """Every system (or the named ones) on one score column of one dataset; see the module doc."""
+    from scoring.errors import UsageError
+    from scoring.signature import Signature, library_versions
+
+    unknown = [t for t in tests if t not in TESTS]
+    if unknown or not tests:
+        raise UsageError(f"unknown test(s) {unknown or list(tests)}: use one or more of {', '.join(TESTS)}")
+    if "bootstrap" in tests and n_resamples < 1 or "randomization" in tests and trials < 1:
+        raise UsageError("resamples and trials must be >= 1")
+    grid, dropped = paired_units(frame, column, systems, unit, system_col)
+    if not len(grid):
+        from scoring.errors import InputError
+
+        raise InputError(f"column {column!r} of dataset {dataset!r}: no {unit} has a finite score for every system")
+    names = [str(s) for s in grid.columns]
+    values = grid.to_numpy(dtype=float)
+    n_units, n_sys = values.shape
+    means = values.mean(axis=0)
+    ranks = _ranks(means, lower_is_better)
+    order = sorted(range(n_sys), key=lambda k: (ranks[k], names[k]))
+    pair_index = [(order[x], order[y]) for x in range(n_sys) for y in range(x + 1, n_sys)]
+    run = runner or local_runner
+    deltas = np.array([means[i] - means[j] for i, j in pair_index])
+    boot_means = None
+    p_boot = p_rand = None
+    if "bootstrap" in tests:
+        boot_means = np.concatenate(run(_resampled_means, (values, seed), plan_blocks(n_resamples)))
+        boot_deltas = np.column_stack([boot_means[:, i] - boot_means[:, j] for i, j in pair_index])
+        p_boot = _two_sided(deltas, boot_deltas - deltas)
+    if "randomization" in tests:
+        diffs = np.column_stack([values[:, i] - values[:, j] for i, j in pair_index])
+        null = np.concatenate(run(_randomized_deltas, (diffs, seed), plan_blocks(trials)))
+        p_rand = _two_sided(deltas, null)
+    scores = tuple(SystemScore(names[k], float(means[k]),
+                               _interval(boot_means[:, k], level) if boot_means is not None
+                               else Interval(math.nan, math.nan, level), int(ranks[k])) for k in order)
+    pairs = []
+    for p, (i, j) in enumerate(pair_index):
+        decisive = p_boot[p] if p_boot is not None else p_rand[p]
+        better = None
+        if decisive < alpha and means[i] != means[j]:
+            better = names[i] if (means[i] < means[j]) == lower_is_better else names[j]
+        pairs.append(SystemPair(
+            a=names[i], b=names[j], mean_a=float(means[i]), mean_b=float(means[j]), diff=float(deltas[p]),
+            ci_diff=_interval(boot_deltas[:, p], level) if p_boot is not None else Interval(math.nan, math.nan, level),
+            p_bootstrap=None if p_boot is None else float(p_boot[p]),
+            p_randomization=None if p_rand is None else float(p_rand[p]), better=better))
+    sig = Signature("compare-systems", VERSION, {
+        "unit": unit, "units": n_units, "tests": list(tests),
+        "resamples": n_resamples if "bootstrap" in tests else 0,
+        "trials": trials if "randomization" in tests else 0, "seed": seed, "block_size": BLOCK_SIZE,
+        "p": "two-sided (1+c)/(K+1)", "ci": f"percentile {level:g}", "alpha": alpha,
+        "direction": "lower" if lower_is_better else "higher", **library_versions("numpy")})
+    return SystemComparison(dataset=dataset, column=column, lower_is_better=lower_is_better, unit=unit,
+                            n_units=n_units, n_units_dropped=dropped, systems=scores, pairs=tuple(pairs),
+                            signature=str(sig))
+
+
+def compare_systems(frame: pd.DataFrame, columns: Iterable[str], *, dataset_col: str = "dataset",
+                    lower_is_better: Iterable[str] = (), **options) -> list[SystemComparison]:
+    """`system_comparison` for every score column in every dataset (`dataset_col` groups; one
+    group "all" when the column is absent or empty). `options` go to `system_comparison`."""
+    lower = set(lower_is_better)
+    columns = list(columns)
+    if dataset_col in frame and frame[dataset_col].notna().any():
+        groups = [(str(name), part) for name, part in frame.groupby(dataset_col, sort=True)]
+    else:
+        groups = [("all", frame)]
+    return [system_comparison(part, column, dataset=name, lower_is_better=column in lower, **options)
+            for name, part in groups for column in columns]
+
+
+def leaderboard(comparisons: Iterable[SystemComparison]) -> list[LeaderboardRow]:
+    """One row per (dataset, column, system): mean, interval, rank (best first)."""
+    return [LeaderboardRow(dataset=c.dataset, column=c.column, system=s.system, mean=s.mean, low=s.interval.low,
+                           high=s.interval.high, rank=s.rank, n_units=c.n_units, lower_is_better=c.lower_is_better)
+            for c in comparisons for s in c.systems]
+
+
+LEADERBOARD_FIELDS = ("dataset", "column", "system", "mean", "low", "high", "rank", "n_units", "lower_is_better")
+
+
+def leaderboard_csv(rows: Iterable[LeaderboardRow]) -> str:
+    """The leaderboard as CSV text (header `LEADERBOARD_FIELDS`)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(LEADERBOARD_FIELDS)
+    for row in rows:
+        writer.writerow([getattr(row, name) for name in LEADERBOARD_FIELDS])
+    return buffer.getvalue()
+
+
+def comparisons_json(comparisons: Sequence[SystemComparison]) -> str:
+    """Comparisons and the leaderboard as one JSON document."""
+    return json.dumps({"comparisons": to_json_dict(list(comparisons)),
+                       "leaderboard": to_json_dict(leaderboard(comparisons))}, indent=1, allow_nan=False)
+
+
+def comparison_markdown(comparisons: Sequence[SystemComparison], digits: int = 4) -> str:
+    """Leaderboard and pairwise tables, one section per (dataset, column)."""
+    from scoring.tables import markdown_table
+
+    out = []
+    for comp in comparisons:
+        arrow = "lower is better" if comp.lower_is_better else "higher is better"
+        out.append(f"#### {comp.column} on `{comp.dataset}` ({arrow})\n")
+        out.append(f"{comp.n_units} paired units (`{comp.unit}`), {comp.n_units_dropped} dropped for a missing score.\n")
+        out.append(markdown_table(["rank", "system", "mean", "95% low", "95% high"],
+                                  [[s.rank, s.system, s.mean, s.interval.low, s.interval.high] for s in comp.systems],
+                                  digits))
+        out.append(markdown_table(["A", "B", "mean A - mean B", "95% low", "95% high", "p (bootstrap)",
+                                   "p (randomization)", "better"],
+                                  [[p.a, p.b, p.diff, p.ci_diff.low, p.ci_diff.high, p.p_bootstrap, p.p_randomization,
+                                    p.better or "no significant difference"] for p in comp.pairs], digits))
+        out.append(f"`{comp.signature}`\n")
+    return "\n".join(out)
