@@ -1,8 +1,11 @@
 """Where model weights come from: a hub id, a local folder, or an `s3://` prefix.
 
-`resolve_model(location)` returns a local folder. An `s3://` prefix is copied once per node
-into a local cache (a lock file guards concurrent actors on one node); only safetensors
-weights are accepted everywhere, and `trust_remote_code` is never set.
+`resolve_model(location)` returns a local folder. An `s3://` prefix is listed on every load
+and copied into a local cache keyed by its content (the name, size and ETag of every file), so
+a model replaced at the same prefix is fetched again and gets a new weight hash in the metric
+signature; a lock file guards concurrent actors on one node. The endpoint and region for
+`s3://` models come from `configure_s3` (the job's `s3` section), else the environment. Only
+safetensors weights are accepted everywhere, and `trust_remote_code` is never set.
 """
 
 from __future__ import annotations
@@ -12,7 +15,10 @@ import hashlib
 import json
 import os
 import pathlib
+import shutil
 from dataclasses import dataclass
+
+from scoring.errors import UsageError
 
 DEFAULT_CACHE = pathlib.Path(os.environ.get("CTGSCORE_CACHE", pathlib.Path.home() / ".cache" / "ctgscore"))
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -25,7 +31,7 @@ def torch_dtype(name: str):
     import torch
 
     if name not in DTYPES:
-        raise ValueError(f"unknown dtype '{name}'; use one of float32, bfloat16, float16")
+        raise UsageError(f"unknown dtype '{name}'; use one of float32, bfloat16, float16")
     return getattr(torch, DTYPES[name])
 
 
@@ -35,7 +41,7 @@ def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device '{device}' requested but CUDA is not available")
+        raise UsageError(f"device '{device}' requested but CUDA is not available")
     return device
 
 
@@ -78,7 +84,7 @@ def weights_digest(folder: str | os.PathLike) -> str:
     folder = pathlib.Path(folder)
     files = sorted(folder.glob("*.safetensors"))
     if not files:
-        raise FileNotFoundError(f"{folder}: no .safetensors weights (pickled checkpoints are refused)")
+        raise ModelLocationError(f"{folder}: no .safetensors weights (pickled checkpoints are refused)")
     stamp = [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files]
     sidecar = folder / ".ctgscore-digest.json"
     try:
@@ -99,41 +105,119 @@ def weights_digest(folder: str | os.PathLike) -> str:
     return value
 
 
+class ModelLocationError(UsageError, FileNotFoundError):
+    """A model location that names nothing loadable: no folder, no objects, no safetensors."""
+
+
+# S3 settings for model loading, set once per process by `configure_s3` (the Ray job calls it
+# in the driver and in every scoring actor with its `s3` section); unset fields fall back to
+# `$AWS_ENDPOINT_URL` / `$AWS_DEFAULT_REGION`. Credentials are never part of it: s3fs takes
+# them from the process's own AWS default chain.
+_S3_SETTINGS: dict[str, object] = {}
+
+
+def configure_s3(endpoint_url: str | None = None, region: str | None = None, max_attempts: int | None = None) -> None:
+    """Where `s3://` models are read from in this process (endpoint, region, retry attempts).
+    Call again to change; `configure_s3()` resets to the environment's defaults."""
+    _S3_SETTINGS.clear()
+    _S3_SETTINGS.update(
+        {k: v for k, v in {"endpoint_url": endpoint_url, "region": region, "max_attempts": max_attempts}.items() if v}
+    )
+
+
+def s3_storage_options() -> dict:
+    """s3fs options from `configure_s3`, else the environment (no credentials in them)."""
+    endpoint = _S3_SETTINGS.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL")
+    attempts = int(_S3_SETTINGS.get("max_attempts") or os.environ.get("CTGSCORE_S3_MAX_ATTEMPTS") or 6)
+    options: dict = {
+        "skip_instance_cache": True,
+        "config_kwargs": {"retries": {"max_attempts": attempts, "mode": "standard"}, "connect_timeout": 10, "read_timeout": 60},
+    }
+    client_kwargs = {}
+    if endpoint:
+        client_kwargs["endpoint_url"] = endpoint
+    region = _S3_SETTINGS.get("region")
+    if region and not endpoint:  # with a custom endpoint a region name only gets in the way
+        client_kwargs["region_name"] = region
+    if client_kwargs:
+        options["client_kwargs"] = client_kwargs
+    return options
+
+
+def _s3_listing(fs, uri: str) -> dict[str, dict]:
+    """name -> {size, etag} of the loadable files directly under an `s3://` prefix."""
+    from scoring.errors import StorageError
+
+    prefix = uri[len("s3://") :].rstrip("/")
+    bucket = prefix.split("/", 1)[0]
+    try:
+        entries = fs.ls(prefix, detail=True, refresh=True)
+    except FileNotFoundError as exc:
+        if "bucket" in str(exc).lower():
+            raise StorageError(f"cannot read model {uri}: bucket '{bucket}' does not exist") from exc
+        raise ModelLocationError(f"model {uri}: no files under this prefix") from exc
+    except PermissionError as exc:
+        raise StorageError(f"cannot read model {uri}: permission denied") from exc
+    except Exception as exc:  # noqa: BLE001 - network and endpoint failures name the model
+        raise StorageError(f"cannot read model {uri}: {' '.join(str(exc).split())[:200]}") from exc
+    files = {
+        entry["name"].rsplit("/", 1)[-1]: {"size": int(entry.get("size") or 0), "etag": str(entry.get("ETag") or "").strip('"')}
+        for entry in entries
+        if entry.get("type", "file") != "directory"
+    }
+    if not files:
+        raise ModelLocationError(f"model {uri}: no files under this prefix")
+    if not any(name.endswith(".safetensors") for name in files):
+        pickles = [n for n in files if n.endswith(PICKLE_SUFFIXES)]
+        raise ModelLocationError(f"model {uri}: no .safetensors weights" + (f" (refusing pickled {pickles[0]})" if pickles else ""))
+    return {name: meta for name, meta in files.items() if name.endswith(AUXILIARY_SUFFIXES)}
+
+
+def s3_content_key(uri: str, listing: dict[str, dict]) -> str:
+    """Cache key of an `s3://` model: its URI plus the name, size and ETag of every file, so
+    weights replaced at the same prefix get a new key (and are fetched again)."""
+    stamp = json.dumps([uri.rstrip("/"), sorted((n, m["size"], m["etag"]) for n, m in listing.items())])
+    return hashlib.sha256(stamp.encode()).hexdigest()[:24]
+
+
 def _copy_from_s3(uri: str, cache_dir: pathlib.Path, storage_options: dict | None) -> pathlib.Path:
+    """Copy a model prefix into `cache_dir/models/<content key>` unless that exact content is
+    there already. The prefix is listed on every load (one request); the copy is written to a
+    temp folder and renamed into place, and re-done if the prefix changed while copying."""
     import s3fs
 
-    key = hashlib.sha256(uri.rstrip("/").encode()).hexdigest()[:16]
-    target = cache_dir / "models" / key
-    done = target / ".complete"
-    if done.exists():
-        return target
-    target.mkdir(parents=True, exist_ok=True)
-    with open(cache_dir / "models" / f"{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if done.exists():
+    from scoring.errors import StorageError
+
+    fs = s3fs.S3FileSystem(**(storage_options or s3_storage_options()))
+    models = cache_dir / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    for _ in range(3):
+        listing = _s3_listing(fs, uri)
+        target = models / s3_content_key(uri, listing)
+        if (target / ".complete").exists():
             return target
-        fs = s3fs.S3FileSystem(**(storage_options or _s3_options_from_env()))
-        prefix = uri[len("s3://") :].rstrip("/")
-        names = [path for path in fs.ls(prefix, detail=False)]
-        if not names:
-            raise FileNotFoundError(f"{uri}: no files under this prefix")
-        weights = [n for n in names if n.endswith(".safetensors")]
-        if not weights:
-            pickles = [n for n in names if n.endswith(PICKLE_SUFFIXES)]
-            raise ValueError(f"{uri}: no .safetensors weights" + (f" (refusing pickled {pickles[0]})" if pickles else ""))
-        for name in names:
-            if name.endswith(AUXILIARY_SUFFIXES):
-                fs.get(name, str(target / pathlib.PurePosixPath(name).name))
-        done.write_text(uri)
-    return target
-
-
-def _s3_options_from_env() -> dict:
-    endpoint = os.environ.get("AWS_ENDPOINT_URL")
-    options: dict = {}
-    if endpoint:
-        options["client_kwargs"] = {"endpoint_url": endpoint}
-    return options
+        with open(models / f"{target.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if (target / ".complete").exists():
+                return target
+            staging = models / f".{target.name}.tmp-{os.getpid()}"
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir()
+            prefix = uri[len("s3://") :].rstrip("/")
+            try:
+                for name in listing:
+                    fs.get(f"{prefix}/{name}", str(staging / name))
+            except Exception as exc:  # noqa: BLE001 - a failed copy leaves nothing behind
+                shutil.rmtree(staging, ignore_errors=True)
+                raise StorageError(f"cannot copy model {uri}: {' '.join(str(exc).split())[:200]}") from exc
+            if _s3_listing(fs, uri) != listing:  # replaced while we copied: start again
+                shutil.rmtree(staging, ignore_errors=True)
+                continue
+            (staging / ".complete").write_text(json.dumps({"uri": uri, "files": listing}, sort_keys=True))
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(staging, target)
+            return target
+    raise StorageError(f"cannot copy model {uri}: its files kept changing while being copied")
 
 
 def resolve_model(
@@ -144,7 +228,7 @@ def resolve_model(
 ) -> ModelSource:
     """Turn a hub id, local folder or `s3://` prefix into something `from_pretrained` loads."""
     if not location:
-        raise ValueError("model location is empty")
+        raise ModelLocationError("model location is empty")
     cache = pathlib.Path(cache_dir) if cache_dir else DEFAULT_CACHE
     if location.startswith("s3://"):
         local = _copy_from_s3(location, cache, storage_options)
@@ -152,10 +236,10 @@ def resolve_model(
     path = pathlib.Path(location).expanduser()
     if path.is_dir():
         if not list(path.glob("*.safetensors")):
-            raise ValueError(f"{path}: no .safetensors weights (pickled checkpoints are refused)")
+            raise ModelLocationError(f"{path}: no .safetensors weights (pickled checkpoints are refused)")
         return ModelSource(location, str(path.resolve()), revision, is_hub=False)
     if location.startswith((".", "/", "~")):
-        raise FileNotFoundError(f"model folder '{location}' does not exist")
+        raise ModelLocationError(f"model folder '{location}' does not exist")
     return ModelSource(location, location, revision, is_hub=True)
 
 

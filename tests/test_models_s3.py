@@ -1,0 +1,109 @@
+"""Models from `s3://` are versioned by content: weights replaced at the same prefix are fetched
+again and change the signature; the endpoint comes from `configure_s3` (the job's `s3`
+section), not only from `$AWS_ENDPOINT_URL`. Against moto's S3 server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import hashlib
+import pathlib
+
+import pytest
+
+from scoring import models
+from scoring.errors import StorageError, UsageError
+from tests.job_support import free_port, start_moto, stop_group
+
+FAKE_AWS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+
+
+@pytest.fixture(scope="module")
+def moto():
+    process, endpoint = start_moto()
+    yield endpoint
+    stop_group(process)
+
+
+@pytest.fixture
+def s3(moto, monkeypatch):
+    """An s3fs client on the moto server; the model loader is pointed at the server only
+    through `configure_s3`, while `$AWS_ENDPOINT_URL` names a dead port."""
+    import s3fs
+
+    for key, value in FAKE_AWS.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("CTGSCORE_S3_MAX_ATTEMPTS", "2")
+    models.configure_s3(endpoint_url=moto)
+    yield s3fs.S3FileSystem(client_kwargs={"endpoint_url": moto}, skip_instance_cache=True)
+    models.configure_s3()
+
+
+def upload(fs, folder: str, prefix: str) -> None:
+    for path in pathlib.Path(folder).iterdir():
+        if path.is_file() and not path.name.startswith("."):
+            fs.put_file(str(path), f"{prefix}/{path.name}")
+
+
+def sha256_of_safetensors(folder: pathlib.Path) -> str:
+    """Independent of scoring.models: names and bytes of the safetensors files, sorted."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.glob("*.safetensors")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@pytest.mark.timeout(120)
+def test_replaced_weights_are_fetched_again_and_change_the_signature(s3, tiny_models, tmp_path):
+    from ctgscore.testing.tiny_models import build_gpt2
+    from scoring.perplexity import PerplexityMetric
+
+    s3.mkdir("models-a")
+    upload(s3, tiny_models["gpt2"], "models-a/gpt2")
+    cache = tmp_path / "cache"
+    first = models.resolve_model("s3://models-a/gpt2", cache_dir=cache)
+    first_dir = pathlib.Path(first.local_path)
+    assert first.identity()["revision"] == "sha256:" + sha256_of_safetensors(pathlib.Path(tiny_models["gpt2"]))
+    signature_before = str(PerplexityMetric(model="s3://models-a/gpt2", cache_dir=str(cache)).signature())
+
+    # unchanged prefix: same cached copy, nothing fetched again
+    assert models.resolve_model("s3://models-a/gpt2", cache_dir=cache).local_path == first.local_path
+
+    other = build_gpt2(tmp_path / "gpt2-seed1", seed=1)
+    assert sha256_of_safetensors(pathlib.Path(other)) != sha256_of_safetensors(pathlib.Path(tiny_models["gpt2"]))
+    upload(s3, other, "models-a/gpt2")  # same prefix, same names, new bytes
+    second = models.resolve_model("s3://models-a/gpt2", cache_dir=cache)
+    assert second.local_path != first.local_path
+    for name in ("model.safetensors", "config.json"):
+        assert (pathlib.Path(second.local_path) / name).read_bytes() == (pathlib.Path(other) / name).read_bytes()
+    assert second.identity()["revision"] == "sha256:" + sha256_of_safetensors(pathlib.Path(other))
+    signature_after = str(PerplexityMetric(model="s3://models-a/gpt2", cache_dir=str(cache)).signature())
+    assert signature_after != signature_before
+    assert sha256_of_safetensors(pathlib.Path(other)) in signature_after
+    assert first_dir.is_dir()  # an actor still using the old copy keeps it
+    assert not [p for p in (cache / "models").iterdir() if ".tmp-" in p.name]  # no staging debris
+
+
+@pytest.mark.timeout(60)
+def test_endpoint_comes_from_settings_and_failures_name_the_bucket(s3, tiny_models, tmp_path):
+    s3.mkdir("models-b")
+    upload(s3, tiny_models["gpt2"], "models-b/gpt2")
+    assert models.resolve_model("s3://models-b/gpt2", cache_dir=tmp_path).identity()["model"] == "gpt2"
+
+    with pytest.raises(StorageError, match="bucket 'no-such-bucket' does not exist"):
+        models.resolve_model("s3://no-such-bucket/gpt2", cache_dir=tmp_path)
+    with pytest.raises(UsageError, match="no files under this prefix"):
+        models.resolve_model("s3://models-b/nothing-here", cache_dir=tmp_path)
+    s3.pipe_file("models-b/pickled/pytorch_model.bin", b"not really")
+    with pytest.raises(UsageError, match="refusing pickled pytorch_model.bin"):
+        models.resolve_model("s3://models-b/pickled", cache_dir=tmp_path)
+
+    # without settings the loader falls back to $AWS_ENDPOINT_URL (a dead port here)
+    models.configure_s3()
+    with pytest.raises(StorageError, match=r"cannot read model s3://models-b/gpt2: .*127\.0\.0\.1"):
+        models.resolve_model("s3://models-b/gpt2", cache_dir=tmp_path / "other")
