@@ -7,6 +7,14 @@ reference) (recall), F = (r->h + h->r) / 2. Prompts (paper A.3, Eq. 3): encoder 
 x' = x + " " + prompt + ",", decoder side y' = prompt + ", " + y; the ensemble is the mean of
 the per-prompt scores. Decoder-side prompts and multiple references in h->r share one
 encoder pass per source.
+
+Multiple references (docs/metrics.md, "BARTScore with several references"): with P_r =
+score(r -> y) and R_r = score(y -> r) per reference r, r->h = agg_r P_r, h->r = agg_r R_r and,
+by default, F = agg_r (P_r + R_r) / 2 (`f_reference: per_reference`, the original data-to-text
+code with agg = max); `per_direction` gives F = (agg_r P_r + agg_r R_r) / 2 instead, which is
+never lower under max. With prompts the default aggregates over references within each prompt
+and then averages over prompts (`prompt_order: references_first`, the original's order);
+`prompts_first` averages over prompts per reference first. Under agg = mean all four agree.
 """
 
 from __future__ import annotations
@@ -14,16 +22,22 @@ from __future__ import annotations
 import statistics
 from typing import Any, Sequence
 
+from scoring import preprocess as preprocessing
 from scoring.engine import DEFAULT_TOKEN_BUDGET, Seq2SeqLikelihood
+from scoring.errors import UsageError
 from scoring.metric import RowMetric
 from scoring.models import file_digest, load_pretrained, load_tokenizer, resolve_model
+from scoring.params import check_choice, check_model_args, check_positive_int, check_text_list, check_text_lists
 from scoring.resources import bartscore_prompt_path
 from scoring.signature import Signature, library_versions, stable_hash
 from scoring.text_encoding import encode_texts, read_lines
 
-VERSION = "1.0"
+VERSION = "1.1"
 DIRECTIONS = ("s_h", "r_h", "h_r", "f")
 AGGREGATES = {"mean": statistics.fmean, "max": max}
+F_REFERENCE = ("per_reference", "per_direction")
+PROMPT_ORDER = ("references_first", "prompts_first")
+PROMPT_SIDES = ("encoder", "decoder")
 
 
 def encoder_prompted(source: str, prompt: str) -> str:
@@ -55,6 +69,7 @@ class BARTScorer:
     ):
         from transformers import AutoModelForSeq2SeqLM
 
+        check_model_args(dtype, device, token_budget, max_length)
         self.source = resolve_model(checkpoint, revision=revision, cache_dir=cache_dir)
         self.tokenizer = load_tokenizer(self.source)
         self.model = load_pretrained(AutoModelForSeq2SeqLM, self.source, dtype=dtype, device=device)
@@ -91,9 +106,13 @@ class BARTScorer:
         are encoded once (e.g. the 16 systems of one SummEval document) and every target is
         decoded against the cached encoder states. Returns scores, source-truncated flags and
         target-truncated flags, in input order."""
+        sources = check_text_list("sources", sources)
+        targets = check_text_lists("targets", targets)
         if len(sources) != len(targets):
             raise ValueError(f"{len(sources)} sources but {len(targets)} target lists")
-        self.engine.max_batch_items = batch_size
+        if not sources:
+            return [], [], []
+        self.engine.max_batch_items = check_positive_int("batch_size", batch_size, allow_none=True)
         unique_index: dict[str, int] = {}
         for source in sources:
             unique_index.setdefault(source, len(unique_index))
@@ -121,6 +140,7 @@ class BARTScorer:
 
     def score(self, srcs: Sequence[str], tgts: Sequence[str], batch_size: int | None = None) -> list[float]:
         """score(src_i -> tgt_i) per pair (the original `BARTScorer.score`)."""
+        srcs, tgts = check_text_list("srcs", srcs), check_text_list("tgts", tgts)
         _check_lengths(srcs, tgts)
         scores, _, _ = self.score_shared(srcs, [[t] for t in tgts], batch_size)
         return [row[0] for row in scores]
@@ -130,6 +150,7 @@ class BARTScorer:
     ) -> list[float]:
         """Aggregate score(src_i -> tgt) over each row's targets (ragged lists allowed); each
         source is encoded once for all of its targets."""
+        srcs, tgts = check_text_list("srcs", srcs), check_text_lists("tgts", tgts)
         _check_lengths(srcs, tgts)
         aggregate = _aggregate(agg)
         for i, group in enumerate(tgts):
@@ -139,12 +160,18 @@ class BARTScorer:
         return [aggregate(row) for row in scores]
 
     def score_prompted(
-        self, srcs: Sequence[str], tgts: Sequence[str], prompts: Sequence[str], side: str = "encoder", batch_size: int | None = None
+        self, srcs: Sequence[str], tgts: Sequence[str], prompts: str | Sequence[str], side: str = "encoder", batch_size: int | None = None
     ) -> list[float]:
-        """Prompt ensemble (paper Eq. 3): the mean over prompts of the prompted scores."""
+        """Prompt ensemble (paper Eq. 3): the mean over prompts of the prompted scores.
+        `prompts` is a list of prompts or the name of a prompt set (`src_hypo`, `ref_hypo`,
+        `tiny_ref_hypo`, a shipped file name, or a path to one prompt per line)."""
+        srcs, tgts = check_text_list("srcs", srcs), check_text_list("tgts", tgts)
         _check_lengths(srcs, tgts)
+        prompts = load_prompts(prompts)
         if not prompts:
             raise ValueError("no prompts given")
+        if not srcs:
+            return []
         if side == "decoder":
             scores, _, _ = self.score_shared(srcs, [[decoder_prompted(t, p) for p in prompts] for t in tgts], batch_size)
             return [statistics.fmean(row) for row in scores]
@@ -169,20 +196,28 @@ class BARTScorer:
         return params
 
 
+def load_prompts(prompts: str | Sequence[str] | None) -> list[str] | None:
+    """A prompt list as given, or the prompts of a named set / file (see `score_prompted`)."""
+    if prompts is None:
+        return None
+    if isinstance(prompts, str):
+        return read_lines(bartscore_prompt_path(prompts), "prompt")
+    return list(check_text_list("prompts", prompts))
+
+
 def _check_lengths(a: Sequence, b: Sequence) -> None:
     if len(a) != len(b):
         raise ValueError(f"{len(a)} sources but {len(b)} targets")
 
 
 def _aggregate(agg: str):
-    if agg not in AGGREGATES:
-        raise ValueError(f"agg must be one of {sorted(AGGREGATES)}, not '{agg}'")
-    return AGGREGATES[agg]
+    return AGGREGATES[check_choice("agg", agg, AGGREGATES)]
 
 
 class BARTScoreMetric(RowMetric):
     """BARTScore over canonical rows: columns `bartscore_<direction>` for the chosen
-    directions, references aggregated by `agg`, optional prompt ensemble."""
+    directions, references aggregated by `agg`, optional prompt ensemble and preprocessing
+    (module docstring; docs/metrics.md)."""
 
     name = "bartscore"
 
@@ -191,8 +226,11 @@ class BARTScoreMetric(RowMetric):
         model: str = "facebook/bart-large-cnn",
         directions: Sequence[str] = DIRECTIONS,
         agg: str = "mean",
+        f_reference: str = "per_reference",
         prompts: str | Sequence[str] | None = None,
         prompt_side: str = "decoder",
+        prompt_order: str = "references_first",
+        preprocess: str = "none",
         state_dict: str | None = None,
         revision: str | None = None,
         dtype: str = "float32",
@@ -201,19 +239,25 @@ class BARTScoreMetric(RowMetric):
         token_budget: int = DEFAULT_TOKEN_BUDGET,
         cache_dir: str | None = None,
     ):
+        if isinstance(directions, str):
+            directions = [directions]
         directions = tuple(directions)
         unknown = [d for d in directions if d not in DIRECTIONS]
         if unknown or not directions:
-            raise ValueError(f"unknown BARTScore directions {unknown}; choose from {DIRECTIONS}")
+            raise UsageError(f"directions: unknown BARTScore directions {unknown}; choose from {list(DIRECTIONS)}")
         _aggregate(agg)
-        if prompt_side not in ("encoder", "decoder"):
-            raise ValueError(f"prompt_side must be 'encoder' or 'decoder', not '{prompt_side}'")
+        self.f_reference = check_choice("f_reference", f_reference, F_REFERENCE)
+        self.prompt_side = check_choice("prompt_side", prompt_side, PROMPT_SIDES)
+        self.prompt_order = check_choice("prompt_order", prompt_order, PROMPT_ORDER)
+        self.preprocess = preprocessing.check_preprocess(preprocess)
+        self._clean = preprocessing.preprocessor(preprocess)
+        check_model_args(dtype, device, token_budget, max_length)
         self.directions = directions
         self.agg = agg
-        self.prompt_side = prompt_side
-        if isinstance(prompts, str):
-            prompts = read_lines(bartscore_prompt_path(prompts), "prompt")
-        self.prompts = list(prompts) if prompts else None
+        try:
+            self.prompts = load_prompts(prompts) or None
+        except (FileNotFoundError, TypeError) as exc:
+            raise UsageError(f"prompts: {exc}") from exc
         self.scorer = BARTScorer(model, device=device, max_length=max_length, dtype=dtype, token_budget=token_budget, revision=revision, cache_dir=cache_dir)
         if state_dict:
             self.scorer.load(state_dict)
@@ -227,7 +271,12 @@ class BARTScoreMetric(RowMetric):
             "directions": list(self.directions),
             "agg": self.agg,
             "prompts": f"{len(self.prompts)}:{stable_hash(self.prompts)}:{self.prompt_side}" if self.prompts else "none",
+            "preprocess": preprocessing.signature_value(self.preprocess),
         }
+        if "references" in self.required_columns:
+            params["f_reference"] = self.f_reference
+            if self.prompts:
+                params["prompt_order"] = self.prompt_order
         return Signature(self.name, VERSION, params)
 
     def validate(self, row: dict[str, Any]) -> str | None:
@@ -238,18 +287,18 @@ class BARTScoreMetric(RowMetric):
                 return "empty or null reference in 'references'"
         return reason
 
-    def _pair_scores(self, sources: list[str], targets: list[list[str]]) -> tuple[list[list[float]], list[bool]]:
-        """Scores for (source -> each target), prompt ensemble applied; plus per-source
-        'anything truncated' flags."""
+    def _prompt_scores(self, sources: list[str], targets: list[list[str]]) -> tuple[list[list[list[float]]], list[bool]]:
+        """scores[i][j][p] = score(source_i -> target_ij) under prompt p (one entry per pair
+        without prompts), plus per-source 'anything truncated' flags."""
         if not self.prompts:
             scores, src_trunc, tgt_trunc = self.scorer.score_shared(sources, targets)
-            return scores, [s or any(t) for s, t in zip(src_trunc, tgt_trunc)]
+            return [[[value] for value in row] for row in scores], [s or any(t) for s, t in zip(src_trunc, tgt_trunc)]
+        width = len(self.prompts)
         if self.prompt_side == "decoder":
             prompted = [[decoder_prompted(t, p) for t in group for p in self.prompts] for group in targets]
             scores, src_trunc, tgt_trunc = self.scorer.score_shared(sources, prompted)
-            width = len(self.prompts)
-            folded = [[statistics.fmean(row[k * width : (k + 1) * width]) for k in range(len(group))] for row, group in zip(scores, targets)]
-            return folded, [s or any(t) for s, t in zip(src_trunc, tgt_trunc)]
+            unfolded = [[row[k * width : (k + 1) * width] for k in range(len(group))] for row, group in zip(scores, targets)]
+            return unfolded, [s or any(t) for s, t in zip(src_trunc, tgt_trunc)]
         flat_sources, flat_targets, owners = [], [], []
         for i, (source, group) in enumerate(zip(sources, targets)):
             for target in group:
@@ -258,47 +307,68 @@ class BARTScoreMetric(RowMetric):
                     flat_targets.append([target])
                     owners.append(i)
         scores, src_trunc, tgt_trunc = self.scorer.score_shared(flat_sources, flat_targets)
-        width = len(self.prompts)
-        folded: list[list[float]] = [[] for _ in sources]
+        unfolded: list[list[list[float]]] = [[] for _ in sources]
         truncated = [False] * len(sources)
         for start in range(0, len(flat_sources), width):
             owner = owners[start]
-            folded[owner].append(statistics.fmean(scores[k][0] for k in range(start, start + width)))
-            truncated[owner] = truncated[owner] or any(src_trunc[start : start + width]) or any(t[0] for t in tgt_trunc[start : start + width])
-        return folded, truncated
+            unfolded[owner].append([scores[k][0] for k in range(start, start + width)])
+            span = range(start, start + width)
+            truncated[owner] = truncated[owner] or any(src_trunc[k] or tgt_trunc[k][0] for k in span)
+        return unfolded, truncated
+
+    def _reduce(self, per_reference: list[list[float]]) -> float:
+        """One number from scores[reference][prompt]: aggregate over references (`agg`) and
+        average over prompts, in the configured order."""
+        aggregate = _aggregate(self.agg)
+        if self.prompt_order == "references_first":
+            n_prompts = len(per_reference[0])
+            return statistics.fmean(aggregate([row[p] for row in per_reference]) for p in range(n_prompts))
+        return aggregate([statistics.fmean(row) for row in per_reference])
 
     def score_valid(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        aggregate = _aggregate(self.agg)
+        clean = self._clean or (lambda text: text)
         results: list[dict[str, Any]] = [{} for _ in rows]
         truncated = [False] * len(rows)
-        texts = [row["text"] for row in rows]
+        texts = [clean(row["text"]) for row in rows]
         if "s_h" in self.directions:
-            scores, flags = self._pair_scores([row["source"] for row in rows], [[t] for t in texts])
+            scores, flags = self._prompt_scores([clean(row["source"]) for row in rows], [[t] for t in texts])
             for i, row_scores in enumerate(scores):
-                results[i]["bartscore_s_h"] = row_scores[0]
+                results[i]["bartscore_s_h"] = statistics.fmean(row_scores[0])
                 truncated[i] |= flags[i]
+        if "references" not in self.required_columns:
+            return self._finish(results, truncated)
+        references = [[clean(r) for r in row["references"]] for row in rows]
+        precision: list[list[list[float]]] = [[] for _ in rows]  # [row][reference][prompt], score(r -> y)
+        recall: list[list[list[float]]] = [[] for _ in rows]  # [row][reference][prompt], score(y -> r)
         if any(d in self.directions for d in ("r_h", "f")):
-            sources, targets, owners = [], [], []
-            for i, row in enumerate(rows):
-                for reference in row["references"]:
-                    sources.append(reference)
-                    targets.append([texts[i]])
-                    owners.append(i)
-            scores, flags = self._pair_scores(sources, targets)
-            per_row: list[list[float]] = [[] for _ in rows]
+            sources, owners = [], []
+            for i, group in enumerate(references):
+                sources += group
+                owners += [i] * len(group)
+            scores, flags = self._prompt_scores(sources, [[texts[i]] for i in owners])
             for owner, row_scores, flag in zip(owners, scores, flags):
-                per_row[owner].append(row_scores[0])
+                precision[owner].append(row_scores[0])
                 truncated[owner] |= flag
-            for i, values in enumerate(per_row):
-                results[i]["bartscore_r_h"] = aggregate(values)
         if any(d in self.directions for d in ("h_r", "f")):
-            scores, flags = self._pair_scores(texts, [list(row["references"]) for row in rows])
+            scores, flags = self._prompt_scores(texts, references)
             for i, row_scores in enumerate(scores):
-                results[i]["bartscore_h_r"] = aggregate(row_scores)
+                recall[i] = row_scores
                 truncated[i] |= flags[i]
         for i, result in enumerate(results):
+            if precision[i]:
+                result["bartscore_r_h"] = self._reduce(precision[i])
+            if recall[i]:
+                result["bartscore_h_r"] = self._reduce(recall[i])
             if "f" in self.directions:
-                result["bartscore_f"] = (result["bartscore_r_h"] + result["bartscore_h_r"]) / 2
-            if truncated[i]:
+                if self.f_reference == "per_direction":
+                    result["bartscore_f"] = (result["bartscore_r_h"] + result["bartscore_h_r"]) / 2
+                else:
+                    averaged = [[(p + r) / 2 for p, r in zip(ps, rs)] for ps, rs in zip(precision[i], recall[i])]
+                    result["bartscore_f"] = self._reduce(averaged)
+        return self._finish(results, truncated)
+
+    def _finish(self, results: list[dict[str, Any]], truncated: list[bool]) -> list[dict[str, Any]]:
+        for result, flag in zip(results, truncated):
+            if flag:
                 result["warning"] = f"truncated to max_length={self.scorer.max_length} tokens"
         return results

@@ -5,8 +5,10 @@ Input I = (prefix X, attribute a, text Y). lm_score(src, tgt) = -mean token NLL 
 src (decoder start = pad). Weights (Eq. 5-7): ISF(s) = max IWF over the token ids of s,
 NISF(s) = ISF(s) / sum of ISF over the evaluators of the aspect (plain mean when that sum is
 0).
-- Coherence (Eq. 2-4, 8): mask each sentence Y_j of Y in turn with `<mask_1>` and infill it
-  (target Y_j with `</s>`): S_coh = sum_j NISF(Y_j) * lm_score.
+- Coherence (Eq. 2-4, 8): split Y into sentences (NLTK Punkt by default, `sentence_splitter`),
+  mask each sentence Y_j in turn and infill it: source = " ".join(Y_<j) + " <mask_1> " +
+  " ".join(Y_>j) (the original's string, edge spaces included), target Y_j with `</s>`:
+  S_coh = sum_j NISF(Y_j) * lm_score.
 - Consistency (Eq. 9-11): R = Y[len(X):]; s1 = lm_score(X + " <mask_1>", R),
   s2 = lm_score("<mask_1> " + R, X), targets without `</s>`:
   S_cons = NISF(R) * s1 + NISF(X) * s2.
@@ -14,6 +16,11 @@ NISF(s) = ISF(s) / sum of ISF over the evaluators of the aspect (plain mean when
   NLL of label word l, no `</s>`); P_e(a) = s(e,a) / sum_l s(e,l); w_e = sum_l s(e,l);
   S_rel = sum_e (w_e / sum_e' w_e') * P_e(a). Each filled prompt is encoded once and every
   label word of every verbaliser row is decoded against it.
+
+Tokenisation (`tokenization`, docs/metrics.md): `slow` (default) gives the ids of the slow
+sentencepiece `PegasusTokenizer` of transformers 4.4 that the original ran, which drops the
+whitespace next to `<mask_1>`; `fast` tokenises with the loaded tokenizer as is, which keeps
+that whitespace as an extra `▁` piece.
 """
 
 from __future__ import annotations
@@ -25,15 +32,17 @@ from typing import Any, Sequence
 import numpy as np
 
 from scoring.engine import DEFAULT_TOKEN_BUDGET, Seq2SeqLikelihood
+from scoring.errors import UsageError
 from scoring.iwf import load_iwf
 from scoring.metric import RowError, RowMetric
 from scoring.models import file_digest, load_pretrained, load_tokenizer, resolve_model
-from scoring.resources import ctrleval_task_paths
-from scoring.sentences import split_sentences
+from scoring.params import check_choice, check_model_args, check_positive_int, check_text_list
+from scoring.resources import ctrleval_task_paths, resource_path
+from scoring.sentences import DEFAULT_SPLITTER, SPLITTER_IDS, SPLITTERS, split_sentences
 from scoring.signature import Signature, library_versions, stable_hash
-from scoring.text_encoding import encode_texts, read_lines
+from scoring.text_encoding import TOKENIZATION_STYLES, encode_texts, read_lines
 
-VERSION = "1.0"
+VERSION = "1.1"
 MASK = "<mask_1>"
 ASPECTS = {"coherence": "coherence", "coh": "coherence", "consistency": "consistency", "cons": "consistency",
            "relevance": "relevance", "rel": "relevance", "ar": "relevance"}
@@ -78,6 +87,12 @@ def relevance_from_likelihoods(s: np.ndarray, label_index: int) -> float:
     return float((weights * p_attribute).sum())  # Eq. 17
 
 
+def masked_source(sentences: Sequence[str], index: int) -> str:
+    """The coherence source for sentence `index`: the original's
+    `' '.join(before) + ' <mask_1> ' + ' '.join(after)`, edge spaces included."""
+    return " ".join(sentences[:index]) + f" {MASK} " + " ".join(sentences[index + 1 :])
+
+
 class CTRLEval:
     """CTRLEval with the original call shape `score(aspect, data, prefix, label, batch_size)`."""
 
@@ -93,11 +108,20 @@ class CTRLEval:
         token_budget: int = DEFAULT_TOKEN_BUDGET,
         revision: str | None = None,
         cache_dir: str | None = None,
+        sentence_splitter: str = DEFAULT_SPLITTER,
+        tokenization: str = "slow",
     ):
         from transformers import AutoModelForSeq2SeqLM
 
         if iwf is None:
-            raise ValueError("CTRLEval needs an IWF table (`iwf`): iwf_full.txt for pegasus-large, or one computed for your tokenizer")
+            raise UsageError("CTRLEval needs an IWF table (`iwf`): iwf_full.txt for pegasus-large, or one computed for your tokenizer")
+        check_model_args(dtype, device, token_budget, max_length)
+        self.sentence_splitter = check_choice("sentence_splitter", sentence_splitter, SPLITTERS)
+        self.tokenization = check_choice("tokenization", tokenization, TOKENIZATION_STYLES)
+        if prompts:
+            prompts = str(resource_path(prompts))
+        if verbalizers:
+            verbalizers = str(resource_path(verbalizers))
         self.source = resolve_model(model, revision=revision, cache_dir=cache_dir)
         self.tokenizer = load_tokenizer(self.source)
         self.model = load_pretrained(AutoModelForSeq2SeqLM, self.source, dtype=dtype, device=device)
@@ -123,21 +147,22 @@ class CTRLEval:
         return float(max(self.iwf[i] for i in ids))
 
     def _encode(self, texts: Sequence[str], eos: bool):
-        return encode_texts(self.tokenizer, texts, self.max_length, special_tokens=eos)
+        return encode_texts(self.tokenizer, texts, self.max_length, special_tokens=eos, style=self.tokenization)
 
     # ----- aspects ----------------------------------------------------------------------
     def coherence(self, texts: Sequence[str]) -> tuple[list[float], list[bool]]:
         """Eq. 2-4, 8. Returns scores and per-text truncation flags."""
         sources, targets, owners = [], [], []
         for i, text in enumerate(texts):
-            sentences = split_sentences(text)
+            sentences = split_sentences(text, self.sentence_splitter)
             if not sentences:
                 raise RowError(i, "text has no sentences")
             for j, sentence in enumerate(sentences):
-                masked = sentences[:j] + [MASK] + sentences[j + 1 :]
-                sources.append(" ".join(masked))
+                sources.append(masked_source(sentences, j))
                 targets.append(sentence)
                 owners.append(i)
+        if not sources:
+            return [], []
         encoded_sources = self._encode(sources, eos=True)
         encoded_targets = self._encode(targets, eos=True)
         nll = self.engine.mean_nll([e.ids for e in encoded_sources], [[e.ids] for e in encoded_targets])
@@ -156,6 +181,8 @@ class CTRLEval:
         """Eq. 9-11. A text that does not start with its prefix raises RowError."""
         if len(texts) != len(prefixes):
             raise ValueError(f"{len(texts)} texts but {len(prefixes)} prefixes")
+        if not texts:
+            return [], []
         sources, targets = [], []
         for i, (text, prefix) in enumerate(zip(texts, prefixes)):
             if not text.startswith(prefix):
@@ -182,6 +209,8 @@ class CTRLEval:
             raise ValueError("attribute relevance needs prompts and verbalizers")
         if len(texts) != len(labels):
             raise ValueError(f"{len(texts)} texts but {len(labels)} labels")
+        if not texts:
+            return [], []
         label_names = self.verbalizer.labels
         for i, label in enumerate(labels):
             if label not in label_names:
@@ -205,8 +234,13 @@ class CTRLEval:
         rel). `batch_size` caps rows per forward; the token budget does the batching."""
         aspect_name = ASPECTS.get(aspect)
         if aspect_name is None:
-            raise ValueError(f"unknown aspect '{aspect}'; use coherence, consistency or relevance")
-        self.engine.max_batch_items = batch_size
+            raise UsageError(f"unknown aspect '{aspect}'; use coherence, consistency or relevance")
+        data = check_text_list("data", data)
+        if prefix is not None:
+            prefix = check_text_list("prefix", prefix)
+        if label is not None:
+            label = check_text_list("label", label)
+        self.engine.max_batch_items = check_positive_int("batch_size", batch_size, allow_none=True)
         try:
             if aspect_name == "coherence":
                 return self.coherence(data)[0]
@@ -226,7 +260,8 @@ class CTRLEval:
             "dtype": self.dtype,
             "max_length": self.max_length,
             "iwf": f"sha256:{file_digest(self.iwf_path)}",
-            "sentence_splitter": "regex-v1",
+            "sentence_splitter": SPLITTER_IDS[self.sentence_splitter],
+            "tokenization": self.tokenization,
             "batching": f"length-sorted,token_budget={self.engine.token_budget},decode_token_budget={self.engine.decode_token_budget}",
             **library_versions("torch", "transformers"),
         }
@@ -256,21 +291,28 @@ class CTRLEvalMetric(RowMetric):
         token_budget: int = DEFAULT_TOKEN_BUDGET,
         revision: str | None = None,
         cache_dir: str | None = None,
+        sentence_splitter: str = DEFAULT_SPLITTER,
+        tokenization: str = "slow",
     ):
+        if isinstance(aspects, str):
+            aspects = [aspects]
         names = []
         for aspect in aspects:
             if aspect not in ASPECTS:
-                raise ValueError(f"unknown CTRLEval aspect '{aspect}'")
+                raise UsageError(f"aspects: unknown CTRLEval aspect '{aspect}'; use coherence, consistency or relevance")
             names.append(ASPECTS[aspect])
+        if not names:
+            raise UsageError("aspects: give at least one of coherence, consistency, relevance")
         self.aspects = tuple(dict.fromkeys(names))
         if task is not None:
             if prompts or verbalizers:
-                raise ValueError("give either `task` or `prompts` + `verbalizers`, not both")
+                raise UsageError("give either `task` or `prompts` + `verbalizers`, not both")
             prompts, verbalizers = (str(p) for p in ctrleval_task_paths(task))
         if "relevance" in self.aspects and not (prompts and verbalizers):
-            raise ValueError("relevance needs `task` (sentiment/topic) or `prompts` and `verbalizers` files")
+            raise UsageError("relevance needs `task` (sentiment/topic) or `prompts` and `verbalizers` files")
         self.scorer = CTRLEval(model, iwf=iwf, prompts=prompts, verbalizers=verbalizers, device=device, dtype=dtype,
-                               max_length=max_length, token_budget=token_budget, revision=revision, cache_dir=cache_dir)
+                               max_length=max_length, token_budget=token_budget, revision=revision, cache_dir=cache_dir,
+                               sentence_splitter=sentence_splitter, tokenization=tokenization)
         self.required_columns = ("text",) + (("prefix",) if "consistency" in self.aspects else ()) + (
             ("attribute",) if "relevance" in self.aspects else ())
         self.output_columns = tuple(f"ctrleval_{a}" for a in self.aspects)

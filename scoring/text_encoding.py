@@ -1,9 +1,21 @@
-"""Turning texts into token ids with head-keeping truncation that is recorded, not silent."""
+"""Turning texts into token ids with head-keeping truncation that is recorded, not silent.
+
+Two tokenisation styles (docs/metrics.md, "Tokenisation around special tokens"):
+- `fast`: the tokenizer as loaded (transformers 5 ships only the `tokenizers`-backed
+  classes); whitespace next to a special token such as `<mask_1>` becomes its own `▁` piece.
+- `slow`: what the sentencepiece-based slow tokenizers of transformers 4.x (e.g. the
+  `PegasusTokenizer` of 4.4 that CTRLEval ran) produce: the text is cut at special tokens,
+  whitespace next to them is dropped, and each remaining piece is whitespace-normalised the
+  way sentencepiece does (ends stripped, runs collapsed) before it is encoded.
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Sequence
+
+TOKENIZATION_STYLES = ("slow", "fast")
 
 
 @dataclass(frozen=True)
@@ -12,12 +24,18 @@ class Encoded:
     truncated: bool
 
 
-def encode_texts(tokenizer, texts: Sequence[str], max_length: int, special_tokens: bool = True) -> list[Encoded]:
-    """Tokenise and keep the head. With special tokens, a trailing end token survives
-    truncation (the same ids as the tokenizer's own `truncation=True, max_length=...`)."""
+def encode_texts(tokenizer, texts: Sequence[str], max_length: int, special_tokens: bool = True, style: str = "fast") -> list[Encoded]:
+    """Tokenise (in the `fast` or `slow` style, module docstring) and keep the head. With
+    special tokens, a trailing end token survives truncation (the same ids as the
+    tokenizer's own `truncation=True, max_length=...`)."""
     if not texts:
         return []
-    batch = tokenizer(list(texts), add_special_tokens=special_tokens)["input_ids"]
+    if style == "slow":
+        batch = slow_style_ids(tokenizer, texts, add_eos=special_tokens)
+    elif style == "fast":
+        batch = tokenizer(list(texts), add_special_tokens=special_tokens)["input_ids"]
+    else:
+        raise ValueError(f"tokenization style must be one of {list(TOKENIZATION_STYLES)}, not {style!r}")
     eos = tokenizer.eos_token_id
     encoded = []
     for ids in batch:
@@ -29,6 +47,41 @@ def encode_texts(tokenizer, texts: Sequence[str], max_length: int, special_token
         else:
             encoded.append(Encoded(ids[:max_length], True))
     return encoded
+
+
+def slow_style_ids(tokenizer, texts: Sequence[str], add_eos: bool) -> list[list[int]]:
+    """Token ids as a transformers-4.x slow sentencepiece tokenizer gives them (with `</s>`
+    appended when `add_eos`): special tokens cut out with the whitespace around them, each
+    piece between them encoded on its own after sentencepiece-style whitespace
+    normalisation."""
+    specials = sorted(set(tokenizer.all_special_tokens), key=len, reverse=True)
+    cutter = re.compile("(" + "|".join(re.escape(token) for token in specials) + ")")
+    plans: list[list[int | str]] = []  # per text: special-token ids and pieces of text
+    pieces: list[str] = []
+    for text in texts:
+        plan: list[int | str] = []
+        for position, part in enumerate(cutter.split(text)):
+            if position % 2 == 1:
+                plan.append(tokenizer.convert_tokens_to_ids(part))
+                continue
+            normalised = " ".join(part.split())
+            if normalised:
+                plan.append(normalised)
+                pieces.append(normalised)
+        plans.append(plan)
+    encoded = iter(tokenizer(pieces, add_special_tokens=False)["input_ids"] if pieces else [])
+    result = []
+    for plan in plans:
+        ids: list[int] = []
+        for item in plan:
+            if isinstance(item, str):
+                ids.extend(next(encoded))
+            else:
+                ids.append(item)
+        if add_eos:
+            ids.append(tokenizer.eos_token_id)
+        result.append(ids)
+    return result
 
 
 def read_lines(path, what: str) -> list[str]:

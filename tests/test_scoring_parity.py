@@ -81,18 +81,20 @@ def test_bartscore_metric_rows_match_naive_with_ragged_references(tiny_models, s
     rows = [dict(r) for r in summeval_rows[:6]]
     rows[1]["references"] = list(rows[1]["references"]) + ["A second, shorter reference.", "And a third one here."]
     rows[3]["references"] = ["Only one reference."]
+    metric = BARTScoreMetric(model=tiny_models["bart"], token_budget=2000)
+    model, tok = metric.scorer.model, metric.scorer.tokenizer
     for agg, aggregate in (("mean", statistics.fmean), ("max", max)):
-        metric = BARTScoreMetric(model=tiny_models["bart"], agg=agg, token_budget=2000)
+        metric.agg = agg
         results = metric.score_rows(rows)
-        model, tok = metric.scorer.model, metric.scorer.tokenizer
         for row, result in zip(rows, results):
             assert result["error"] is None
-            precision = aggregate([naive_seq2seq(model, tok, ref, row["text"]) for ref in row["references"]])
-            recall = aggregate([naive_seq2seq(model, tok, row["text"], ref) for ref in row["references"]])
+            per_ref_p = [naive_seq2seq(model, tok, ref, row["text"]) for ref in row["references"]]
+            per_ref_r = [naive_seq2seq(model, tok, row["text"], ref) for ref in row["references"]]
             assert result["bartscore_s_h"] == pytest.approx(naive_seq2seq(model, tok, row["source"], row["text"]), abs=TOL)
-            assert result["bartscore_r_h"] == pytest.approx(precision, abs=TOL)
-            assert result["bartscore_h_r"] == pytest.approx(recall, abs=TOL)
-            assert result["bartscore_f"] == pytest.approx((precision + recall) / 2, abs=TOL)
+            assert result["bartscore_r_h"] == pytest.approx(aggregate(per_ref_p), abs=TOL)
+            assert result["bartscore_h_r"] == pytest.approx(aggregate(per_ref_r), abs=TOL)
+            # F per reference, then aggregated (the original's data-to-text definition)
+            assert result["bartscore_f"] == pytest.approx(aggregate([(p + r) / 2 for p, r in zip(per_ref_p, per_ref_r)]), abs=TOL)
 
 
 def test_multi_ref_score_ragged_mean_and_max(bart):
@@ -139,7 +141,7 @@ def naive_coherence(model, tok, iwf, text):
     sentences = split_sentences(text)
     isf, lm = [], []
     for j, sentence in enumerate(sentences):
-        source = " ".join(sentences[:j] + ["<mask_1>"] + sentences[j + 1 :])
+        source = " ".join(sentences[:j]) + " <mask_1> " + " ".join(sentences[j + 1 :])  # the original's string
         isf.append(naive_isf(iwf, tok(sentence).input_ids))
         lm.append(naive_seq2seq(model, tok, source, sentence))
     total = sum(isf)
@@ -174,7 +176,10 @@ def test_ctrleval_aspects_match_naive(tiny_models, sample_corpus, task, n_rows):
     name = "ctrleval_senti" if task == "sentiment" else "ctrleval_topic"
     rows = pq.read_table(sample_corpus / f"{name}-00000.parquet").to_pylist()[::25][:n_rows]
     prompts_path, verbalizer_path = ctrleval_task_paths(task)
-    scorer = CTRLEval(tiny_models["pegasus"], iwf=tiny_models["iwf"], prompts=str(prompts_path), verbalizers=str(verbalizer_path), token_budget=1500)
+    # the tokenizer as loaded, like the naive reference (the `slow` ids are checked against
+    # sentencepiece itself in test_fidelity_tokenization.py)
+    scorer = CTRLEval(tiny_models["pegasus"], iwf=tiny_models["iwf"], prompts=str(prompts_path), verbalizers=str(verbalizer_path),
+                      token_budget=1500, tokenization="fast")
     texts, prefixes, labels = [r["text"] for r in rows], [r["prefix"] for r in rows], [r["attribute"] for r in rows]
     iwf = load_iwf(tiny_models["iwf"])
     prompts, verbalizer = read_lines(prompts_path, "prompt"), Verbalizer.from_file(verbalizer_path)
