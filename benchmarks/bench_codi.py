@@ -52,8 +52,8 @@ def bench_self_bleu(n: int = 300) -> list[tuple]:
 def bench_classifier(tmp: pathlib.Path, n: int = 512) -> list[tuple]:
     import torch
 
-    from scoring.codi import classifiers as clf
     from ctgscore.testing.tiny_classifier import build_tiny_classifier
+    from scoring.codi import classifiers as clf
 
     directory = build_tiny_classifier(tmp / "bench_cls", ["a", "b", "c"], init_range=0.2)
     rng = random.Random(1)
@@ -82,10 +82,10 @@ def bench_classifier(tmp: pathlib.Path, n: int = 512) -> list[tuple]:
 
 
 def bench_metric(tmp: pathlib.Path) -> list[tuple]:
-    from scoring.codi import classifiers as clf
-    from scoring.codi import convert
     from ctgscore.testing import codi_synthetic as synthetic
     from ctgscore.testing.tiny_classifier import build_tiny_classifier, one_hot_bias
+    from scoring.codi import classifiers as clf
+    from scoring.codi import convert
     from scoring.registry import build_metric
 
     emotions = ["anger", "disgust", "fear", "joy", "neutral", "sadness", "surprise"]

@@ -95,11 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     import ray
     import torch
 
+    from ctgscore.testing.tiny_models import build_tiny_models
     from ray_jobs.config import parse_config
     from ray_jobs.score_corpus import run_job
     from scoring.registry import build_metric
     from scoring.signature import Signature, library_versions
-    from ctgscore.testing.tiny_models import build_tiny_models
 
     work = pathlib.Path(tempfile.mkdtemp(prefix="bench-job-"))
     temp_dir = tempfile.mkdtemp(prefix="rjb", dir="/tmp")

@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 import torch
 
 from scoring.bartscore import BARTScorer, decoder_prompted
-from scoring.ctrleval import CTRLEval, MASK, Verbalizer
+from scoring.ctrleval import MASK, CTRLEval, Verbalizer
 from scoring.resources import BARTSCORE_PROMPTS, ctrleval_task_paths
 from scoring.text_encoding import read_lines
 

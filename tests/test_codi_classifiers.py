@@ -12,9 +12,9 @@ import shutil
 import numpy as np
 import pytest
 
+from ctgscore.testing.tiny_classifier import build_tiny_classifier, one_hot_bias
 from scoring.codi import aggregate
 from scoring.codi import classifiers as clf
-from ctgscore.testing.tiny_classifier import build_tiny_classifier, one_hot_bias
 from scoring.registry import build_metric
 
 EMOTIONS = ["anger", "disgust", "fear", "joy", "neutral", "sadness", "surprise"]

@@ -9,10 +9,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from ctgscore.cli import main
-from scoring.codi import TASKS
 from ctgscore.testing import codi_synthetic as synthetic
-from scoring.codi import classifiers as clf
 from ctgscore.testing.tiny_classifier import build_tiny_classifier, one_hot_bias
+from scoring.codi import TASKS
+from scoring.codi import classifiers as clf
 
 EMOTIONS = ["anger", "disgust", "fear", "joy", "neutral", "sadness", "surprise"]
 SENTIMENTS = ["negative", "neutral", "positive"]

@@ -8,10 +8,10 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from scoring.codi import TASKS, aggregate, convert
 from ctgscore.testing import codi_synthetic as synthetic
-from scoring.codi import classifiers as clf
 from ctgscore.testing.tiny_classifier import build_tiny_classifier, one_hot_bias
+from scoring.codi import TASKS, aggregate, convert
+from scoring.codi import classifiers as clf
 from scoring.registry import build_metric
 
 EMOTIONS = ["anger", "disgust", "fear", "joy", "neutral", "sadness", "surprise"]

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from scoring.bartscore import BARTScorer, BARTScoreMetric
+from scoring.bartscore import BARTScoreMetric, BARTScorer
 from scoring.ctrleval import CTRLEvalMetric
 from scoring.engine import budget_batches
 from scoring.metric import RowError, RowMetric
