@@ -20,6 +20,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from scoring.errors import InputError
+
 Combo = tuple[str, ...]
 
 # The four CompMCTG datasets, values as spelled in the released data (spec "Datasets").
@@ -62,8 +64,9 @@ RESERVED_COLUMNS = {
 }
 
 
-class SplitsInputError(ValueError):
-    """Bad aspects / corpus input; the message names the file, row or field."""
+class SplitsInputError(InputError):
+    """Bad aspects / corpus input, or one that cannot be split meaningfully; the message
+    names the file, row, field or aspect."""
 
 
 @dataclass
@@ -94,6 +97,11 @@ class Universe:
             raise SplitsInputError("duplicate attribute combinations")
         self.combo_index = {c: i for i, c in enumerate(self.combos)}
         used = [set(c[a] for c in self.combos) for a in range(n)]
+        for a, asp in enumerate(self.aspects):
+            if len(used[a]) < 2:
+                raise SplitsInputError(
+                    f"aspect {asp!r} has a single value {sorted(used[a])}: both sides of every split would share it, "
+                    "so no split can hold anything out; give at least 2 values per aspect (or drop the aspect)")
         self.atoms = [(asp, v) for a, asp in enumerate(self.aspects) for v in self.values[asp] if v in used[a]]
         atom_id = {atom: i for i, atom in enumerate(self.atoms)}
         comp_id: dict[tuple[tuple[str, str], tuple[str, str]], int] = {}

@@ -11,6 +11,11 @@ minimum-divergence and random splits for comparison.
 Search: exhaustive enumeration when C(|C|, k) ≤ `exhaustive_limit` ("auto"), else hill
 climbing with `restarts` independent restarts. With 2 aspects every eligible split has D = 1,
 so ACD reuses the Few-Shot splits (as CompMCTG does for Amazon and Mixture).
+
+Kept splits are distinct as sets by default. `duplicates="ordered"` reproduces CompMCTG's
+lists, distinct only as ordered lists (its Yelp Few-Shot keeps 8 splits of 4 distinct sets,
+Mixture 10 of 7), which weights averages over the kept splits; it always climbs (an
+enumeration has no list order) and keeps the first optimal lists in restart order.
 """
 
 from __future__ import annotations
@@ -20,10 +25,19 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from scoring.errors import UsageError
 from scoring.signature import Signature, library_versions
 from splits.aspects import BENCHMARK_COUNTS, SplitsInputError, Universe
 from splits.divergence import DEFAULT_ALPHA, divergence
-from splits.search import ClimbProblem, exhaustive, n_subsets, random_eligible_start, restart_rng, select_splits
+from splits.search import (
+    DISTINCT,
+    ClimbProblem,
+    exhaustive,
+    n_subsets,
+    random_eligible_start,
+    restart_rng,
+    select_splits,
+)
 
 VERSION = "1"
 PROTOCOLS = ("original", "holdout", "acd", "fewshot", "mindiv", "random")
@@ -116,12 +130,24 @@ def build_splits(
     recombine: bool | None = None,
     runner: Runner | None = None,
     tasks: int = 1,
+    duplicates: str = "sets",
 ) -> SplitResult:
     """Splits of `universe` under `protocol` (see the module docstring)."""
     if protocol not in PROTOCOLS:
-        raise SplitsInputError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
+        raise UsageError(f"protocol must be one of {list(PROTOCOLS)}, got {protocol!r}")
     if search not in ("auto", "exhaustive", "climb"):
-        raise SplitsInputError(f"search must be auto, exhaustive or climb, got {search!r}")
+        raise UsageError(f"search must be auto, exhaustive or climb, got {search!r}")
+    if duplicates not in DISTINCT:
+        raise UsageError(f"duplicates must be one of {list(DISTINCT)}, got {duplicates!r}")
+    if duplicates == "ordered" and search == "exhaustive":
+        raise UsageError("duplicates='ordered' keeps the climb's ordered lists; it cannot be combined with search='exhaustive'")
+    for name, value in (("restarts", restarts), ("max_iters", max_iters), ("tasks", tasks)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UsageError(f"{name} must be a positive integer, got {value!r}")
+    if max_splits is not None and (isinstance(max_splits, bool) or not isinstance(max_splits, int) or max_splits < 1):
+        raise UsageError(f"max_splits must be a positive integer, got {max_splits!r}")
+    if not 0.0 < float(alpha) < 1.0:
+        raise UsageError(f"alpha must be between 0 and 1 (exclusive), got {alpha!r}")
     runner = runner or local_runner
     params: dict[str, Any] = {"protocol": protocol, "alpha": alpha, "seed": seed, "aspects": universe.describe()["aspects"],
                               "n_combos": universe.n_combos, "libraries": library_versions("numpy")}
@@ -157,7 +183,7 @@ def build_splits(
         maximize = effective != "mindiv"
         decimals = DECIMALS[effective]
         space = n_subsets(universe.n_combos, k)
-        use_exhaustive = search == "exhaustive" or (search == "auto" and space <= exhaustive_limit)
+        use_exhaustive = search == "exhaustive" or (search == "auto" and space <= exhaustive_limit and duplicates == "sets")
         params.update(seen_size=k, max_splits=max_splits, decimals=decimals,
                       objective="max" if maximize else "min")
         if use_exhaustive:
@@ -171,7 +197,8 @@ def build_splits(
             stats.update(eligible_sets=len(sets), search_space=space)
         else:
             problem = ClimbProblem(universe, k, seed, alpha=alpha, maximize=maximize, moves=moves,
-                                   max_iters=max_iters, patience=patience, salt=SALTS[effective], recombine=recombine)
+                                   max_iters=max_iters, patience=patience, salt=SALTS[effective], recombine=recombine,
+                                   keep_order=duplicates == "ordered")
             blocks = problem.blocks(restarts)
             results = runner(problem, blocks)
             if len(results) != restarts:
@@ -183,11 +210,14 @@ def build_splits(
             stats.update(restart_best_max=float(ds.max()), restart_best_mean=float(ds.mean()),
                          restart_moves_mean=float(np.mean([r[2] for r in results])), tasks=tasks,
                          search_space=space)
-        chosen = select_splits(candidates, decimals, max_splits, maximize=maximize)
+        if duplicates == "ordered":
+            params["duplicates"] = "ordered"
+        chosen = select_splits(candidates, decimals, max_splits, maximize=maximize, distinct=duplicates)
         splits = [Split(s, d) for s, d in chosen]
         rounded = [round(d, decimals) for _, d in candidates]
         best = max(rounded) if maximize else min(rounded)
-        stats.update(best_rounded=best, n_distinct_optimal=len({frozenset(s) for (s, _), r in zip(candidates, rounded) if r == best}))
+        stats.update(best_rounded=best, n_distinct_optimal=len({frozenset(s) for (s, _), r in zip(candidates, rounded) if r == best}),
+                     n_kept=len(splits), n_kept_distinct_sets=len({frozenset(s.seen) for s in splits}))
     for s in splits:
         if protocol != "original" and not universe.is_eligible(s.seen):
             raise AssertionError(f"internal error: ineligible split {s.seen}")

@@ -17,7 +17,11 @@
   exchange their values on some aspects (a 2-for-2 swap that keeps every atom's seen count),
   which moves between exact covers where every single swap is blocked.
 - `exhaustive`: every eligible seen set of size k with its D, when C(|C|, k) is small.
-- `select_splits`: the best D after rounding and up to n distinct (as sets) optimal splits.
+- `select_splits`: the best D after rounding and up to n optimal splits, distinct as sets
+  (default) or, to reproduce CompMCTG's kept lists, distinct as ordered lists: a climb with
+  `keep_order` reports its seen side in the original's list order (the random start's draw
+  order, each swap putting the incoming combination in the outgoing one's place), so the
+  same set reached in two orders is kept twice and weights averages over kept splits.
 
 Restart i of a job with seed s draws from `numpy.random.SeedSequence([s, salt, i])`, and
 restarts are grouped in blocks whose size depends only on the problem, so results do not
@@ -38,6 +42,7 @@ from splits.divergence import DEFAULT_ALPHA, CountTerms, divergence_from_counts,
 
 EPS = 1e-9  # gains of Σ_k c_s^α c_u^(1-α) below this count as ties
 MOVE_RULES = ("coverage", "original")
+DISTINCT = ("sets", "ordered")
 
 
 def restart_rng(seed: int, restart: int, salt: int = 0) -> np.random.Generator:
@@ -45,8 +50,9 @@ def restart_rng(seed: int, restart: int, salt: int = 0) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([int(seed), int(salt), int(restart)]))
 
 
-def random_eligible_start(universe: Universe, k: int, rng: np.random.Generator, tries: int = 20) -> np.ndarray:
-    """Sorted indices of a random seen set of size k that covers every atom.
+def random_eligible_start(universe: Universe, k: int, rng: np.random.Generator, tries: int = 20, ordered: bool = False) -> np.ndarray:
+    """Sorted indices (in draw order with `ordered`) of a random seen set of size k that
+    covers every atom.
 
     Uniform over eligible sets by rejection (up to `tries` draws); when eligible sets are
     rare (e.g. Few-Shot sizes), a randomised greedy cover (pick an uncovered atom at random,
@@ -60,7 +66,7 @@ def random_eligible_start(universe: Universe, k: int, rng: np.random.Generator, 
     for _ in range(tries):
         seen = rng.choice(n, size=k, replace=False)
         if (amat[seen].sum(axis=0) > 0).all():
-            return np.sort(seen)
+            return seen if ordered else np.sort(seen)
     for _ in range(100):
         uncovered = np.ones(amat.shape[1], dtype=bool)
         chosen: list[int] = []
@@ -76,7 +82,8 @@ def random_eligible_start(universe: Universe, k: int, rng: np.random.Generator, 
             uncovered &= amat[pick] == 0
         if len(chosen) <= k:
             rest = rng.choice(np.flatnonzero(free), size=k - len(chosen), replace=False)
-            return np.sort(np.concatenate([np.array(chosen, dtype=np.int64), rest.astype(np.int64)]))
+            drawn = np.concatenate([np.array(chosen, dtype=np.int64), rest.astype(np.int64)])
+            return drawn if ordered else np.sort(drawn)
     raise SplitsInputError(f"no eligible split with {k} seen combinations found: {k} combinations cannot cover every atom")
 
 
@@ -100,6 +107,7 @@ class ClimbProblem:
     patience: int | None = None
     salt: int = 0
     recombine: bool | None = None
+    keep_order: bool = False  # report seen sides in list order (module docstring)
 
     def use_recombine(self) -> bool:
         """Recombination moves: on unless disabled; "auto" (None) turns them on for small seen
@@ -161,11 +169,14 @@ class ClimbProblem:
         return gains, s1, s2, u1, u2, delta
 
     @staticmethod
-    def _apply_recombination(seen: np.ndarray, cs: np.ndarray, r: int, rec, m: int) -> None:
+    def _apply_recombination(seen: np.ndarray, cs: np.ndarray, r: int, rec, m: int, order: np.ndarray | None) -> None:
         _, s1, s2, u1, u2, delta = rec
         seen[r, [s1[m], s2[m]]] = False
         seen[r, [u1[m], u2[m]]] = True
         cs[r] += delta[m]
+        if order is not None:
+            _swap_in_place(order[r], s1[m], u1[m])
+            _swap_in_place(order[r], s2[m], u2[m])
 
     def run_block(self, start: int, stop: int) -> list[tuple[tuple[int, ...], float, int]]:
         """Climb restarts start..stop−1 together; returns (seen indices, D, moves) per restart."""
@@ -179,8 +190,10 @@ class ClimbProblem:
         rngs = [restart_rng(self.seed, r, self.salt) for r in range(start, stop)]
         b = len(rngs)
         seen = np.zeros((b, n), dtype=bool)
+        order = np.zeros((b, k), dtype=np.int64)  # seen combinations in list order
         for r, rng in enumerate(rngs):
-            seen[r, random_eligible_start(uni, k, rng)] = True
+            order[r] = random_eligible_start(uni, k, rng, ordered=self.keep_order)
+            seen[r, order[r]] = True
         cs = (seen.astype(np.float64) @ cmat).round().astype(np.int64)
         ac = (seen.astype(np.float64) @ amat).round().astype(np.int64)
         active = np.ones(b, dtype=bool)
@@ -216,7 +229,8 @@ class ClimbProblem:
                     rec_improving = np.flatnonzero(rec_gain > EPS)
                     if rec_improving.size:
                         tie_run[r] = 0
-                        self._apply_recombination(seen, cs, r, rec, int(rec_improving[rngs[r].integers(rec_improving.size)]))
+                        self._apply_recombination(seen, cs, r, rec, int(rec_improving[rngs[r].integers(rec_improving.size)]),
+                                                  order if self.keep_order else None)
                         n_moves[r] += 1
                         continue
                 if cand.size:
@@ -235,11 +249,20 @@ class ClimbProblem:
                 u_in = int(unseen_idx[j, pick % (n - k)])
                 seen[r, s_out] = False
                 seen[r, u_in] = True
+                if self.keep_order:
+                    _swap_in_place(order[r], s_out, u_in)
                 cs[r] += (cmat[u_in] - cmat[s_out]).astype(np.int64)
                 ac[r] += (amat[u_in] - amat[s_out]).astype(np.int64)
                 n_moves[r] += 1
         d = divergence_from_counts(terms, cs, total[None, :] - cs, k, n - k, m)
+        if self.keep_order:
+            return [(tuple(int(i) for i in order[r]), float(d[r]), int(n_moves[r])) for r in range(b)]
         return [(tuple(int(i) for i in np.flatnonzero(seen[r])), float(d[r]), int(n_moves[r])) for r in range(b)]
+
+
+def _swap_in_place(order_row: np.ndarray, outgoing: int, incoming: int) -> None:
+    """The incoming combination takes the outgoing one's place in the seen list."""
+    order_row[int(np.flatnonzero(order_row == outgoing)[0])] = incoming
 
 
 def n_subsets(n: int, k: int) -> int:
@@ -274,24 +297,28 @@ def exhaustive(universe: Universe, k: int, alpha: float = DEFAULT_ALPHA, chunk: 
 
 
 def select_splits(candidates: Sequence[tuple[Sequence[int], float]], decimals: int, max_splits: int,
-                  maximize: bool = True) -> list[tuple[tuple[int, ...], float]]:
-    """Best D after rounding to `decimals`, then up to `max_splits` distinct (as sets)
-    candidates reaching it: exact D best first, ties in candidate order."""
+                  maximize: bool = True, distinct: str = "sets") -> list[tuple[tuple[int, ...], float]]:
+    """Best D after rounding to `decimals`, then up to `max_splits` candidates reaching it,
+    distinct as sets (returned sorted; exact D best first, ties in candidate order) or, with
+    `distinct="ordered"`, distinct as ordered lists, kept in candidate order as given (the
+    original keeps the first ones its restarts reach)."""
+    if distinct not in DISTINCT:
+        raise ValueError(f"distinct must be one of {list(DISTINCT)}, not {distinct!r}")
     if not candidates:
         return []
     rounded = [round(d, decimals) for _, d in candidates]
     best = max(rounded) if maximize else min(rounded)
-    order = sorted(
-        (i for i in range(len(candidates)) if rounded[i] == best),
-        key=lambda i: ((-1 if maximize else 1) * round(candidates[i][1], 12), i),
-    )
-    out, seen_sets = [], set()
-    for i in order:
-        key = frozenset(candidates[i][0])
-        if key in seen_sets:
+    reaching = [i for i in range(len(candidates)) if rounded[i] == best]
+    if distinct == "sets":
+        reaching.sort(key=lambda i: ((-1 if maximize else 1) * round(candidates[i][1], 12), i))
+    out, seen_keys = [], set()
+    for i in reaching:
+        seen_side = tuple(int(c) for c in candidates[i][0])
+        key = frozenset(seen_side) if distinct == "sets" else seen_side
+        if key in seen_keys:
             continue
-        seen_sets.add(key)
-        out.append((tuple(sorted(candidates[i][0])), float(candidates[i][1])))
+        seen_keys.add(key)
+        out.append((tuple(sorted(seen_side)) if distinct == "sets" else seen_side, float(candidates[i][1])))
         if len(out) >= max_splits:
             break
     return out
