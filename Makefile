@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m ray_jobs.demo
+	$(PY) -m ctgscore.demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider

@@ -1,5 +1,5 @@
-import sys
+"""`python -m ctgscore ...` is the `ctgscore` command."""
 
-from ctgscore.cli import main
+from ctgscore.cli.main import entry_point
 
-sys.exit(main())
+entry_point()

@@ -34,9 +34,9 @@ def test_convert_score_report(shared_data, tmp_path, capsys):
         folder = synthetic.write_responses(instructions, tmp_path / system, seed=seed, skill=0.9 - 0.6 * seed, limit=60)
         responses += ["--responses", f"{system}={folder}"]
     rows_path, scores_path, report_dir = tmp_path / "rows.parquet", tmp_path / "scores.parquet", tmp_path / "report"
-    assert main(["constraints", "convert", "--instructions", str(instructions), "--limit", "60", *responses, "--out", str(rows_path)]) == 0
-    assert main(["constraints", "score", "--input", str(rows_path), "--out", str(scores_path), "--params", f"@{tmp_path / 'params.json'}"]) == 0
-    assert main(["constraints", "report", "--input", str(rows_path), "--scores", str(scores_path), "--out", str(report_dir)]) == 0
+    assert main(["constraints", "convert", "--instructions", str(instructions), "--limit", "60", *responses, "--output", str(rows_path)]) == 0
+    assert main(["constraints", "score", "--input", str(rows_path), "--output", str(scores_path), "--params", f"@{tmp_path / 'params.json'}"]) == 0
+    assert main(["constraints", "report", "--input", str(rows_path), "--scores", str(scores_path), "--output", str(report_dir)]) == 0
     rows = pq.read_table(rows_path).to_pylist()
     scores = {s["id"]: s for s in pq.read_table(scores_path).to_pylist()}
     assert len(rows) == len(scores) == 2 * 6 * 60
@@ -77,7 +77,7 @@ def test_convert_reports_bad_responses(shared_data, tmp_path, capsys):
     folder.mkdir()
     (folder / "sentiment.jsonl").write_text(json.dumps({"instruction": "not the instruction", "text": "x"}) + "\n")
     status = main(["constraints", "convert", "--instructions", str(shared_data / "codi-eval" / "instructions"),
-                   "--tasks", "sentiment", "--responses", f"s={folder}", "--out", str(tmp_path / "x.parquet")])  # fmt: skip
-    assert status == 2
+                   "--codi-tasks", "sentiment", "--responses", f"s={folder}", "--output", str(tmp_path / "x.parquet")])  # fmt: skip
+    assert status == 1
     assert "sentiment.jsonl row 0: field 'instruction' does not match" in capsys.readouterr().err
     assert not (tmp_path / "x.parquet").exists()

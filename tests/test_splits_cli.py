@@ -1,8 +1,7 @@
-"""`ctgscore splits` through `ctgscore.cli.main`: JSON output, partitions and the report."""
+"""`ctgscore splits` through `ctgscore.cli.main.main`: JSON output, partitions and the report."""
 
 from __future__ import annotations
 
-import importlib
 import json
 
 import numpy as np
@@ -16,20 +15,11 @@ from splits.divergence import divergence
 
 
 @pytest.fixture
-def cli_main(monkeypatch):
-    """The real dispatcher, limited to the subcommand modules that import on this checkout."""
-    import ctgscore.cli as cli
+def cli_main():
+    """The real `ctgscore` dispatcher, in process."""
+    from ctgscore.cli.main import main
 
-    ok = []
-    for name in cli.COMMAND_MODULES:
-        try:
-            importlib.import_module(name)
-            ok.append(name)
-        except ImportError:
-            pass
-    assert "splits.cli" in ok
-    monkeypatch.setattr(cli, "COMMAND_MODULES", ok)
-    return cli.main
+    return main
 
 
 ASPECTS = {"sentiment": ["Positive", "Negative"], "pronoun": ["plural", "singular"], "tense": ["Present", "Past"]}
@@ -60,7 +50,7 @@ def make_corpus(path, layout, rows_per_combo=6):
 
 def test_cli_writes_splits_json(cli_main, tmp_path):
     out = tmp_path / "acd.json"
-    code = cli_main(["splits", "--aspects", json.dumps(ASPECTS), "--protocol", "acd", "--seed", "4", "--out", str(out)])
+    code = cli_main(["splits", "--aspects", json.dumps(ASPECTS), "--protocol", "acd", "--seed", "4", "--output", str(out)])
     assert code == 0
     data = json.loads(out.read_text())
     uni = from_aspects(ASPECTS)
@@ -76,13 +66,13 @@ def test_cli_writes_splits_json(cli_main, tmp_path):
 def test_cli_climb_with_named_dataset_and_bad_input(cli_main, tmp_path, capsys):
     out = tmp_path / "fy.json"
     assert cli_main(["splits", "--aspects", "Fyelp", "--protocol", "fewshot", "--search", "climb", "--restarts", "32",
-                     "--seed", "2", "--out", str(out)]) == 0
+                     "--seed", "2", "--output", str(out)]) == 0
     data = json.loads(out.read_text())
     assert len(data["splits"]) == 2 and data["signature"]["search"] == "climb" and data["signature"]["restarts"] == 32
     assert all(len(s["seen"]) == 5 for s in data["splits"])
-    assert cli_main(["splits", "--aspects", '{"sentiment": ["a"]}', "--protocol", "acd", "--out", str(out)]) == 2
+    assert cli_main(["splits", "--aspects", '{"sentiment": ["a"]}', "--protocol", "acd", "--output", str(out)]) == 2
     assert "at least 2 aspects" in capsys.readouterr().err
-    assert cli_main(["splits", "--corpus", str(tmp_path / "missing.parquet"), "--protocol", "acd", "--out", str(out)]) == 2
+    assert cli_main(["splits", "--corpus", str(tmp_path / "missing.parquet"), "--protocol", "acd", "--output", str(out)]) == 1
     assert "missing.parquet" in capsys.readouterr().err
 
 
@@ -92,7 +82,7 @@ def test_cli_corpus_partitions_and_report(cli_main, tmp_path, layout):
     recs = make_corpus(corpus, layout)
     out = tmp_path / "holdout.json"
     parts = tmp_path / "parts"
-    code = cli_main(["splits", "--corpus", str(corpus), "--protocol", "holdout", "--out", str(out),
+    code = cli_main(["splits", "--corpus", str(corpus), "--protocol", "holdout", "--output", str(out),
                      "--partition-dir", str(parts), "--iid-fraction", "0.25", "--report"])
     assert code == 0
     data = json.loads(out.read_text())

@@ -62,7 +62,7 @@ def _spread_weights(model, std: float) -> None:
     import torch
 
     with torch.no_grad():
-        for name, parameter in model.named_parameters():
+        for _name, parameter in model.named_parameters():
             if parameter.dim() >= 2:
                 parameter.normal_(0.0, std)
 

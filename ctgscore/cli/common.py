@@ -1,0 +1,200 @@
+"""What every subcommand shares: the common flags, `--params`/`--param` parsing, output checks,
+the error-rate rule and the final summary (text, or one JSON object with `--json`).
+
+The conventions are described in docs/cli.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+from typing import Any, Iterable, Mapping
+
+from scoring.errors import StorageError, UsageError
+
+#: default `--max-error-rate` of `ctgscore score`: more than half the rows failing is a failure
+DEFAULT_MAX_ERROR_RATE = 0.5
+
+
+def common_flags() -> argparse.ArgumentParser:
+    """Flags accepted by every subcommand (after its name) and by `ctgscore` itself."""
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("common options")
+    group.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                       help="print one JSON summary on stdout instead of text")
+    group.add_argument("--no-progress", action="store_true", default=argparse.SUPPRESS,
+                       help="no progress bars: print only the final summary")
+    group.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="show the Python traceback of an error")
+    return parent
+
+
+def flag(args: argparse.Namespace, name: str) -> bool:
+    return bool(getattr(args, name, False))
+
+
+def progress_enabled(args: argparse.Namespace) -> bool:
+    return not (flag(args, "no_progress") or flag(args, "json"))
+
+
+# ----- parameters -------------------------------------------------------------------------
+def add_param_options(parser: argparse.ArgumentParser, what: str = "metric") -> None:
+    parser.add_argument("--params", metavar="JSON|@FILE", default=None,
+                        help=f"{what} parameters as a JSON object, or @file (JSON or YAML)")
+    parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                        help=f"one {what} parameter (value read as YAML: 2, true, [s_h, f]); repeatable, "
+                             "applied after --params")
+
+
+def _yaml_value(text: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def load_params_value(value: str | None, flag_name: str = "--params") -> dict[str, Any]:
+    """`--params`: an inline JSON (or YAML flow) object, or `@path` to a JSON/YAML file. A job
+    config metric entry (`{name: ..., params: {...}}`) is accepted too; its `params` are used."""
+    import yaml
+
+    if value is None or value.strip() == "":
+        return {}
+    if value.startswith("@"):
+        path = pathlib.Path(value[1:])
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise UsageError(f"{flag_name}: {path}: no such file") from None
+        except UnicodeDecodeError:
+            raise UsageError(f"{flag_name}: {path}: not UTF-8 text") from None
+        source = str(path)
+    else:
+        text, source = value, flag_name
+    try:
+        loaded = yaml.safe_load(text)  # YAML 1.2 flow syntax covers JSON objects
+    except yaml.YAMLError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UsageError(f"{source}: not valid JSON or YAML ({first})") from None
+    if loaded is None:
+        return {}
+    if isinstance(loaded, dict) and set(loaded) <= {"name", "label", "params"} and isinstance(loaded.get("params"), dict):
+        loaded = loaded["params"]
+    if not isinstance(loaded, dict):
+        raise UsageError(f"{source}: expected an object of parameters, got {type(loaded).__name__}")
+    return {str(k): v for k, v in loaded.items()}
+
+
+def parse_assignments(pairs: Iterable[str], flag_name: str) -> dict[str, str]:
+    """`KEY=VALUE` strings -> {KEY: VALUE} (values left as text)."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"{flag_name} {pair!r}: expected KEY=VALUE")
+        out[key.strip()] = value
+    return out
+
+
+def collect_params(args: argparse.Namespace) -> dict[str, Any]:
+    """`--params` then every `--param KEY=VALUE` (values parsed as YAML scalars/flow)."""
+    params = load_params_value(getattr(args, "params", None))
+    for key, value in parse_assignments(getattr(args, "param", []) or [], "--param").items():
+        params[key] = _yaml_value(value)
+    return params
+
+
+# ----- paths ------------------------------------------------------------------------------
+def _probe_dir(folder: pathlib.Path, for_what: str) -> None:
+    probe = folder / f".ctgscore-probe-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise StorageError(f"{for_what} {folder}: cannot write there ({exc.strerror or exc})") from None
+
+
+def check_output_file(path: str, what: str = "output") -> pathlib.Path:
+    """An output file's folder must exist and be writable; checked before any work."""
+    if "://" in path:
+        raise UsageError(f"{what} {path}: only local paths are supported here")
+    target = pathlib.Path(path)
+    if target.is_dir():
+        raise UsageError(f"{what} {path}: is a folder, expected a file name")
+    folder = target.parent
+    if not folder.exists():
+        raise StorageError(f"{what} {path}: folder {folder} does not exist")
+    if not folder.is_dir():
+        raise StorageError(f"{what} {path}: {folder} is not a folder")
+    _probe_dir(folder, f"{what} folder")
+    return target
+
+
+def prepare_output_dir(path: str, what: str = "output folder") -> pathlib.Path:
+    """An output folder is created when missing (with its parents) and must be writable."""
+    if "://" in path:
+        raise UsageError(f"{what} {path}: only local paths are supported here")
+    folder = pathlib.Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise StorageError(f"{what} {path}: exists and is not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StorageError(f"{what} {path}: cannot create it ({exc.strerror or exc})") from None
+    _probe_dir(folder, what)
+    return folder
+
+
+def check_input_path(path: str, what: str = "input") -> None:
+    """A local input must exist (s3:// inputs are checked where they are read)."""
+    if "://" not in path and not os.path.exists(path):
+        from scoring.errors import InputError
+
+        raise InputError(f"{what} {path}: no such file or folder")
+
+
+# ----- error rate -------------------------------------------------------------------------
+def add_error_rate_option(parser: argparse.ArgumentParser, default: float | None, where: str) -> None:
+    parser.add_argument(
+        "--max-error-rate", type=float, default=default, metavar="R",
+        help=f"exit with code 1 when more than this fraction of rows have an error ({where})",
+    )
+
+
+def check_rate(value: float | None) -> None:
+    if value is not None and not 0.0 <= value <= 1.0:
+        raise UsageError(f"--max-error-rate {value}: expected a fraction between 0 and 1")
+
+
+def error_rate_message(label: str, errors: int, rows: int, limit: float | None) -> str | None:
+    """The failure message when `errors` of `rows` exceed the fraction `limit`, else None."""
+    if limit is None or rows == 0 or errors / rows <= limit:
+        return None
+    return f"{label}: {errors} of {rows} rows have an error ({errors / rows:.1%} > max error rate {limit:g})"
+
+
+# ----- summary ----------------------------------------------------------------------------
+def emit(args: argparse.Namespace, summary: Mapping[str, Any], text: str | Iterable[str]) -> None:
+    """The final summary: `text` for people, or `summary` as one JSON line with `--json`."""
+    if flag(args, "json"):
+        print(json.dumps(summary, default=_json_default, ensure_ascii=False))
+    else:
+        lines = [text] if isinstance(text, str) else list(text)
+        for line in lines:
+            print(line)
+    sys.stdout.flush()
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    if isinstance(value, pathlib.PurePath):
+        return str(value)
+    return str(value)

@@ -1,0 +1,155 @@
+"""`ctgscore constraints convert|score|report`: CoDI-Eval instruction sets and responses to
+canonical rows, in-process scoring with the `codi` metric, and the CoDI report.
+
+    ctgscore constraints convert --instructions DIR [--responses SYSTEM=DIR ...] -o rows.parquet
+    ctgscore constraints score -i rows.parquet -o scores.parquet [--params JSON|@file]
+    ctgscore constraints report -i rows.parquet --scores scores.parquet -o REPORT_DIR
+
+The same scoring runs in the Ray job as metric `codi` (`{name: codi, params: {...}}`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ctgscore.cli import common
+from scoring.errors import CtgscoreError, InputError, UsageError
+
+
+def register(subparsers, parent: argparse.ArgumentParser) -> None:
+    parser = subparsers.add_parser(
+        "constraints", parents=[parent], help="CoDI-Eval constraint scoring (convert, score, report)",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    steps = parser.add_subparsers(dest="step", required=True, metavar="STEP")
+
+    convert = steps.add_parser("convert", parents=[parent], help="instruction sets (+ responses) -> canonical Parquet")
+    convert.add_argument("--instructions", required=True, help="folder with <task>_lite.jsonl files")
+    convert.add_argument("--responses", action="append", default=[], metavar="SYSTEM=DIR",
+                         help="responses of one system: DIR/<task>.jsonl or DIR/<task>/generation.jsonl (repeatable)")
+    convert.add_argument("--codi-tasks", nargs="+", default=None, metavar="TASK",
+                         help="subset of CoDI tasks (default: all six)")
+    convert.add_argument("--limit", type=int, default=None, help="first N instructions of each task only")
+    convert.add_argument("-o", "--output", required=True, help="output Parquet file (its folder must exist)")
+    convert.set_defaults(handler=_guarded(handle_convert))
+
+    score = steps.add_parser("score", parents=[parent], help="score canonical rows in-process with metric 'codi'")
+    score.add_argument("-i", "--input", required=True, help="canonical Parquet file or folder")
+    score.add_argument("-o", "--output", required=True, help="output scores Parquet file (its folder must exist)")
+    common.add_param_options(score)
+    score.add_argument("--chunk-rows", type=int, default=512, help="rows handed to the metric at a time")
+    common.add_error_rate_option(score, common.DEFAULT_MAX_ERROR_RATE,
+                                 f"default {common.DEFAULT_MAX_ERROR_RATE:g}")
+    score.set_defaults(handler=_guarded(handle_score))
+
+    report = steps.add_parser("report", parents=[parent], help="accuracies, CoDI score and Self-BLEU -> JSON + Markdown")
+    report.add_argument("-i", "--input", required=True, help="canonical Parquet (constraint, text, system)")
+    report.add_argument("--scores", required=True, help="scores Parquet (id, codi_success, codi_toxicity, error)")
+    report.add_argument("-o", "--output", required=True, help="report folder (created when missing)")
+    report.add_argument("--no-self-bleu", action="store_true", help="skip Self-BLEU")
+    report.set_defaults(handler=_guarded(handle_report))
+
+
+def _guarded(handler):
+    """The CoDI converter's own errors (bad instruction or response files) as `InputError`."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except CtgscoreError:
+            raise
+        except ValueError as exc:
+            if type(exc).__name__ == "ConvertError" or type(exc).__module__.startswith("scoring.codi"):
+                raise InputError(str(exc)) from exc
+            raise
+
+    return run
+
+
+def handle_convert(args: argparse.Namespace) -> int:
+    from scoring.codi import TASKS, convert
+
+    output = common.check_output_file(args.output)
+    common.check_input_path(args.instructions, "instructions")
+    tasks = args.codi_tasks or list(TASKS)
+    for task in tasks:
+        try:
+            convert.canonical_task(task)
+        except ValueError as exc:
+            raise UsageError(f"--codi-tasks: {exc}") from None
+    rows = []
+    if not args.responses:
+        rows = convert.convert_dir(args.instructions, None, None, tasks, limit=args.limit)
+    for system, directory in common.parse_assignments(args.responses, "--responses").items():
+        common.check_input_path(directory, f"responses of {system}")
+        rows.extend(convert.convert_dir(args.instructions, directory, system, tasks, limit=args.limit))
+    convert.write_parquet(rows, output)
+    common.emit(args, {"ok": True, "command": "constraints convert", "output": str(output), "rows": len(rows)},
+                f"constraints convert: {len(rows)} rows -> {output}")
+    return 0
+
+
+def handle_score(args: argparse.Namespace) -> int:
+    import pyarrow.parquet as pq
+
+    from ctgscore.cli.score import check_columns, read_input, score_table
+    from scoring.registry import build_metric, check_params
+
+    common.check_rate(args.max_error_rate)
+    params = common.collect_params(args)
+    check_params("codi", params)
+    output = common.check_output_file(args.output)
+    table = read_input(args.input)
+    metric = build_metric("codi", params)
+    table = table.select(check_columns(table, metric, args.input))
+    result = score_table(metric, table, args.chunk_rows, progress=common.progress_enabled(args))
+    pq.write_table(result, output)
+    errors = result.num_rows - result.column("error").null_count
+    problem = common.error_rate_message("metric codi", errors, result.num_rows, args.max_error_rate)
+    common.emit(args, {"ok": problem is None, "command": "constraints score", "output": str(output),
+                       "rows": result.num_rows, "errors": errors, "signature": metric.signature_string()},
+                f"constraints score: {result.num_rows} rows, {errors} with an error -> {output}")
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def join_scores(rows: list[dict], scores: list[dict], scores_path: str) -> list[dict]:
+    """Score rows in the order of `rows`, matched by id (the Ray job may reorder them)."""
+    by_id = {score["id"]: score for score in scores}
+    missing = [row["id"] for row in rows if row["id"] not in by_id]
+    if missing:
+        raise InputError(f"scores {scores_path}: {len(missing)} rows have no score, e.g. id {missing[0]!r}")
+    return [by_id[row["id"]] for row in rows]
+
+
+def _aggregate_module():
+    try:
+        from meta_eval import codi as aggregate  # CoDI corpus statistics beside the other statistics
+    except ImportError:
+        from scoring.codi import aggregate
+    return aggregate
+
+
+def handle_report(args: argparse.Namespace) -> int:
+    import pyarrow.parquet as pq
+
+    aggregate = _aggregate_module()
+    common.check_input_path(args.input)
+    common.check_input_path(args.scores, "scores")
+    output = common.prepare_output_dir(args.output, "report folder")
+    rows = pq.read_table(args.input).to_pylist()
+    scores = join_scores(rows, pq.read_table(args.scores).to_pylist(), args.scores)
+    signatures = sorted({s.get("signature") for s in scores if s.get("signature")})
+    report = aggregate.aggregate(rows, scores, metric_signature="; ".join(signatures) or None,
+                                 with_self_bleu=not args.no_self_bleu)
+    paths = aggregate.write_report(report, output)
+    files = {name: str(path) for name, path in paths.items()}
+    if common.flag(args, "json"):
+        common.emit(args, {"ok": True, "command": "constraints report", "output": str(output), "files": files}, "")
+    else:
+        sys.stdout.write(aggregate.markdown(report))
+        print(f"constraints report -> {', '.join(files.values())}")
+    return 0

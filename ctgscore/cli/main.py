@@ -1,0 +1,116 @@
+"""`ctgscore`: the command line. One module per subcommand; each has `register(subparsers,
+common)` (its flags) and a handler that imports the heavy libraries (torch, ray) only when it runs.
+
+Exit codes: 0 success, 1 failure while running (bad input data, storage, too many error rows),
+2 usage or configuration error. A user mistake prints one `error: ...` line on stderr, never a
+traceback (`--debug` shows it). See docs/cli.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import traceback
+from typing import Sequence
+
+from ctgscore import __version__
+from ctgscore.cli.common import common_flags
+from scoring.errors import CtgscoreError, UsageError
+
+#: subcommand modules, in the order `ctgscore --help` lists them
+COMMAND_MODULES = (
+    "ctgscore.cli.score",
+    "ctgscore.cli.run",
+    "ctgscore.cli.metrics",
+    "ctgscore.cli.convert",
+    "ctgscore.cli.meta",
+    "ctgscore.cli.compare",
+    "ctgscore.cli.splits",
+    "ctgscore.cli.constraints",
+    "ctgscore.cli.make_tiny_models",
+)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose mistakes raise `UsageError` (one line, exit code 2) instead of printing
+    the usage block and exiting."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
+
+
+def build_parser() -> ArgumentParser:
+    common = common_flags()
+    parser = ArgumentParser(
+        prog="ctgscore",
+        description="Batch scoring and meta-evaluation for controllable text generation.",
+        parents=[common],
+        epilog="Exit codes: 0 success, 1 failure while running, 2 usage or configuration error.",
+    )
+    parser.add_argument("--version", action="version", version=f"ctgscore {__version__}")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(subparsers, common)
+    return parser
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _os_error_line(exc: OSError) -> str:
+    if exc.filename is not None:
+        reason = exc.strerror or type(exc).__name__
+        return f"{exc.filename}: {reason}"
+    return str(exc) or type(exc).__name__
+
+
+def _report(message: str, code: int, as_json: bool) -> int:
+    line = _one_line(message)
+    print(f"error: {line}", file=sys.stderr)
+    if as_json:
+        import json
+
+        print(json.dumps({"ok": False, "exit_code": code, "error": line}))
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run `ctgscore` with `argv` (default: `sys.argv[1:]`); returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    as_json = "--json" in argv
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as exc:
+        return _report(str(exc), exc.exit_code, as_json)
+    except SystemExit as exc:  # --help, --version
+        return int(exc.code or 0)
+    try:
+        return int(args.handler(args) or 0)
+    except KeyboardInterrupt:
+        return _report("interrupted", 130, as_json)
+    except CtgscoreError as exc:
+        if debug:
+            traceback.print_exc()
+        return _report(str(exc) or type(exc).__name__, exc.exit_code, as_json)
+    except OSError as exc:
+        if debug:
+            traceback.print_exc()
+        return _report(_os_error_line(exc), 1, as_json)
+    except Exception as exc:  # noqa: BLE001 - anything else is a bug in ctgscore
+        if debug:
+            traceback.print_exc()
+            return _report(f"internal error: {type(exc).__name__}: {exc}", 1, as_json)
+        return _report(f"internal error: {type(exc).__name__}: {exc}; rerun with --debug for the traceback", 1,
+                       as_json)
+
+
+def entry_point() -> None:
+    """The `ctgscore` console script."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry_point()

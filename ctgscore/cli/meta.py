@@ -1,0 +1,144 @@
+"""`ctgscore meta`: correlations with human judgments, paired bootstrap significance between
+metrics, the metric preference checklist, and the report, from stored scores (never re-scores).
+
+With `--tasks N` (N >= 1) the bootstrap's resample blocks run as N Ray tasks; `--tasks 0` runs
+them in this process. Either way the numbers are the same for the same seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+import time
+
+from ctgscore.cli import common
+from scoring.errors import CtgscoreError, InputError, UsageError
+
+LEVELS = ["sample", "document", "system"]
+METHODS = ["pearson", "spearman", "kendall"]
+
+
+def register(subparsers, parent: argparse.ArgumentParser) -> None:
+    parser = subparsers.add_parser(
+        "meta", parents=[parent], help="correlations, paired bootstrap, checklist, report",
+        description="Meta-evaluation of stored per-row scores against human judgments (docs/meta_eval.md).",
+    )
+    parser.add_argument("-s", "--scores", required=True,
+                        help="scores: the job's output folder or s3:// prefix, a Parquet file, or a checklist CSV")
+    parser.add_argument("-o", "--output", required=True, help="report folder (created when missing)")
+    parser.add_argument("--human-columns", nargs="+", default=None, metavar="COLUMN",
+                        help="human aspects (default: every human_* column)")
+    parser.add_argument("--metrics", nargs="+", default=None, metavar="COLUMN",
+                        help="metric score columns (default: every numeric score column)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (0 = no bootstrap)")
+    parser.add_argument("--tasks", type=int, default=2, help="Ray tasks for the bootstrap (0 = in this process)")
+    parser.add_argument("--num-cpus", type=float, default=0.5, help="CPUs per Ray task")
+    parser.add_argument("--level", nargs="+", default=["sample"], choices=LEVELS,
+                        help="bootstrap level(s): rows (sample) or documents (document, system) are resampled")
+    parser.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS, help="correlations to report")
+    parser.add_argument("--boot-method", default="spearman", choices=METHODS)
+    parser.add_argument("--kendall-variant", default="b", choices=["b", "c"])
+    parser.add_argument("--pairs", default="given", choices=["given", "ranking"],
+                        help="checklist Easy/Hard pairs: stored ones when known, or from the human ranking")
+    parser.add_argument("--easy-pairs", nargs="*", default=None, metavar="SYS_A::SYS_B",
+                        help="given Easy system pairs (override stored/ranking pairs), e.g. 'M11::M0'")
+    parser.add_argument("--hard-pairs", nargs="*", default=None, metavar="SYS_A::SYS_B")
+    parser.add_argument("--lower-is-better", nargs="*", default=None, metavar="COLUMN",
+                        help="metric columns where lower is better (default: perplexity)")
+    parser.add_argument("--format", default=None, choices=["md", "html", "both"],
+                        help="report format (default: the report's own default)")
+    parser.set_defaults(handler=handle)
+
+
+def parse_pairs(values: list[str], flag_name: str) -> list[tuple[str, str]]:
+    pairs = []
+    for value in values:
+        parts = value.split("::")
+        if len(parts) != 2 or not all(parts):
+            raise UsageError(f"{flag_name} {value!r}: expected SYSTEM_A::SYSTEM_B")
+        pairs.append((parts[0], parts[1]))
+    return pairs
+
+
+def read_table(args: argparse.Namespace):
+    """The scores as a `meta_eval.io.Table`; a missing path or column is the user's input problem."""
+    from meta_eval import io
+
+    common.check_input_path(args.scores, "scores")
+    try:
+        return io.read_table(args.scores, humans=args.human_columns, metrics=args.metrics)
+    except CtgscoreError:
+        raise
+    except (KeyError, ValueError) as exc:
+        raise InputError(str(exc.args[0]) if exc.args else str(exc)) from exc
+
+
+def make_runner(tasks: int, num_cpus: float):
+    """The runner the statistics fan out with: Ray tasks, or this process for `--tasks 0`."""
+    if tasks <= 0:
+        from meta_eval.runner import local_runner
+
+        return local_runner
+    from ray_jobs.runners import ray_runner
+
+    return ray_runner(tasks, num_cpus=num_cpus)
+
+
+def _options(pipeline, **values):
+    fields = {f.name for f in dataclasses.fields(pipeline.Options)}
+    return pipeline.Options(**{k: v for k, v in values.items() if k in fields})
+
+
+def run_pipeline(table, args: argparse.Namespace, pairs: str):
+    from meta_eval import pipeline
+
+    opts = _options(pipeline, methods=args.methods, variant=args.kendall_variant, boot_levels=args.level,
+                    boot_method=args.boot_method, resamples=args.resamples, seed=args.seed,
+                    tasks=max(args.tasks, 0), num_cpus=args.num_cpus, pairs=pairs)
+    accepted = inspect.signature(pipeline.run_meta).parameters
+    kwargs = {}
+    if "progress" in accepted:
+        kwargs["progress"] = common.progress_enabled(args)
+    if args.resamples > 0:
+        if "runner" in accepted:
+            kwargs["runner"] = make_runner(args.tasks, args.num_cpus)
+        elif args.tasks > 0:
+            from ray_jobs.runners import ensure_ray
+
+            ensure_ray()
+    return pipeline.run_meta(table, opts, **kwargs)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from meta_eval import report
+
+    if args.resamples < 0 or args.tasks < 0:
+        raise UsageError("--resamples and --tasks must be >= 0")
+    started = time.time()
+    output = common.prepare_output_dir(args.output, "report folder")
+    table = read_table(args)
+    if args.lower_is_better is not None:
+        table.lower_is_better = set(args.lower_is_better)
+    pairs = args.pairs
+    if args.easy_pairs is not None or args.hard_pairs is not None:
+        table.easy_pairs = parse_pairs(args.easy_pairs or [], "--easy-pairs")
+        table.hard_pairs = parse_pairs(args.hard_pairs or [], "--hard-pairs")
+        pairs = "given"
+    if not table.metrics:
+        raise InputError(f"scores {args.scores}: no metric columns found (pass --metrics)")
+    if not table.humans:
+        raise InputError(f"scores {args.scores}: no human_* columns to correlate with (pass --human-columns)")
+    results = run_pipeline(table, args, pairs)
+    write_kwargs = {} if args.format is None else {"fmt": args.format}
+    paths = report.write_report(results, output, **write_kwargs)
+    elapsed = time.time() - started
+    summary = {"ok": True, "command": "meta", "output": str(output), "rows": table.n_input_rows,
+               "error_rows": table.n_error_rows, "metrics": list(table.metrics), "humans": list(table.humans),
+               "files": {name: str(path) for name, path in paths.items()}, "wall_s": round(elapsed, 3)}
+    lines = [f"meta: {table.n_input_rows} rows ({table.n_error_rows} with an error in some metric run), "
+             f"{len(table.metrics)} metrics x {len(table.humans)} human aspects, {elapsed:.1f} s -> {output}"]
+    lines += [f"  {name}: {path}" for name, path in paths.items()]
+    common.emit(args, summary, lines)
+    return 0

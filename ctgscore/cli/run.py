@@ -1,0 +1,122 @@
+"""`ctgscore run JOB.yaml` (or `--config JOB.yaml`): the Ray scoring job of a YAML config.
+
+`--set key.path=value` overrides config keys (values read as YAML), `--prune` removes outputs
+whose input shard is gone, `--max-error-rate R` overrides the config's `max_error_rate`.
+`python -m ray_jobs.score_corpus --config JOB.yaml` runs this same command (for `ray job submit`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import sys
+
+from ctgscore.cli import common
+from scoring.errors import UsageError
+
+
+def register(subparsers, parent: argparse.ArgumentParser) -> None:
+    parser = subparsers.add_parser(
+        "run", parents=[parent], help="run the Ray scoring job described by a YAML config",
+        description="Score Parquet shards (local or s3://) with one or more metrics on Ray; resumable and "
+                    "incremental. See examples/*.yaml and docs/job.md.",
+    )
+    parser.add_argument("config_path", nargs="?", metavar="JOB.yaml", help="job config")
+    parser.add_argument("-c", "--config", dest="config_flag", metavar="JOB.yaml",
+                        help="job config (same as the positional argument)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                        help="override a config key, e.g. --set pool.max_size=4 --set output=s3://b/out; repeatable")
+    parser.add_argument("--prune", action="store_true",
+                        help="remove outputs whose input shard no longer exists (each removal is printed)")
+    common.add_error_rate_option(parser, None, "default: the config's max_error_rate")
+    parser.set_defaults(handler=handle)
+
+
+def config_path(args: argparse.Namespace) -> str:
+    given = [p for p in (args.config_path, args.config_flag) if p]
+    if not given:
+        raise UsageError("ctgscore run: a job config is required (ctgscore run JOB.yaml)")
+    if len(given) == 2 and given[0] != given[1]:
+        raise UsageError(f"ctgscore run: two configs given ({given[0]} and {given[1]}); pass one")
+    return given[0]
+
+
+def overrides(args: argparse.Namespace) -> dict[str, str]:
+    """`--set` pairs plus the flags that are config keys (`prune`, `max_error_rate`, `progress`)."""
+    values = common.parse_assignments(args.overrides, "--set")
+    if args.prune:
+        values["prune"] = "true"
+    if args.max_error_rate is not None:
+        common.check_rate(args.max_error_rate)
+        values["max_error_rate"] = repr(args.max_error_rate)
+    if not common.progress_enabled(args):
+        values["progress"] = "false"
+    return values
+
+
+def load(path: str, values: dict[str, str]):
+    from ray_jobs import score_corpus
+
+    if "overrides" in inspect.signature(score_corpus.load_config).parameters:
+        return score_corpus.load_config(path, overrides=values)
+    # a job module without override support: only progress can be applied here
+    from dataclasses import replace
+
+    unsupported = sorted(set(values) - {"progress"})
+    if unsupported:
+        raise UsageError(f"ctgscore run: this job version cannot override {', '.join(unsupported)}")
+    config = score_corpus.load_config(path)
+    return replace(config, progress=values.get("progress") != "false")
+
+
+def exceeded(manifest: dict) -> list[str]:
+    """Messages for every metric run whose error fraction is above the config's limit."""
+    from ray_jobs import config as job_config
+
+    check = getattr(job_config, "error_rate_exceeded", None)
+    if check is None:
+        from ray_jobs import score_corpus
+
+        check = getattr(score_corpus, "error_rate_exceeded", None)
+    return list(check(manifest)) if check is not None else []
+
+
+def _as_user_error(exc: Exception) -> Exception:
+    """The job's own config/job errors as `scoring.errors` types where the job does not raise
+    those itself; anything else unchanged."""
+    from scoring.errors import CtgscoreError
+
+    if isinstance(exc, CtgscoreError):
+        return exc
+    name = type(exc).__name__
+    if name == "ConfigError":
+        return UsageError(str(exc))
+    if name in ("JobError", "BadShard"):
+        return CtgscoreError(str(exc))
+    return exc
+
+
+def handle(args: argparse.Namespace) -> int:
+    from ray_jobs import score_corpus
+
+    try:
+        config = load(config_path(args), overrides(args))
+        manifest = score_corpus.run_job(config)
+    except Exception as exc:
+        translated = _as_user_error(exc)
+        if translated is exc:
+            raise
+        raise translated from exc
+    problems = exceeded(manifest)
+    metrics = {
+        label: {key: report.get(key) for key in ("rows_in", "rows_out", "rows_scored", "rows_cached", "rows_error")}
+        for label, report in manifest.get("metrics", {}).items()
+    }
+    summary = {"ok": not problems, "command": "run", "output": manifest.get("output") or getattr(config, "output", None),
+               "manifest": manifest.get("manifest"), "metrics": metrics, "wall_s": manifest.get("wall_s"),
+               "bad_shards": manifest.get("bad_shards", []), "errors": problems}
+    common.emit(args, summary, score_corpus.summary_line(manifest))
+    if problems:
+        print(f"error: {'; '.join(problems)}", file=sys.stderr)
+        return 1
+    return 0

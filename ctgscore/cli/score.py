@@ -1,0 +1,119 @@
+"""`ctgscore score`: score a local Parquet file (or folder) in this process with one metric.
+
+Rows out == rows in: each output row has the carried columns, the metric's score columns,
+`error`, `warning`, `signature` and `row_key` (docs/schema.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ctgscore.cli import common
+from scoring.errors import InputError
+
+
+def register(subparsers, parent: argparse.ArgumentParser) -> None:
+    parser = subparsers.add_parser(
+        "score", parents=[parent], help="score a local Parquet file in-process with one metric",
+        description="Canonical rows in; carried columns, score columns, error, warning, signature and row_key "
+                    "out; rows out == rows in. `ctgscore metrics` lists the metrics and their parameters.",
+    )
+    parser.add_argument("-m", "--metric", required=True, help="registered metric name (see `ctgscore metrics`)")
+    common.add_param_options(parser)
+    parser.add_argument("-i", "--input", required=True, help="input Parquet file or folder of shards")
+    parser.add_argument("-o", "--output", required=True, help="output Parquet file (its folder must exist)")
+    parser.add_argument("--chunk-rows", type=int, default=256, help="rows handed to the metric at a time")
+    common.add_error_rate_option(parser, common.DEFAULT_MAX_ERROR_RATE,
+                                 f"default {common.DEFAULT_MAX_ERROR_RATE:g}; 1 never fails on row errors")
+    parser.set_defaults(handler=handle)
+
+
+def read_input(path: str):
+    """The input Parquet as one Arrow table; an unreadable file is an `InputError`."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    common.check_input_path(path)
+    try:
+        return pq.read_table(path)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise InputError(f"input {path}: cannot read it as Parquet ({exc})") from None
+
+
+def check_columns(table, metric, path: str) -> list[str]:
+    """The input columns the run reads (metric columns + carried); `InputError` naming the first
+    missing required column or a column of the wrong type."""
+    from scoring import schema
+
+    names = table.column_names
+    for column in schema.REQUIRED_COLUMNS[:1] + tuple(metric.required_columns):
+        if column not in names:
+            raise InputError(f"input {path}: no column {column!r} (metric {metric.name!r} needs "
+                             f"{', '.join(metric.required_columns)}; have {', '.join(names)})")
+    wanted = set(metric.read_columns()) | {schema.ID}
+    selected = [n for n in names if n in wanted or schema.is_carried(n)]
+    for column in selected:
+        expected = schema.expected_input_type(column, table.schema.field(column).type)
+        if expected is not None:
+            raise InputError(f"input {path}: column {column!r} is {table.schema.field(column).type}, "
+                             f"expected {expected}")
+    if table.column(schema.ID).null_count:
+        raise InputError(f"input {path}: column 'id' has {table.column(schema.ID).null_count} null value(s)")
+    return selected
+
+
+def score_table(metric, table, chunk_rows: int = 256, progress: bool = True):
+    """Score an Arrow table with a row metric; returns the output table (same row count, same
+    order). Values that cannot be decoded (invalid UTF-8) become their row's error."""
+    import pyarrow as pa
+    from tqdm import tqdm
+
+    from scoring.schema import rows_from_table
+
+    parts = []
+    with tqdm(total=table.num_rows, desc=metric.name, unit="row", disable=not progress, file=sys.stderr) as bar:
+        for offset in range(0, table.num_rows, chunk_rows):
+            rows, decode_errors = rows_from_table(table.slice(offset, chunk_rows))
+            clean = [i for i, e in enumerate(decode_errors) if e is None]
+            scored = metric.score_rows([rows[i] for i in clean])
+            results = [metric.empty_result(e) if e is not None else None for e in decode_errors]
+            for index, result in zip(clean, scored):
+                results[index] = result
+            parts.append(metric.output_table(rows, results))
+            bar.update(len(rows))
+    if not parts:
+        return metric.output_table([], [])
+    output = pa.concat_tables(parts)
+    if output.num_rows != table.num_rows:
+        raise RuntimeError(f"{output.num_rows} output rows for {table.num_rows} input rows")
+    return output
+
+
+def handle(args: argparse.Namespace) -> int:
+    import pyarrow.parquet as pq
+
+    from scoring.errors import UsageError
+    from scoring.registry import build_metric, check_params
+
+    common.check_rate(args.max_error_rate)
+    if args.chunk_rows < 1:
+        raise UsageError(f"--chunk-rows {args.chunk_rows}: expected a positive number")
+    params = common.collect_params(args)
+    check_params(args.metric, params)
+    output = common.check_output_file(args.output)
+    table = read_input(args.input)
+    metric = build_metric(args.metric, params)
+    table = table.select(check_columns(table, metric, args.input))
+    result = score_table(metric, table, args.chunk_rows, progress=common.progress_enabled(args))
+    pq.write_table(result, output)
+    errors = result.num_rows - result.column("error").null_count
+    problem = common.error_rate_message(f"metric {metric.name}", errors, result.num_rows, args.max_error_rate)
+    summary = {"ok": problem is None, "command": "score", "metric": metric.name, "output": str(output),
+               "rows": result.num_rows, "errors": errors, "max_error_rate": args.max_error_rate,
+               "signature": metric.signature_string()}
+    common.emit(args, summary, f"score: {metric.name}: {result.num_rows} rows, {errors} with an error -> {output}")
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
+    return 0

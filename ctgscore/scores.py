@@ -1,0 +1,167 @@
+"""Reading stored scores back as one table: `load_scores(path)` (docs/load_scores.md).
+
+What it reads (local path or `s3://` prefix):
+
+* a scoring job's output folder: one folder per metric run (`OUT/<label>/...parquet`, any depth)
+  and `OUT/manifest.json` beside them. With a manifest, the runs it lists are read; without one,
+  every sub-folder holding Parquet files is a run;
+* a single Parquet file or a folder of Parquet files without sub-folders (e.g. the output of
+  `ctgscore score`): one run.
+
+What it returns: a pandas DataFrame with one row per `id`, the carried columns (`dataset`,
+`system`, `doc_id`, `human_*`), every run's score columns, and `error`: None, or the reasons of
+the runs that could not score the row (`label: reason; ...`). A score of a row its run could not
+score is NaN. A score column produced by several runs (two perplexity models, say) is named
+`<label>.<column>`.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from scoring import schema
+from scoring.errors import InputError
+
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class Run:
+    """One metric run's output rows, indexed by id."""
+
+    label: str
+    frame: Any  # pandas.DataFrame indexed by id
+    score_columns: list[str]
+
+
+def _filesystem(path: str, storage_options: Mapping[str, Any] | None):
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(path, **dict(storage_options or {}))
+    return fs, root.rstrip("/") or root
+
+
+def _is_data_file(name: str) -> bool:
+    base = posixpath.basename(name)
+    return base.endswith(".parquet") and not base.startswith((".", "_"))
+
+
+def _parquet_files(fs, folder: str) -> list[str]:
+    return sorted(p for p in fs.find(folder) if _is_data_file(p))
+
+
+def _run_folders(fs, root: str, metrics: Iterable[str] | None) -> list[tuple[str, list[str]]]:
+    """(label, parquet files) per metric run under `root`."""
+    manifest_path = posixpath.join(root, MANIFEST)
+    labels: list[str] | None = None
+    if fs.exists(manifest_path):
+        with fs.open(manifest_path, "rb") as handle:
+            try:
+                manifest = json.loads(handle.read().decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise InputError(f"{manifest_path}: not a JSON manifest ({exc})") from None
+        labels = list((manifest.get("metrics") or {}).keys())
+    files = _parquet_files(fs, root)
+    if labels is None:
+        top = [f for f in files if posixpath.dirname(f).rstrip("/") == root]
+        if top:  # a flat folder of shards: one run
+            labels_files = [(posixpath.basename(root) or "scores", top)]
+            return _select(labels_files, metrics, root)
+        labels = sorted({posixpath.relpath(f, root).split("/")[0] for f in files})
+    runs = []
+    for label in labels:
+        prefix = posixpath.join(root, label) + "/"
+        runs.append((label, [f for f in files if f.startswith(prefix)]))
+    return _select(runs, metrics, root)
+
+
+def _select(runs, metrics: Iterable[str] | None, root: str):
+    if metrics is None:
+        return runs
+    wanted = list(metrics)
+    known = [label for label, _ in runs]
+    missing = [m for m in wanted if m not in known]
+    if missing:
+        raise InputError(f"{root}: no metric run {missing[0]!r} (runs: {', '.join(known) or 'none'})")
+    return [(label, files) for label, files in runs if label in wanted]
+
+
+def _read_run(fs, label: str, files: list[str]) -> Run:
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    if not files:
+        raise InputError(f"metric run {label!r}: no Parquet files")
+    parts = []
+    for name in files:
+        with fs.open(name, "rb") as handle:
+            try:
+                parts.append(pq.read_table(handle).to_pandas())
+            except Exception as exc:  # noqa: BLE001 - any unreadable file is named
+                raise InputError(f"{name}: cannot read it as Parquet ({type(exc).__name__}: {exc})") from None
+    frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    if schema.ID not in frame:
+        raise InputError(f"{files[0]}: no column 'id'")
+    duplicated = frame[schema.ID].duplicated()
+    if duplicated.any():
+        raise InputError(f"metric run {label!r}: id {frame.loc[duplicated, schema.ID].iloc[0]!r} appears twice")
+    frame = frame.set_index(schema.ID)
+    scores = [c for c in frame.columns if schema.is_score_column(c)]
+    return Run(label=label, frame=frame, score_columns=scores)
+
+
+def _runs(path: str, metrics, storage_options) -> list[Run]:
+    fs, root = _filesystem(str(path), storage_options)
+    if not fs.exists(root):
+        raise InputError(f"scores {path}: no such file, folder or prefix")
+    if fs.isdir(root):
+        runs = _run_folders(fs, root, metrics)
+        if not runs:
+            raise InputError(f"scores {path}: no Parquet files under it")
+        return [_read_run(fs, label, files) for label, files in runs]
+    label = posixpath.splitext(posixpath.basename(root))[0]
+    return [_read_run(fs, label, [root])]
+
+
+def load_scores(path: str, metrics: Iterable[str] | None = None, *,
+                storage_options: Mapping[str, Any] | None = None):
+    """Every metric run under `path` joined on `id` into one wide DataFrame (see the module
+    docstring). `metrics` limits the runs read (by label, the job's folder names);
+    `storage_options` go to fsspec (e.g. `{"client_kwargs": {"endpoint_url": ...}}` for S3)."""
+    import numpy as np
+    import pandas as pd
+
+    runs = _runs(path, metrics, storage_options)
+    counts: dict[str, int] = {}
+    for run in runs:
+        for column in run.score_columns:
+            counts[column] = counts.get(column, 0) + 1
+    carried = None
+    scores, errors = [], []
+    for run in runs:
+        frame = run.frame
+        failed = frame[schema.ERROR].notna() if schema.ERROR in frame else pd.Series(False, index=frame.index)
+        part = frame[run.score_columns].copy()
+        for column in run.score_columns:
+            if pd.api.types.is_numeric_dtype(part[column]):
+                part[column] = part[column].astype(float).where(~failed, np.nan)
+        part.columns = [c if counts[c] == 1 else f"{run.label}.{c}" for c in run.score_columns]
+        scores.append(part)
+        if schema.ERROR in frame:
+            errors.append(frame.loc[failed, schema.ERROR].map(lambda reason, label=run.label: f"{label}: {reason}"))
+        kept = frame[[c for c in frame.columns if schema.is_carried(c)]]
+        carried = kept if carried is None else carried.combine_first(kept)
+    wide = carried.join(scores, how="outer") if scores else carried
+    error = pd.Series(None, index=wide.index, dtype=object)
+    if errors:
+        joined = pd.concat(errors).groupby(level=0).agg("; ".join)
+        error.loc[joined.index] = joined
+    wide[schema.ERROR] = error.astype(object).where(error.notna(), None)
+    carried_order = [c for c in schema.carried_columns(carried.columns) if c != schema.ID]
+    score_order = [c for part in scores for c in part.columns]
+    wide = wide[carried_order + score_order + [schema.ERROR]]
+    wide.index.name = schema.ID
+    return wide.reset_index().sort_values(schema.ID, kind="stable").reset_index(drop=True)
