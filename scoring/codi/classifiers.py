@@ -101,7 +101,10 @@ class SequenceClassifier:
         from transformers import AutoModelForSequenceClassification
 
         from scoring.models import load_pretrained, load_tokenizer
+        from scoring.params import check_model_args, check_positive_int
 
+        check_model_args(dtype, device, token_budget, max_length)
+        check_positive_int("batch_size", batch_size)
         self.spec = model
         self.source = resolve_model_dir(model, cache_dir)
         self.dtype_name = dtype

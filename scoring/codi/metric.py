@@ -19,9 +19,12 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from scoring.codi import TASKS, classifiers as clf, rules
+from scoring.codi import TASKS, rules
+from scoring.codi import classifiers as clf
 from scoring.codi.convert import TASK_ALIASES
+from scoring.errors import UsageError
 from scoring.metric import RowMetric
+from scoring.params import check_choice, check_model_args, check_positive_int
 from scoring.signature import Signature, library_versions
 
 VERSION = "1"
@@ -53,9 +56,7 @@ def parse_constraint(value: Any) -> dict[str, Any]:
         if key not in constraint or constraint[key] in (None, "", []):
             raise ValueError(f"constraint of task '{task}' lacks '{key}'")
     if task == "length":
-        label = constraint["label"]
-        if not isinstance(label, list) or len(label) != 2:
-            raise ValueError(f"length constraint 'label' must be [lo, hi], got {label!r}")
+        rules.check_length_label(constraint["label"])
     if task == "keyword" and not isinstance(constraint["label"], list):
         raise ValueError("keyword constraint 'label' must be a list")
     return constraint
@@ -87,6 +88,12 @@ class CodiMetric(RowMetric):
         clean_responses: bool = True,
         model_cache_dir: str | None = None,
     ):
+        check_model_args(dtype, device, token_budget, max_length)
+        check_positive_int("batch_size", batch_size)
+        check_choice("toxicity_activation", toxicity_activation, ("auto", "sigmoid", "softmax"))
+        for name, value in (("topic_threshold", topic_threshold), ("toxicity_threshold", toxicity_threshold)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+                raise UsageError(f"{name} must be a probability between 0 and 1, not {value!r}")
         self.model_specs = {
             "sentiment": sentiment_model,
             "emotion": emotion_model,

@@ -86,11 +86,25 @@ def length_interval(mode: str, n: float, n2: float | None = None) -> tuple[int, 
     raise ValueError(f"unknown length mode {mode!r}; known: {', '.join(LENGTH_MODES)}")
 
 
+def check_length_label(interval) -> tuple[float, float]:
+    """A length label [lo, hi]: two non-negative numbers with lo <= hi. ValueError naming
+    the problem otherwise (an inverted [20, 3] would make every response fail silently)."""
+    if not isinstance(interval, (list, tuple)) or len(interval) != 2:
+        raise ValueError(f"length constraint 'label' must be [lo, hi], got {interval!r}")
+    lo, hi = interval
+    for value in (lo, hi):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise ValueError(f"length constraint 'label' must hold two numbers, got {list(interval)!r}")
+    if lo < 0:
+        raise ValueError(f"length constraint 'label' {list(interval)!r} has a negative lower bound")
+    if lo > hi:
+        raise ValueError(f"length constraint 'label' {list(interval)!r} is inverted: lower bound {lo} > upper bound {hi}")
+    return lo, hi
+
+
 def check_length(words: int, interval: Sequence[float]) -> bool:
     """Success iff lo <= words <= hi (interval as stored in the instruction set)."""
-    if len(interval) != 2:
-        raise ValueError(f"length label must be [lo, hi], got {interval!r}")
-    lo, hi = interval
+    lo, hi = check_length_label(interval)
     return lo <= words <= hi
 
 
