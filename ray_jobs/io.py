@@ -297,6 +297,14 @@ def _is_storage_failure(exc: BaseException) -> bool:
 # ---------------------------------------------------------------------------------------
 # listing and checking inputs
 
+# Parquet read through a Python file object (an fsspec handle, BytesIO) hands Arrow buffers
+# that wrap Python bytes; releasing one takes the GIL. Decoded on Arrow's thread pool, the last
+# release can happen on a pool thread after the read returned, and if the interpreter is
+# already finalising (a run that fails right after a check) that thread is killed inside a C++
+# destructor: `terminate called without an active exception`, exit code 134. Decoding on the
+# calling thread without pre-buffering keeps every such release on the caller.
+_PYTHON_FILE_READS = {"use_threads": False, "pre_buffer": False}
+
 
 def _md5(fs, path: str) -> str:
     digest = hashlib.md5()
@@ -360,7 +368,7 @@ def check_shard(info: ShardInfo, fs, needed: tuple[str, ...], read_ids: bool = T
     path = fs_path(info.uri)
     try:
         with fs.open(path, "rb") as handle:
-            parquet = pq.ParquetFile(handle)
+            parquet = pq.ParquetFile(handle, pre_buffer=_PYTHON_FILE_READS["pre_buffer"])
             schema = parquet.schema_arrow
             num_rows = parquet.metadata.num_rows
             columns = {name: str(schema.field(name).type) for name in schema.names}
@@ -377,7 +385,7 @@ def check_shard(info: ShardInfo, fs, needed: tuple[str, ...], read_ids: bool = T
                         )
             ids: list[str] = []
             if read_ids:
-                id_column = parquet.read(columns=["id"]).column("id")
+                id_column = parquet.read(columns=["id"], use_threads=_PYTHON_FILE_READS["use_threads"]).column("id")
                 if id_column.null_count:
                     row = id_column.to_pylist().index(None)
                     raise BadShard(info.uri, f"row {row}: null field 'id' (every row needs an id)")
@@ -537,9 +545,12 @@ def read_footer_metadata(fs, uri: str) -> tuple[int, dict[str, str]] | None:
 
 
 def read_table(fs, uri: str, columns: list[str] | None = None) -> pa.Table:
+    """A whole Parquet file (or some columns), decoded on the calling thread (see
+    `_PYTHON_FILE_READS`)."""
+
     def run() -> pa.Table:
         with fs.open(fs_path(uri), "rb") as handle:
-            return pq.read_table(io.BytesIO(handle.read()), columns=columns)
+            return pq.read_table(io.BytesIO(handle.read()), columns=columns, **_PYTHON_FILE_READS)
 
     return _guarded(uri, "read", run)
 
