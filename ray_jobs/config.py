@@ -3,20 +3,27 @@
 Every key is checked: an unknown key, a missing required key or a value of the wrong type is a
 `ConfigError` naming the key path (e.g. `pool.num_cpus`). Example (see `examples/*.yaml`):
 
-    input: data/sample                 # local folder or s3://bucket/prefix of Parquet shards
-    output: out/sample                 # local folder or s3://bucket/prefix
+    input: ../data/sample              # local folder or s3://bucket/prefix of Parquet shards
+    output: ../out/sample              # local folder or s3://bucket/prefix
     metrics:
-      - name: text_stats               # a name from scoring.registry.METRICS
+      - name: text_stats               # a registered metric name (`ctgscore metrics`)
         params: {}
       - name: perplexity
         label: ppl_tiny                # output folder name; defaults to the metric name
-        params: {model: .cache/tiny-models/gpt2}
+        params: {model: ../.cache/tiny-models/tiny-gpt2}
     dtype: float32                     # injected into metric params that accept `dtype`
     token_budget: 4096                 # injected into metric params that accept `token_budget`
     batch_size: 64                     # rows per scorer call
+    part_rows: 10000                   # rows per output part (the unit of commit and resume)
     pool: {min_size: 1, max_size: 2, num_cpus: 0.5, num_gpus: 0}
     skip_bad_shards: false             # true: skip unreadable shards, record them in the manifest
+    prune: false                       # true: remove outputs whose input shard is gone
+    max_error_rate: 0.1                # error_rate_exceeded() reports metrics above this fraction
     s3: {endpoint_url: null, region: us-east-1}
+
+Relative local paths (`input`, `output`, `ray.temp_dir`, and string metric params that name an
+existing file or folder beside the YAML) resolve against the YAML file's folder, not the
+working directory. See `docs/job.md` for every key.
 """
 
 from __future__ import annotations
@@ -27,11 +34,13 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from scoring.errors import UsageError
+
 LABEL_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
-class ConfigError(ValueError):
-    """A job configuration problem, named by its key path."""
+class ConfigError(UsageError):
+    """A job configuration problem, named by its key path (exit code 2)."""
 
 
 @dataclass(frozen=True)
@@ -39,7 +48,6 @@ class MetricSpec:
     name: str
     params: dict[str, Any] = field(default_factory=dict)
     label: str = ""
-    cls: str | None = None  # "module:Class" of a RowMetric outside the registry (plugins, tests)
 
 
 @dataclass(frozen=True)
@@ -75,8 +83,11 @@ class JobConfig:
     dtype: str | None = None
     token_budget: int | None = None
     batch_size: int = 64
+    part_rows: int = 10_000
     pool: PoolConfig = field(default_factory=PoolConfig)
     skip_bad_shards: bool = False
+    prune: bool = False
+    max_error_rate: float = 0.1
     s3: S3Config = field(default_factory=S3Config)
     ray: RayConfig = field(default_factory=RayConfig)
     progress: bool = True
@@ -84,10 +95,20 @@ class JobConfig:
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["metrics"] = [
-            {k: v for k, v in (("name", m.name), ("label", m.label), ("params", m.params), ("class", m.cls)) if v is not None}
-            for m in self.metrics
+            {"name": m.name, "label": m.label, "params": m.params} for m in self.metrics
         ]
+        data["s3"]["endpoint_url"] = redact_url(self.s3.endpoint_url)
+        data["ray"]["address"] = redact_url(self.ray.address)
         return data
+
+
+def redact_url(url: str | None) -> str | None:
+    """A URL without the user:password part (for manifests and messages)."""
+    if not url or "@" not in url.split("//", 1)[-1].split("/", 1)[0]:
+        return url
+    scheme, rest = url.split("//", 1) if "//" in url else ("", url)
+    host = rest.split("@", 1)[1]
+    return f"{scheme}//***@{host}" if scheme else f"***@{host}"
 
 
 _TOP_REQUIRED = {"input": str, "output": str, "metrics": list}
@@ -95,8 +116,11 @@ _TOP_OPTIONAL = {
     "dtype": (str, type(None)),
     "token_budget": (int, type(None)),
     "batch_size": int,
+    "part_rows": int,
     "pool": dict,
     "skip_bad_shards": bool,
+    "prune": bool,
+    "max_error_rate": (int, float),
     "s3": dict,
     "ray": dict,
     "progress": bool,
@@ -117,7 +141,7 @@ _RAY = {
     "object_store_memory": (int, type(None)),
     "temp_dir": (str, type(None)),
 }
-_METRIC = {"name": str, "params": (dict, type(None)), "label": str, "class": str}
+_METRIC = {"name": str, "params": (dict, type(None)), "label": str}
 DTYPES = ("float32", "float16", "bfloat16")
 
 
@@ -164,21 +188,24 @@ def _parse_metric(entry: Any, index: int) -> MetricSpec:
     label = entry.get("label", name)
     if not LABEL_PATTERN.match(label):
         raise ConfigError(f"'{path}.label' {label!r} must match {LABEL_PATTERN.pattern} (it names the output folder)")
-    cls = entry.get("class")
-    if cls is None:
-        from scoring.registry import METRICS
+    known = registered_metric_names()
+    if name not in known:
+        raise ConfigError(f"'{path}.name': unknown metric {name!r}; known metrics: {', '.join(sorted(known))}")
+    return MetricSpec(name=name, params=dict(entry.get("params") or {}), label=label)
 
-        if name not in METRICS:
-            raise ConfigError(f"'{path}.name': unknown metric {name!r}; known metrics: {', '.join(sorted(METRICS))}")
-    elif ":" not in cls:
-        raise ConfigError(f"'{path}.class' must look like 'package.module:ClassName', got {cls!r}")
-    return MetricSpec(name=name, params=dict(entry.get("params") or {}), label=label, cls=cls)
+
+def registered_metric_names() -> set[str]:
+    """Names a job config may use: the built-in metrics and plugins registered through the
+    `ctgscore.metrics` entry point group (no import paths: a config cannot import code)."""
+    from scoring import registry
+
+    names = getattr(registry, "metric_names", None)
+    return set(names()) if callable(names) else set(registry.METRICS)
 
 
 def parse_config(data: Any, base_dir: str | pathlib.Path | None = None) -> JobConfig:
     """Validate a config mapping. Relative local paths resolve against `base_dir` (the YAML
-    file's folder is *not* used: paths are relative to the working directory, as with
-    `ray job submit --working-dir .`), unless `base_dir` is given."""
+    file's folder, when loaded by `load_config`), else against the working directory."""
     if not isinstance(data, dict):
         raise ConfigError(f"a job config must be a mapping, got {type(data).__name__}")
     allowed = {**_TOP_REQUIRED, **_TOP_OPTIONAL}
@@ -220,6 +247,11 @@ def parse_config(data: Any, base_dir: str | pathlib.Path | None = None) -> JobCo
     _positive(data.get("token_budget"), "token_budget")
     batch_size = data.get("batch_size", 64)
     _positive(batch_size, "batch_size")
+    part_rows = data.get("part_rows", 10_000)
+    _positive(part_rows, "part_rows")
+    max_error_rate = data.get("max_error_rate", 0.1)
+    if not 0 <= max_error_rate <= 1:
+        raise ConfigError(f"'max_error_rate' must be a fraction between 0 and 1, got {max_error_rate}")
 
     def resolve(location: str, key: str) -> str:
         if not location.strip():
@@ -235,6 +267,12 @@ def parse_config(data: Any, base_dir: str | pathlib.Path | None = None) -> JobCo
             path = pathlib.Path(base_dir) / path
         return str(path.resolve())
 
+    if ray_config.temp_dir is not None and base_dir is not None:
+        ray_config = RayConfig(**{**ray_data, "temp_dir": str(pathlib.Path(base_dir, ray_config.temp_dir).expanduser())})
+    if base_dir is not None:
+        metrics = tuple(
+            MetricSpec(name=m.name, label=m.label, params=_resolve_param_paths(m.params, pathlib.Path(base_dir))) for m in metrics
+        )
     input_location = resolve(data["input"], "input")
     output_location = resolve(data["output"], "output")
     if output_location == input_location or output_location.startswith(input_location.rstrip("/") + "/"):
@@ -248,27 +286,93 @@ def parse_config(data: Any, base_dir: str | pathlib.Path | None = None) -> JobCo
         dtype=dtype,
         token_budget=data.get("token_budget"),
         batch_size=batch_size,
+        part_rows=part_rows,
         pool=pool,
         skip_bad_shards=data.get("skip_bad_shards", False),
+        prune=data.get("prune", False),
+        max_error_rate=float(max_error_rate),
         s3=s3,
         ray=ray_config,
         progress=data.get("progress", True),
     )
 
 
-def load_config(path: str | pathlib.Path) -> JobConfig:
-    """Read and validate a YAML job config file."""
+def _resolve_param_paths(params: dict[str, Any], base: pathlib.Path) -> dict[str, Any]:
+    """String params (top level or in lists) that name an existing file or folder relative to
+    the YAML's folder become absolute; anything else (hub ids, prompt-set names, s3://)
+    stays as written."""
+
+    def one(value):
+        if isinstance(value, list):
+            return [one(item) for item in value]
+        if not isinstance(value, str) or not value or "://" in value or pathlib.Path(value).is_absolute():
+            return value
+        candidate = base / value
+        return str(candidate.resolve()) if candidate.exists() else value
+
+    return {key: one(value) for key, value in params.items()}
+
+
+def apply_overrides(data: Any, overrides: dict[str, str]) -> Any:
+    """`--set key.path=value` overrides: dotted keys into mappings (a number indexes a
+    list, e.g. `metrics.0.params.model`), values parsed as YAML scalars (`true`, `0.5`,
+    `null`). A relative local `input`/`output` given this way is relative to the working
+    directory (where the command was typed), not the YAML file."""
+    import yaml
+
+    if not isinstance(data, dict):
+        raise ConfigError(f"a job config must be a mapping, got {type(data).__name__}")
+    for dotted, raw in overrides.items():
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {dotted}: value {raw!r} is not a YAML scalar ({exc.__class__.__name__})") from exc
+        if dotted in ("input", "output") and isinstance(value, str) and "://" not in value:
+            value = str(pathlib.Path(value).expanduser().resolve())
+        keys = dotted.split(".")
+        node = data
+        for depth, key in enumerate(keys):
+            last = depth == len(keys) - 1
+            where = ".".join(keys[: depth + 1])
+            if isinstance(node, list):
+                if not key.isdigit() or int(key) >= len(node):
+                    raise ConfigError(f"--set {dotted}: '{where}' is not an index of a list of {len(node)}")
+                index = int(key)
+                if last:
+                    node[index] = value
+                else:
+                    node = node[index]
+            elif isinstance(node, dict):
+                if last:
+                    node[key] = value
+                else:
+                    if node.get(key) is None:
+                        node[key] = {}
+                    node = node[key]
+            else:
+                raise ConfigError(f"--set {dotted}: '{'.'.join(keys[:depth])}' is not a mapping or list")
+    return data
+
+
+def load_config(path: str | pathlib.Path, overrides: dict[str, str] | None = None) -> JobConfig:
+    """Read and validate a YAML job config file, with optional `--set` overrides.
+    Relative paths resolve against the YAML file's folder."""
     import yaml
 
     path = pathlib.Path(path)
     if not path.is_file():
         raise ConfigError(f"job config {path} does not exist")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"{path}: not valid YAML: {first}") from exc
     try:
-        return parse_config(data)
+        if overrides:
+            data = apply_overrides(data, dict(overrides))
+        return parse_config(data, base_dir=path.resolve().parent)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
 
@@ -287,32 +391,21 @@ def metric_params(config: JobConfig, spec: MetricSpec) -> dict[str, Any]:
 
 
 def metric_class_for(spec: MetricSpec):
-    """The RowMetric class a spec names (registry name, or `class: module:Class`)."""
-    import importlib
-
-    from scoring.metric import RowMetric
+    """The RowMetric class registered under the spec's name."""
     from scoring.registry import metric_class
 
-    if spec.cls is None:
-        return metric_class(spec.name)
-    module_name, class_name = spec.cls.split(":", 1)
     try:
-        cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"metric {spec.label!r}: cannot import class {spec.cls!r}: {exc}") from exc
-    if not (isinstance(cls, type) and issubclass(cls, RowMetric)):
-        raise ConfigError(f"metric {spec.label!r}: {spec.cls!r} is not a RowMetric subclass")
-    return cls
+        return metric_class(spec.name)
+    except ValueError as exc:
+        raise ConfigError(f"metric {spec.label!r}: {exc}") from exc
 
 
-def build_metric_for(spec: MetricSpec, params: dict[str, Any]):
-    """Build the metric object (the same call on the driver and in every scoring actor)."""
-    if spec.cls is None:
-        from scoring.registry import build_metric
-
-        return build_metric(spec.name, params)
-    cls = metric_class_for(spec)
+def build_metric_for(spec: MetricSpec, params: dict[str, Any], cls=None):
+    """Build the metric object (the same call on the driver and in every scoring actor).
+    `cls` is the class resolved on the driver: workers then need only its module, not the
+    driver's plugin registry."""
+    cls = cls or metric_class_for(spec)
     try:
         return cls(**params)
     except TypeError as exc:
-        raise ValueError(f"bad parameters for metric '{spec.label}': {exc}") from exc
+        raise ConfigError(f"bad parameters for metric '{spec.label}': {exc}") from exc

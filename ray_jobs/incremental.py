@@ -1,25 +1,26 @@
 """Incremental, resumable scoring: what can be reused from earlier runs.
 
-Unit of work and of commit: one (metric, input shard) pair, written atomically to
-`OUT/<label>/<shard path relative to the input>`. Its Parquet footer records the input
-shard's etag and size, the metric signature and its digest, and the row count. So:
+Unit of commit: one *part*, the rows `[start, stop)` of one input shard for one metric,
+written atomically by the worker that scored it (`ray_jobs/job/layout.py` names it). Its
+Parquet footer records the input shard's path, etag and size, the metric signature and its
+digest, the row range, and its error count. So:
 
-* **resume** after a killed driver: a shard whose output is committed is complete (an atomic
-  write is all or nothing); the next run reuses it and scores only the rest: no duplicates
-  (one file per shard, ids deduplicated within it), no gaps (a shard counts as done only when
-  every input id came back);
-* **nightly re-runs**: an unchanged shard (same etag and size) with the same signature digest
-  is reused whole, without starting Ray; for a changed shard, the rows of its previous output
-  are a cache keyed by `RowMetric.row_key(row)` = hash(signature digest, the columns the
-  metric reads), so only new or changed rows are scored;
+* **resume** after a killed driver or worker: a part whose footer matches (same input
+  bytes, same signature digest, as many rows as its range) is complete, because an atomic
+  write is all or nothing; the next run keeps it and schedules only the row ranges no
+  complete part covers;
+* **nightly re-runs**: an unchanged shard (same etag and size) with the same signature is
+  covered by its parts and reused without starting Ray; for a changed shard, the rows of its
+  earlier parts are a cache keyed by `RowMetric.row_key(row)` = hash(signature digest, the
+  columns the metric reads), looked up by the worker that scores that shard, so only new or
+  changed rows are scored;
 * **invalidation**: a changed metric parameter or model revision changes that metric's
-  signature digest, so exactly that metric's files and row keys stop matching; other metrics'
-  outputs are untouched.
+  signature digest, so exactly that metric's parts and row keys stop matching.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -29,99 +30,81 @@ from ray_jobs import io as jio
 META_PREFIX = "ctgscore."
 
 
-def output_uri(output: str, label: str, rel: str) -> str:
-    """Deterministic output file of one metric over one shard: `OUT/<label>/<rel>`."""
-    return jio.join(output, label, rel)
-
-
-def shard_metadata(info: jio.ShardInfo, signature: str, digest: str, rows: int) -> dict[str, str]:
+def part_metadata(rel: str, etag: str, size: int, signature: str, digest: str, start: int, stop: int, errors: int) -> dict[str, str]:
+    """Footer key-value metadata of one part."""
     return {
-        META_PREFIX + "input": info.rel,
-        META_PREFIX + "input_etag": info.etag,
-        META_PREFIX + "input_size": str(info.size),
+        META_PREFIX + "input": rel,
+        META_PREFIX + "input_etag": etag,
+        META_PREFIX + "input_size": str(size),
         META_PREFIX + "signature": signature,
         META_PREFIX + "signature_digest": digest,
-        META_PREFIX + "rows": str(rows),
+        META_PREFIX + "start": str(start),
+        META_PREFIX + "stop": str(stop),
+        META_PREFIX + "rows": str(stop - start),
+        META_PREFIX + "rows_error": str(errors),
     }
 
 
-def is_complete(footer: tuple[int, dict[str, str]] | None, info: jio.ShardInfo, digest: str, rows: int) -> bool:
-    """A committed output is reusable as is when it was made from the same bytes (etag, size)
-    by the same metric signature and holds exactly one row per input row."""
+def part_is_complete(footer: tuple[int, dict[str, str]] | None, etag: str, size: int, digest: str, start: int, stop: int) -> bool:
+    """A committed part is reusable as is when it was made from the same input bytes (etag,
+    size) by the same metric signature, for this row range, and holds one row per input row."""
     if footer is None:
         return False
     num_rows, meta = footer
     return (
-        meta.get(META_PREFIX + "input_etag") == info.etag
-        and meta.get(META_PREFIX + "input_size") == str(info.size)
+        meta.get(META_PREFIX + "input_etag") == etag
+        and meta.get(META_PREFIX + "input_size") == str(size)
         and meta.get(META_PREFIX + "signature_digest") == digest
-        and meta.get(META_PREFIX + "rows") == str(rows)
-        and num_rows == rows
+        and meta.get(META_PREFIX + "start") == str(start)
+        and meta.get(META_PREFIX + "stop") == str(stop)
+        and num_rows == stop - start
     )
 
 
-@dataclass
-class MetricPlan:
-    """What one metric has to do in this run."""
-
-    label: str
-    digest: str
-    reused: list[jio.ShardCheck] = field(default_factory=list)  # complete outputs, kept as they are
-    pending: list[jio.ShardCheck] = field(default_factory=list)  # to (re)score
-    previous: list[str] = field(default_factory=list)  # old outputs of pending shards, same signature
-    stale: list[str] = field(default_factory=list)  # outputs whose input shard is gone or bad
+def footer_errors(footer: tuple[int, dict[str, str]]) -> int:
+    value = footer[1].get(META_PREFIX + "rows_error")
+    return int(value) if value and value.isdigit() else 0
 
 
-def plan_metric(fs, output: str, label: str, digest: str, checks: list[jio.ShardCheck]) -> MetricPlan:
-    plan = MetricPlan(label=label, digest=digest)
-    prefix = jio.join(output, label)
-    existing = set(jio.list_outputs(fs, prefix))
-    wanted = set()
-    for check in checks:
-        uri = output_uri(output, label, check.info.rel)
-        wanted.add(uri)
-        footer = jio.read_footer_metadata(fs, uri) if uri in existing else None
-        if is_complete(footer, check.info, digest, check.num_rows):
-            plan.reused.append(check)
-        else:
-            plan.pending.append(check)
-            if footer is not None and footer[1].get(META_PREFIX + "signature_digest") == digest:
-                plan.previous.append(uri)
-    plan.stale = sorted(existing - wanted)
-    return plan
+def footer_digest(footer: tuple[int, dict[str, str]] | None) -> str | None:
+    return None if footer is None else footer[1].get(META_PREFIX + "signature_digest")
 
 
-def load_row_cache(fs, uris: list[str], score_columns: tuple[str, ...]) -> pa.Table | None:
-    """Rows of earlier outputs that scored without error: `row_key` -> score columns and
-    warning. Rows with an error are scored again (the cause may have been transient)."""
-    tables = []
+def load_row_cache(fs, uris: list[str], score_columns: tuple[str, ...]) -> "RowCache":
+    """Rows of earlier parts that scored without error: `row_key` -> score columns and
+    warning. Rows with an error are scored again (the cause may have been transient); an
+    unreadable or vanished old part is just not reused."""
+    cache = RowCache(None, score_columns)
     columns = ["row_key", *score_columns, "warning", "error"]
     for uri in uris:
         try:
             table = jio.read_table(fs, uri, columns=columns)
-        except Exception:  # noqa: BLE001 - an unreadable old output is just not reused
+        except Exception:  # noqa: BLE001 - a cache miss only costs a re-score
             continue
-        mask = pc.is_null(table.column("error"))
-        tables.append(table.filter(mask).drop_columns(["error"]))
-    if not tables:
-        return None
-    return pa.concat_tables(tables, promote_options="permissive")
+        cache.add(table.filter(pc.is_null(table.column("error"))))
+    return cache
 
 
 class RowCache:
-    """In-actor lookup of reusable scores by row key."""
+    """In-worker lookup of reusable scores by row key."""
 
     def __init__(self, table: pa.Table | None, score_columns: tuple[str, ...]):
-        self.rows: dict[str, dict] = {}
-        if table is None:
-            return
+        self.score_columns = tuple(score_columns)
+        self.rows: dict[str, dict[str, Any]] = {}
+        if table is not None:
+            self.add(table)
+
+    def add(self, table: pa.Table) -> None:
         keys = table.column("row_key").to_pylist()
-        values = {column: table.column(column).to_pylist() for column in (*score_columns, "warning")}
+        values = {column: table.column(column).to_pylist() for column in (*self.score_columns, "warning")}
         for index, key in enumerate(keys):
             self.rows[key] = {column: values[column][index] for column in values}
 
     def get(self, key: str) -> dict | None:
-        return self.rows.get(key)
+        found = self.rows.get(key)
+        if found is None:
+            return None
+        return {**found, "error": None}
 
     def __len__(self) -> int:
         return len(self.rows)

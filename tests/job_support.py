@@ -23,6 +23,11 @@ from scoring.metric import RowMetric
 from scoring.signature import Signature
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+# `slow_length` is registered as a `ctgscore.metrics` plugin by a dist-info folder here (job
+# configs name metrics only by registered name); workers import its class by module path
+PLUGINS = REPO_ROOT / "tests" / "job_plugins"
+if str(PLUGINS) not in sys.path:
+    sys.path.append(str(PLUGINS))
 VENV_BIN = pathlib.Path(sys.executable).parent
 WORDS = "the a cat dog sat on mat ran fast slow big small red blue green tree house river".split()
 
@@ -86,6 +91,24 @@ def read_folder(folder: pathlib.Path) -> list[dict]:
     return rows
 
 
+def shard_output(metric_folder: pathlib.Path, rel: str) -> pathlib.Path:
+    """The output folder of one input shard (its path without `.parquet`)."""
+    return metric_folder / (rel[: -len(".parquet")] if rel.endswith(".parquet") else rel)
+
+
+def shard_rows(metric_folder: pathlib.Path, rel: str) -> list[dict]:
+    """One shard's output rows, its parts read in row order (names sort by start row)."""
+    rows = []
+    for path in sorted(shard_output(metric_folder, rel).glob("part-*.parquet")):
+        rows.extend(pq.read_table(path).to_pylist())
+    return rows
+
+
+def part_files(metric_folder: pathlib.Path) -> list[str]:
+    """Every part under a metric folder, relative to it."""
+    return sorted(str(p.relative_to(metric_folder)) for p in metric_folder.rglob("*") if p.is_file())
+
+
 class SlowLengthMetric(RowMetric):
     """Character count of `text`, optionally slow (seconds per row), recording the pid of
     each scoring process (as a score column and as a file in `pid_dir`). `salt` stands in for
@@ -143,7 +166,7 @@ def start_moto() -> tuple[subprocess.Popen, str]:
 
 def child_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), str(PLUGINS)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env.update({"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1"})
     env["PATH"] = os.pathsep.join([str(VENV_BIN), env.get("PATH", "")])  # `python` in job entrypoints
     env.pop("RAY_ADDRESS", None)

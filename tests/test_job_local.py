@@ -1,5 +1,5 @@
 """The scoring job on the session's local Ray: parity with in-process scoring, deterministic
-outputs, incremental re-runs, bad input (acceptance 1, 5-reuse rules, 6)."""
+part names, each metric folder one dataset, incremental re-runs, bad input, pruning."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pathlib
 import shutil
 import sys
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -17,9 +18,9 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from ray_jobs.config import parse_config
 from ray_jobs.score_corpus import JobError, run_job
 from scoring.registry import build_metric
-from tests.job_support import SlowLengthMetric, make_corpus, make_rows, write_rows
+from tests.job_support import SlowLengthMetric, make_corpus, make_rows, part_files, shard_output, shard_rows, write_rows
 
-SLOW = "tests.job_support:SlowLengthMetric"
+SLOW = {"name": "slow_length"}
 
 
 def job(input_dir, output_dir, metrics, **extra):
@@ -35,15 +36,11 @@ def job(input_dir, output_dir, metrics, **extra):
     return parse_config(data)
 
 
-def output_rows(path: pathlib.Path) -> list[dict]:
-    return pq.read_table(path).to_pylist()
-
-
-def assert_matches_in_process(metric, input_path: pathlib.Path, output_path: pathlib.Path, skip=("slow_pid",)):
+def assert_matches_in_process(metric, input_path: pathlib.Path, metric_folder: pathlib.Path, rel: str, skip=("slow_pid",)):
     """Output rows == `metric.score_rows` on the input rows, row for row, in input order."""
     inputs = pq.read_table(input_path).to_pylist()
     expected = metric.score_rows(inputs)
-    got = output_rows(output_path)
+    got = shard_rows(metric_folder, rel)
     assert [row["id"] for row in got] == [row["id"] for row in inputs]
     signature = str(metric.signature())
     for source, want, have in zip(inputs, expected, got):
@@ -66,23 +63,36 @@ def test_local_job_matches_in_process_scores(ray_local, tmp_path):
     paths.append(tmp_path / "in" / "nested" / "part-00009.parquet")
     write_rows(tmp_path / "in" / "part-00010-empty.parquet", [])  # an empty shard still gets its (empty) output
     paths.append(tmp_path / "in" / "part-00010-empty.parquet")
-    config = job(tmp_path / "in", tmp_path / "out", [{"name": "text_stats"}, {"name": "slow_length", "class": SLOW}])
+    config = job(tmp_path / "in", tmp_path / "out", [{"name": "text_stats"}, SLOW], part_rows=20)
 
     manifest = run_job(config)
 
     rels = sorted(str(p.relative_to(tmp_path / "in")) for p in paths)
     for label in ("text_stats", "slow_length"):
-        written = sorted(str(p.relative_to(tmp_path / "out" / label)) for p in (tmp_path / "out" / label).rglob("*") if p.is_file())
-        assert written == rels  # deterministic names: the input's relative paths, nothing else
+        # deterministic names: one folder per shard, parts of at most part_rows rows named by row range
+        written = part_files(tmp_path / "out" / label)
+        expected_ranges = {rel: [(0, 20), (20, 30)] for rel in rels}
+        expected_ranges["nested/part-00009.parquet"] = [(0, 6)]
+        expected_ranges["part-00010-empty.parquet"] = [(0, 0)]
+        got_ranges: dict[str, list] = {}
+        for name in written:
+            folder, part = name.rsplit("/", 1)
+            _, start, stop, version = part[: -len(".parquet")].split("-")
+            assert len(version) == 12
+            got_ranges.setdefault(folder + ".parquet", []).append((int(start), int(stop)))
+        assert got_ranges == expected_ranges
+        # the metric folder is one dataset: pandas reads it whole, the manifest is beside it
+        frame = pd.read_parquet(tmp_path / "out" / label)
+        assert len(frame) == 9 * 30 + 6 and frame["id"].is_unique
         report = manifest["metrics"][label]
         assert report["rows_in"] == report["rows_out"] == 9 * 30 + 6
         assert report["rows_scored"] == 9 * 30 + 6 and report["rows_cached"] == 0
         assert report["rows_error"] == 2
     for metric, label in ((build_metric("text_stats"), "text_stats"), (SlowLengthMetric(), "slow_length")):
         for path in paths:
-            rel = path.relative_to(tmp_path / "in")
-            assert_matches_in_process(metric, path, tmp_path / "out" / label / rel)
-    nested = output_rows(tmp_path / "out" / "text_stats" / "nested" / "part-00009.parquet")
+            rel = str(path.relative_to(tmp_path / "in"))
+            assert_matches_in_process(metric, path, tmp_path / "out" / label, rel)
+    nested = shard_rows(tmp_path / "out" / "text_stats", "nested/part-00009.parquet")
     assert [row["error"] for row in nested[:3]] == [None, "null field 'text'", "empty field 'text'"]
     on_disk = __import__("json").loads((tmp_path / "out" / "manifest.json").read_text())
     assert on_disk["input"]["rows"] == 9 * 30 + 6
@@ -95,10 +105,15 @@ def _mtimes(folder: pathlib.Path) -> dict[str, int]:
     return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*.parquet")}
 
 
+def _changed_shards(before: dict[str, int], after: dict[str, int]) -> set[str]:
+    changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
+    return {k.rsplit("/", 1)[0] for k in changed}
+
+
 @pytest.mark.timeout(240)
 def test_incremental_reruns_score_only_what_changed(ray_local, tmp_path):
     make_corpus(tmp_path / "in", shards=8, rows=25)
-    metrics = [{"name": "text_stats"}, {"name": "slow_length", "class": SLOW, "params": {"salt": 0}}]
+    metrics = [{"name": "text_stats"}, {"name": "slow_length", "params": {"salt": 0}}]
     first = run_job(job(tmp_path / "in", tmp_path / "out", metrics))
     assert first["metrics"]["text_stats"]["rows_scored"] == 200
     before = {label: _mtimes(tmp_path / "out" / label) for label in ("text_stats", "slow_length")}
@@ -122,28 +137,41 @@ def test_incremental_reruns_score_only_what_changed(ray_local, tmp_path):
         report = third["metrics"][label]
         assert (report["rows_scored"], report["rows_cached"], report["rows_out"]) == (5, 197, 202)
         after = _mtimes(tmp_path / "out" / label)
-        assert {k for k in after if after[k] != before[label].get(k)} == {"part-00002.parquet"}
-    assert_matches_in_process(build_metric("text_stats"), changed, tmp_path / "out" / "text_stats" / "part-00002.parquet")
-    assert_matches_in_process(SlowLengthMetric(), changed, tmp_path / "out" / "slow_length" / "part-00002.parquet")
+        assert _changed_shards(before[label], after) == {"part-00002"}  # its old part replaced, nothing else touched
+        assert len(list(shard_output(tmp_path / "out" / label, "part-00002.parquet").iterdir())) == 1
+        assert third["metrics"][label]["parts_replaced"] == 1
+    assert_matches_in_process(build_metric("text_stats"), changed, tmp_path / "out" / "text_stats", "part-00002.parquet")
+    assert_matches_in_process(SlowLengthMetric(), changed, tmp_path / "out" / "slow_length", "part-00002.parquet")
 
     # a new "model revision" of one metric invalidates exactly that metric's rows
     text_before = _mtimes(tmp_path / "out" / "text_stats")
-    metrics[1] = {"name": "slow_length", "class": SLOW, "params": {"salt": 1}}
+    metrics[1] = {"name": "slow_length", "params": {"salt": 1}}
     fourth = run_job(job(tmp_path / "in", tmp_path / "out", metrics))
     assert fourth["metrics"]["slow_length"]["rows_scored"] == 202
     assert fourth["metrics"]["text_stats"]["rows_scored"] == 0
     assert _mtimes(tmp_path / "out" / "text_stats") == text_before
-    assert {row["signature"] for row in output_rows(tmp_path / "out" / "slow_length" / "part-00000.parquet")} == {
+    assert {row["signature"] for row in shard_rows(tmp_path / "out" / "slow_length", "part-00000.parquet")} == {
         str(SlowLengthMetric(salt=1).signature())
     }
 
-    # a shard removed from the dump: its outputs go too, so the outputs mirror the input
+    # a shard removed from the dump: its output is kept and reported (never deleted silently) ...
     os.remove(tmp_path / "in" / "part-00007.parquet")
+    gone = shard_output(tmp_path / "out" / "text_stats", "part-00007.parquet")
+    kept_files = sorted(gone.iterdir())
     fifth = run_job(job(tmp_path / "in", tmp_path / "out", metrics))
     for label in ("text_stats", "slow_length"):
-        assert not (tmp_path / "out" / label / "part-00007.parquet").exists()
         assert fifth["metrics"][label]["rows_out"] == 177
-        assert fifth["metrics"][label]["stale_outputs_removed"] == [str(tmp_path / "out" / label / "part-00007.parquet")]
+        assert fifth["metrics"][label]["orphaned_outputs"] == [str(shard_output(tmp_path / "out" / label, "part-00007.parquet"))]
+        assert fifth["metrics"][label]["pruned_outputs"] == []
+    assert sorted(gone.iterdir()) == kept_files
+    # ... and removed only with prune: true, every removal recorded
+    sixth = run_job(job(tmp_path / "in", tmp_path / "out", metrics, prune=True))
+    for label in ("text_stats", "slow_length"):
+        assert not any(shard_output(tmp_path / "out" / label, "part-00007.parquet").glob("*.parquet"))
+        assert sixth["metrics"][label]["pruned_outputs"] == [
+            str(p).replace("/text_stats/", f"/{label}/") for p in kept_files
+        ]
+        assert sixth["metrics"][label]["rows_scored"] == 0
 
 
 @pytest.mark.timeout(240)
@@ -187,10 +215,8 @@ def test_bad_input_is_named_and_good_rows_come_out(ray_local, tiny_models, tmp_p
     ]
     for label in ("text_stats", "ctrleval"):
         assert manifest["metrics"][label]["rows_in"] == manifest["metrics"][label]["rows_out"] == 12 + 5 + 5 + 4
-        assert sorted(p.name for p in (tmp_path / "out" / label).iterdir()) == [
-            "good.parquet", "mismatch.parquet", "no_prefix.parquet", "nulls.parquet"
-        ]
-    errors = lambda label, name: [r["error"] for r in output_rows(tmp_path / "out" / label / name)]  # noqa: E731
+        assert sorted(p.name for p in (tmp_path / "out" / label).iterdir()) == ["good", "mismatch", "no_prefix", "nulls"]
+    errors = lambda label, name: [r["error"] for r in shard_rows(tmp_path / "out" / label, name)]  # noqa: E731
     assert errors("text_stats", "nulls.parquet")[:2] == ["null field 'text'", "empty field 'text'"]
     assert errors("text_stats", "no_prefix.parquet") == [None] * 4  # text_stats does not read prefix
     assert errors("ctrleval", "no_prefix.parquet") == ["missing field 'prefix'"] * 4
@@ -207,6 +233,6 @@ def test_bad_input_is_named_and_good_rows_come_out(ray_local, tiny_models, tmp_p
 
     config = job(folder, tmp_path / "out", metrics)
     metric = build_metric_for(config.metrics[1], metric_params(config, config.metrics[1]))
-    assert_matches_in_process(metric, folder / "mismatch.parquet", tmp_path / "out" / "ctrleval" / "mismatch.parquet")
-    assert all(r["ctrleval_consistency"] is not None for r in output_rows(tmp_path / "out" / "ctrleval" / "good.parquet"))
+    assert_matches_in_process(metric, folder / "mismatch.parquet", tmp_path / "out" / "ctrleval", "mismatch.parquet")
+    assert all(r["ctrleval_consistency"] is not None for r in shard_rows(tmp_path / "out" / "ctrleval", "good.parquet"))
     shutil.rmtree(tmp_path / "out")

@@ -1,0 +1,89 @@
+"""Stage 4 (driver): settle each shard's output from part names and the workers' reports.
+
+Per metric and shard:
+* a shard scored this run is covered when its kept parts and new parts tile its rows
+  `[0, num_rows)` exactly (names only; `verify` then reads their footers); the parts the new
+  cover replaces (an older version of the shard, overlaps) are removed: replaced, not lost;
+  a gap is a `JobError` (rows lost);
+* a shard that is bad this run (unreadable, failed the checks, failed while scoring) keeps
+  the output it had: nothing of it is removed, and parts this run wrote for it are removed
+  only when an older complete output exists beside them; it is reported in the manifest;
+* output of a shard that is no longer in the input is kept and reported, and removed only
+  with `prune: true`, each removal recorded in the manifest (and the summary line).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ray_jobs import io as jio
+from ray_jobs.job import layout
+from ray_jobs.job.errors import JobError
+from ray_jobs.job.plan import MetricPlan
+
+
+@dataclass
+class Cover:
+    """The parts that make up one shard's output after this run."""
+
+    rel: str
+    uri: str
+    num_rows: int
+    parts: list[tuple[layout.PartName, str]] = field(default_factory=list)
+    new: set[str] = field(default_factory=set)  # uris written this run
+
+
+@dataclass
+class CommitResult:
+    covers: list[Cover] = field(default_factory=list)
+    replaced: int = 0  # older parts removed because a new complete cover replaced them
+    kept_for_bad_shards: list[str] = field(default_factory=list)  # shard folders kept as they were
+    orphaned: list[str] = field(default_factory=list)  # shard folders whose input is gone, kept
+    pruned: list[str] = field(default_factory=list)  # files removed by `prune: true`
+
+
+def commit_metric(out_fs, output: str, plan: MetricPlan, reports: list[dict], bad_uris: set[str], bad_rels: set[str], prune: bool) -> CommitResult:
+    label = plan.info.spec.label
+    result = CommitResult()
+    new_by_rel: dict[str, list[tuple[layout.PartName, str]]] = {}
+    for report in reports:
+        name = layout.parse_part(report["part"].rsplit("/", 1)[-1])
+        new_by_rel.setdefault(report["rel"], []).append((name, report["part"]))
+    for rel, shard_plan in plan.shards.items():
+        shard = shard_plan.shard
+        new = new_by_rel.get(rel, [])
+        if shard.info.uri in bad_uris:
+            if shard_plan.superseded:
+                for _, uri in new:
+                    jio.remove(out_fs, uri)
+            result.kept_for_bad_shards.append(layout.shard_dir(output, label, rel))
+            continue
+        parts = sorted([(part, uri) for part, uri, _ in shard_plan.kept] + new)
+        position = 0
+        for part, _ in parts:
+            if part.start != position:
+                break
+            position = part.stop
+        if position != shard.num_rows or (shard.num_rows == 0 and not parts):
+            raise JobError(
+                f"metric {label}: {shard.info.uri}: rows {position} to {shard.num_rows} have no committed output "
+                f"(parts: {', '.join(part.filename() for part, _ in parts) or 'none'})"
+            )
+        chosen = {uri for _, uri in parts}
+        for uri in shard_plan.superseded:
+            if uri not in chosen:
+                jio.remove(out_fs, uri)
+                result.replaced += 1
+        result.covers.append(Cover(rel, shard.info.uri, shard.num_rows, parts, {uri for _, uri in new}))
+    bad_stems = {layout.shard_stem(rel) for rel in bad_rels}
+    for stem, files in sorted(plan.outside.items()):
+        folder = jio.join(layout.metric_root(output, label), stem) if stem else layout.metric_root(output, label)
+        if stem in bad_stems:
+            result.kept_for_bad_shards.append(folder)
+        elif prune:
+            for uri in files:
+                jio.remove(out_fs, uri)
+                result.pruned.append(uri)
+        else:
+            result.orphaned.append(folder)
+    return result

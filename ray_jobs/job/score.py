@@ -1,0 +1,387 @@
+"""Stage 3 (workers): read each unit once, score it with every metric that needs it, write
+each metric's part where it was scored.
+
+A *unit* is one row range `[start, stop)` of one input shard (at most `part_rows` rows). The
+Ray Data pipeline is
+
+    from_items(units) -> map_batches(read_unit)                       one unit per batch
+                      -> map_batches(PartScorer, metric 1 pool) -> ... -> (metric k pool)
+
+`read_unit` reads the unit's rows (only the row groups it overlaps, only the columns some
+metric reads or carries) and hands them on as one Arrow IPC payload, so a unit is never
+split or merged on the way. Each `PartScorer` actor builds its metric once, decodes the rows
+(`scoring.schema.rows_from_table`: an undecodable value is that row's error), looks up the
+row cache of the unit's shard (its earlier parts, loaded once per shard in that actor),
+scores the rest in batches of `batch_size` (`RowMetric.score_rows`: one result per row,
+failing batches bisected), and writes the part atomically (`io.put_atomic`). What reaches the
+driver is one small JSON report per unit and metric (rows, scored, reused, errors, a few error
+examples), never rows. A unit whose file cannot be read is reported as such (its shard then
+counts as bad); a part that cannot be written fails the job (storage errors are not a
+property of the shard).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import time
+import warnings
+from collections import Counter
+from typing import Any
+
+import pyarrow as pa
+
+from ray_jobs.config import JobConfig, S3Config
+from ray_jobs.job import layout
+from ray_jobs.job.errors import JobError
+from ray_jobs.job.plan import MetricInfo, MetricPlan
+from scoring.errors import CtgscoreError
+
+PAYLOAD = "_payload"
+REPORTS = "_reports"
+UNIT = "_unit"
+READ_ERROR = "_read_error"
+MAX_SAMPLES_PER_PART = 5
+CACHED_SHARDS_PER_ACTOR = 2
+
+
+def build_units(config: JobConfig, plans: list[MetricPlan], read_columns: dict[str, tuple[str, ...]]) -> list[dict[str, Any]]:
+    """One unit per distinct (shard, start, stop) to score, listing the metrics that need it
+    and, per metric, the shard's earlier parts (its row cache)."""
+    units: dict[tuple[str, int, int], dict[str, Any]] = {}
+    for plan in plans:
+        label = plan.info.spec.label
+        for rel, shard_plan in plan.shards.items():
+            shard = shard_plan.shard
+            for start, stop in shard_plan.units:
+                key = (rel, start, stop)
+                unit = units.get(key)
+                if unit is None:
+                    unit = units[key] = {
+                        "uri": shard.info.uri,
+                        "rel": rel,
+                        "etag": shard.info.etag,
+                        "size": shard.info.size,
+                        "version": shard.version,
+                        "start": start,
+                        "stop": stop,
+                        "columns": [],
+                        "labels": [],
+                        "previous": {},
+                    }
+                unit["labels"].append(label)
+                unit["previous"][label] = shard_plan.previous
+                wanted = [c for c in read_columns[label] if c in shard.columns]
+                unit["columns"] = list(dict.fromkeys(unit["columns"] + wanted))
+    from scoring.schema import carried_columns
+
+    for unit in units.values():
+        shard_columns = next(p.shards[unit["rel"]].shard.columns for p in plans if unit["rel"] in p.shards)
+        carried = carried_columns(shard_columns)
+        unit["columns"] = list(dict.fromkeys(["id", *unit["columns"], *carried]))
+    return [{UNIT: json.dumps(unit)} for unit in units.values()]
+
+
+def read_unit(batch: pa.Table, input_root: str, s3: S3Config) -> pa.Table:
+    """Ray Data task: the rows of each unit in `batch`, as one IPC payload per unit."""
+    import pyarrow.parquet as pq
+
+    from ray_jobs import io as jio
+
+    payloads, errors = [], []
+    for text in batch.column(UNIT).to_pylist():
+        unit = json.loads(text)
+        try:
+            fs = jio.arrow_filesystem(input_root, s3)
+            with fs.open_input_file(jio.fs_path(unit["uri"])) as handle:
+                parquet = pq.ParquetFile(handle)
+                table = _read_range(parquet, unit["start"], unit["stop"], unit["columns"])
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, table.schema) as writer:
+                writer.write_table(table)
+            payloads.append(sink.getvalue().to_pybytes())
+            errors.append(None)
+        except Exception as exc:  # noqa: BLE001 - the shard is then handled as a bad shard
+            payloads.append(b"")
+            errors.append(f"unreadable Parquet while scoring ({type(exc).__name__}: {_one_line(exc)})")
+    return pa.table(
+        {
+            UNIT: batch.column(UNIT),
+            PAYLOAD: pa.array(payloads, type=pa.binary()),
+            READ_ERROR: pa.array(errors, type=pa.string()),
+            REPORTS: pa.array(["[]"] * len(payloads), type=pa.string()),
+        }
+    )
+
+
+def _read_range(parquet, start: int, stop: int, columns: list[str]) -> pa.Table:
+    """Rows [start, stop) of a Parquet file, reading only the row groups they overlap."""
+    present = [c for c in columns if c in parquet.schema_arrow.names]
+    groups, first_row, offset = [], None, 0
+    for index in range(parquet.metadata.num_row_groups):
+        rows = parquet.metadata.row_group(index).num_rows
+        if offset + rows > start and offset < stop:
+            groups.append(index)
+            if first_row is None:
+                first_row = offset
+        offset += rows
+    if not groups:
+        return parquet.schema_arrow.empty_table().select(present)
+    table = parquet.read_row_groups(groups, columns=present)
+    return table.slice(start - first_row, stop - start)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+class PartScorer:
+    """Ray Data callable class for one metric: scores the units that need it and writes its
+    parts; passes every unit on (without the payload after the last metric)."""
+
+    def __init__(
+        self,
+        info: MetricInfo,
+        output: str,
+        s3: S3Config,
+        carried: list[str],
+        batch_size: int,
+        torch_threads: int | None,
+        last: bool,
+    ):
+        if torch_threads:
+            import torch
+
+            torch.set_num_threads(torch_threads)
+        from ray_jobs import io as jio
+        from ray_jobs.config import build_metric_for
+
+        self.metric = build_metric_for(info.spec, info.params, info.cls)
+        self.signature = str(self.metric.signature())
+        if self.signature != info.signature:
+            raise CtgscoreError(
+                f"metric {info.spec.label}: signature on this worker differs from the driver's "
+                f"(worker {self.signature!r}, driver {info.signature!r}): different library or model versions"
+            )
+        self.label = info.spec.label
+        self.digest = info.digest
+        self.read_columns = set(info.read_columns)
+        self.output_columns = tuple(info.output_columns)
+        self.output = output
+        self.carried = [c for c in carried if c != "id"]
+        self.batch_size = batch_size
+        self.last = last
+        self.out_fs = jio.fsspec_filesystem(output, s3)
+        self.caches: dict[str, Any] = {}
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        reports = batch.column(REPORTS).to_pylist()
+        units = batch.column(UNIT).to_pylist()
+        read_errors = batch.column(READ_ERROR).to_pylist()
+        payloads = batch.column(PAYLOAD)
+        for index, text in enumerate(units):
+            unit = json.loads(text)
+            if self.label not in unit["labels"] or read_errors[index] is not None:
+                continue
+            try:
+                report = self._score_unit(unit, payloads[index].as_py())
+            except (CtgscoreError, OSError):
+                raise  # storage: retried by Ray, then fails the job with its message
+            except Exception as exc:  # noqa: BLE001 - outside any row: the shard counts as bad
+                report = {"label": self.label, "rel": unit["rel"], "uri": unit["uri"], "start": unit["start"],
+                          "stop": unit["stop"], "rows": 0, "failed": f"scoring failed ({type(exc).__name__}: {_one_line(exc)})"}
+            reports[index] = json.dumps(json.loads(reports[index]) + [report])
+        columns = {UNIT: batch.column(UNIT), READ_ERROR: batch.column(READ_ERROR), REPORTS: pa.array(reports, type=pa.string())}
+        if not self.last:
+            columns[PAYLOAD] = payloads
+        return pa.table(columns)
+
+    def _score_unit(self, unit: dict[str, Any], payload: bytes) -> dict[str, Any]:
+        from ray_jobs import incremental
+        from ray_jobs import io as jio
+        from scoring.schema import output_table, rows_from_table
+
+        table = pa.ipc.open_stream(io.BytesIO(payload)).read_all()
+        wanted = [c for c in table.column_names if c == "id" or c in self.read_columns or c in self.carried]
+        rows, decode_errors = rows_from_table(table.select(wanted))
+        ids = [row.get("id") for row in rows]
+        cache = self._cache(unit)
+        keys = [self.metric.row_key(row) for row in rows]
+        results: list[dict[str, Any] | None] = [None] * len(rows)
+        todo = []
+        cached = 0
+        for index, key in enumerate(keys):
+            if decode_errors[index] is not None:
+                results[index] = self.metric.empty_result(decode_errors[index])
+                continue
+            hit = cache.get(key) if cache is not None else None
+            if hit is not None:
+                results[index] = hit
+                cached += 1
+            else:
+                todo.append(index)
+        for begin in range(0, len(todo), self.batch_size):
+            chunk = todo[begin : begin + self.batch_size]
+            for index, result in zip(chunk, self.metric.score_rows([rows[i] for i in chunk])):
+                results[index] = result
+        carried = {c: [row.get(c) for row in rows] for c in self.carried}
+        out = output_table(ids, results, self.output_columns, self.signature, keys, carried)
+        reasons: Counter = Counter()
+        samples = []
+        part = layout.PartName(unit["start"], unit["stop"], unit["version"])
+        uri = layout.part_uri(self.output, self.label, unit["rel"], part)
+        for index, result in enumerate(results):
+            reason = result.get("error")
+            if reason is None:
+                continue
+            reasons[reason if len(reason) < 80 else reason[:77] + "..."] += 1
+            if len(samples) < MAX_SAMPLES_PER_PART:
+                samples.append({"file": unit["uri"], "row": unit["start"] + index, "id": ids[index], "error": reason})
+        errors = sum(reasons.values())
+        metadata = incremental.part_metadata(
+            unit["rel"], unit["etag"], unit["size"], self.signature, self.digest, unit["start"], unit["stop"], errors
+        )
+        jio.put_atomic(self.out_fs, uri, jio.table_bytes(out, metadata))
+        return {
+            "label": self.label,
+            "rel": unit["rel"],
+            "start": unit["start"],
+            "stop": unit["stop"],
+            "part": uri,
+            "rows": len(rows),
+            "cached": cached,
+            "errors": errors,
+            "reasons": dict(reasons),
+            "samples": samples,
+        }
+
+    def _cache(self, unit: dict[str, Any]):
+        """The row cache of the unit's shard (its earlier parts), loaded once per shard."""
+        from ray_jobs import incremental
+
+        previous = unit["previous"].get(self.label) or []
+        if not previous:
+            return None
+        if unit["rel"] not in self.caches:
+            if len(self.caches) >= CACHED_SHARDS_PER_ACTOR:
+                self.caches.pop(next(iter(self.caches)))
+            self.caches[unit["rel"]] = incremental.load_row_cache(self.out_fs, previous, self.output_columns)
+        return self.caches[unit["rel"]]
+
+
+class Progress:
+    """One tqdm bar per metric on stderr, owned by ctgscore (nothing when disabled)."""
+
+    def __init__(self, totals: dict[str, int], enabled: bool):
+        self.bars = {}
+        if enabled:
+            from tqdm import tqdm
+
+            for position, (label, total) in enumerate(totals.items()):
+                self.bars[label] = tqdm(
+                    total=total, desc=f"score {label}", unit="row", file=sys.stderr, position=position, leave=True,
+                    dynamic_ncols=True,
+                )
+
+    def update(self, label: str, rows: int) -> None:
+        bar = self.bars.get(label)
+        if bar is not None:
+            bar.update(rows)
+
+    def close(self) -> None:
+        for bar in self.bars.values():
+            bar.close()
+
+
+def run_units(config: JobConfig, plans: list[MetricPlan], carried: list[str]) -> dict[str, Any]:
+    """Run the pipeline over every unit some metric needs. Returns per-label reports, the
+    shards that failed while scoring ({uri: reason}), and timing for the steady-state rate."""
+    import ray.data
+    from ray.data import ActorPoolStrategy
+
+    active = [plan for plan in plans if plan.pending_rows or any(p.units for p in plan.shards.values())]
+    read_columns = {plan.info.spec.label: plan.info.read_columns for plan in active}
+    units = build_units(config, active, read_columns)
+    result: dict[str, Any] = {"reports": {plan.info.spec.label: [] for plan in active}, "bad": {}, "first_at": None,
+                              "rows_after_first": 0, "started": time.perf_counter(), "ended": None}
+    if not units:
+        result["ended"] = time.perf_counter()
+        return result
+    pool = config.pool
+    ds = ray.data.from_items(units, override_num_blocks=len(units))
+    ds = ds.map_batches(
+        read_unit, batch_size=1, batch_format="pyarrow", fn_kwargs={"input_root": config.input, "s3": config.s3},
+        num_cpus=min(1.0, pool.num_cpus or 0.5),
+    )
+    for position, plan in enumerate(active):
+        with warnings.catch_warnings():
+            # max_restarts/max_task_retries have no named parameter; Ray Data documents passing
+            # them as extra kwargs, which warns about `ray_remote_args`
+            warnings.simplefilter("ignore")
+            ds = ds.map_batches(
+                PartScorer,
+                fn_constructor_kwargs={
+                    "info": plan.info,
+                    "output": config.output,
+                    "s3": config.s3,
+                    "carried": carried,
+                    "batch_size": config.batch_size,
+                    "torch_threads": pool.torch_threads,
+                    "last": position == len(active) - 1,
+                },
+                batch_size=1,
+                batch_format="pyarrow",
+                compute=ActorPoolStrategy(min_size=pool.min_size, max_size=pool.max_size),
+                num_cpus=pool.num_cpus,
+                num_gpus=pool.num_gpus or None,
+                max_restarts=pool.max_restarts,
+                max_task_retries=pool.max_task_retries,
+            )
+    totals = {plan.info.spec.label: plan.pending_rows for plan in active}
+    progress = Progress(totals, config.progress)
+    try:
+        for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+            now = time.perf_counter()
+            for text, read_error, reports in zip(
+                batch.column(UNIT).to_pylist(), batch.column(READ_ERROR).to_pylist(), batch.column(REPORTS).to_pylist()
+            ):
+                unit = json.loads(text)
+                if read_error is not None:
+                    result["bad"].setdefault(unit["uri"], read_error)
+                    continue
+                for report in json.loads(reports):
+                    if "failed" in report:
+                        result["bad"].setdefault(report["uri"], report["failed"])
+                        continue
+                    result["reports"][report["label"]].append(report)
+                    progress.update(report["label"], report["rows"])
+                    if result["first_at"] is None:
+                        result["first_at"] = now
+                    else:
+                        result["rows_after_first"] += report["rows"]
+    except Exception as exc:  # noqa: BLE001 - one line naming the cause, never a Ray traceback
+        raise worker_failure(exc) from exc
+    finally:
+        progress.close()
+    result["ended"] = time.perf_counter()
+    return result
+
+
+def worker_failure(exc: BaseException) -> CtgscoreError:
+    """The ctgscore error a worker raised (a storage failure, say), else a JobError with the
+    last line of the worker's error."""
+    seen = set()
+    stack = [exc]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen or current is None:
+            continue
+        seen.add(id(current))
+        if isinstance(current, CtgscoreError):
+            return type(current)(str(current))
+        for attribute in ("cause", "__cause__", "__context__"):
+            stack.append(getattr(current, attribute, None))
+    text = [line for line in str(exc).splitlines() if line.strip()]
+    return JobError(f"scoring failed in a worker: {text[-1] if text else type(exc).__name__}")

@@ -1,0 +1,221 @@
+"""The one place ctgscore starts or joins Ray.
+
+    with ray_session(num_cpus=2) as owned:      # joins a running Ray, or starts a local one
+        ...
+    session = RaySession(address=..., num_cpus=...)   # lazy: starts on `ensure()`, if ever
+    session.ensure(); ...; session.close()             # shuts down only a Ray it started
+
+Where Ray comes from, in order: an already initialised Ray in this process; `address`;
+`$RAY_ADDRESS` (set by `ray job submit`); else a new local Ray on this machine.
+
+Quiet by default: Ray's and Ray Data's own log lines go to Ray's log files (the session
+directory's `logs/`), not the terminal; workers' output is not forwarded to the driver; Ray
+Data's progress bars and progress log lines are off (ctgscore draws its own bars).
+
+Credentials never travel through Ray: no `runtime_env` environment variables are set here.
+Workers of a local Ray inherit this process's environment (so set `AWS_*` before the first
+`ensure()`); workers of a cluster use their own (node environment, instance role, Kubernetes
+secret; see `deploy/README.md`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from typing import Any, Iterator
+
+QUIET_LOGGERS = ("ray", "ray.train", "ray.tune", "ray.serve")
+
+
+class RaySession:
+    """Starts or joins Ray on the first `ensure()` (a run with nothing to do never does) and
+    `close()` shuts down only a Ray this object started."""
+
+    def __init__(
+        self,
+        address: str | None = None,
+        num_cpus: int | None = None,
+        num_gpus: int | None = None,
+        temp_dir: str | None = None,
+        object_store_memory: int | None = None,
+        quiet: bool = True,
+    ):
+        self.address = address
+        self.num_cpus = num_cpus
+        self.num_gpus = num_gpus
+        self.temp_dir = temp_dir
+        self.object_store_memory = object_store_memory
+        self.quiet = quiet
+        self.owned = False  # this object called ray.init (and will call ray.shutdown)
+        self.local = False  # ... and that Ray is a local one (fixed size, no autoscaler)
+        self.ready = False
+
+    def ensure(self) -> "RaySession":
+        if self.ready:
+            return self
+        import ray
+
+        if self.quiet:
+            quiet_ray_logging()
+        if not ray.is_initialized():
+            address = self.address or os.environ.get("RAY_ADDRESS") or None
+            kwargs: dict[str, Any] = {"log_to_driver": not self.quiet}
+            if self.quiet:
+                kwargs["logging_level"] = logging.ERROR
+            if address:
+                ray.init(address=address, **kwargs)
+            else:
+                os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+                os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+                kwargs["include_dashboard"] = False
+                for key, value in (
+                    ("num_cpus", self.num_cpus),
+                    ("num_gpus", self.num_gpus),
+                    ("object_store_memory", self.object_store_memory),
+                    ("_temp_dir", self.temp_dir),
+                ):
+                    if value is not None:
+                        kwargs[key] = value
+                ray.init(**kwargs)
+                self.local = True
+            self.owned = True
+        if self.quiet:
+            quiet_ray_data()
+            self._stderr = NativeStderrToFile(_session_log("ctgscore-driver-stderr.log"))
+            self._stderr.start()
+        self.ready = True
+        return self
+
+    _stderr: "NativeStderrToFile | None" = None
+
+    def close(self) -> None:
+        try:
+            if self.owned:
+                import ray
+
+                ray.shutdown()
+        finally:
+            if self._stderr is not None:
+                self._stderr.stop()
+                self._stderr = None
+            self.owned = False
+            self.ready = False
+
+
+def ensure_ray(
+    address: str | None = None,
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    temp_dir: str | None = None,
+    object_store_memory: int | None = None,
+    quiet: bool = True,
+) -> bool:
+    """Join or start Ray now; True when this call started it (the caller then owns the
+    `ray.shutdown()`)."""
+    session = RaySession(address, num_cpus, num_gpus, temp_dir, object_store_memory, quiet)
+    return session.ensure().owned
+
+
+@contextlib.contextmanager
+def ray_session(
+    address: str | None = None,
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    temp_dir: str | None = None,
+    object_store_memory: int | None = None,
+    quiet: bool = True,
+) -> Iterator[bool]:
+    """`with ray_session(...) as owned:` joins or starts Ray; on exit shuts down only a Ray
+    it started. Yields whether it started one."""
+    session = RaySession(address, num_cpus, num_gpus, temp_dir, object_store_memory, quiet)
+    session.ensure()
+    try:
+        yield session.owned
+    finally:
+        session.close()
+
+
+def quiet_ray_logging() -> None:
+    """Ray's driver-side loggers print errors only; everything else stays in Ray's files."""
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def quiet_ray_data() -> None:
+    """No Ray Data progress bars or progress log lines, and the `ray.data` logger writes to
+    its session file (`logs/ray-data/ray-data.log`) only, not to the console."""
+    import ray.data
+    from ray.data._internal.logging import SessionFileHandler
+
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False
+    context.enable_operator_progress_bars = False
+    context.print_on_execution_start = False
+    logger = logging.getLogger("ray.data")
+    for handler in list(logger.handlers):
+        if not isinstance(handler, (SessionFileHandler, logging.FileHandler)):
+            logger.removeHandler(handler)
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)  # still recorded in the session file
+
+
+def _session_log(name: str) -> str:
+    """A file in this Ray session's log folder (the local node's), else the temp folder."""
+    import tempfile
+
+    try:
+        import ray
+
+        node = ray._private.worker._global_node
+        folder = os.path.join(node.get_session_dir_path(), "logs") if node is not None else None
+    except Exception:  # noqa: BLE001 - joined through a client or an older Ray: no local session dir
+        folder = None
+    if not folder or not os.path.isdir(folder):
+        folder = tempfile.gettempdir()
+    return os.path.join(folder, name)
+
+
+class NativeStderrToFile:
+    """While Ray runs in this process, file descriptor 2 (where Ray's C++ core worker writes
+    its warning and error lines, e.g. about actor arguments in the object store) goes to a
+    log file in Ray's session folder; `sys.stderr`, where ctgscore's progress bars and
+    messages go, keeps writing to the terminal through a duplicate of the original
+    descriptor. `stop()` puts everything back."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.saved_fd: int | None = None
+        self.saved_stream = None
+
+    def start(self) -> None:
+        import sys
+
+        if self.saved_fd is not None:
+            return
+        try:
+            sys.stderr.flush()
+            self.saved_fd = os.dup(2)
+            target = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        except OSError:
+            self.saved_fd = None
+            return
+        os.dup2(target, 2)
+        os.close(target)
+        self.saved_stream = sys.stderr
+        sys.stderr = open(os.dup(self.saved_fd), "w", buffering=1, encoding="utf-8", errors="replace", closefd=True)
+
+    def stop(self) -> None:
+        import sys
+
+        if self.saved_fd is None:
+            return
+        try:
+            sys.stderr.flush()
+            sys.stderr.close()
+        except (OSError, ValueError):
+            pass
+        sys.stderr = self.saved_stream
+        os.dup2(self.saved_fd, 2)
+        os.close(self.saved_fd)
+        self.saved_fd = None
