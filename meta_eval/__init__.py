@@ -1,7 +1,10 @@
-"""Meta-evaluation on stored per-row scores (spec `meta-eval.md`); never re-scores.
+"""Meta-evaluation on stored per-row scores (`docs/meta_eval.md`); never re-scores, never imports Ray.
 
 Modules: `io` (score Parquet / checklist CSV readers), `correlation` (three levels + WMT DARR tau),
-`bootstrap` (paired bootstrap, Ray-chunked, seeded), `checklist` (metric preference checklist),
-`pipeline` (every number for a table, per dataset), `report` (JSON, Markdown/HTML, PNG plots),
-`cli` (the `ctgscore meta` subcommand; the job is `python -m ray_jobs.meta_eval`).
+`bootstrap` (paired bootstrap between metrics), `subsample` (the BARTScore paper's significance
+test), `checklist` (metric preference checklist), `compare` (systems compared: paired bootstrap,
+approximate randomisation, leaderboard), `codi` (CoDI-Eval corpus statistics and report),
+`pipeline` (every number for a table, per dataset), `results` (the typed results and their JSON),
+`report` (plots, Markdown, self-contained HTML), `runner` (how work units fan out; the Ray runner
+is `ray_jobs.runners`).
 """

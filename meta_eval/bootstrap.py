@@ -1,6 +1,6 @@
 """Paired bootstrap significance of metric-human correlations (BARTScore §4.2; Koehn 2004).
 
-Spec `meta-eval.md` "Paired bootstrap significance": resample rows (sample level) or documents
+See `docs/meta_eval.md`, "Paired bootstrap". Resample rows (sample level) or documents
 (document and system level) with replacement N times; on each resample compute every metric's
 correlation with the human column; for metrics A and B the one-sided p-value of "A correlates
 better than B" is (c + 1) / (N + 1) with c = #resamples where corr_A - corr_B <= 0; 95 %
@@ -8,8 +8,8 @@ percentile intervals of both correlations and of the difference. Level "darr" re
 WMT DARR better/worse pairs and compares Kendall-like taus the same way.
 
 Determinism: resamples come in blocks of `BLOCK_SIZE`; block k draws from
-`SeedSequence(seed, spawn_key=(k,))`, so its resamples do not depend on how blocks are spread over
-Ray tasks: 1 task and 4 tasks give identical numbers. All metrics share the same resamples, so
+`SeedSequence(seed, spawn_key=(k,))`, so its resamples do not depend on how a runner spreads the
+blocks (`meta_eval.runner`): in-process and 1 or 4 Ray tasks give identical numbers. All metrics share the same resamples, so
 any two columns of the result form a paired comparison.
 
 Speed (sample level): a correlation does not depend on the order of the resampled rows. Each
@@ -21,7 +21,7 @@ Scipy does every statistic: `rankdata`, `kendalltau`, and Pearson r of the ranks
 scipy's correlation distance (`pearsonr` without its p-value, the costliest part at 100k rows).
 
 Why not `scipy.stats.bootstrap`: it draws all resamples from one generator inside one call, so
-its work cannot be split into Ray tasks whose union is identical for any number of tasks, and it
+its work cannot be split into tasks whose union is identical for any number of tasks, and it
 would redraw resamples for every statistic, while the pairwise comparisons of M metrics need one
 shared set. Percentile intervals and the smoothed p-value are computed from that shared set.
 """
@@ -31,11 +31,14 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 from scipy import stats
 
 from meta_eval.correlation import MEAN_DECIMALS, correlate
+from meta_eval.results import Interval, MetricInterval, PairComparison, SignificanceBlock
+from meta_eval.runner import Runner, local_runner
 
 BLOCK_SIZE = 25
 VERSION = "1"
@@ -291,73 +294,51 @@ def run_blocks(prep: Prepared, seed: int, blocks: list[tuple[int, int]]) -> dict
     return {method: np.concatenate([p[method] for p in parts]) for method in prep.methods}
 
 
-def bootstrap_distribution(prep: Prepared, n_resamples: int = 1000, seed: int = 0, tasks: int = 0,
-                           num_cpus: float = 0.5, progress: bool = False) -> dict[str, np.ndarray]:
+def _blocks_task(shared: tuple[Prepared, int], blocks: list) -> list[dict[str, np.ndarray]]:
+    """Runner task: one result per block (see `meta_eval.runner`)."""
+    prep, seed = shared
+    return [run_blocks(prep, seed, [tuple(block)]) for block in blocks]
+
+
+def bootstrap_distribution(prep: Prepared, n_resamples: int = 1000, seed: int = 0,
+                           runner: Runner | None = None) -> dict[str, np.ndarray]:
     """Resampled correlations (n_resamples, M) per method.
 
-    tasks = 0 runs in this process; tasks >= 1 spreads contiguous runs of blocks over that many
-    Ray tasks (fractional `num_cpus`, see infra.md). The answer does not depend on `tasks`.
+    The blocks of resamples run through `runner` (default: this process; `ray_jobs.runners`
+    spreads them over Ray tasks). The answer does not depend on the runner.
     """
     blocks = plan_blocks(n_resamples)
-    if tasks <= 0:
-        if progress:
-            from tqdm import tqdm
-
-            parts = [run_blocks(prep, seed, [b]) for b in tqdm(blocks, desc="bootstrap blocks")]
-            return {m: np.concatenate([p[m] for p in parts]) for m in prep.methods}
-        return run_blocks(prep, seed, blocks)
-    return distribute(prep, seed, blocks, tasks, num_cpus)
+    if not blocks:
+        return {method: np.empty((0, prep.n_metrics)) for method in prep.methods}
+    parts = (runner or local_runner)(_blocks_task, (prep, seed), blocks)
+    return {method: np.concatenate([part[method] for part in parts]) for method in prep.methods}
 
 
-def ensure_ray() -> None:
-    """Connect to RAY_ADDRESS when set, else start a private local Ray (never silently join a
-    cluster someone else started on this machine). Workers of a new local Ray run at normal
-    priority: Ray's default niceness 15 starves CPU-bound tasks on a shared machine."""
-    import os
-
-    import ray
-
-    if ray.is_initialized():
-        return
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("RAY_worker_niceness", "0")
-    ray.init(address=os.environ.get("RAY_ADDRESS") or "local", include_dashboard=False, log_to_driver=False)
+def _interval(values: np.ndarray, level: float = 0.95) -> Interval:
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return Interval(math.nan, math.nan, level)
+    tail = 100 * (1 - level) / 2
+    low, high = np.percentile(values, [tail, 100 - tail])
+    return Interval(float(low), float(high), level)
 
 
-def distribute(prep, seed: int, blocks: list[tuple[int, int]], tasks: int, num_cpus: float = 0.5,
-               methods=None) -> dict[str, np.ndarray]:
-    """Run `blocks` as `tasks` Ray tasks (contiguous runs of blocks), results in block order.
-
-    `prep` may be a `Prepared` or an object ref to one (then pass `methods`).
-    """
-    import ray
-
-    ensure_ray()
-    if isinstance(prep, Prepared):
-        methods = prep.methods
-        prep = ray.put(prep)
-    remote = ray.remote(num_cpus=num_cpus)(run_blocks)
-    chunks = [list(map(tuple, c)) for c in np.array_split(np.array(blocks, dtype=np.int64), max(tasks, 1))
-              if len(c)]
-    parts = ray.get([remote.remote(prep, seed, chunk) for chunk in chunks])
-    return {m: np.concatenate([p[m] for p in parts]) for m in methods}
-
-
-def compare(point: np.ndarray, dist: np.ndarray, i: int, j: int) -> dict:
-    """Paired comparison "metric i correlates better than metric j" from a shared distribution."""
+def compare(point: np.ndarray, dist: np.ndarray, i: int, j: int, names: Sequence[str] | None = None,
+            alpha: float = 0.05) -> PairComparison:
+    """Paired comparison "metric i correlates better than metric j" from a shared distribution:
+    one-sided p = (c + 1) / (N + 1), c = #(resampled corr_i - corr_j <= 0) over the N resamples
+    where both are defined; 95 % percentile intervals of both correlations and of the difference."""
     a, b = dist[:, i], dist[:, j]
     diff = a - b
     ok = np.isfinite(diff)
     n = int(ok.sum())
     c = int((diff[ok] <= 0).sum())
-
-    def interval(values):
-        values = values[np.isfinite(values)]
-        return [float(v) for v in np.percentile(values, [2.5, 97.5])] if len(values) else [math.nan, math.nan]
-
-    return {"corr_a": float(point[i]), "corr_b": float(point[j]), "diff": float(point[i] - point[j]),
-            "p_value": (c + 1) / (n + 1), "ci_a": interval(a), "ci_b": interval(b),
-            "ci_diff": interval(diff), "n_resamples_valid": n}
+    p_value = (c + 1) / (n + 1)
+    names = names or [f"m{k}" for k in range(dist.shape[1])]
+    return PairComparison(a=names[i], b=names[j], corr_a=float(point[i]), corr_b=float(point[j]),
+                          diff=float(point[i] - point[j]), test="bootstrap", significant=p_value < alpha,
+                          p_value=p_value, ci_a=_interval(a), ci_b=_interval(b), ci_diff=_interval(diff),
+                          n_valid=n)
 
 
 def point_estimates(metrics: np.ndarray, human: np.ndarray, level: str, method: str, variant: str,
@@ -376,35 +357,55 @@ def point_estimates(metrics: np.ndarray, human: np.ndarray, level: str, method: 
         from meta_eval.correlation import darr_kendall
 
         frame["doc_id"] = np.asarray(doc)
-        return np.array([darr_kendall(frame, f"m{j}", "h")["value"] for j in range(metrics.shape[1])])
+        return np.array([darr_kendall(frame, f"m{j}", "h").value for j in range(metrics.shape[1])])
     if doc is not None:
         frame["doc_id"] = np.asarray(doc)
     if system is not None:
         frame["system"] = np.asarray(system)
-    return np.array([at_level(frame, f"m{j}", "h", level, method, variant)["value"]
+    return np.array([at_level(frame, f"m{j}", "h", level, method, variant).value
                      for j in range(metrics.shape[1])])
 
 
-def paired_bootstrap(a, b, human, level: str = "sample", methods=("spearman",), variant: str = "b",
-                     doc=None, system=None, n_resamples: int = 1000, seed: int = 0, tasks: int = 0,
-                     num_cpus: float = 0.5) -> dict:
-    """Is corr(a, human) higher than corr(b, human)? One result per method, plus the signature."""
-    metrics = np.column_stack([np.asarray(a, float), np.asarray(b, float)])
-    prep = prepare(metrics, human, level, methods, variant, doc, system)
-    dist = bootstrap_distribution(prep, n_resamples, seed, tasks, num_cpus)
-    results = {}
-    for method in methods:
-        point = point_estimates(metrics, human, level, method, variant, doc, system)
-        results[method] = compare(point, dist[method], 0, 1)
-    sig = signature(level, methods, variant, n_resamples, seed, prep.n_units)
-    return {"results": results, "signature": str(sig), "signature_fields": sig.as_dict()}
+def compare_metrics(metrics: np.ndarray, names: Sequence[str], human: np.ndarray, human_name: str,
+                    level: str = "sample", method: str = "spearman", variant: str = "b", doc=None,
+                    system=None, n_resamples: int = 1000, seed: int = 0, alpha: float = 0.05,
+                    runner: Runner | None = None) -> SignificanceBlock:
+    """Paired bootstrap of every ordered pair of metric columns for one human column.
+
+    metrics: (n, M) finite scores, already oriented so that higher is better (negate
+    lower-is-better metrics first); all pairs share one set of resamples.
+    """
+    metrics = np.asarray(metrics, dtype=float)
+    if metrics.ndim == 1:
+        metrics = metrics[:, None]
+    human = np.asarray(human, dtype=float)
+    prep = prepare(metrics, human, level, (method,), variant, doc, system)
+    dist = bootstrap_distribution(prep, n_resamples, seed, runner)[method]
+    point = point_estimates(metrics, human, level, method, variant, doc, system)
+    names = list(names)
+    intervals = tuple(MetricInterval(name, float(point[j]), _interval(dist[:, j])) for j, name in enumerate(names))
+    comparisons = tuple(compare(point, dist, i, j, names, alpha)
+                        for i in range(len(names)) for j in range(len(names)) if i != j)
+    sig = signature(level, (method,), variant, n_resamples, seed, prep.n_units, alpha)
+    return SignificanceBlock(human=human_name, level=level, method=method, test="bootstrap", alpha=alpha,
+                             n_rows=len(human), metrics=tuple(names), intervals=intervals,
+                             comparisons=comparisons, signature=str(sig))
 
 
-def signature(level, methods, variant, n_resamples, seed, n_units):
+def paired_bootstrap(a, b, human, level: str = "sample", method: str = "spearman", variant: str = "b",
+                     doc=None, system=None, n_resamples: int = 1000, seed: int = 0, alpha: float = 0.05,
+                     runner: Runner | None = None) -> PairComparison:
+    """Is corr(a, human) higher than corr(b, human)? (One pair of `compare_metrics`.)"""
+    block = compare_metrics(np.column_stack([np.asarray(a, float), np.asarray(b, float)]), ["a", "b"], human,
+                            "human", level, method, variant, doc, system, n_resamples, seed, alpha, runner)
+    return block.comparison("a", "b")
+
+
+def signature(level, methods, variant, n_resamples, seed, n_units, alpha: float = 0.05):
     from scoring.signature import Signature, library_versions
 
     return Signature("paired-bootstrap", VERSION, {
         "level": level, "methods": list(methods), "kendall_variant": f"tau-{variant}",
         "resamples": n_resamples, "seed": seed, "block_size": BLOCK_SIZE, "units": n_units,
         "unit": {"sample": "row", "darr": "better/worse pair"}.get(level, "document"), "p": "(c+1)/(N+1), c=#(diff<=0)",
-        "ci": "percentile 95%", **library_versions("scipy", "numpy")})
+        "ci": "percentile 95%", "alpha": alpha, **library_versions("scipy", "numpy")})

@@ -1,6 +1,9 @@
-"""The metric preference checklist (Ni'mah et al., ACL 2023; spec `meta-eval.md`).
+"""The metric preference checklist (Ni'mah et al., ACL 2023; `docs/meta_eval.md`, "Checklist").
 
 * quality groups Lo/Mod/Hi per human aspect (rating < 3, == 3, > 3, or the stored `*_cat`);
+  an aspect marked binary (the CTRL-topic `relevance_bin`) maps 0 to Lo and 1 to Hi, as the
+  checklist notebooks do (other 0/1 aspects, e.g. USR's Understandable, stay all Lo by the
+  rating rule, as in the notebooks);
 * aspect-level evaluation: two-sample KS statistic of a column between Lo-Hi, Lo-Mod, Hi-Mod,
   and the aspect-level preference label from the group means;
 * Easy / Hard system pairs from the human ranking;
@@ -21,13 +24,30 @@ import pandas as pd
 from scipy import stats
 
 from meta_eval.correlation import correlate
+from meta_eval.results import (
+    AspectLevel,
+    ChecklistBlock,
+    PreferenceLabels,
+    PreferenceSimilarity,
+    SystemKS,
+    WinFractions,
+)
 
 GROUPS = ("lo", "mod", "hi")
+BINARY = "binary"  # category source of a 0/1 aspect: 0 -> lo, 1 -> hi
 _CAT_TO_GROUP = {"poor": "lo", "moderate": "mod", "high": "hi"}
 
 
 def quality_groups(frame: pd.DataFrame, aspect: str, cat_col: str | None = None) -> pd.Series:
-    """'lo' / 'mod' / 'hi' per row: the stored category if given, else rating <3, ==3, >3."""
+    """'lo' / 'mod' / 'hi' per row: the stored category if given; for `cat_col` = BINARY 0 -> lo,
+    1 -> hi; else rating <3, ==3, >3."""
+    if cat_col == BINARY:
+        rating = frame[aspect].to_numpy(dtype=float)
+        bad = ~np.isin(rating, (0.0, 1.0)) & np.isfinite(rating)
+        if bad.any():
+            row = frame.index[np.flatnonzero(bad)[0]]
+            raise ValueError(f"row {row}: binary aspect {aspect!r} = {frame.at[row, aspect]!r} is not 0 or 1")
+        return pd.Series(np.select([rating == 0, rating == 1], ["lo", "hi"], None), index=frame.index)
     if cat_col:
         groups = frame[cat_col].map(_CAT_TO_GROUP)
         if groups.isna().any():
@@ -64,7 +84,7 @@ def preference_label(mean_a: float, mean_b: float, lower_is_better: bool = False
     return f"{a}={b}"
 
 
-def aspect_level(frame, column, aspect, cat_col=None, lower_is_better=False) -> dict:
+def aspect_level(frame, column, aspect, cat_col=None, lower_is_better=False) -> AspectLevel:
     """KS of `column` between quality groups of `aspect`, and the preference label of lo vs hi."""
     groups = quality_groups(frame, aspect, cat_col)
     values = {g: frame.loc[groups == g, column].to_numpy(dtype=float) for g in GROUPS}
@@ -72,9 +92,10 @@ def aspect_level(frame, column, aspect, cat_col=None, lower_is_better=False) -> 
     label = None
     if len(values["lo"]) and len(values["hi"]):
         label = preference_label(means["lo"], means["hi"], lower_is_better, ("lo", "hi"))
-    return {"ks_lo_hi": ks(values["lo"], values["hi"]), "ks_lo_mod": ks(values["lo"], values["mod"]),
-            "ks_hi_mod": ks(values["hi"], values["mod"]), "preference": label,
-            "sizes": {g: int(len(v)) for g, v in values.items()}}
+    return AspectLevel(human=aspect, column=column, ks_lo_hi=ks(values["lo"], values["hi"]),
+                       ks_lo_mod=ks(values["lo"], values["mod"]), ks_hi_mod=ks(values["hi"], values["mod"]),
+                       preference=label, size_lo=len(values["lo"]), size_mod=len(values["mod"]),
+                       size_hi=len(values["hi"]))
 
 
 def human_ranking(frame, aspect, system_col="system") -> list[str]:
@@ -163,7 +184,7 @@ def transfer_table(frame, metrics, human, group_col="dataset", method="spearman"
     return pd.DataFrame(out).reindex(metrics)
 
 
-def run_checklist(table, pairs: str = "given") -> dict:
+def run_checklist(table, pairs: str = "given") -> ChecklistBlock:
     """Every checklist number for a `meta_eval.io.Table` (needs a system column for the system parts).
 
     pairs: "given" uses the table's stored Easy/Hard pairs when it has them, else the ranking;
@@ -172,31 +193,35 @@ def run_checklist(table, pairs: str = "given") -> dict:
     frame = table.frame
     columns = table.humans + table.metrics
     lower = {c: c in table.lower_is_better for c in columns}
-    out: dict = {"aspect_level": {}, "columns": columns, "lower_is_better": sorted(c for c in columns if lower[c])}
-    for aspect in table.humans:
-        cat = table.cat_columns.get(aspect)
-        out["aspect_level"][aspect] = {
-            c: aspect_level(frame, c, aspect, cat, lower[c]) for c in columns if c != aspect}
+    aspects = tuple(aspect_level(frame, c, aspect, table.cat_columns.get(aspect), lower[c])
+                    for aspect in table.humans for c in columns if c != aspect)
+    block = ChecklistBlock(columns=tuple(columns), lower_is_better=tuple(sorted(c for c in columns if lower[c])),
+                           aspect_level=aspects)
     if not table.has_systems:
-        return out
+        return block
     if pairs == "given" and table.easy_pairs:
         easy, hard = list(map(tuple, table.easy_pairs)), list(map(tuple, table.hard_pairs or []))
-        out["pairs_from"] = "given"
+        pairs_from = "given"
     else:
         easy, hard = easy_hard_pairs(frame, table.humans)
-        out["pairs_from"] = "human ranking"
-    out["pairs"] = {"easy": easy, "hard": hard}
-    out["system_ks"] = {name: {c: system_level_ks(frame, c, pl)["mean"] for c in columns}
-                        for name, pl in (("easy", easy), ("hard", hard)) if pl}
-    out["preference_similarity"] = {}
-    for name, pl in (("easy", easy), ("hard", hard)):
-        if not pl:
-            continue
-        labels = {c: system_preferences(frame, c, pl, lower[c]) for c in columns}
-        out.setdefault("preference_labels", {})[name] = labels
-        out["preference_similarity"][name] = {
-            m: {h: mean_preference_similarity(labels[m], labels[h]) for h in table.humans}
-            for m in columns}
+        pairs_from = "human ranking"
+    kinds = [(name, pl) for name, pl in (("easy", easy), ("hard", hard)) if pl]
+    system_ks = tuple(SystemKS(name, c, system_level_ks(frame, c, pl)["mean"]) for name, pl in kinds for c in columns)
+    labels, similarity = [], []
+    for name, pl in kinds:
+        by_column = {c: system_preferences(frame, c, pl, lower[c]) for c in columns}
+        labels += [PreferenceLabels(name, c, tuple(by_column[c])) for c in columns]
+        similarity += [PreferenceSimilarity(name, c, h, mean_preference_similarity(by_column[c], by_column[h]))
+                       for c in columns for h in table.humans]
+    wins = ()
     if "doc_id" in frame and frame["doc_id"].notna().any():
-        out["win_fractions"] = {c: win_fractions(frame, c, lower[c]) for c in columns}
-    return out
+        wins = []
+        for c in columns:
+            grid = win_fractions(frame, c, lower[c])
+            wins.append(WinFractions(c, tuple(map(str, grid.index)),
+                                     tuple(tuple(float(v) for v in row) for row in grid.to_numpy(dtype=float))))
+        wins = tuple(wins)
+    return ChecklistBlock(columns=block.columns, lower_is_better=block.lower_is_better, aspect_level=aspects,
+                          pairs_from=pairs_from, easy_pairs=tuple(map(tuple, easy)), hard_pairs=tuple(map(tuple, hard)),
+                          system_ks=system_ks, preference_labels=tuple(labels),
+                          preference_similarity=tuple(similarity), win_fractions=wins)

@@ -1,6 +1,6 @@
 """Metric-human correlations at sample, document and system level, and WMT DARR Kendall-like tau.
 
-Spec `meta-eval.md` "Correlations" (BARTScore §4.1.2, CTRLEval §4.4):
+See `docs/meta_eval.md`, "Correlations" (BARTScore §4.1.2, CTRLEval §4.4):
 * sample level: one correlation over all rows;
 * document level (SummEval convention): per `doc_id` over its systems, then averaged
   (documents whose correlation is undefined, e.g. a constant column, are skipped and counted);
@@ -15,6 +15,8 @@ import warnings
 import numpy as np
 import pandas as pd
 from scipy import stats
+
+from meta_eval.results import Correlation, DarrTau
 
 METHODS = ("pearson", "spearman", "kendall")
 LEVELS = ("sample", "document", "system")
@@ -52,9 +54,14 @@ def _clean(frame: pd.DataFrame, metric: str, human: str, extra: list[str]) -> pd
     return pd.DataFrame(data)
 
 
-def sample_level(frame, metric, human, method="spearman", variant="b") -> dict:
+def _variant(method: str, variant: str) -> str | None:
+    return f"tau-{variant}" if method == "kendall" else None
+
+
+def sample_level(frame, metric, human, method="spearman", variant="b") -> Correlation:
     sub = _clean(frame, metric, human, [])
-    return {"value": correlate(sub[metric], sub[human], method, variant), "n": int(len(sub))}
+    return Correlation(metric, human, "sample", method, correlate(sub[metric], sub[human], method, variant),
+                       int(len(sub)), _variant(method, variant))
 
 
 def per_document(frame, metric, human, method="spearman", variant="b", doc_col="doc_id") -> pd.Series:
@@ -85,11 +92,12 @@ def per_document(frame, metric, human, method="spearman", variant="b", doc_col="
     return pd.Series(np.asarray(values, dtype=float), index=docs)
 
 
-def document_level(frame, metric, human, method="spearman", variant="b", doc_col="doc_id") -> dict:
+def document_level(frame, metric, human, method="spearman", variant="b", doc_col="doc_id") -> Correlation:
     per_doc = per_document(frame, metric, human, method, variant, doc_col)
     valid = per_doc.dropna()
     value = float(valid.mean()) if len(valid) else float("nan")
-    return {"value": value, "n": int(len(valid)), "n_undefined": int(per_doc.isna().sum())}
+    return Correlation(metric, human, "document", method, value, int(len(valid)), _variant(method, variant),
+                       n_undefined=int(per_doc.isna().sum()))
 
 
 MEAN_DECIMALS = 12
@@ -101,14 +109,15 @@ def system_means(frame, columns: list[str], system_col="system") -> pd.DataFrame
     return frame.groupby(system_col, sort=True)[columns].mean().round(MEAN_DECIMALS)
 
 
-def system_level(frame, metric, human, method="spearman", variant="b", system_col="system") -> dict:
+def system_level(frame, metric, human, method="spearman", variant="b", system_col="system") -> Correlation:
     sub = _clean(frame, metric, human, [system_col])
     means = system_means(sub, [metric, human], system_col)
-    return {"value": correlate(means[metric], means[human], method, variant), "n": int(len(means))}
+    return Correlation(metric, human, "system", method, correlate(means[metric], means[human], method, variant),
+                       int(len(means)), _variant(method, variant))
 
 
 def at_level(frame, metric, human, level, method="spearman", variant="b",
-             doc_col="doc_id", system_col="system") -> dict:
+             doc_col="doc_id", system_col="system") -> Correlation:
     if level == "sample":
         return sample_level(frame, metric, human, method, variant)
     if level == "document":
@@ -118,7 +127,7 @@ def at_level(frame, metric, human, level, method="spearman", variant="b",
     raise ValueError(f"unknown level {level!r} (use one of {LEVELS})")
 
 
-def darr_kendall(frame, metric, better_col="human_darr_better", pair_col="doc_id") -> dict:
+def darr_kendall(frame, metric, better_col="human_darr_better", pair_col="doc_id") -> DarrTau:
     """WMT DARR Kendall-like tau = (Concordant - Discordant) / (Concordant + Discordant).
 
     Each `pair_col` group holds one better (`better_col` == 1) and one worse (0) row; a pair is
@@ -133,12 +142,12 @@ def darr_kendall(frame, metric, better_col="human_darr_better", pair_col="doc_id
     discordant = int(len(sides) - concordant)
     total = concordant + discordant
     tau = (concordant - discordant) / total if total else float("nan")
-    return {"value": float(tau), "concordant": concordant, "discordant": discordant, "n": total}
+    return DarrTau(metric, float(tau), concordant, discordant, total)
 
 
 def correlation_table(frame, metrics, humans, levels=LEVELS, methods=METHODS, variant="b",
-                      doc_col="doc_id", system_col="system") -> list[dict]:
-    """Rows {metric, human, level, method, variant, value, n} for every combination that applies.
+                      doc_col="doc_id", system_col="system") -> list[Correlation]:
+    """One `Correlation` for every combination that applies.
 
     Levels whose grouping column is missing or empty are skipped (e.g. CTRLEval has no system).
     """
@@ -150,7 +159,5 @@ def correlation_table(frame, metrics, humans, levels=LEVELS, methods=METHODS, va
         for human in humans:
             for metric in metrics:
                 for method in methods:
-                    res = at_level(frame, metric, human, level, method, variant, doc_col, system_col)
-                    rows.append({"metric": metric, "human": human, "level": level, "method": method,
-                                 "variant": f"tau-{variant}" if method == "kendall" else None, **res})
+                    rows.append(at_level(frame, metric, human, level, method, variant, doc_col, system_col))
     return rows

@@ -1,6 +1,7 @@
 """Load per-row scores and human judgments for meta-evaluation.
 
-Two inputs are understood (spec `schema.md` "Output: scores", `checklist/SOURCE.md`):
+Two inputs are understood (`docs/meta_eval.md`, "Input"); problems with them raise
+`scoring.errors.InputError` naming the file, column or row:
 
 * the scoring job's output Parquet (a file, a folder or an `s3://` prefix, any number of
   shards): `id`, score columns, `error`, `signature` and the carried `dataset`, `system`,
@@ -18,8 +19,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-CARRIED = {"id", "dataset", "doc_id", "system", "error", "signature", "warning", "row_key", "source", "prefix",
-           "attribute", "attributes", "constraint", "text", "references"}
+from meta_eval.checklist import BINARY
+from scoring import schema
+from scoring.errors import InputError
+
+# Input columns that a score table may still hold but that are never scores.
+_INPUT_COLUMNS = set(schema.STRING_COLUMNS) | set(schema.LIST_COLUMNS) | set(schema.MAP_COLUMNS)
 
 # Known checklist files: system column, doc key columns, aspect -> stored category column,
 # and the Easy / Hard pairs the paper's notebooks used (checklist/SOURCE.md "Systems").
@@ -45,7 +50,7 @@ CHECKLIST_FILES = {
                  "groundedness": "groundedness_cat", "overall": "overall_cat"},
         easy=_TC_EASY, hard=_TC_HARD),
     "ctrl_topic": dict(system="model", doc=["attribute", "prefix"],
-                       aspects={"rating": "fluency_cat", "relevance_bin": None},
+                       aspects={"rating": "fluency_cat", "relevance_bin": BINARY},
                        easy=[("BCR", "CTRL"), ("BCR", "WD")], hard=[("CTRL", "WD")]),
     "ctrleval_topic": dict(system=None, doc=["attribute", "prefix"],
                            aspects={"coherence": "coherence_cat", "consistency": "consisten_cat",
@@ -84,15 +89,16 @@ def _fs_and_paths(path: str, suffix: str) -> tuple[object, list[str]]:
     if fs.isdir(root):
         files = sorted(p for p in fs.find(root) if p.endswith(suffix))
         if not files:
-            raise FileNotFoundError(f"{path}: no *{suffix} files under this folder/prefix")
+            raise InputError(f"{path}: no *{suffix} files under this folder/prefix")
         return fs, files
     if not fs.exists(root):
-        raise FileNotFoundError(f"{path}: no such file or prefix")
+        raise InputError(f"{path}: no such file or prefix")
     return fs, [root]
 
 
 def _score_columns(columns) -> list[str]:
-    return [c for c in columns if c not in CARRIED and not c.startswith("human_")]
+    """Metric output columns (`scoring.schema.is_score_column`), leaving out input columns."""
+    return [c for c in columns if schema.is_score_column(c) and c not in _INPUT_COLUMNS]
 
 
 def _read_parquet_files(path: str) -> tuple[pd.DataFrame, dict]:
@@ -110,14 +116,14 @@ def _read_parquet_files(path: str) -> tuple[pd.DataFrame, dict]:
         with fs.open(name, "rb") as handle:
             frame = pq.read_table(handle).to_pandas()
         if "id" not in frame:
-            raise ValueError(f"{name}: missing required column 'id'")
+            raise InputError(f"{name}: missing required column 'id'")
         groups.setdefault(tuple(_score_columns(frame.columns)), []).append(frame)
     carried_parts, score_parts, errors, runs = [], [], [], {}
     for score_cols, parts in groups.items():
         frame = pd.concat(parts, ignore_index=True)
         dupes = frame["id"].duplicated()
         if dupes.any():
-            raise ValueError(f"{path}: id {frame.loc[dupes, 'id'].iloc[0]!r} appears twice in the run with "
+            raise InputError(f"{path}: id {frame.loc[dupes, 'id'].iloc[0]!r} appears twice in the run with "
                              f"columns {list(score_cols)}")
         frame = frame.set_index("id")
         error = frame["error"].notna() if "error" in frame else pd.Series(False, index=frame.index)
@@ -162,7 +168,7 @@ def read_scores(path: str, humans: list[str] | None = None, metrics: list[str] |
             frame[col] = frame[col].astype("object").where(frame[col].notna(), None)
     humans = humans or [c for c in frame.columns if c.startswith("human_")]
     if metrics is None:
-        metrics = [c for c in _numeric_columns(frame) if c not in CARRIED and not c.startswith("human_")]
+        metrics = _score_columns(_numeric_columns(frame))
     _check_columns(frame, humans + metrics, str(path))
     return Table(frame=frame, humans=list(humans), metrics=list(metrics), source=str(path),
                  n_input_rows=n_input, n_error_rows=n_error, runs=runs,
@@ -172,11 +178,11 @@ def read_scores(path: str, humans: list[str] | None = None, metrics: list[str] |
 def _check_columns(frame: pd.DataFrame, columns: list[str], source: str) -> None:
     for col in columns:
         if col not in frame:
-            raise KeyError(f"{source}: column {col!r} not found (have: {', '.join(map(str, frame.columns))})")
+            raise InputError(f"{source}: column {col!r} not found (have: {', '.join(map(str, frame.columns))})")
         if not pd.api.types.is_numeric_dtype(frame[col]):
             bad = frame[col][pd.to_numeric(frame[col], errors="coerce").isna() & frame[col].notna()]
             where = f"row {bad.index[0]}: {bad.iloc[0]!r}" if len(bad) else f"dtype {frame[col].dtype}"
-            raise ValueError(f"{source}: column {col!r} is not numeric ({where})")
+            raise InputError(f"{source}: column {col!r} is not numeric ({where})")
 
 
 def read_checklist_csv(path: str | pathlib.Path, metrics: list[str] | None = None) -> Table:
@@ -186,7 +192,7 @@ def read_checklist_csv(path: str | pathlib.Path, metrics: list[str] | None = Non
     path = str(path)
     stem = pathlib.PurePosixPath(path).name.removesuffix(".csv")
     if stem not in CHECKLIST_FILES:
-        raise ValueError(f"{path}: unknown checklist file (known: {', '.join(CHECKLIST_FILES)})")
+        raise InputError(f"{path}: unknown checklist file (known: {', '.join(CHECKLIST_FILES)})")
     conf = CHECKLIST_FILES[stem]
     with fsspec.open(path, "r") as handle:
         raw = pd.read_csv(handle)
@@ -195,15 +201,15 @@ def read_checklist_csv(path: str | pathlib.Path, metrics: list[str] | None = Non
     _check_columns(raw, list(conf["aspects"]), path)
     for col in needed:
         if col not in raw:
-            raise KeyError(f"{path}: column {col!r} not found")
+            raise InputError(f"{path}: column {col!r} not found")
     frame = pd.DataFrame({"id": [f"{stem}:{i}" for i in range(len(raw))], "dataset": stem})
     frame["doc_id"] = raw[conf["doc"]].astype(str).agg("|".join, axis=1)
     frame["system"] = raw[conf["system"]].astype(str) if conf["system"] else None
     cat_columns = {}
     for aspect, cat in conf["aspects"].items():
         frame[f"human_{aspect}"] = raw[aspect].astype(float)
-        cat_columns[f"human_{aspect}"] = f"cat_{aspect}" if cat else None
-        if cat:
+        cat_columns[f"human_{aspect}"] = cat if cat in (None, BINARY) else f"cat_{aspect}"
+        if cat and cat != BINARY:
             frame[f"cat_{aspect}"] = raw[cat].astype(str)
     if metrics is None:
         metrics = [c for c in _numeric_columns(raw)

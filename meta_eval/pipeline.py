@@ -1,22 +1,35 @@
-"""Compute every meta-evaluation number for one `meta_eval.io.Table` into a JSON-ready dict.
+"""Every meta-evaluation number for one `meta_eval.io.Table`, per dataset group, as typed results.
 
-Correlations at the requested levels (spec "Correlations"), the WMT DARR Kendall-like tau when
-the table has `human_darr_better`, paired bootstrap comparisons between every pair of metrics per
-human aspect and bootstrap level (spec "Paired bootstrap significance"), the metric preference
-checklist when the table has systems, and a transfer table when it has several datasets.
+Per group (the `dataset` column, else one group "all"): correlations at the levels that apply,
+the WMT DARR tau when the table has `human_darr_better`, the significance of every metric pair
+per human aspect and level (the paired bootstrap by default, or the BARTScore paper's subsample
+test), the metric preference checklist, and the systems compared per column (leaderboard) when
+the group has systems and documents; a transfer table when there are several datasets.
+Sections that do not apply are listed in `GroupResult.omitted` with the reason.
+
+Sign convention (`docs/meta_eval.md`): lower-is-better metrics (perplexity) are negated before
+every correlation and significance test, so a positive correlation always means agreement with
+the humans; the checklist and the leaderboard keep the metric's own units and flip only the
+direction of "better".
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass, field
+import dataclasses
+from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
-from meta_eval import bootstrap, checklist, correlation
+from meta_eval import bootstrap, checklist, compare, correlation, subsample
 from meta_eval.io import Table, finite_mask
+from meta_eval.results import GroupResult, InputSummary, MetaResult, SignificanceBlock, TransferTable
+from meta_eval.runner import Runner
+from scoring.errors import InputError
 
-VERSION = "1"
+VERSION = "2"
+DARR = "human_darr_better"
+SIGNIFICANCE_TESTS = ("bootstrap", "bartscore_subsample")
 
 
 @dataclass
@@ -26,158 +39,190 @@ class Options:
     variant: str = "b"
     boot_levels: list[str] = field(default_factory=lambda: ["sample"])
     boot_method: str = "spearman"
-    resamples: int = 1000
-    seed: int = 0
-    tasks: int = 0
-    num_cpus: float = 0.5
+    significance: str = "bootstrap"  # or "bartscore_subsample" (the BARTScore paper's test)
+    alpha: float = 0.05  # bootstrap: p < alpha; subsample: wins > (1 - alpha) * draws
+    resamples: int = 1000  # bootstrap resamples (0: no significance)
+    draws: int = subsample.DRAWS  # subsample draws
+    seed: int = 0  # bootstrap seed (the subsample test always uses the original's seed 666)
     pairs: str = "given"
     run_checklist: bool = True
+    compare_systems: bool = True
+    trials: int = 10000  # approximate randomisation trials in the system comparison
+
+    def validate(self) -> None:
+        from scoring.errors import UsageError
+
+        if self.significance not in SIGNIFICANCE_TESTS:
+            raise UsageError(f"significance {self.significance!r}: use one of {', '.join(SIGNIFICANCE_TESTS)}")
+        if not 0 < self.alpha < 1:
+            raise UsageError(f"alpha {self.alpha!r}: must be between 0 and 1")
+        bad = [lvl for lvl in self.levels + self.boot_levels if lvl not in correlation.LEVELS]
+        if bad:
+            raise UsageError(f"unknown level(s) {bad}: use {', '.join(correlation.LEVELS)}")
+        if self.resamples < 0 or self.draws < 0 or self.trials < 0:
+            raise UsageError("resamples, draws and trials must be >= 0")
 
 
-def _finite(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+def oriented(frame: pd.DataFrame, lower_is_better) -> pd.DataFrame:
+    """The frame with every lower-is-better column negated (the sign convention above)."""
+    out = frame.copy()
+    for column in lower_is_better:
+        if column in out:
+            out[column] = -out[column].astype(float)
+    return out
 
 
-def jsonable(obj):
-    """Replace NaN/inf by None and numpy scalars/frames by plain Python values."""
-    import pandas as pd
-
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, pd.DataFrame):
-        return {"index": [str(i) for i in obj.index], "columns": [str(c) for c in obj.columns],
-                "values": jsonable(obj.to_numpy().tolist())}
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float):
-        return _finite(obj)
-    return obj
-
-
-def _level_applies(table: Table, level: str) -> bool:
-    frame = table.frame
-    if level == "sample":
-        return True
+def _level_applies(frame: pd.DataFrame, level: str) -> str | None:
+    """None when the level applies, else the reason it does not."""
     needed = {"document": ["doc_id"], "system": ["doc_id", "system"]}.get(level, [])
-    return all(c in frame and frame[c].notna().all() and frame[c].nunique() > 1 for c in needed)
+    for column in needed:
+        if column not in frame or frame[column].isna().all():
+            return f"no {column} column"
+        if frame[column].isna().any():
+            return f"some rows have no {column}"
+        if frame[column].nunique() < 2:
+            return f"one {column} only"
+    return None
 
 
-def significance(table: Table, human: str, level: str, opts: Options) -> dict:
-    """Paired bootstrap of every metric pair for one human aspect at one level."""
-    metrics = table.metrics
-    frame = table.frame
+def significance(frame: pd.DataFrame, metrics: list[str], human: str, level: str, opts: Options,
+                 runner: Runner | None = None) -> SignificanceBlock:
+    """Every metric pair for one human aspect at one level, on the oriented frame."""
     keep = finite_mask(frame, metrics + [human])
     sub = frame.loc[keep]
     doc = sub["doc_id"].to_numpy() if level != "sample" else None
     system = sub["system"].to_numpy() if level in ("document", "system") else None
-    values = sub[metrics].to_numpy(dtype=float, copy=True)
-    # orient lower-is-better metrics (e.g. perplexity) so "higher correlation" means "better" for all
-    oriented = [m for m in metrics if m in table.lower_is_better]
-    for j, metric in enumerate(metrics):
-        if metric in oriented:
-            values[:, j] = -values[:, j]
-    prep = bootstrap.prepare(values, sub[human].to_numpy(float), level, (opts.boot_method,),
-                             opts.variant, doc, system)
-    dist = bootstrap.bootstrap_distribution(prep, opts.resamples, opts.seed, opts.tasks, opts.num_cpus)
-    dist = dist[opts.boot_method]
-    point = bootstrap.point_estimates(values, sub[human].to_numpy(float), level, opts.boot_method,
-                                      opts.variant, doc, system)
-    intervals = {}
-    for j, metric in enumerate(metrics):
-        col = dist[:, j][np.isfinite(dist[:, j])]
-        ci = np.percentile(col, [2.5, 97.5]).tolist() if len(col) else [None, None]
-        intervals[metric] = {"value": float(point[j]), "ci": ci}
-    pairs = {}
-    p_matrix = np.full((len(metrics), len(metrics)), np.nan)
-    for i, a in enumerate(metrics):
-        for j, b in enumerate(metrics):
-            if i == j:
-                continue
-            res = bootstrap.compare(point, dist, i, j)
-            p_matrix[i, j] = res["p_value"]
-            if i < j:
-                pairs[f"{a} > {b}"] = {"a": a, "b": b, **res}
-    sig = bootstrap.signature(level, (opts.boot_method,), opts.variant, opts.resamples, opts.seed,
-                              prep.n_units)
-    return {"human": human, "level": level, "method": opts.boot_method, "n_rows": int(keep.sum()),
-            "intervals": intervals, "comparisons": pairs, "p_matrix": p_matrix.tolist(),
-            "metrics": metrics, "negated": oriented, "signature": str(sig)}
+    values = sub[metrics].to_numpy(dtype=float)
+    human_values = sub[human].to_numpy(dtype=float)
+    method = "darr" if level == "darr" else opts.boot_method
+    if opts.significance == "bartscore_subsample":
+        return subsample.compare_metrics(values, metrics, human_values, human, level, method, opts.variant, doc, system,
+                                         draws=opts.draws, alpha=opts.alpha)
+    return bootstrap.compare_metrics(values, metrics, human_values, human, level, method, opts.variant, doc, system,
+                                     n_resamples=opts.resamples, seed=opts.seed, alpha=opts.alpha, runner=runner)
 
 
-def _usable(frame, columns, minimum=3) -> list[str]:
+def _usable(frame: pd.DataFrame, columns, minimum: int = 3) -> list[str]:
     return [c for c in columns if np.isfinite(frame[c].to_numpy(dtype=float)).sum() >= minimum]
 
 
-def analyse_group(table: Table, name: str, opts: Options, progress: bool = True) -> dict:
-    """Correlations, DARR tau, significance and checklist for one dataset group."""
-    frame = table.frame
-    humans = _usable(frame, [h for h in table.humans if h != "human_darr_better"])
-    metrics = _usable(frame, table.metrics)
-    group_table = Table(frame=frame, humans=humans, metrics=metrics, source=table.source,
-                        cat_columns=table.cat_columns, lower_is_better=table.lower_is_better,
-                        easy_pairs=table.easy_pairs, hard_pairs=table.hard_pairs)
-    levels = [lvl for lvl in opts.levels if _level_applies(group_table, lvl)]
-    out: dict = {"name": name, "rows": int(len(frame)), "humans": humans, "metrics": metrics,
-                 "levels": levels,
-                 "correlations": correlation.correlation_table(frame, metrics, humans, levels, opts.methods,
-                                                               opts.variant)}
-    if "human_darr_better" in frame:
-        out["darr"] = {m: correlation.darr_kendall(frame, m) for m in metrics}
-        if metrics and opts.resamples > 0:
-            darr_opts = Options(**{**asdict(opts), "boot_method": "darr"})
-            out["significance"] = [significance(group_table, "human_darr_better", "darr", darr_opts)]
-    out.setdefault("significance", [])
-    jobs = [(h, lvl) for lvl in opts.boot_levels if _level_applies(group_table, lvl) for h in humans]
-    if metrics and opts.resamples > 0 and jobs:
-        iterator = jobs
+def _with(table: Table, frame: pd.DataFrame, humans: list[str], metrics: list[str]) -> Table:
+    return dataclasses.replace(table, frame=frame, humans=humans, metrics=metrics)
+
+
+def analyse_group(table: Table, name: str, opts: Options, runner: Runner | None = None,
+                  progress: bool = False) -> GroupResult:
+    """Every number for one dataset group."""
+    raw = table.frame
+    frame = oriented(raw, table.lower_is_better)
+    humans = _usable(raw, [h for h in table.humans if h != DARR])
+    metrics = _usable(raw, table.metrics)
+    result = GroupResult(name=name, rows=int(len(raw)), humans=humans, metrics=metrics, levels=[])
+    for level in opts.levels:
+        reason = _level_applies(raw, level)
+        if reason:
+            result.omitted[f"{level}-level correlations"] = reason
+        else:
+            result.levels.append(level)
+    result.correlations = correlation.correlation_table(frame, metrics, humans, result.levels, opts.methods,
+                                                        opts.variant)
+    jobs = []
+    if DARR in raw and metrics:
+        result.darr = [correlation.darr_kendall(frame, m) for m in metrics]
+        jobs.append((DARR, "darr"))
+    for level in opts.boot_levels:
+        reason = _level_applies(raw, level)
+        if reason:
+            result.omitted[f"{level}-level significance"] = reason
+            continue
+        jobs += [(h, level) for h in humans]
+    units = opts.draws if opts.significance == "bartscore_subsample" else opts.resamples
+    if len(metrics) < 2:
+        result.omitted["significance"] = "fewer than two metric columns to compare"
+    elif units == 0:
+        result.omitted["significance"] = "turned off (0 resamples or draws)"
+    else:
         if progress:
             from tqdm import tqdm
 
-            iterator = tqdm(jobs, desc=f"paired bootstrap [{name}]")
-        for human, level in iterator:
+            jobs = tqdm(jobs, desc=f"{opts.significance} [{name}]")
+        for human, level in jobs:
             if finite_mask(frame, metrics + [human]).sum() >= 3:
-                out["significance"].append(significance(group_table, human, level, opts))
+                result.significance.append(significance(frame, metrics, human, level, opts, runner))
     if opts.run_checklist and humans and metrics:
-        out["checklist"] = checklist.run_checklist(group_table, pairs=opts.pairs)
-    return out
+        result.checklist = checklist.run_checklist(_with(table, raw, humans, metrics), pairs=opts.pairs)
+        if not table.has_systems:
+            result.omitted["checklist system-level parts"] = "no system column"
+    elif opts.run_checklist:
+        result.omitted["checklist"] = "needs a human aspect and a metric column"
+    if opts.compare_systems:
+        reason = _level_applies(raw, "system")
+        if reason:
+            result.omitted["system comparison and leaderboard"] = reason
+        elif opts.resamples == 0:
+            result.omitted["system comparison and leaderboard"] = "turned off (0 resamples)"
+        else:
+            for column in metrics + humans:
+                try:
+                    result.systems.append(compare.system_comparison(
+                        raw, column, dataset=name, lower_is_better=column in table.lower_is_better,
+                        n_resamples=opts.resamples, trials=opts.trials, seed=opts.seed, alpha=opts.alpha,
+                        runner=runner))
+                except InputError as exc:
+                    result.omitted[f"system comparison of {column}"] = str(exc).split(": ", 1)[-1]
+    return result
 
 
-def run_meta(table: Table, opts: Options | None = None, progress: bool = True) -> dict:
-    """Every number for the table, per dataset group (the `dataset` column, else one group)."""
+def check_evaluable(table: Table) -> None:
+    """Refuse a table without a usable human column (nothing to meta-evaluate)."""
+    if not table.humans:
+        raise InputError(f"{table.source}: no human_* column to correlate with (pass --human-columns)")
+    empty = [h for h in table.humans if h in table.frame and not np.isfinite(table.frame[h].to_numpy(dtype=float)).any()]
+    if empty:
+        raise InputError(f"{table.source}: human column {empty[0]!r} has no numeric value in any row")
+    if not table.metrics:
+        raise InputError(f"{table.source}: no metric score column found (pass --metrics)")
+
+
+def run_meta(table: Table, opts: Options | None = None, runner: Runner | None = None,
+             progress: bool = False) -> MetaResult:
+    """Every number for the table, per dataset group; `runner` fans out bootstrap blocks."""
     from scoring.signature import Signature, library_versions
 
     opts = opts or Options()
+    opts.validate()
+    check_evaluable(table)
     frame = table.frame
+    has_datasets = "dataset" in frame and frame["dataset"].notna().any()
+    datasets = sorted(map(str, frame["dataset"].dropna().unique())) if has_datasets else []
     sig = Signature("meta-eval", VERSION, {
         "source": table.source, "rows": len(frame), "error_rows": table.n_error_rows,
         "levels": opts.levels, "methods": opts.methods, "kendall_variant": f"tau-{opts.variant}",
-        "bootstrap": {"levels": opts.boot_levels, "method": opts.boot_method, "resamples": opts.resamples,
-                      "seed": opts.seed, "block_size": bootstrap.BLOCK_SIZE},
-        "checklist_pairs": opts.pairs, "groups": "dataset",
+        "significance": {"test": opts.significance, "alpha": opts.alpha, "levels": opts.boot_levels,
+                         "method": opts.boot_method,
+                         **({"draws": opts.draws, "seed": subsample.SEED, "fraction": subsample.FRACTION}
+                            if opts.significance == "bartscore_subsample" else
+                            {"resamples": opts.resamples, "seed": opts.seed, "block_size": bootstrap.BLOCK_SIZE})},
+        "lower_is_better": "negated", "checklist_pairs": opts.pairs, "groups": "dataset",
         **library_versions("scipy", "numpy", "pandas", "levenshtein")})
-    has_datasets = "dataset" in frame and frame["dataset"].notna().any()
-    results: dict = {
-        "signature": str(sig), "signature_fields": sig.as_dict(), "options": asdict(opts),
-        "input": {"source": table.source, "rows_in": table.n_input_rows, "rows_error": table.n_error_rows,
-                  "runs": table.runs, "humans": table.humans, "metrics": table.metrics,
-                  "datasets": sorted(map(str, frame["dataset"].dropna().unique())) if has_datasets else []},
-        "groups": [],
-    }
+    summary = InputSummary(
+        source=table.source, rows_in=table.n_input_rows, rows_error=table.n_error_rows, humans=tuple(table.humans),
+        metrics=tuple(table.metrics), lower_is_better=tuple(sorted(c for c in table.lower_is_better if c in frame)),
+        datasets=tuple(datasets),
+        runs=tuple({"columns": name, **facts} for name, facts in table.runs.items()))
+    groups = []
     if has_datasets:
         for name, part in frame.groupby("dataset", sort=True):
-            sub = Table(frame=part.reset_index(drop=True), humans=table.humans, metrics=table.metrics,
-                        source=table.source, cat_columns=table.cat_columns,
-                        lower_is_better=table.lower_is_better, easy_pairs=table.easy_pairs,
-                        hard_pairs=table.hard_pairs)
-            results["groups"].append(analyse_group(sub, str(name), opts, progress))
+            groups.append(analyse_group(_with(table, part.reset_index(drop=True), table.humans, table.metrics),
+                                        str(name), opts, runner, progress))
     else:
-        results["groups"].append(analyse_group(table, "all", opts, progress))
-    humans = [h for h in table.humans if h != "human_darr_better"]
-    if has_datasets and frame["dataset"].nunique() > 1:
-        results["transfer"] = {h: checklist.transfer_table(frame, table.metrics, h, "dataset",
-                                                           opts.boot_method, opts.variant) for h in humans}
-    return jsonable(results)
+        groups.append(analyse_group(table, "all", opts, runner, progress))
+    transfer = []
+    if len(datasets) > 1:
+        oriented_frame = oriented(frame, table.lower_is_better)
+        for human in [h for h in table.humans if h != DARR]:
+            grid = checklist.transfer_table(oriented_frame, table.metrics, human, "dataset", opts.boot_method,
+                                            opts.variant)
+            transfer.append(TransferTable(human, opts.boot_method, tuple(map(str, grid.columns)), tuple(table.metrics),
+                                          tuple(tuple(float(v) for v in row) for row in grid.to_numpy(dtype=float))))
+    return MetaResult(signature=str(sig), options=opts, input=summary, groups=groups, transfer=transfer)

@@ -1,4 +1,4 @@
-"""Paired bootstrap: resample statistics equal scipy by hand; same answer for 1 and 4 Ray tasks."""
+"""Paired bootstrap: resample statistics equal scipy by hand; same answer in-process and for 1 and 4 Ray tasks."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def test_document_level_resamples_by_hand(summeval):
     prep = bootstrap.prepare(metrics, human, "document", ("kendall",), doc=docs,
                              system=summeval["system"].to_numpy())
     got = bootstrap.run_blocks(prep, seed=5, blocks=[(0, 3)])["kendall"]
-    counts = bootstrap.block_counts(100, 5, 0, 3)
+    counts = bootstrap.block_counts(summeval["doc_id"].nunique(), 5, 0, 3)
     names = np.sort(summeval["doc_id"].unique())
     per_doc = {}
     for name, g in summeval.groupby("doc_id"):
@@ -69,7 +69,7 @@ def test_system_level_resamples_by_hand(summeval):
     prep = bootstrap.prepare(metrics, human, "system", ("spearman",), doc=summeval["doc_id"].to_numpy(),
                              system=summeval["system"].to_numpy())
     got = bootstrap.run_blocks(prep, seed=9, blocks=[(1, 2)])["spearman"]
-    counts = bootstrap.block_counts(100, 9, 1, 2)
+    counts = bootstrap.block_counts(summeval["doc_id"].nunique(), 9, 1, 2)
     names = np.sort(summeval["doc_id"].unique())
     groups = dict(tuple(summeval.groupby("doc_id")))
     for r in range(2):
@@ -83,16 +83,19 @@ def test_system_level_resamples_by_hand(summeval):
 def test_p_value_and_intervals_from_the_distribution(summeval):
     metrics, human = _arrays(summeval)
     res = bootstrap.paired_bootstrap(metrics[:, 0], metrics[:, 1], human, n_resamples=60, seed=1,
-                                     methods=("spearman",))
+                                     method="spearman")
     prep = bootstrap.prepare(metrics, human, "sample", ("spearman",))
     dist = bootstrap.bootstrap_distribution(prep, 60, seed=1)["spearman"]
     diff = dist[:, 0] - dist[:, 1]
-    out = res["results"]["spearman"]
-    assert out["p_value"] == pytest.approx((np.sum(diff <= 0) + 1) / 61)
-    assert out["ci_diff"] == pytest.approx(np.percentile(diff, [2.5, 97.5]).tolist())
-    assert out["ci_a"] == pytest.approx(np.percentile(dist[:, 0], [2.5, 97.5]).tolist())
-    assert out["corr_a"] == pytest.approx(stats.spearmanr(metrics[:, 0], human).statistic)
-    assert "seed:1" in res["signature"] and "resamples:60" in res["signature"]
+    assert res.p_value == pytest.approx((np.sum(diff <= 0) + 1) / 61)
+    assert [res.ci_diff.low, res.ci_diff.high] == pytest.approx(np.percentile(diff, [2.5, 97.5]).tolist())
+    assert [res.ci_a.low, res.ci_a.high] == pytest.approx(np.percentile(dist[:, 0], [2.5, 97.5]).tolist())
+    assert res.corr_a == pytest.approx(stats.spearmanr(metrics[:, 0], human).statistic)
+    assert res.significant == (res.p_value < 0.05)
+    block = bootstrap.compare_metrics(metrics, ["f", "c"], human, H, n_resamples=60, seed=1)
+    assert "seed:1" in block.signature and "resamples:60" in block.signature
+    assert block.comparison("f", "c").p_value == res.p_value
+    assert block.comparison("c", "f").p_value == pytest.approx((np.sum(-diff <= 0) + 1) / 61)
 
 
 def test_needs_finite_scores():
@@ -100,24 +103,33 @@ def test_needs_finite_scores():
         bootstrap.prepare(np.array([[1.0], [np.nan]]), np.array([1.0, 2.0]))
 
 
+def test_meta_eval_never_imports_ray():
+    import subprocess
+    import sys
+
+    code = ("import sys, meta_eval.bootstrap, meta_eval.pipeline, meta_eval.compare, meta_eval.report; "
+            "sys.exit(1 if 'ray' in sys.modules or 'ray_jobs' in sys.modules else 0)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("level", ["sample", "document"])
 def test_same_answer_with_1_and_4_ray_tasks(ray_local, summeval, level):
+    from ray_jobs.runners import ray_runner
+
     metrics, human = _arrays(summeval)
-    kwargs = dict(level=level, methods=("spearman", "kendall"), n_resamples=200, seed=42,
-                  doc=summeval["doc_id"].to_numpy(), system=summeval["system"].to_numpy(), num_cpus=0.5)
-    one = bootstrap.paired_bootstrap(metrics[:, 0], metrics[:, 1], human, tasks=1, **kwargs)
-    four = bootstrap.paired_bootstrap(metrics[:, 0], metrics[:, 1], human, tasks=4, **kwargs)
-    local = bootstrap.paired_bootstrap(metrics[:, 0], metrics[:, 1], human, tasks=0, **kwargs)
+    kwargs = dict(level=level, method="kendall", n_resamples=200, seed=42,
+                  doc=summeval["doc_id"].to_numpy(), system=summeval["system"].to_numpy())
+    one = bootstrap.paired_bootstrap(metrics[:, 0], metrics[:, 1], human, runner=ray_runner(1), **kwargs)
+    four = bootstrap.paired_bootstrap(metrics[:, 0], metrics[:, 1], human, runner=ray_runner(4), **kwargs)
+    local = bootstrap.paired_bootstrap(metrics[:, 0], metrics[:, 1], human, **kwargs)
     assert one == four == local
-    for method in ("spearman", "kendall"):
-        res = one["results"][method]
-        assert 0 < res["p_value"] <= 1
-        assert res["ci_a"][0] <= res["corr_a"] <= res["ci_a"][1]
-        assert res["n_resamples_valid"] == 200
-    other_seed = bootstrap.paired_bootstrap(metrics[:, 0], metrics[:, 1], human, tasks=0,
-                                            **{**kwargs, "seed": 43})
-    assert other_seed["results"]["spearman"]["ci_diff"] != one["results"]["spearman"]["ci_diff"]
+    assert 0 < one.p_value <= 1
+    assert one.ci_a.low <= one.corr_a <= one.ci_a.high
+    assert one.n_valid == 200
+    other_seed = bootstrap.paired_bootstrap(metrics[:, 0], metrics[:, 1], human, **{**kwargs, "seed": 43})
+    assert other_seed.ci_diff != one.ci_diff
 
 
 def test_darr_pairs_bootstrap_by_hand(shared_data):
@@ -126,13 +138,13 @@ def test_darr_pairs_bootstrap_by_hand(shared_data):
     chars = frame["text"].str.len().to_numpy(float)
     metrics = np.column_stack([words, chars])
     better = frame["human_darr_better"].to_numpy(float)
-    res = bootstrap.paired_bootstrap(words, chars, better, level="darr", methods=("darr",),
-                                     doc=frame["doc_id"].to_numpy(), n_resamples=30, seed=4)["results"]["darr"]
+    res = bootstrap.paired_bootstrap(words, chars, better, level="darr", method="darr",
+                                     doc=frame["doc_id"].to_numpy(), n_resamples=30, seed=4)
     table = pd.DataFrame({"pair": frame["doc_id"], "better": better, "w": words, "c": chars})
     wide = table.pivot(index="pair", columns="better")  # pairs sorted like pandas.factorize(sort=True)
     signs = {name: np.where(wide[(name, 1.0)] > wide[(name, 0.0)], 1, -1) for name in ("w", "c")}
-    assert res["corr_a"] == pytest.approx(signs["w"].mean())
-    assert res["corr_b"] == pytest.approx(signs["c"].mean())
+    assert res.corr_a == pytest.approx(signs["w"].mean())
+    assert res.corr_b == pytest.approx(signs["c"].mean())
     counts = bootstrap.block_counts(len(wide), 4, 0, 25)
     dist = bootstrap.run_blocks(bootstrap.prepare(metrics, better, "darr", ("darr",), doc=frame["doc_id"].to_numpy()),
                                 4, [(0, 25)])["darr"]

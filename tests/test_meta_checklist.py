@@ -1,4 +1,4 @@
-"""Metric preference checklist against the original notebooks' outputs (issue 4, acceptance 1)."""
+"""Metric preference checklist against the original notebooks' outputs."""
 
 from __future__ import annotations
 
@@ -24,26 +24,27 @@ def persona_results(persona):
 
 
 def test_system_level_ks_easy_pairs_match_notebook(persona_results):
-    ks = persona_results["system_ks"]["easy"]
-    assert ks["human_Understandable"] == pytest.approx(0.058333, abs=1e-6)
-    assert ks["perplexity"] == pytest.approx(0.394444, abs=1e-6)
-    # further check values listed in checklist/SOURCE.md
-    assert ks["human_Natural"] == pytest.approx(0.215741, abs=1e-6)
-    assert ks["bleu"] == pytest.approx(0.236111, abs=1e-6)
-    assert ks["cohere_met"] == pytest.approx(0.108333, abs=1e-6)
+    def ks(column):
+        return persona_results.ks("easy", column)
+
+    assert ks("human_Understandable") == pytest.approx(0.058333, abs=1e-6)
+    assert ks("perplexity") == pytest.approx(0.394444, abs=1e-6)
+    # further values of the notebook (Quality-Eval, system-level KS on Easy pairs)
+    assert ks("human_Natural") == pytest.approx(0.215741, abs=1e-6)
+    assert ks("bleu") == pytest.approx(0.236111, abs=1e-6)
+    assert ks("cohere_met") == pytest.approx(0.108333, abs=1e-6)
 
 
 @pytest.mark.parametrize("metric,expected", [("perplexity", 0.5556), ("bleu", 1.0), ("rouge1", 0.7778)])
 def test_preference_similarity_easy_pairs_match_notebook(persona_results, metric, expected):
-    row = persona_results["preference_similarity"]["easy"][metric]
     for aspect in ASPECTS:
-        assert round(row[f"human_{aspect}"], 4) == expected
+        assert round(persona_results.similarity("easy", metric, f"human_{aspect}"), 4) == expected
 
 
 def test_system_preference_labels_by_hand(persona, persona_results):
     means = persona.frame.groupby("system")[["bleu", "perplexity"]].mean()
-    for (a, b), bleu, ppl in zip(persona.easy_pairs, persona_results["preference_labels"]["easy"]["bleu"],
-                                 persona_results["preference_labels"]["easy"]["perplexity"]):
+    labels = {(item.kind, item.column): item.labels for item in persona_results.preference_labels}
+    for (a, b), bleu, ppl in zip(persona.easy_pairs, labels[("easy", "bleu")], labels[("easy", "perplexity")]):
         assert bleu == ("a<b" if means.loc[a, "bleu"] < means.loc[b, "bleu"] else "b<a")
         # perplexity: lower is better, so the label follows -perplexity
         assert ppl == ("a<b" if means.loc[a, "perplexity"] > means.loc[b, "perplexity"] else "b<a")
@@ -55,12 +56,12 @@ def test_pairs_from_human_ranking_equal_the_notebook_easy_pairs(persona):
     assert len(easy) == len(set(easy))
     assert hard == []  # five systems: no Hard pairs from the ranking (needs more than six)
     derived = checklist.run_checklist(persona, pairs="ranking")
-    assert derived["pairs_from"] == "human ranking"
-    assert derived["system_ks"]["easy"]["perplexity"] == pytest.approx(0.394444, abs=1e-6)
+    assert derived.pairs_from == "human ranking"
+    assert derived.ks("easy", "perplexity") == pytest.approx(0.394444, abs=1e-6)
 
 
 def test_easy_hard_pairs_rule_on_eight_systems():
-    # systems s0..s7 with human means 0..7 (ranking = name order); rule from spec meta-eval.md
+    # systems s0..s7 with human means 0..7 (ranking = name order); the paper's Easy/Hard rule
     frame = pd.DataFrame({"system": [f"s{i}" for i in range(8)], "h": np.arange(8.0)})
     easy, hard = checklist.easy_hard_pairs(frame, ["h"])
     assert easy == [("s0", "s7"), ("s0", "s6"), ("s1", "s7"), ("s1", "s6")]
@@ -94,11 +95,42 @@ def test_aspect_level_ks_equals_scipy_by_hand(persona):
     res = checklist.aspect_level(frame, "bleu", "human_Overall", "cat_Overall")
     raw = frame["human_Overall"]
     lo, mod, hi = (frame.loc[raw < 3, "bleu"], frame.loc[raw == 3, "bleu"], frame.loc[raw > 3, "bleu"])
-    assert res["ks_lo_hi"] == pytest.approx(stats.ks_2samp(lo, hi).statistic)
-    assert res["ks_lo_mod"] == pytest.approx(stats.ks_2samp(lo, mod).statistic)
-    assert res["ks_hi_mod"] == pytest.approx(stats.ks_2samp(hi, mod).statistic)
-    assert res["preference"] == ("lo<hi" if lo.mean() < hi.mean() else "hi<lo")
-    assert res["sizes"] == {"lo": len(lo), "mod": len(mod), "hi": len(hi)}
+    assert res.ks_lo_hi == pytest.approx(stats.ks_2samp(lo, hi).statistic)
+    assert res.ks_lo_mod == pytest.approx(stats.ks_2samp(lo, mod).statistic)
+    assert res.ks_hi_mod == pytest.approx(stats.ks_2samp(hi, mod).statistic)
+    assert res.preference == ("lo<hi" if lo.mean() < hi.mean() else "hi<lo")
+    assert (res.size_lo, res.size_mod, res.size_hi) == (len(lo), len(mod), len(hi))
+
+
+# Quality-Eval notebook, ctrl_topic, relevance_bin (0 -> Lo, 1 -> Hi): Lo-Hi KS (cell "data_ks_score_lohi")
+# and the aspect-level preference labels (cell "data_sys_prefer_lohi").
+NOTEBOOK_RELEVANCE_BIN = {
+    "perplexity": (0.10935435815273913, "hi<lo"), "bert_f1": (0.15730668690446076, "lo<hi"),
+    "coherence_unieval": (0.060706355229502205, "hi<lo"), "ctc_e_relev": (0.19879416476937348, "lo<hi"),
+    "ctc_r_consisten": (0.08804143126177025, "hi<lo"), "cohere_met": (0.059673384489979484, "hi<lo"),
+    "consist_met": (0.14101807347443573, "hi<lo"), "relev_met": (0.4376212159541277, "lo<hi"),
+}
+
+
+def test_ctrl_topic_relevance_bin_follows_the_notebooks(shared_data):
+    table = read_checklist_csv(shared_data / "checklist" / "ctrl_topic.csv")
+    res = checklist.run_checklist(table)
+    for metric, (ks, label) in NOTEBOOK_RELEVANCE_BIN.items():
+        item = res.aspect("human_relevance_bin", metric)
+        assert (item.size_lo, item.size_mod, item.size_hi) == (2412, 0, 708)
+        assert item.ks_lo_hi == pytest.approx(ks, abs=1e-12), metric
+        assert item.preference == label, metric
+        assert np.isnan(item.ks_lo_mod)
+    # rating keeps its stored fluency categories (notebook: Lo-Hi KS of perplexity 0.06534)
+    assert res.aspect("human_rating", "perplexity").ks_lo_hi == pytest.approx(0.06533957845433255, abs=1e-12)
+
+
+def test_binary_groups_and_their_errors():
+    frame = pd.DataFrame({"h": [0.0, 1.0, 1.0, 0.0], "g": [1.0, 2.0, 3.0, 4.0]})
+    assert checklist.quality_groups(frame, "h", checklist.BINARY).tolist() == ["lo", "hi", "hi", "lo"]
+    assert checklist.quality_groups(frame, "h").tolist() == ["lo"] * 4  # unmarked: the rating rule (< 3)
+    with pytest.raises(ValueError, match="row 2"):
+        checklist.quality_groups(frame.assign(h=[0.0, 1.0, 2.0, 0.0]), "h", checklist.BINARY)
 
 
 def test_win_fractions_by_hand():
@@ -130,11 +162,11 @@ def test_every_checklist_file_runs(shared_data):
     for name in ["usr_topical_chat", "unieval_topical_chat", "ctrl_topic", "ctrleval_topic"]:
         table = read_checklist_csv(shared_data / "checklist" / f"{name}.csv")
         res = checklist.run_checklist(table)
-        assert res["aspect_level"], name
+        assert res.aspect_level, name
         if name == "ctrleval_topic":
-            assert "system_ks" not in res  # no system column in this file
+            assert res.system_ks == ()  # no system column in this file
         else:
-            assert set(res["system_ks"]["easy"]) == set(table.humans + table.metrics)
+            assert {k.column for k in res.system_ks if k.kind == "easy"} == set(table.humans + table.metrics)
             for a, b in table.easy_pairs:
                 assert {a, b} <= set(table.frame["system"])
 

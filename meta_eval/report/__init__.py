@@ -1,0 +1,83 @@
+"""Write a meta-evaluation report: `results.json`, `report.html` (self-contained) and `report.md`
+beside it, PNG plots per dataset group, and the system leaderboard as CSV and JSON.
+
+Modules: `plots` (figures), `markdown` (the report text), `html` (rendering and embedding).
+Sections and plots whose data does not exist are left out, each with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+from meta_eval.compare import leaderboard, leaderboard_csv
+from meta_eval.report import plots
+from meta_eval.report.html import render
+from meta_eval.report.markdown import report_markdown
+from meta_eval.results import GroupResult, MetaResult, to_json_dict
+
+FORMATS = ("both", "html", "md")
+
+
+def safe_name(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in str(name)) or "group"
+
+
+def _figures(group: GroupResult):
+    """(file name, caption, figure or None) for every plot of the group."""
+    yield "correlations.png", f"{group.name}: correlations", plots.correlations(group)
+    for block in group.significance:
+        name = f"significance_{safe_name(block.human.removeprefix('human_'))}_{block.level}.png"
+        yield name, f"{group.name}: significance, {block.human}, {block.level} level", plots.significance(group, block)
+    chk = group.checklist
+    if chk is None:
+        return
+    if chk.system_ks:
+        yield "checklist_system_ks.png", f"{group.name}: checklist system-level KS", plots.checklist_system_ks(group, chk)
+    for human in dict.fromkeys(a.human for a in chk.aspect_level):
+        yield (f"checklist_ks_{safe_name(human.removeprefix('human_'))}.png",
+               f"{group.name}: checklist aspect-level KS, {human}", plots.checklist_aspect_ks(group, chk, human))
+    yield ("preference_similarity.png", f"{group.name}: preference similarity (Easy pairs)",
+           plots.preference_similarity(group, chk))
+    shown = [c for c in group.humans if c in chk.columns][:1] + [c for c in group.metrics if c in chk.columns][:2]
+    for column in shown:
+        yield (f"win_fractions_{safe_name(column)}.png", f"{group.name}: win fractions, {column}",
+               plots.win_fractions(group, chk, column))
+
+
+def write_report(result: MetaResult, out_dir, fmt: str = "both") -> dict[str, pathlib.Path]:
+    """Write every file; returns name -> path. `fmt`: "both" (default), "html" or "md" for the report text."""
+    if fmt not in FORMATS:
+        from scoring.errors import UsageError
+
+        raise UsageError(f"report format {fmt!r}: use one of {', '.join(FORMATS)}")
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "results.json"}
+    paths["json"].write_text(json.dumps(to_json_dict(result), indent=1, allow_nan=False) + "\n")
+    images: dict[str, list[tuple[str, str]]] = {}
+    for group in result.groups:
+        folder = safe_name(group.name)
+        images[group.name] = []
+        for name, caption, fig in _figures(group):
+            if fig is None:
+                continue
+            (out / folder).mkdir(exist_ok=True)
+            plots.save(fig, out / folder / name)
+            images[group.name].append((caption, f"{folder}/{name}"))
+            paths[f"{folder}/{name}"] = out / folder / name
+    comparisons = [c for g in result.groups for c in g.systems]
+    if comparisons:
+        rows = leaderboard(comparisons)
+        paths["leaderboard_csv"] = out / "leaderboard.csv"
+        paths["leaderboard_csv"].write_text(leaderboard_csv(rows))
+        paths["leaderboard_json"] = out / "leaderboard.json"
+        paths["leaderboard_json"].write_text(json.dumps(to_json_dict(rows), indent=1, allow_nan=False) + "\n")
+    text = report_markdown(result, images)
+    if fmt in ("both", "md"):
+        paths["md"] = out / "report.md"
+        paths["md"].write_text(text)
+    if fmt in ("both", "html"):
+        paths["html"] = out / "report.html"
+        paths["html"].write_text(render(text, out))
+    return paths

@@ -1,0 +1,202 @@
+"""PNG plots of a `GroupResult` (matplotlib, Agg backend). Each function returns a figure or None
+when its data does not exist (the report then leaves the plot out and says why).
+
+Titles name the dataset and the human aspect; heatmap cells are annotated in black or white,
+whichever contrasts with the cell colour, and the figure grows with the number of rows so every
+label stays readable.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from meta_eval.results import ChecklistBlock, GroupResult, SignificanceBlock
+
+DPI = 100
+MAX_ROWS = 40  # most metrics drawn in one plot (all of them stay in the tables and the JSON)
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def short(name: str, width: int = 24) -> str:
+    name = str(name).removeprefix("human_")
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def _heatmap(ax, matrix, rows, cols, cmap: str, vmin: float, vmax: float, fmt: str = "{:.2f}"):
+    """Image with every finite cell annotated in a colour that contrasts with it."""
+    plt = _plt()
+    matrix = np.asarray(matrix, dtype=float)
+    image = ax.imshow(matrix, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
+    colormap = plt.get_cmap(cmap)
+    size = max(6.0, min(10.0, 120 / max(len(cols), len(rows), 1)))
+    ax.set_xticks(range(len(cols)), [short(c, 18) for c in cols], rotation=45, ha="right", fontsize=size)
+    ax.set_yticks(range(len(rows)), [short(r, 22) for r in rows], fontsize=size)
+    for (i, j), value in np.ndenumerate(matrix):
+        if not np.isfinite(value):
+            continue
+        r, g, b, _ = colormap((value - vmin) / (vmax - vmin) if vmax > vmin else 0.5)
+        luminance = 0.2126 * r + 0.7152 * g + 0.0722 * b
+        ax.text(j, i, fmt.format(value), ha="center", va="center", fontsize=size * 0.85,
+                color="black" if luminance > 0.5 else "white")
+    return image
+
+
+def _grid_size(n_rows: int, n_cols: int) -> tuple[float, float]:
+    return max(7.5, 3.5 + 0.55 * n_cols), max(5.0, 2.2 + 0.42 * n_rows)
+
+
+def correlations(group: GroupResult):
+    """Each metric's correlation with each human aspect, with resampling intervals when there
+    are any (the first significance level)."""
+    blocks = [b for b in group.significance if b.level != "darr"]
+    plt = _plt()
+    if blocks:
+        level, method = blocks[0].level, blocks[0].method
+        blocks = [b for b in blocks if b.level == level]
+        metrics = list(blocks[0].metrics)[:MAX_ROWS]
+        series = {b.human: ({i.metric: i.value for i in b.intervals}, {i.metric: i.interval for i in b.intervals})
+                  for b in blocks}
+        note = "95% interval of the " + ("bootstrap" if blocks[0].test == "bootstrap" else "80% subsamples")
+    else:
+        rows = [c for c in group.correlations if c.level == "sample"]
+        if not rows:
+            return None
+        method = "spearman" if any(c.method == "spearman" for c in rows) else rows[0].method
+        level = "sample"
+        rows = [c for c in rows if c.method == method]
+        metrics = list(dict.fromkeys(c.metric for c in rows))[:MAX_ROWS]
+        series = {}
+        for c in rows:
+            series.setdefault(c.human, ({}, {}))[0][c.metric] = c.value
+        note = "no resampling intervals (significance off)"
+    fig, ax = plt.subplots(figsize=(9, max(4.5, 1.5 + 0.35 * len(metrics) * max(1, len(series)) ** 0.5)))
+    width = 0.8 / max(len(series), 1)
+    for k, (human, (values, intervals)) in enumerate(series.items()):
+        ys = np.arange(len(metrics)) + (k - (len(series) - 1) / 2) * width
+        xs = np.array([values.get(m, np.nan) for m in metrics], dtype=float)
+        if intervals:
+            lows = np.array([intervals[m].low if m in intervals else np.nan for m in metrics], dtype=float)
+            highs = np.array([intervals[m].high if m in intervals else np.nan for m in metrics], dtype=float)
+            err = np.nan_to_num(np.abs(np.vstack([xs - lows, highs - xs])))
+            ax.errorbar(xs, ys, xerr=err, fmt="o", ms=4, capsize=2, label=short(human))
+        else:
+            ax.plot(xs, ys, "o", ms=4, label=short(human))
+    ax.set_yticks(np.arange(len(metrics)), [short(m) for m in metrics], fontsize=8)
+    ax.axvline(0, color="grey", lw=0.8)
+    ax.set_xlabel(f"{method} correlation ({level} level); {note}")
+    ax.legend(fontsize=8, loc="best", title="human aspect", title_fontsize=8)
+    ax.set_title(f"{group.name}: metric–human correlation, every aspect")
+    fig.tight_layout()
+    return fig
+
+
+def significance(group: GroupResult, block: SignificanceBlock):
+    """Pairwise heatmap for one human aspect: p-values (bootstrap) or win shares (subsample)."""
+    if len(block.metrics) < 2:
+        return None
+    plt = _plt()
+    metrics = list(block.metrics)[:MAX_ROWS]
+    n = len(metrics)
+    matrix = np.full((n, n), np.nan)
+    index = {m: k for k, m in enumerate(metrics)}
+    for comp in block.comparisons:
+        if comp.a in index and comp.b in index:
+            value = comp.p_value if block.test == "bootstrap" else comp.wins / comp.draws
+            matrix[index[comp.a], index[comp.b]] = value
+    fig, ax = plt.subplots(figsize=_grid_size(n, n))
+    if block.test == "bootstrap":
+        image = _heatmap(ax, matrix, metrics, metrics, "viridis_r", 0.0, 1.0)
+        label = f"p-value: row better than column\n(significant below {block.alpha:g})"
+        test = f"paired bootstrap, N={block.signature.split('resamples:')[1].split('|')[0]}" \
+            if "resamples:" in block.signature else "paired bootstrap"
+    else:
+        image = _heatmap(ax, matrix, metrics, metrics, "viridis", 0.0, 1.0)
+        label = f"share of draws the row wins\n(significant above {1 - block.alpha:g})"
+        test = "BARTScore subsample test"
+    fig.colorbar(image, ax=ax, label=label)
+    ax.set_title(f"{group.name}: {short(block.human, 40)}\n{block.level} level, {block.method}; {test}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _grouped_bars(ax, series: dict, labels: list[str]) -> None:
+    width = 0.8 / max(len(series), 1)
+    for k, (name, values) in enumerate(series.items()):
+        offset = (k - (len(series) - 1) / 2) * width
+        ax.bar(np.arange(len(labels)) + offset, [np.nan if v is None else v for v in values], width, label=name)
+    ax.set_xticks(range(len(labels)), [short(c, 18) for c in labels], rotation=60, ha="right", fontsize=8)
+
+
+def checklist_system_ks(group: GroupResult, chk: ChecklistBlock):
+    if not chk.system_ks:
+        return None
+    plt = _plt()
+    columns = list(chk.columns)[:MAX_ROWS]
+    kinds = list(dict.fromkeys(k.kind for k in chk.system_ks))
+    fig, ax = plt.subplots(figsize=(max(8, 0.45 * len(columns) + 3), 5.5))
+    _grouped_bars(ax, {f"{kind} pairs": [chk.ks(kind, c) for c in columns] for kind in kinds}, columns)
+    ax.set_ylabel("mean system-level KS")
+    ax.set_title(f"{group.name}: checklist system-level discrimination (KS between the systems of a pair)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def checklist_aspect_ks(group: GroupResult, chk: ChecklistBlock, human: str):
+    items = [a for a in chk.aspect_level if a.human == human][:MAX_ROWS]
+    if not items:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(8, 0.45 * len(items) + 3), 5.5))
+    _grouped_bars(ax, {"Lo-Hi": [a.ks_lo_hi for a in items], "Lo-Mod": [a.ks_lo_mod for a in items],
+                       "Hi-Mod": [a.ks_hi_mod for a in items]}, [a.column for a in items])
+    ax.set_ylabel("KS between quality groups")
+    ax.set_title(f"{group.name}: checklist aspect-level KS, quality groups of {short(human, 40)}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def preference_similarity(group: GroupResult, chk: ChecklistBlock, kind: str = "easy"):
+    items = [p for p in chk.preference_similarity if p.kind == kind]
+    if not items:
+        return None
+    plt = _plt()
+    humans = list(dict.fromkeys(p.human for p in items))
+    metrics = [c for c in dict.fromkeys(p.column for p in items) if c not in humans][:MAX_ROWS]
+    if not metrics:
+        return None
+    matrix = [[chk.similarity(kind, m, h) for m in metrics] for h in humans]
+    fig, ax = plt.subplots(figsize=_grid_size(len(humans), len(metrics)))
+    image = _heatmap(ax, matrix, humans, metrics, "magma", 0.0, 1.0)
+    fig.colorbar(image, ax=ax, label="preference similarity S")
+    ax.set_title(f"{group.name}: system-level preference similarity\nto each human aspect ({kind} pairs)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def win_fractions(group: GroupResult, chk: ChecklistBlock, column: str):
+    item = next((w for w in chk.win_fractions if w.column == column), None)
+    if item is None:
+        return None
+    plt = _plt()
+    n = len(item.systems)
+    fig, ax = plt.subplots(figsize=_grid_size(n, n))
+    image = _heatmap(ax, item.matrix, item.systems, item.systems, "RdBu", 0.0, 1.0)
+    fig.colorbar(image, ax=ax, label="share of same-doc_id games\nthe row wins (ties count)")
+    ax.set_title(f"{group.name}: pairwise win fractions per doc_id\n{short(column, 40)}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def save(fig, path) -> None:
+    fig.savefig(path, dpi=DPI)
+    _plt().close(fig)
