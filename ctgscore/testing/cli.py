@@ -1,0 +1,41 @@
+"""Running `ctgscore` in a subprocess the way a user does, and checking what a user sees."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+from typing import Sequence
+
+QUIET_ENV = {
+    "RAY_AUTH_MODE": "disabled",
+    "HF_HUB_OFFLINE": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "RAY_USAGE_STATS_ENABLED": "0",
+}
+
+
+def run_cli(args: Sequence[str], cwd: str | pathlib.Path | None = None, timeout: float = 300,
+            module: str = "ctgscore", env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`python -m ctgscore ARGS` (or another module) with captured text output."""
+    full_env = {**os.environ, **QUIET_ENV, **(env or {})}
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
+def assert_user_error(proc: subprocess.CompletedProcess, code: int, *fragments: str) -> str:
+    """The process exited with `code`, printed no traceback, and exactly one `error:` line on
+    stderr that contains every fragment; returns that line."""
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = error_lines(proc.stderr)
+    assert len(lines) == 1, proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]

@@ -1,0 +1,173 @@
+"""Each subcommand succeeding through a subprocess, checked against expectations computed here
+(word counts by hand, scipy's correlation, the constructors' own signatures)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from scipy import stats
+
+from ctgscore.testing.cli import run_cli
+
+TEXTS = ["the cat sat on the mat", "a a a b", "one", "x y x y x y"]
+
+
+@pytest.fixture
+def rows_file(tmp_path):
+    path = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({
+        "id": ["r0", "r1", "r2", "r3"], "text": TEXTS, "system": ["s1", "s1", "s2", "s2"],
+        "doc_id": ["d0", "d1", "d0", "d1"], "human_fluency": [1.0, 2.0, 3.0, 4.0], "source": ["x"] * 4,
+    }), path)
+    return path
+
+
+def test_version_and_help():
+    from ctgscore import __version__
+
+    proc = run_cli(["--version"])
+    assert proc.returncode == 0 and proc.stdout.strip() == f"ctgscore {__version__}"
+    proc = run_cli(["--help"])
+    assert proc.returncode == 0
+    for command in ("score", "run", "metrics", "convert", "meta", "compare", "splits", "constraints", "make-tiny-models"):
+        assert command in proc.stdout
+
+
+def test_score_keeps_every_row_and_carried_columns(rows_file, tmp_path):
+    out = tmp_path / "scores.parquet"
+    proc = run_cli(["score", "-m", "text_stats", "-i", rows_file, "-o", out, "--json"])
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary == {**summary, "ok": True, "rows": 4, "errors": 0, "metric": "text_stats"}
+    table = pq.read_table(out)
+    assert table.column("id").to_pylist() == ["r0", "r1", "r2", "r3"]
+    assert table.column("text_stats_words").to_pylist() == [6.0, 4.0, 1.0, 6.0]
+    # distinct-1 by hand: "the cat sat on the mat" has 5 distinct of 6 words; "a a a b" 2 of 4
+    assert table.column("text_stats_dist1").to_pylist()[:2] == [5 / 6, 2 / 4]
+    assert table.column("human_fluency").to_pylist() == [1.0, 2.0, 3.0, 4.0]
+    assert table.column("system").to_pylist() == ["s1", "s1", "s2", "s2"]
+    assert "source" not in table.column_names  # only carried columns come through
+    assert set(table.column("signature").to_pylist()) == {summary["signature"]}
+    assert len(set(table.column("row_key").to_pylist())) == 4
+
+
+def test_no_progress_prints_only_the_summary(rows_file, tmp_path):
+    proc = run_cli(["score", "-m", "text_stats", "-i", rows_file, "-o", tmp_path / "o.parquet", "--no-progress"])
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert len(proc.stdout.strip().splitlines()) == 1
+
+
+def test_metrics_lists_constructor_parameters():
+    from scoring.registry import BUILTIN_METRICS, metric_class
+
+    proc = run_cli(["metrics", "--json"])
+    assert proc.returncode == 0, proc.stderr
+    listed = {m["name"]: m for m in json.loads(proc.stdout)["metrics"]}
+    assert set(BUILTIN_METRICS) <= set(listed)
+    for name in BUILTIN_METRICS:
+        signature = inspect.signature(metric_class(name).__init__)
+        expected = {p.name: p.default for p in list(signature.parameters.values())[1:]
+                    if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        got = {p["name"]: p["default"] for p in listed[name]["params"]}
+        assert list(got) == list(expected)
+        for key, default in expected.items():
+            if default is not inspect.Parameter.empty:
+                assert got[key] == (list(default) if isinstance(default, tuple) else default), (name, key)
+    text = run_cli(["metrics", "perplexity"]).stdout
+    assert text.splitlines()[0] == "perplexity" and "model" in text and "token_budget" in text
+
+
+def _find_correlations(node, found):
+    if isinstance(node, dict):
+        if {"metric", "human", "level", "method", "value"} <= set(node):
+            found.append(node)
+        for value in node.values():
+            _find_correlations(value, found)
+    elif isinstance(node, list):
+        for value in node:
+            _find_correlations(value, found)
+    return found
+
+
+def test_meta_report_matches_scipy(tmp_path):
+    rng = np.random.default_rng(3)
+    human = rng.normal(size=40)
+    m1 = human + rng.normal(scale=0.5, size=40)
+    path = tmp_path / "scores.parquet"
+    pq.write_table(pa.table({"id": [f"r{i}" for i in range(40)], "doc_id": [str(i // 4) for i in range(40)],
+                             "system": [f"s{i % 4}" for i in range(40)], "human_overall": human, "m1": m1,
+                             "m2": rng.normal(size=40), "error": pa.nulls(40, pa.string())}), path)
+    out = tmp_path / "report"
+    proc = run_cli(["meta", "-s", path, "-o", out, "--tasks", "0", "--resamples", "20", "--json"])
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["ok"] and summary["rows"] == 40 and set(summary["metrics"]) == {"m1", "m2"}
+    results = json.loads((out / "results.json").read_text())
+    found = [c for c in _find_correlations(results, []) if c["metric"] == "m1" and c["level"] == "sample"
+             and c["method"] == "spearman"]
+    assert found, "no sample-level Spearman correlation for m1 in results.json"
+    assert found[0]["value"] == pytest.approx(stats.spearmanr(m1, human).statistic, abs=1e-12)
+
+
+def test_meta_job_entry_point_delegates(tmp_path):
+    path = tmp_path / "scores.parquet"
+    pq.write_table(pa.table({"id": ["a", "b", "c", "d"], "human_x": [1.0, 2.0, 3.0, 4.0],
+                             "m": [1.0, 3.0, 2.0, 4.0]}), path)
+    proc = run_cli(["--scores", path, "--output", tmp_path / "r", "--tasks", "0", "--resamples", "0"],
+                   module="ray_jobs.meta_eval")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "r" / "results.json").exists()
+
+
+def test_splits_writes_json(tmp_path):
+    out = tmp_path / "splits.json"
+    aspects = {"sentiment": ["Pos", "Neg"], "tense": ["Past", "Present"], "topic": ["a", "b"]}
+    proc = run_cli(["splits", "--aspects", json.dumps(aspects), "--protocol", "holdout", "-o", out, "--json"])
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    summary = json.loads(proc.stdout)
+    assert summary["splits"] == len(data["splits"]) > 0
+    for split in data["splits"]:  # Hold-Out: every combination is on exactly one side
+        assert len(split["seen"]) + len(split["unseen"]) == 8
+
+
+def test_constraints_convert(shared_data, tmp_path):
+    out = tmp_path / "codi.parquet"
+    proc = run_cli(["constraints", "convert", "--instructions", shared_data / "codi-eval" / "instructions",
+                    "--codi-tasks", "length", "--limit", "5", "-o", out])
+    assert proc.returncode == 0, proc.stderr
+    table = pq.read_table(out)
+    assert table.num_rows == 5
+    assert all(json.loads(c)["task"] == "length" for c in table.column("constraint").to_pylist())
+
+
+def test_make_tiny_models(tmp_path, tiny_models):
+    from scoring.models import weights_digest
+
+    proc = run_cli(["make-tiny-models", tmp_path / "m", "--json"])
+    assert proc.returncode == 0, proc.stderr
+    built = json.loads(proc.stdout)["models"]
+    assert set(built) == set(tiny_models)
+    assert weights_digest(built["gpt2"]) == weights_digest(tiny_models["gpt2"])  # seeded: same weights
+
+
+def test_internal_error_is_one_line_and_debug_shows_traceback(rows_file, tmp_path, monkeypatch, capsys):
+    from ctgscore.cli import score
+    from ctgscore.cli.main import main
+
+    def broken(path):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(score, "read_input", broken)
+    args = ["score", "-m", "text_stats", "-i", str(rows_file), "-o", str(tmp_path / "o.parquet")]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == "error: internal error: RuntimeError: boom; rerun with --debug for the traceback"
+    assert main([*args, "--debug"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.strip().splitlines()[-1] == "error: internal error: RuntimeError: boom"
