@@ -32,7 +32,7 @@ def _timed(fn):
 
 
 def bench_self_bleu(n: int = 300) -> list[tuple]:
-    from scoring.codi.aggregate import self_bleu, self_bleu_reference
+    from meta_eval.codi import self_bleu, self_bleu_reference
 
     rng = random.Random(0)
     vocab = [f"w{i}" for i in range(60)]

@@ -1,4 +1,4 @@
-"""CoDI-Eval aggregation: accuracies, the CoDI score, Self-BLEU and the report files."""
+"""CoDI-Eval corpus statistics: accuracies, the CoDI score, Self-BLEU (NLTK's and sacreBLEU's) and the report."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from scoring.codi import TASKS, aggregate
+from meta_eval import codi as aggregate
+from scoring.codi import TASKS
 
 
 def test_fast_self_bleu_equals_sacrebleu_sentence_score():
@@ -20,6 +21,33 @@ def test_fast_self_bleu_equals_sacrebleu_sentence_score():
         reference = aggregate.self_bleu_reference(texts)
         assert fast == pytest.approx(reference, abs=1e-12)
     assert 0 < fast < 1
+
+
+def test_fast_nltk_self_bleu_equals_nltk_sentence_bleu():
+    rng = random.Random(11)
+    vocab = "a b c d e f g h".split()
+    for trial in range(6):
+        texts = [" ".join(rng.choice(vocab) for _ in range(rng.randint(0, 12))) for _ in range(rng.randint(2, 25))]
+        texts += texts[: trial]  # duplicates; lengths 0-3 exercise the zero-precision and brevity paths
+        assert aggregate.self_bleu_nltk(texts) == pytest.approx(aggregate.self_bleu_nltk_reference(texts),
+                                                                 rel=1e-12, abs=1e-300)
+
+
+def test_nltk_self_bleu_on_real_sentences(shared_data):
+    lines = []
+    for path in sorted((shared_data / "codi-eval" / "instructions").glob("*.jsonl"))[:2]:
+        lines += [json.loads(line)["instruction"] for line in path.read_text().splitlines()[:40]]
+    assert len(lines) >= 40
+    assert aggregate.self_bleu_nltk(lines) == pytest.approx(aggregate.self_bleu_nltk_reference(lines), rel=1e-12)
+
+
+def test_nltk_self_bleu_by_hand():
+    # "a b c d e" vs "a b c d f": precisions 4/5, 3/4, 2/3, 1/2, equal lengths (no brevity penalty)
+    expected = (4 / 5 * 3 / 4 * 2 / 3 * 1 / 2) ** 0.25
+    assert aggregate.self_bleu_nltk(["a b c d e", "a b c d f"]) == pytest.approx(expected)
+    # no 4-gram in common: NLTK without smoothing gives (almost) 0, not the 3-gram BLEU
+    assert aggregate.self_bleu_nltk(["a b c x", "a b c y"]) < 1e-70
+    assert aggregate.self_bleu_nltk(["a b", "c d"]) == 0.0
 
 
 def test_self_bleu_extremes():
@@ -86,13 +114,18 @@ def test_codi_score_two_systems_and_report(tmp_path):
         for task, value in per_task.items():
             assert index[(system, task, "accuracy")]["value"] == pytest.approx(value)
         assert index[(system, "all", "codi_score")]["value"] == pytest.approx(100 * sum(per_task.values()) / 6)
-        # Self-BLEU of the cleaned responses, per task, then the mean over tasks
-        texts = [r["text"].split("\n\n", 1)[-1] for r in rows if r["system"] == system and "length" in r["constraint"]]
-        assert index[(system, "length", "self_bleu")]["value"] == pytest.approx(aggregate.self_bleu_reference(texts))
+        # Self-BLEU (default: CoDI-Eval's NLTK on the raw generations), per task, then the mean over tasks
+        raw = [r["text"] for r in rows if r["system"] == system and "length" in r["constraint"]]
+        assert index[(system, "length", "self_bleu")]["value"] == pytest.approx(aggregate.self_bleu_nltk_reference(raw))
         per_task_bleu = [index[(system, t, "self_bleu")]["value"] for t in TASKS]
         assert index[(system, "all", "self_bleu")]["value"] == pytest.approx(sum(per_task_bleu) / 6)
     assert index[("A", "length", "accuracy")]["n_errors"] == 1
     assert all(r["signature"] for r in report["results"])
+    assert "nltk" in report["signatures"]["self_bleu"]
+    other = aggregate.aggregate(rows, scores, self_bleu_method="sacrebleu")
+    cleaned = [r["text"].split("\n\n", 1)[-1] for r in rows if r["system"] == "A" and "length" in r["constraint"]]
+    value = next(r["value"] for r in other["results"] if (r["system"], r["task"], r["measure"]) == ("A", "length", "self_bleu"))
+    assert value == pytest.approx(aggregate.self_bleu_reference(cleaned))
     paths = aggregate.write_report(report, tmp_path / "report")
     loaded = json.loads(paths["json"].read_text())
     assert loaded["results"] == json.loads(json.dumps(report["results"]))
@@ -101,6 +134,7 @@ def test_codi_score_two_systems_and_report(tmp_path):
     codi_a = index[("A", "all", "codi_score")]["value"]
     assert f"| A | {100 * successes['A']['sentiment']:.2f}" in md and f"{codi_a:.2f}" in md
     assert "A / length: 1 of 10 rows" in md
+    assert 'src="data:image/png;base64,' in paths["html"].read_text()
 
 
 def test_missing_task_gives_no_codi_score():

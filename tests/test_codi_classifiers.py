@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ctgscore.testing.tiny_classifier import build_tiny_classifier, one_hot_bias
-from scoring.codi import aggregate
+from meta_eval import codi as aggregate
 from scoring.codi import classifiers as clf
 from scoring.registry import build_metric
 

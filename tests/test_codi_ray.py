@@ -10,7 +10,8 @@ import pytest
 
 from ctgscore.testing import codi_synthetic as synthetic
 from ctgscore.testing.tiny_classifier import build_tiny_classifier, one_hot_bias
-from scoring.codi import TASKS, aggregate, convert
+from meta_eval import codi as aggregate
+from scoring.codi import TASKS, convert
 from scoring.codi import classifiers as clf
 from scoring.registry import build_metric
 

@@ -126,11 +126,9 @@ def join_scores(rows: list[dict], scores: list[dict], scores_path: str) -> list[
 
 
 def _aggregate_module():
-    try:
-        from meta_eval import codi as aggregate  # CoDI corpus statistics beside the other statistics
-    except ImportError:
-        from scoring.codi import aggregate
-    return aggregate
+    from meta_eval import codi  # CoDI corpus statistics beside the other statistics
+
+    return codi
 
 
 def handle_report(args: argparse.Namespace) -> int:

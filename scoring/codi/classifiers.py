@@ -5,7 +5,7 @@ Spec: ../shared/spec/codi-eval.md ("Sentiment", "Topic", "Toxicity"). Rules:
 * topic (multi-label): sigmoid(logit[target]) >= 0.5;
 * multi-aspect: the topic and the sentiment/emotion checks both succeed;
 * toxicity: a score per continuation (sigmoid or softmax prob of the toxic label); a context
-  passes only if all its continuations score < 0.5 (applied in `aggregate.py`).
+  passes only if all its continuations score < 0.5 (applied in `meta_eval.codi`).
 Inputs are truncated to 512 tokens (or the model's position limit if smaller).
 
 Engine: texts are tokenised once, sorted by length and packed into batches whose padded size

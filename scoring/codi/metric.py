@@ -3,7 +3,7 @@
 Reads `text` and `constraint` (JSON, see `scoring.codi.convert`). Output columns:
 * `codi_success` 1.0 / 0.0: the row's constraint is met. For detoxic rows this is the
   per-continuation check (toxicity < 0.5); the per-context CoDI rule (all 20 continuations of
-  a context < 0.5) is an aggregate over rows and lives in `scoring.codi.aggregate`.
+  a context < 0.5) is an aggregate over rows and lives in `meta_eval.codi`.
 * `codi_score`: the judge's probability of the target label (sentiment/emotion softmax,
   topic sigmoid; multi = the smaller of the two) or, for detoxic, the toxicity score;
   null for the rule tasks.

@@ -1,21 +1,25 @@
-"""CoDI-Eval aggregation: task accuracy, the CoDI score, Self-BLEU, and the report.
+"""CoDI-Eval corpus statistics: task accuracy, the CoDI score, Self-BLEU, and the report.
 
-Spec: ../shared/spec/codi-eval.md ("Task accuracy", "Toxicity", "Self-BLEU").
+Definitions in `docs/codi-eval.md` ("Aggregates") and `docs/meta_eval.md` ("CoDI-Eval Self-BLEU"):
 * accuracy(task) = successes / N per system; a row that could not be scored (error) counts
   as a failure and is reported in `n_errors`.
 * detoxic: the rows of one context (constraint `context_id`) pass only if every continuation
   has toxicity < threshold; accuracy = passing contexts / contexts.
 * CoDI score = mean of the six task accuracies x 100 (null unless all six are present).
-* Self-BLEU per system and task: sentence BLEU (sacreBLEU, n-gram orders 1..4, uniform
-  weights) of each output against all other outputs of the same system and task, averaged;
-  the system's Self-BLEU is the mean over its tasks (as in the original `evaluate_selfbleu`).
-  Outputs are the cleaned responses; whitespace tokens (tokenize='none', like the original's
-  `.split()`), no smoothing, effective order on.
-
-The fast Self-BLEU path computes the same statistics as `BLEU.sentence_score(h, others)`
-(leave-one-out max reference counts via the top-2 count per n-gram, closest other length) and
-hands them to sacreBLEU's own `_compute_score_from_stats`; `tests/test_codi_aggregate.py`
-checks it against `sentence_score`.
+* Self-BLEU per system and task: the mean over outputs of BLEU(output, all other outputs of
+  the same system and task); the system's Self-BLEU is the mean over its tasks. Two named
+  methods:
+  - "nltk" (default, CoDI-Eval's `calc_self_bleu`): the raw generations split on whitespace,
+    NLTK `sentence_bleu` with its defaults (cumulative 4-gram, uniform weights, no smoothing:
+    a zero n-gram precision enters as the smallest positive float, so such a sentence scores
+    about 1e-77, and 0 when no unigram matches);
+  - "sacrebleu": sacreBLEU sentence BLEU on the cleaned responses (the clean-up of
+    `scoring.codi.rules.clean_response`, not applied to toxicity continuations), whitespace
+    tokens (tokenize='none'), no smoothing, effective order.
+  Both are computed in O(total n-grams) from leave-one-out reference counts (the best and the
+  second-best count of every n-gram over the outputs, and the multiset of lengths for the
+  closest reference length); `tests/test_codi_aggregate.py` checks them against NLTK's
+  `sentence_bleu` and sacreBLEU's `sentence_score` themselves.
 """
 
 from __future__ import annotations
@@ -23,36 +27,132 @@ from __future__ import annotations
 import json
 import math
 import pathlib
+import sys
 from collections import Counter, defaultdict
 from typing import Any, Iterable, Sequence
 
 from scoring.codi import TASKS, rules
 from scoring.signature import Signature, library_versions
 
-VERSION = "1"
+VERSION = "2"
+SELF_BLEU_METHODS = ("nltk", "sacrebleu")
+MAX_ORDER = 4
 
 
 # ----- Self-BLEU ---------------------------------------------------------------------------
+class _LeaveOneOut:
+    """Per n-gram the best count, its owner and the second-best count over all outputs, and the
+    multiset of lengths: the reference statistics of output i against all the others."""
+
+    def __init__(self, counts: Sequence[Counter], lengths: Sequence[int]):
+        self.top: dict[tuple, list] = {}
+        for owner, grams in enumerate(counts):
+            for gram, count in grams.items():
+                entry = self.top.get(gram)
+                if entry is None:
+                    self.top[gram] = [count, owner, 0]
+                elif count > entry[0]:
+                    entry[2] = entry[0]
+                    entry[0], entry[1] = count, owner
+                elif count > entry[2]:
+                    entry[2] = count
+        self.lengths = Counter(lengths)
+
+    def reference_count(self, gram: tuple, owner: int) -> int:
+        entry = self.top.get(gram)
+        if entry is None:
+            return 0
+        best, best_owner, second = entry
+        return second if best_owner == owner else best
+
+    def other_lengths(self, own: int) -> list[int]:
+        others = self.lengths.copy()
+        others[own] -= 1
+        return [n for n, c in others.items() if c > 0]
+
+
+def _ngrams(tokens: Sequence[str], max_order: int = MAX_ORDER) -> Counter:
+    grams: Counter = Counter()
+    for n in range(1, max_order + 1):
+        for k in range(len(tokens) - n + 1):
+            grams[tuple(tokens[k:k + n])] += 1
+    return grams
+
+
+def _nltk_sentence_bleu(hyp_len: int, ref_len: int, matches: list[int], totals: list[int]) -> float:
+    """NLTK `sentence_bleu` from its statistics (default weights, smoothing method0)."""
+    if matches[0] == 0:
+        return 0.0
+    if hyp_len > ref_len:
+        bp = 1.0
+    elif hyp_len == 0:
+        bp = 0.0
+    else:
+        bp = math.exp(1 - ref_len / hyp_len)
+    logs = []
+    for match, total in zip(matches, totals):
+        precision = match / max(1, total) if match else sys.float_info.min
+        logs.append(0.25 * math.log(precision))
+    return bp * math.exp(math.fsum(logs))
+
+
+def self_bleu_nltk(texts: Sequence[str], progress: bool = False) -> float | None:
+    """Mean leave-one-out NLTK sentence BLEU of whitespace-split texts, in [0, 1] (CoDI-Eval's)."""
+    if len(texts) < 2:
+        return None
+    tokens = [str(text).split() for text in texts]
+    counts = [_ngrams(t) for t in tokens]
+    lengths = [len(t) for t in tokens]
+    stats = _LeaveOneOut(counts, lengths)
+    total = 0.0
+    for i in _progress(range(len(texts)), progress):
+        ref_len = min(stats.other_lengths(lengths[i]), key=lambda n: (abs(n - lengths[i]), n))
+        matches = [0] * MAX_ORDER
+        totals = [0] * MAX_ORDER
+        for gram, count in counts[i].items():
+            n = len(gram) - 1
+            totals[n] += count
+            matches[n] += min(count, stats.reference_count(gram, i))
+        total += _nltk_sentence_bleu(lengths[i], ref_len, matches, totals)
+    return total / len(texts)
+
+
+def self_bleu_nltk_reference(texts: Sequence[str]) -> float:
+    """NLTK itself: mean of sentence_bleu(all others, t_i). O(N^2); for tests."""
+    import warnings
+
+    from nltk.translate.bleu_score import sentence_bleu
+
+    tokens = [str(text).split() for text in texts]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        scores = [sentence_bleu(tokens[:i] + tokens[i + 1:], tokens[i]) for i in range(len(tokens))]
+    return sum(scores) / len(scores)
+
+
 def _bleu(tokenize: str = "none", smooth_method: str = "none"):
     from sacrebleu.metrics import BLEU
 
     return BLEU(tokenize=tokenize, smooth_method=smooth_method, effective_order=True)
 
 
-def self_bleu_signature(tokenize: str = "none", smooth_method: str = "none") -> str:
+def self_bleu_signature(method: str = "nltk") -> str:
+    if method == "nltk":
+        version = library_versions("nltk")["nltk"]
+        return f"self-bleu:leave-one-out-mean|nltk:{version}|sentence_bleu|tok:split|weights:0.25x4|smooth:method0|text:raw"
     version = library_versions("sacrebleu")["sacrebleu"]
-    return f"self-bleu:leave-one-out-mean|sacrebleu:{version}|tok:{tokenize}|smooth:{smooth_method}|eff:yes|ngram:1-4"
+    return f"self-bleu:leave-one-out-mean|sacrebleu:{version}|tok:none|smooth:none|eff:yes|ngram:1-4|text:cleaned"
 
 
 def self_bleu_reference(texts: Sequence[str], tokenize: str = "none", smooth_method: str = "none") -> float:
     """Plain sacreBLEU: mean of sentence_score(t_i, all others) / 100. O(N^2) n-gram work."""
     bleu = _bleu(tokenize, smooth_method)
-    scores = [bleu.sentence_score(text, list(texts[:i]) + list(texts[i + 1 :])).score for i, text in enumerate(texts)]
+    scores = [bleu.sentence_score(text, list(texts[:i]) + list(texts[i + 1:])).score for i, text in enumerate(texts)]
     return sum(scores) / len(scores) / 100.0
 
 
 def self_bleu(texts: Sequence[str], tokenize: str = "none", smooth_method: str = "none", progress: bool = False) -> float | None:
-    """Mean leave-one-out sentence BLEU in [0, 1] (same value as `self_bleu_reference`)."""
+    """Mean leave-one-out sacreBLEU sentence BLEU in [0, 1] (same value as `self_bleu_reference`)."""
     from sacrebleu.metrics.helpers import extract_all_word_ngrams
 
     if len(texts) < 2:
@@ -65,40 +165,40 @@ def self_bleu(texts: Sequence[str], tokenize: str = "none", smooth_method: str =
         grams, length = extract_all_word_ngrams(bleu._preprocess_segment(text), 1, order)
         counts.append(grams)
         lengths.append(length)
-    # top-2 count per n-gram: (best count, its owner, second best count)
-    top: dict[tuple, list] = {}
-    for owner, grams in enumerate(counts):
-        for gram, count in grams.items():
-            entry = top.get(gram)
-            if entry is None:
-                top[gram] = [count, owner, 0]
-            elif count > entry[0]:
-                entry[2] = entry[0]
-                entry[0], entry[1] = count, owner
-            elif count > entry[2]:
-                entry[2] = count
-    length_counts = Counter(lengths)
-    iterator: Iterable[int] = range(len(texts))
-    if progress:
-        from tqdm import tqdm
-
-        iterator = tqdm(iterator, desc="self-bleu", leave=False)
+    stats = _LeaveOneOut(counts, lengths)
     total_score = 0.0
-    for i in iterator:
-        others = length_counts.copy()
-        others[lengths[i]] -= 1
-        ref_len = bleu._get_closest_ref_len(lengths[i], [n for n, c in others.items() if c > 0])
+    for i in _progress(range(len(texts)), progress):
+        ref_len = bleu._get_closest_ref_len(lengths[i], stats.other_lengths(lengths[i]))
         correct = [0] * order
         total = [0] * order
         for gram, count in counts[i].items():
             n = len(gram) - 1
             total[n] += count
-            best, owner, second = top[gram]
-            ref_count = second if owner == i else best
-            correct[n] += min(count, ref_count)
-        score = bleu._compute_score_from_stats([lengths[i], ref_len] + correct + total).score
-        total_score += score
+            correct[n] += min(count, stats.reference_count(gram, i))
+        total_score += bleu._compute_score_from_stats([lengths[i], ref_len] + correct + total).score
     return total_score / len(texts) / 100.0
+
+
+def _progress(iterable: Iterable[int], progress: bool) -> Iterable[int]:
+    if not progress:
+        return iterable
+    from tqdm import tqdm
+
+    return tqdm(iterable, desc="self-bleu", leave=False)
+
+
+def task_self_bleu(texts: Sequence[str], task: str, method: str = "nltk") -> float | None:
+    """Self-BLEU of one system's outputs on one task by the named method (see the module doc)."""
+    if method == "nltk":
+        return self_bleu_nltk([t or "" for t in texts])
+    if method == "sacrebleu":
+        texts = [t or "" for t in texts]
+        if task != "detoxic":
+            texts = [rules.clean_response(t) for t in texts]
+        return self_bleu(texts)
+    from scoring.errors import UsageError
+
+    raise UsageError(f"self-BLEU method {method!r}: use one of {', '.join(SELF_BLEU_METHODS)}")
 
 
 # ----- accuracies --------------------------------------------------------------------------
@@ -143,10 +243,10 @@ def task_accuracy(records: Sequence[dict[str, Any]], toxicity_threshold: float =
             for group in contexts.values()
         )
         return {"accuracy": passing / len(contexts), "n": len(contexts), "n_success": passing,
-                "n_rows": len(records), "n_errors": n_errors, "unit": "context"}  # fmt: skip
+                "n_rows": len(records), "n_errors": n_errors, "unit": "context"}
     successes = sum(1 for r in records if r["error"] is None and r["success"] == 1.0)
     return {"accuracy": successes / len(records), "n": len(records), "n_success": successes,
-            "n_rows": len(records), "n_errors": n_errors, "unit": "instruction"}  # fmt: skip
+            "n_rows": len(records), "n_errors": n_errors, "unit": "instruction"}
 
 
 def aggregate(
@@ -155,10 +255,10 @@ def aggregate(
     metric_signature: str | None = None,
     toxicity_threshold: float = 0.5,
     with_self_bleu: bool = True,
-    clean_responses: bool = True,
+    self_bleu_method: str = "nltk",
 ) -> dict[str, Any]:
-    """The report dict: per system, per task accuracy and Self-BLEU, the CoDI score; every
-    number is a record carrying its signature."""
+    """The report dict: per system, per task accuracy and Self-BLEU (`self_bleu_method`: "nltk",
+    CoDI-Eval's, or "sacrebleu"), the CoDI score; every number is a record carrying its signature."""
     records = _records(rows, scores)
     unknown = sorted({str(r["task"]) for r in records if r["task"] not in TASKS})
     if unknown:
@@ -171,8 +271,12 @@ def aggregate(
     metric_ref = stable_hash(metric_signature, 16) if metric_signature else "unknown"
     accuracy_sig = str(Signature("codi-accuracy", VERSION, {"metric_signature_sha256": metric_ref,
                                                                "errors": "count as failures",
-                                                               "detoxic": f"context passes iff all continuations < {toxicity_threshold}"}))  # fmt: skip
-    bleu_sig = self_bleu_signature()
+                                                               "detoxic": f"context passes iff all continuations < {toxicity_threshold}"}))
+    if with_self_bleu and self_bleu_method not in SELF_BLEU_METHODS:
+        from scoring.errors import UsageError
+
+        raise UsageError(f"self-BLEU method {self_bleu_method!r}: use one of {', '.join(SELF_BLEU_METHODS)}")
+    bleu_sig = self_bleu_signature(self_bleu_method)
     results: list[dict[str, Any]] = []
     systems = sorted({system for system, _ in groups})
     for system in systems:
@@ -184,25 +288,22 @@ def aggregate(
             acc = task_accuracy(group, toxicity_threshold)
             accuracies[task] = acc["accuracy"]
             results.append({"system": system, "task": task, "measure": "accuracy", "value": acc["accuracy"],
-                            **{k: v for k, v in acc.items() if k != "accuracy"}, "signature": accuracy_sig})  # fmt: skip
+                            **{k: v for k, v in acc.items() if k != "accuracy"}, "signature": accuracy_sig})
             if with_self_bleu:
-                texts = [r["text"] or "" for r in group]
-                if clean_responses and task != "detoxic":
-                    texts = [rules.clean_response(t) for t in texts]
-                value = self_bleu(texts)
+                value = task_self_bleu([r["text"] for r in group], task, self_bleu_method)
                 bleus[task] = value
                 results.append({"system": system, "task": task, "measure": "self_bleu", "value": value,
-                                "n": len(texts), "signature": bleu_sig})  # fmt: skip
+                                "n": len(group), "signature": bleu_sig})
         complete = all(task in accuracies for task in TASKS)
         codi = 100.0 * sum(accuracies.values()) / len(TASKS) if complete else None
         results.append({"system": system, "task": "all", "measure": "codi_score", "value": codi,
                         "n": len(accuracies), "note": None if complete else f"missing tasks: {[t for t in TASKS if t not in accuracies]}",
-                        "signature": accuracy_sig + "|codi:mean-of-6x100"})  # fmt: skip
+                        "signature": accuracy_sig + "|codi:mean-of-6x100"})
         if with_self_bleu and bleus:
             values = [v for v in bleus.values() if v is not None]
             results.append({"system": system, "task": "all", "measure": "self_bleu",
                             "value": sum(values) / len(values) if values else None, "n": len(values),
-                            "signature": bleu_sig + "|mean-over-tasks"})  # fmt: skip
+                            "signature": bleu_sig + "|mean-over-tasks"})
     signatures = {"accuracy": accuracy_sig, "self_bleu": bleu_sig, "metric": metric_signature}
     return {
         "report": "codi-eval",
@@ -215,36 +316,37 @@ def aggregate(
 
 
 # ----- report files ------------------------------------------------------------------------
-def _fmt(value: Any, scale: float = 1.0) -> str:
+def _scaled(value: Any, scale: float = 1.0) -> float | None:
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    return f"{value * scale:.2f}"
+        return None
+    return value * scale
 
 
 def markdown(report: dict[str, Any], images: Sequence[str] = ()) -> str:
     """Accuracy (%) per task, the CoDI score and Self-BLEU (x100) per system."""
+    from scoring.tables import markdown_table
+
     index = {(r["system"], r["task"], r["measure"]): r for r in report["results"]}
-    header = "| system | " + " | ".join(TASKS) + " | CoDI score | Self-BLEU |"
+
+    def value(system, task, measure, scale=1.0):
+        return _scaled(index.get((system, task, measure), {}).get("value"), scale)
+
     lines = ["# CoDI-Eval report", "", f"Signature: `{report['signature']}`", "",
-             "Accuracy in %, Self-BLEU x 100 (mean over tasks).", "", header,
-             "|" + "---|" * (len(TASKS) + 3)]  # fmt: skip
-    for system in report["systems"]:
-        cells = [_fmt(index.get((system, t, "accuracy"), {}).get("value"), 100) for t in TASKS]
-        codi = _fmt(index.get((system, "all", "codi_score"), {}).get("value"))
-        bleu = _fmt(index.get((system, "all", "self_bleu"), {}).get("value"), 100)
-        lines.append(f"| {system} | " + " | ".join(cells) + f" | {codi} | {bleu} |")
-    bleu_rows = [r for r in report["results"] if r["measure"] == "self_bleu" and r["task"] != "all"]
-    if bleu_rows:
-        lines += ["", "Self-BLEU x 100 per task:", "", "| system | " + " | ".join(TASKS) + " |", "|" + "---|" * (len(TASKS) + 1)]
-        for system in report["systems"]:
-            cells = [_fmt(index.get((system, t, "self_bleu"), {}).get("value"), 100) for t in TASKS]
-            lines.append(f"| {system} | " + " | ".join(cells) + " |")
+             "Accuracy in %, Self-BLEU x 100 (mean over tasks).", "",
+             markdown_table(["system", *TASKS, "CoDI score", "Self-BLEU"],
+                            [[s, *[value(s, t, "accuracy", 100) for t in TASKS], value(s, "all", "codi_score"),
+                              value(s, "all", "self_bleu", 100)] for s in report["systems"]], digits=2)]
+    if any(r["measure"] == "self_bleu" and r["task"] != "all" for r in report["results"]):
+        lines += ["Self-BLEU x 100 per task:", "",
+                  markdown_table(["system", *TASKS], [[s, *[value(s, t, "self_bleu", 100) for t in TASKS]]
+                                                      for s in report["systems"]], digits=2)]
     errors = [r for r in report["results"] if r.get("n_errors")]
     if errors:
-        lines += ["", "Rows that could not be scored (counted as failures):", ""]
+        lines += ["Rows that could not be scored (counted as failures):", ""]
         lines += [f"- {r['system']} / {r['task']}: {r['n_errors']} of {r['n_rows']} rows" for r in errors]
-    lines += ["", "Signatures:", "", f"- accuracy: `{report['signatures']['accuracy']}`",
-              f"- self-BLEU: `{report['signatures']['self_bleu']}`"]  # fmt: skip
+        lines.append("")
+    lines += ["Signatures:", "", f"- accuracy: `{report['signatures']['accuracy']}`",
+              f"- self-BLEU: `{report['signatures']['self_bleu']}`"]
     if report["signatures"].get("metric"):
         lines.append(f"- metric: `{report['signatures']['metric']}`")
     if images:
@@ -280,15 +382,19 @@ def plot_accuracy(report: dict[str, Any], path: pathlib.Path) -> str:
 
 
 def write_report(report: dict[str, Any], out_dir: str | pathlib.Path, plot: bool = True) -> dict[str, pathlib.Path]:
-    """`results.json` (every number with its signature), `report.md`, `codi_accuracy.png`
-    in `out_dir` (the meta-evaluation report layout)."""
+    """`results.json` (every number with its signature), `report.md`, a self-contained
+    `report.html` and `codi_accuracy.png` in `out_dir` (the meta-evaluation report layout)."""
+    from meta_eval.report.html import render
+
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "results.json", "md": out / "report.md"}
+    paths = {"json": out / "results.json", "md": out / "report.md", "html": out / "report.html"}
     paths["json"].write_text(json.dumps(report, indent=1, ensure_ascii=False, allow_nan=False) + "\n")
     images = []
     if plot:
         images.append(plot_accuracy(report, out / "codi_accuracy.png"))
         paths["png"] = out / images[0]
-    paths["md"].write_text(markdown(report, images))
+    text = markdown(report, images)
+    paths["md"].write_text(text)
+    paths["html"].write_text(render(text, out, title="CoDI-Eval report"))
     return paths
