@@ -123,7 +123,7 @@ def _runs(path: str, metrics, storage_options) -> list[Run]:
             raise InputError(f"scores {path}: no Parquet files under it")
         return [_read_run(fs, label, files) for label, files in runs]
     label = posixpath.splitext(posixpath.basename(root))[0]
-    return [_read_run(fs, label, [root])]
+    return [_read_run(fs, name, files) for name, files in _select([(label, [root])], metrics, root)]
 
 
 def load_scores(path: str, metrics: Iterable[str] | None = None, *,
