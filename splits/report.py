@@ -108,18 +108,17 @@ def benchmark_summary(reports: Mapping[str, Mapping[str, Any]]) -> dict[str, Any
 
 
 def report_markdown(report: Mapping[str, Any]) -> str:
+    """The protocol's summary and per-aspect accuracies as Markdown tables (`scoring.tables`)."""
+    from scoring.tables import markdown_table, percent, significant_figures
+
     s = report["summary"]
-
-    def f(v, pct=False):
-        if v is None:
-            return "–"
-        return f"{100 * v:.2f}%" if pct else f"{v:.4g}"
-
-    lines = [f"### Protocol {report['protocol']} ({report['n_splits']} splits)", "",
-             "| A_i.d. | A_comp | P_i.d. | P_comp | Dist-3 i.d. | Dist-3 comp | gap |", "|---|---|---|---|---|---|---|",
-             f"| {f(s['A_iid'], True)} | {f(s['A_comp'], True)} | {f(s['P_iid'])} | {f(s['P_comp'])} | "
-             f"{f(s['dist3_iid'])} | {f(s['dist3_comp'])} | {f(s['gap'], True)} |", ""]
-    lines += ["| aspect | acc i.d. | acc comp |", "|---|---|---|"]
-    for a, v in s["accuracy_per_aspect_iid"].items():
-        lines.append(f"| {a} | {f(v, True)} | {f(s['accuracy_per_aspect_comp'].get(a), True)} |")
-    return "\n".join(lines) + "\n"
+    pct, num = percent, significant_figures
+    summary = markdown_table(
+        ["A_i.d.", "A_comp", "P_i.d.", "P_comp", "Dist-3 i.d.", "Dist-3 comp", "gap"],
+        [[s["A_iid"], s["A_comp"], s["P_iid"], s["P_comp"], s["dist3_iid"], s["dist3_comp"], s["gap"]]],
+        formats=[pct, pct, num, num, num, num, pct])
+    aspects = markdown_table(
+        ["aspect", "acc i.d.", "acc comp"],
+        [[a, v, s["accuracy_per_aspect_comp"].get(a)] for a, v in s["accuracy_per_aspect_iid"].items()],
+        formats=[None, pct, pct])
+    return f"### Protocol {report['protocol']} ({report['n_splits']} splits)\n\n{summary}\n{aspects}"
