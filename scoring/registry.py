@@ -90,13 +90,18 @@ def metric_class(name: str) -> type[RowMetric]:
     return cls
 
 
+def _signature_parameters(cls: type) -> list[inspect.Parameter]:
+    if cls.__init__ is object.__init__:  # no constructor of its own: takes no parameters
+        return []
+    return list(inspect.signature(cls.__init__).parameters.values())[1:]  # drop self
+
+
 def _init_parameters(cls: type) -> list[inspect.Parameter]:
-    params = list(inspect.signature(cls.__init__).parameters.values())[1:]  # drop self
-    return [p for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    return [p for p in _signature_parameters(cls) if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
 
 
 def _accepts_any_keyword(cls: type) -> bool:
-    return any(p.kind is p.VAR_KEYWORD for p in inspect.signature(cls.__init__).parameters.values())
+    return any(p.kind is p.VAR_KEYWORD for p in _signature_parameters(cls))
 
 
 def check_params(name: str, params: Mapping[str, Any]) -> None:
