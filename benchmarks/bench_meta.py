@@ -2,13 +2,14 @@
 
 `python -m benchmarks.bench_meta [--rows 100000 --resamples 1000 --baseline-resamples 100 --tasks 4]`
 
-Workload (issue 4, acceptance 4): 1,000 paired-bootstrap resamples of Spearman and Kendall tau-b
+Workload: 1,000 paired-bootstrap resamples of Spearman and Kendall tau-b
 of two metrics against one human column over 100k rows. The baseline is the loop people write:
 per resample draw row indices, then `scipy.stats.spearmanr` and `scipy.stats.kendalltau` for metric
 A and for metric B. It draws exactly the same rows as ours (same per-block generators), so the
 numbers must agree; it is timed on `--baseline-resamples` resamples and extrapolated linearly to
-all resamples (stated in the table). Ray start-up (ray.init and starting the task workers) is
-timed separately and not counted. Rounds of ours and of the baseline alternate so that load
+all resamples (stated in the table). Ours runs through `ray_jobs.runners.ray_runner` (each call
+puts the prepared layouts into the object store, counted); Ray start-up (ray.init and starting
+the task workers) is timed separately and not counted. Rounds of ours and of the baseline alternate so that load
 changes on the shared machine affect both.
 """
 
@@ -76,6 +77,8 @@ def main(argv=None) -> int:
     os.environ.setdefault("RAY_worker_niceness", "0")
     import ray
 
+    from ray_jobs.runners import ray_runner
+
     metrics, human = make_data(args.rows, args.seed)
     methods = ("spearman", "kendall")
     load_start = os.getloadavg()[0]
@@ -103,9 +106,9 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              object_store_memory=1 << 30)
-    prep_ref = ray.put(prep)
+    runner = ray_runner(args.tasks, args.num_cpus)
     # start the task workers (process start + imports), as a long-running cluster would have them
-    bootstrap.distribute(prep_ref, args.seed, [(0, 1)] * args.tasks, args.tasks, args.num_cpus, methods=methods)
+    bootstrap.distribution_of_blocks(prep, args.seed, [(0, 1)] * args.tasks, runner)
     ray_start = time.perf_counter() - t0
 
     # Each round: ours with Ray on a quarter of all resamples, then ours in one process and the
@@ -117,7 +120,7 @@ def main(argv=None) -> int:
     for round_ids in tqdm(rounds, desc="rounds"):
         round_blocks = [blocks[i] for i in round_ids]
         t0 = time.perf_counter()
-        part = bootstrap.distribute(prep_ref, args.seed, round_blocks, args.tasks, args.num_cpus, methods=methods)
+        part = bootstrap.distribution_of_blocks(prep, args.seed, round_blocks, runner)
         ours_time += time.perf_counter() - t0
         ours_parts.append(part)
         first = round_blocks[0]
@@ -156,8 +159,9 @@ def main(argv=None) -> int:
         ("max abs difference vs baseline (same resamples)", f"{diff:.1e}"),
         ("max abs difference Ray vs one process", f"{diff_local:.1e}"),
     ]
-    table = "\n".join(["# Paired bootstrap benchmark (meta_eval)", "",
-                       "| quantity | value |", "|---|---|"] + [f"| {a} | {b} |" for a, b in rows]) + "\n"
+    from scoring.tables import markdown_table
+
+    table = "# Paired bootstrap benchmark (meta_eval)\n\n" + markdown_table(["quantity", "value"], rows)
     print(table)
     pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     pathlib.Path(args.out).write_text(table)

@@ -307,10 +307,15 @@ def bootstrap_distribution(prep: Prepared, n_resamples: int = 1000, seed: int = 
     The blocks of resamples run through `runner` (default: this process; `ray_jobs.runners`
     spreads them over Ray tasks). The answer does not depend on the runner.
     """
-    blocks = plan_blocks(n_resamples)
+    return distribution_of_blocks(prep, seed, plan_blocks(n_resamples), runner)
+
+
+def distribution_of_blocks(prep: Prepared, seed: int, blocks: Sequence[tuple[int, int]],
+                           runner: Runner | None = None) -> dict[str, np.ndarray]:
+    """Resampled correlations of the listed blocks, in block order, through `runner`."""
     if not blocks:
         return {method: np.empty((0, prep.n_metrics)) for method in prep.methods}
-    parts = (runner or local_runner)(_blocks_task, (prep, seed), blocks)
+    parts = (runner or local_runner)(_blocks_task, (prep, seed), list(blocks))
     return {method: np.concatenate([part[method] for part in parts]) for method in prep.methods}
 
 
