@@ -121,9 +121,16 @@ class SlowLengthMetric(RowMetric):
     def __init__(self, delay: float = 0.0, pid_dir: str | None = None, salt: int = 0):
         self.delay = delay
         self.salt = salt
-        if pid_dir:
+        if pid_dir:  # one file per scoring process, holding its Ray node id (empty outside Ray)
+            node = ""
+            try:
+                import ray
+
+                node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+            except Exception:  # noqa: BLE001 - outside a Ray worker
+                pass
             pathlib.Path(pid_dir).mkdir(parents=True, exist_ok=True)
-            (pathlib.Path(pid_dir) / str(os.getpid())).write_text("")
+            (pathlib.Path(pid_dir) / str(os.getpid())).write_text(node)
 
     def signature(self) -> Signature:
         return Signature(self.name, "1", {"salt": self.salt})
@@ -264,3 +271,124 @@ def run_on_local_cluster(config_path: str, temp_dir: str, nodes: int = 2, cpus_p
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+def run_on_gpu_cluster(config_path: str, cuda_config_path: str, temp_dir: str) -> None:
+    """Driver for the logical-GPU test (its own process): a head with 1 CPU and no GPU and
+    one worker node with 2 CPUs and 2 logical GPUs on this CPU-only machine, then the job
+    (printed as JSON lines), then a job that asks for `device: cuda` (its error printed)."""
+    import json
+
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from ray_jobs.config import load_config
+    from ray_jobs.score_corpus import run_job
+
+    os.environ["RAY_TMPDIR"] = temp_dir
+    os.makedirs(os.path.join(temp_dir, "ray"), exist_ok=True)
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "num_gpus": 0, "temp_dir": temp_dir, "include_dashboard": False,
+                        "object_store_memory": 256 << 20},
+    )
+    gpu_node = cluster.add_node(num_cpus=2, num_gpus=2, object_store_memory=256 << 20)
+    ray.init(address=cluster.address, log_to_driver=False)
+    try:
+        print("NODES " + json.dumps({"head": cluster.head_node.node_id, "gpu": gpu_node.node_id}), flush=True)
+        manifest = run_job(load_config(config_path))
+        print("MANIFEST " + json.dumps(manifest["metrics"], default=str), flush=True)
+        try:
+            run_job(load_config(cuda_config_path))
+            print("CUDA_ERROR none", flush=True)
+        except Exception as exc:  # noqa: BLE001 - the test checks type and message
+            print(f"CUDA_ERROR {type(exc).__name__} {getattr(exc, 'exit_code', None)} {exc}", flush=True)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def fake_autoscaler_config(gcs_port: int, idle_timeout_minutes: float = 0.2, max_gpu_workers: int = 2) -> dict:
+    """A whole autoscaler config for Ray's fake multi-node provider (the wheel ships no
+    example to start from): a 1-CPU head without GPU and a GPU worker type from 0 up to
+    `max_gpu_workers`, each worker 1 CPU and 1 logical GPU."""
+    return {
+        "cluster_name": "ctgscore-fake",
+        "max_workers": max_gpu_workers,
+        "upscaling_speed": 1.0,
+        "idle_timeout_minutes": idle_timeout_minutes,
+        "provider": {
+            "type": "fake_multinode",
+            "use_node_id_as_ip": True,
+            "disable_node_updaters": True,
+            "disable_launch_config_check": True,
+            "gcs_address": f"127.0.0.1:{gcs_port}",
+        },
+        "available_node_types": {
+            "ray.head.default": {"resources": {"CPU": 1}, "node_config": {}, "max_workers": 0},
+            "ray.worker.gpu": {
+                "resources": {"CPU": 1, "GPU": 1, "object_store_memory": 200 << 20},
+                "node_config": {},
+                "min_workers": 0,
+                "max_workers": max_gpu_workers,
+            },
+        },
+        "head_node_type": "ray.head.default",
+        "auth": {},
+        "docker": {},
+        "initialization_commands": [],
+        "setup_commands": [],
+        "head_setup_commands": [],
+        "worker_setup_commands": [],
+        "head_start_ray_commands": [],
+        "worker_start_ray_commands": [],
+        "file_mounts": {},
+        "cluster_synced_files": [],
+        "file_mounts_sync_continuously": False,
+        "rsync_exclude": [],
+        "rsync_filter": [],
+    }
+
+
+def run_job_watching_nodes(config_path: str, address: str) -> None:
+    """Driver for the autoscaling test (its own process): joins the cluster at `address`,
+    runs the job while a thread records the most GPU nodes alive at once, prints both."""
+    import json
+    import threading
+
+    import ray
+
+    from ray_jobs.config import load_config
+    from ray_jobs.score_corpus import run_job
+
+    ray.init(address=address, log_to_driver=False)
+    peak = {"gpu_nodes": 0}
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            alive = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU")]
+            peak["gpu_nodes"] = max(peak["gpu_nodes"], len(alive))
+            done.wait(0.5)
+
+    print("GPU_NODES_BEFORE", len([n for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU")]), flush=True)
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        manifest = run_job(load_config(config_path))
+    finally:
+        done.set()
+        thread.join()
+    print("PEAK_GPU_NODES", peak["gpu_nodes"], flush=True)
+    print("MANIFEST " + json.dumps(manifest["metrics"], default=str), flush=True)
+    ray.shutdown()
+
+
+def alive_gpu_nodes(address: str) -> int:
+    """GPU nodes alive in the cluster at `address`, asked from a short-lived process."""
+    code = (
+        "import ray; ray.init(address=%r, log_to_driver=False, logging_level='ERROR'); "
+        "print('ALIVE', len([n for n in ray.nodes() if n['Alive'] and n['Resources'].get('GPU')]))" % address
+    )
+    result = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=60)
+    return int(result.stdout.split("ALIVE ", 1)[1].split()[0])

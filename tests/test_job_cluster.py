@@ -32,8 +32,6 @@ from tests.job_support import (
     wait_port,
 )
 
-SLOW = "tests.job_support:SlowLengthMetric"
-
 
 def write_config(path: pathlib.Path, **data) -> pathlib.Path:
     base = {"batch_size": 10, "pool": {"min_size": 1, "max_size": 2, "num_cpus": 0.5}, "progress": False}
@@ -43,7 +41,7 @@ def write_config(path: pathlib.Path, **data) -> pathlib.Path:
 
 def all_output_ids(folder: pathlib.Path) -> list[str]:
     ids = []
-    for path in sorted(folder.glob("*.parquet")):
+    for path in sorted(folder.rglob("*.parquet")):
         ids.extend(pq.read_table(path, columns=["id"]).column("id").to_pylist())
     return ids
 
@@ -95,7 +93,7 @@ def test_killed_actor_on_multi_node_cluster_rows_exactly_once(tmp_path):
     pid_dir = tmp_path / "pids"
     config = write_config(
         tmp_path / "job.yaml", input=str(tmp_path / "in"), output=str(tmp_path / "out"),
-        metrics=[{"name": "slow_length", "class": SLOW, "params": {"delay": 0.03, "pid_dir": str(pid_dir)}}],
+        metrics=[{"name": "slow_length", "params": {"delay": 0.03, "pid_dir": str(pid_dir)}}],
         pool={"min_size": 2, "max_size": 2, "num_cpus": 0.5},
     )
     temp_dir = tempfile.mkdtemp(prefix="rjc", dir="/tmp")
@@ -142,7 +140,7 @@ def test_killed_driver_resumes_without_duplicates_or_gaps(ray_local, tmp_path):
 
     corpus = make_corpus(tmp_path / "in", shards=10, rows=30)
     temp_dir = tempfile.mkdtemp(prefix="rjd", dir="/tmp")
-    metrics = [{"name": "slow_length", "class": SLOW, "params": {"delay": 0.03}}]
+    metrics = [{"name": "slow_length", "params": {"delay": 0.03}}]
     config = write_config(tmp_path / "job.yaml", input=str(tmp_path / "in"), output=str(tmp_path / "out"),
                           metrics=metrics, ray={"num_cpus": 2, "object_store_memory": 300000000, "temp_dir": temp_dir})
     out = tmp_path / "out" / "slow_length"
@@ -152,15 +150,15 @@ def test_killed_driver_resumes_without_duplicates_or_gaps(ray_local, tmp_path):
     )
     try:
         deadline = time.time() + 120
-        while time.time() < deadline and len(list(out.glob("*.parquet")) if out.exists() else []) < 2:
+        while time.time() < deadline and len(list(out.rglob("part-*.parquet")) if out.exists() else []) < 2:
             assert driver.poll() is None, "the job ended before it could be killed"
             time.sleep(0.05)
         os.killpg(driver.pid, signal.SIGKILL)  # the driver and the local Ray it started
         driver.wait(timeout=30)
     finally:
         stop_group(driver, marker=temp_dir)
-    committed = sorted(p.name for p in out.glob("*.parquet"))
-    assert 2 <= len(committed) < 10, committed
+    committed = sorted(str(p.relative_to(out)) for p in out.rglob("part-*.parquet"))
+    assert 2 <= len(committed) < 10, committed  # one part per 30-row shard (part_rows is larger)
     assert not (tmp_path / "out" / "manifest.json").exists()  # an interrupted run leaves no manifest
 
     resumed = run_job(load_config(config))  # second run on the session's Ray
@@ -170,4 +168,52 @@ def test_killed_driver_resumes_without_duplicates_or_gaps(ray_local, tmp_path):
     ids = all_output_ids(out)
     assert len(ids) == len(set(ids)) == 300  # no duplicates, no gaps
     assert sorted(ids) == sorted(input_ids(corpus))
-    assert sorted(p.name for p in out.glob("*.parquet")) == sorted(p.name for p in corpus)
+    assert sorted(p.parent.name for p in out.rglob("part-*.parquet")) == sorted(p.stem for p in corpus)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_killed_driver_mid_shard_resumes_only_uncommitted_parts(ray_local, tmp_path):
+    """One large shard in parts of 50 rows: the driver (and its local Ray) is killed while
+    the shard is half scored; the re-run keeps every committed part untouched and scores
+    exactly the rows of the parts that were not committed."""
+    import pyarrow as pa
+
+    from ray_jobs.config import load_config
+    from ray_jobs.score_corpus import run_job
+    from tests.job_support import make_rows
+
+    rows = make_rows(0, 1200)
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "in" / "big.parquet", row_group_size=130)
+    temp_dir = tempfile.mkdtemp(prefix="rjp", dir="/tmp")
+    config = write_config(tmp_path / "job.yaml", input=str(tmp_path / "in"), output=str(tmp_path / "out"),
+                          metrics=[{"name": "slow_length", "params": {"delay": 0.01}}], part_rows=50,
+                          ray={"num_cpus": 2, "object_store_memory": 300000000, "temp_dir": temp_dir})
+    out = tmp_path / "out" / "slow_length" / "big"
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "ray_jobs.score_corpus", "--config", str(config), "--no-progress"],
+        cwd=REPO_ROOT, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and len(list(out.glob("part-*.parquet")) if out.exists() else []) < 4:
+            assert driver.poll() is None, "the job ended before it could be killed"
+            time.sleep(0.05)
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=30)
+    finally:
+        stop_group(driver, marker=temp_dir)
+    committed = {p.name: p.stat().st_mtime_ns for p in out.glob("part-*.parquet")}
+    assert 4 <= len(committed) < 24, sorted(committed)
+
+    resumed = run_job(load_config(config))
+    report = resumed["metrics"]["slow_length"]
+    assert report["parts_kept"] == len(committed)
+    assert report["rows_scored"] == 1200 - 50 * len(committed)  # only the parts not committed
+    assert report["parts_written"] == 24 - len(committed)
+    after = {p.name: p.stat().st_mtime_ns for p in out.glob("part-*.parquet")}
+    assert {name: after[name] for name in committed} == committed  # committed parts untouched
+    assert len(after) == 24 and not [p for p in out.iterdir() if p.name.startswith(".")]
+    ids = all_output_ids(tmp_path / "out" / "slow_length")
+    assert ids == [row["id"] for row in rows]  # exactly once, in input order (parts sort by row)

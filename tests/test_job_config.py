@@ -13,6 +13,9 @@ sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]
 from ray_jobs import incremental
 from ray_jobs import io as jio
 from ray_jobs.config import ConfigError, S3Config, load_config, metric_params, parse_config
+from ray_jobs.job import layout
+from ray_jobs.score_corpus import error_rate_exceeded
+from scoring.errors import UsageError
 from tests.job_support import make_rows, write_rows
 
 BASE = {"input": "data/sample", "output": "out/x", "metrics": [{"name": "text_stats"}]}
@@ -158,13 +161,125 @@ def test_schema_check_names_file_and_field(tmp_path):
         assert message in str(excinfo.value)
 
 
-def test_reuse_needs_same_bytes_signature_and_row_count():
-    info = jio.ShardInfo(uri="/x/a.parquet", rel="a.parquet", size=100, etag="e1")
-    meta = incremental.shard_metadata(info, "sig", "d1", 10)
-    assert incremental.is_complete((10, meta), info, "d1", 10)
-    assert not incremental.is_complete(None, info, "d1", 10)
-    assert not incremental.is_complete((10, meta), info, "d2", 10)  # metric params/model changed
-    assert not incremental.is_complete((10, meta), jio.ShardInfo("/x/a.parquet", "a.parquet", 100, "e2"), "d1", 10)
-    assert not incremental.is_complete((10, meta), jio.ShardInfo("/x/a.parquet", "a.parquet", 101, "e1"), "d1", 10)
-    assert not incremental.is_complete((9, meta), info, "d1", 10)
-    assert incremental.output_uri("s3://b/out", "ppl", "sub/a.parquet") == "s3://b/out/ppl/sub/a.parquet"
+def test_part_reuse_needs_same_bytes_signature_and_range():
+    meta = incremental.part_metadata("a.parquet", "e1", 100, "sig", "d1", 20, 30, errors=2)
+    assert incremental.part_is_complete((10, meta), "e1", 100, "d1", 20, 30)
+    assert incremental.footer_errors((10, meta)) == 2
+    assert not incremental.part_is_complete(None, "e1", 100, "d1", 20, 30)
+    assert not incremental.part_is_complete((10, meta), "e1", 100, "d2", 20, 30)  # metric params/model changed
+    assert not incremental.part_is_complete((10, meta), "e2", 100, "d1", 20, 30)  # shard bytes changed
+    assert not incremental.part_is_complete((10, meta), "e1", 101, "d1", 20, 30)
+    assert not incremental.part_is_complete((9, meta), "e1", 100, "d1", 20, 30)  # rows lost
+    assert not incremental.part_is_complete((10, meta), "e1", 100, "d1", 10, 20)  # another range
+
+
+def test_part_names_sort_by_row_and_parse_back():
+    names = [layout.PartName(start, stop, "0123456789ab").filename() for start, stop in ((100, 200), (0, 100), (200, 250))]
+    assert sorted(names)[0] == "part-0000000000-0000000100-0123456789ab.parquet"
+    assert [layout.parse_part(n) for n in sorted(names)] == [
+        layout.PartName(0, 100, "0123456789ab"), layout.PartName(100, 200, "0123456789ab"), layout.PartName(200, 250, "0123456789ab")
+    ]
+    assert layout.parse_part("part-00000.parquet") is None  # an input-style name is not a part
+    assert layout.parse_part("part-0000000005-0000000001-0123456789ab.parquet") is None
+    assert layout.part_uri("s3://b/out", "ppl", "sub/a.parquet", layout.PartName(0, 5, "0123456789ab")) == (
+        "s3://b/out/ppl/sub/a/part-0000000000-0000000005-0123456789ab.parquet"
+    )
+
+
+def _write_part(out, label, shard, info, start, stop, digest="d1"):
+    from ray_jobs.job import layout as lay
+
+    table = pa.table({"id": [f"r{i}" for i in range(start, stop)]})
+    uri = lay.part_uri(str(out), label, shard.rel, lay.PartName(start, stop, shard.version))
+    meta = incremental.part_metadata(shard.rel, info.etag, info.size, "sig", digest, start, stop, errors=0)
+    jio.put_atomic(jio.fsspec_filesystem(str(out), S3Config()), uri, jio.table_bytes(table, meta))
+    return uri
+
+
+def test_plan_keeps_committed_parts_and_schedules_only_the_gaps(tmp_path):
+    from ray_jobs.job.plan import MetricInfo, Shard, plan_metric
+
+    write_rows(tmp_path / "in" / "a.parquet", make_rows(0, 7))
+    fs = jio.fsspec_filesystem(str(tmp_path), S3Config())
+    (info,) = jio.list_shards(str(tmp_path / "in"), fs)
+    shard = Shard(info, 1000, {"id": "string", "text": "string"}, layout.input_version(info.etag, info.size))
+    config = parse_config({**BASE, "input": str(tmp_path / "in"), "output": str(tmp_path / "out"), "part_rows": 100})
+    metric = MetricInfo(config.metrics[0], object, {}, "sig", "d1", ("text",), ("x",))
+    # a killed run committed parts 0-100, 300-400 and 900-1000 (workers finish out of order)
+    kept = [_write_part(tmp_path / "out", "text_stats", shard, info, s, e) for s, e in ((0, 100), (300, 400), (900, 1000))]
+    other_signature = _write_part(tmp_path / "out", "text_stats", shard, info, 100, 200, digest="d0")
+    plan = plan_metric(fs, config, metric, [shard]).shards["a.parquet"]
+    assert [uri for _, uri, _ in plan.kept] == kept
+    assert plan.units == [(100, 200), (200, 300)] + [(s, s + 100) for s in range(400, 900, 100)]
+    assert plan.superseded == []  # the d0 part has this run's name for 100-200: it is overwritten
+    assert other_signature not in plan.previous  # another signature is no cache
+    # the shard changes: every old part becomes the row cache of the new run and is superseded
+    changed = Shard(info, 1000, shard.columns, "fedcba987654")
+    plan = plan_metric(fs, config, metric, [changed]).shards["a.parquet"]
+    assert plan.kept == [] and len(plan.units) == 10
+    assert sorted(plan.previous) == sorted(kept) and sorted(plan.superseded) == sorted(kept + [other_signature])
+
+
+def test_relative_paths_resolve_against_the_yaml_folder(tmp_path, monkeypatch):
+    folder = tmp_path / "jobs"
+    (folder / "models" / "tiny").mkdir(parents=True)
+    path = folder / "job.yaml"
+    path.write_text(
+        "input: ../dump\noutput: out\nmetrics:\n  - name: perplexity\n"
+        "    params: {model: models/tiny, other: facebook/bart-large-cnn}\nray: {temp_dir: raytmp}\n"
+    )
+    monkeypatch.chdir(tmp_path / "jobs" / "models")  # the working directory does not matter
+    config = load_config(path)
+    assert config.input == str(tmp_path / "dump")
+    assert config.output == str(folder / "out")
+    assert config.metrics[0].params == {"model": str(folder / "models" / "tiny"), "other": "facebook/bart-large-cnn"}
+    assert config.ray.temp_dir == str(folder / "raytmp")
+
+
+def test_set_overrides_are_yaml_scalars_at_key_paths(tmp_path, monkeypatch):
+    path = tmp_path / "job.yaml"
+    path.write_text("input: a\noutput: b\nmetrics:\n  - name: text_stats\n  - name: perplexity\n    params: {model: m}\n")
+    monkeypatch.chdir(tmp_path)
+    config = load_config(
+        path,
+        {"pool.num_cpus": "0.25", "skip_bad_shards": "true", "metrics.1.params.model": "other", "max_error_rate": "0.5",
+         "output": "elsewhere/out", "ray.temp_dir": "null"},
+    )
+    assert config.pool.num_cpus == 0.25 and config.skip_bad_shards is True and config.max_error_rate == 0.5
+    assert config.metrics[1].params == {"model": "other"}
+    assert config.output == str(tmp_path / "elsewhere" / "out")  # typed on the command line: the cwd
+    with pytest.raises(ConfigError, match="unknown key 'nope' in 'pool'"):
+        load_config(path, {"pool.nope": "1"})
+    with pytest.raises(ConfigError, match="'metrics.5' is not an index"):
+        load_config(path, {"metrics.5.name": "x"})
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (config_with(metrics=[{"name": "text_stats", "class": "os:system"}]), "unknown key 'class' in 'metrics[0]'"),
+        (config_with(max_error_rate=1.5), "'max_error_rate' must be a fraction between 0 and 1"),
+        (config_with(part_rows=0), "'part_rows' must be > 0"),
+        (config_with(prune="yes"), "'prune' must be bool"),
+    ],
+)
+def test_new_keys_and_no_import_paths(data, message):
+    with pytest.raises(ConfigError) as excinfo:
+        parse_config(data)
+    assert message in str(excinfo.value)
+    assert isinstance(excinfo.value, UsageError) and excinfo.value.exit_code == 2
+
+
+def test_error_rate_exceeded_names_each_metric_over_the_limit():
+    manifest = {
+        "config": {"max_error_rate": 0.1},
+        "metrics": {"a": {"rows_out": 100, "rows_error": 10}, "b": {"rows_out": 100, "rows_error": 11}, "c": {"rows_out": 0, "rows_error": 0}},
+    }
+    assert error_rate_exceeded(manifest) == ["metric b: 11 of 100 rows (11.0%) have an error, above max_error_rate 0.1"]
+    assert len(error_rate_exceeded(manifest, 0.0)) == 2
+
+
+def test_manifest_config_dump_has_no_url_credentials():
+    config = parse_config(config_with(s3={"endpoint_url": "http://user:hunter2@127.0.0.1:9000"}))
+    dumped = str(config.as_dict())
+    assert "hunter2" not in dumped and "127.0.0.1:9000" in dumped

@@ -100,9 +100,9 @@ def _describe(spec: MetricSpec, cls: type, params: dict[str, Any], remote: bool)
         import ray
 
         described_on = {"node_id": ray.get_runtime_context().get_node_id(), "gpu_ids": ray.get_gpu_ids()}
-        device = getattr(metric, "device", None) or getattr(getattr(metric, "scorer", None), "device", None)
+        device = _device_of(metric)
         if device is not None:
-            described_on["device"] = str(device)
+            described_on["device"] = device
     return {
         "signature": str(signature),
         "digest": signature.digest,
@@ -110,6 +110,17 @@ def _describe(spec: MetricSpec, cls: type, params: dict[str, Any], remote: bool)
         "output_columns": tuple(metric.output_columns),
         "described_on": described_on,
     }
+
+
+def _device_of(metric) -> str | None:
+    """The torch device a metric's model sits on, if it has one (metric.scorer.model...)."""
+    for path in (("device",), ("scorer", "device"), ("scorer", "model", "device"), ("model", "device")):
+        value = metric
+        for name in path:
+            value = getattr(value, name, None)
+        if value is not None:
+            return str(value)
+    return None
 
 
 def _first_line(exc: BaseException) -> str:
