@@ -18,23 +18,17 @@ TASK_CPUS = 0.5
 
 
 def ensure_ray() -> None:
-    """Join RAY_ADDRESS when set, else start a private local Ray (never silently join a cluster
-    someone else started on this machine). Workers of a new local Ray run at normal priority:
-    Ray's default niceness 15 starves CPU-bound tasks on a shared machine."""
+    """Join or start Ray through `ray_jobs.session` (the one place Ray is started). Workers of a
+    new local Ray run at normal priority: Ray's default niceness 15 starves CPU-bound tasks on
+    a shared machine."""
     import ray
 
     if ray.is_initialized():
         return
-    try:
-        from ray_jobs import session
-    except ImportError:
-        session = None
-    if session is not None and hasattr(session, "ensure_ray"):
-        session.ensure_ray()
-        return
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    from ray_jobs import session
+
     os.environ.setdefault("RAY_worker_niceness", "0")
-    ray.init(address=os.environ.get("RAY_ADDRESS") or "local", include_dashboard=False, log_to_driver=False)
+    session.ensure_ray()
 
 
 def ray_runner(tasks: int, num_cpus: float = TASK_CPUS) -> Runner:

@@ -107,7 +107,7 @@ def test_meta_eval_never_imports_ray():
     import subprocess
     import sys
 
-    code = ("import sys, meta_eval.bootstrap, meta_eval.pipeline, meta_eval.compare, meta_eval.report; "
+    code = ("import sys, meta_eval.bootstrap, meta_eval.pipeline, meta_eval.compare, meta_eval.report, meta_eval.codi; "
             "sys.exit(1 if 'ray' in sys.modules or 'ray_jobs' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
