@@ -1,0 +1,66 @@
+"""A quiet, truthful console: a small successful job prints ctgscore's own progress bar and
+summary, and no Ray or Ray Data log line, no error-level line; with `--no-progress` only the
+summary line."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from tests.job_support import REPO_ROOT, child_env, make_corpus, pids_using
+
+RAY_LINE = re.compile(
+    r"\(raylet\)|\(pid=|\(MapWorker|core_worker|gcs_server|raylet\.cc|Running Dataset|Execution plan|"
+    r"ray\.data|Started a local Ray|Connecting to existing Ray|\b(INFO|WARNING|WARN|ERROR|CRITICAL)\b|"
+    r"^\[\d{4}-\d\d-\d\d [\d:,]+ [EWF] \d+|Traceback|object store"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_console_of_a_small_job_carries_no_ray_lines(tmp_path):
+    make_corpus(tmp_path / "in", shards=4, rows=25)
+    temp_dir = tempfile.mkdtemp(prefix="rjq", dir="/tmp")
+    config = tmp_path / "job.yaml"
+    config.write_text(yaml.safe_dump({
+        "input": "in", "output": "out", "metrics": [{"name": "text_stats"}, {"name": "slow_length"}],
+        "batch_size": 10, "part_rows": 10, "pool": {"min_size": 1, "max_size": 1, "num_cpus": 0.25},
+        "ray": {"num_cpus": 2, "object_store_memory": 300000000, "temp_dir": temp_dir},
+    }))
+    try:
+        runs = {}
+        for flags in ((), ("--no-progress",)):
+            result = subprocess.run(
+                [sys.executable, "-m", "ray_jobs.score_corpus", "--config", str(config), *flags],
+                cwd=REPO_ROOT, env=child_env(), capture_output=True, text=True, timeout=200,
+            )
+            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+            runs[flags] = result
+            # the second run reuses everything: score again from scratch for the quiet check
+            for part in (tmp_path / "out").rglob("*.parquet"):
+                part.unlink()
+    finally:
+        for pid in pids_using(temp_dir):
+            try:
+                __import__("os").kill(pid, 9)
+            except ProcessLookupError:
+                pass
+    with_bars = runs[()]
+    lines = [line for line in re.split(r"[\r\n]", with_bars.stderr) if line.strip()]
+    assert lines, "no progress bar drawn"
+    assert all(line.startswith(("score text_stats", "score slow_length")) for line in lines), lines[:10]
+    assert not [line for line in lines if RAY_LINE.search(line)]
+    assert {line.split(":")[0] for line in lines} == {"score text_stats", "score slow_length"}  # one bar per metric
+    quiet = runs[("--no-progress",)]
+    assert quiet.stderr == ""
+    out = quiet.stdout.strip().splitlines()
+    assert len(out) == 1 and "text_stats: 100 in -> 100 out, 100 scored" in out[0]
+    assert not RAY_LINE.search(quiet.stdout)
