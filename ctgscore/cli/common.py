@@ -15,8 +15,8 @@ from typing import Any, Iterable, Mapping
 
 from scoring.errors import StorageError, UsageError
 
-#: default `--max-error-rate` of `ctgscore score`: more than half the rows failing is a failure
-DEFAULT_MAX_ERROR_RATE = 0.5
+#: default `--max-error-rate` of `ctgscore score` (the job config's `max_error_rate` default too)
+DEFAULT_MAX_ERROR_RATE = 0.1
 
 
 def common_flags() -> argparse.ArgumentParser:

@@ -8,7 +8,6 @@ whose input shard is gone, `--max-error-rate R` overrides the config's `max_erro
 from __future__ import annotations
 
 import argparse
-import inspect
 import sys
 
 from ctgscore.cli import common
@@ -54,60 +53,12 @@ def overrides(args: argparse.Namespace) -> dict[str, str]:
     return values
 
 
-def load(path: str, values: dict[str, str]):
-    from ray_jobs import score_corpus
-
-    if "overrides" in inspect.signature(score_corpus.load_config).parameters:
-        return score_corpus.load_config(path, overrides=values)
-    # a job module without override support: only progress can be applied here
-    from dataclasses import replace
-
-    unsupported = sorted(set(values) - {"progress"})
-    if unsupported:
-        raise UsageError(f"ctgscore run: this job version cannot override {', '.join(unsupported)}")
-    config = score_corpus.load_config(path)
-    return replace(config, progress=values.get("progress") != "false")
-
-
-def exceeded(manifest: dict) -> list[str]:
-    """Messages for every metric run whose error fraction is above the config's limit."""
-    from ray_jobs import config as job_config
-
-    check = getattr(job_config, "error_rate_exceeded", None)
-    if check is None:
-        from ray_jobs import score_corpus
-
-        check = getattr(score_corpus, "error_rate_exceeded", None)
-    return list(check(manifest)) if check is not None else []
-
-
-def _as_user_error(exc: Exception) -> Exception:
-    """The job's own config/job errors as `scoring.errors` types where the job does not raise
-    those itself; anything else unchanged."""
-    from scoring.errors import CtgscoreError
-
-    if isinstance(exc, CtgscoreError):
-        return exc
-    name = type(exc).__name__
-    if name == "ConfigError":
-        return UsageError(str(exc))
-    if name in ("JobError", "BadShard"):
-        return CtgscoreError(str(exc))
-    return exc
-
-
 def handle(args: argparse.Namespace) -> int:
     from ray_jobs import score_corpus
 
-    try:
-        config = load(config_path(args), overrides(args))
-        manifest = score_corpus.run_job(config)
-    except Exception as exc:
-        translated = _as_user_error(exc)
-        if translated is exc:
-            raise
-        raise translated from exc
-    problems = exceeded(manifest)
+    config = score_corpus.load_config(config_path(args), overrides=overrides(args))
+    manifest = score_corpus.run_job(config)
+    problems = score_corpus.error_rate_exceeded(manifest)
     metrics = {
         label: {key: report.get(key) for key in ("rows_in", "rows_out", "rows_scored", "rows_cached", "rows_error")}
         for label, report in manifest.get("metrics", {}).items()
