@@ -86,7 +86,7 @@ def test_score_error_rate_above_limit_exits_1_but_writes_every_row(tmp_path):
     pq.write_table(pa.table({"id": ["a", "b", "c", "d"], "text": ["", " ", "ok fine", ""]}), path)
     out = tmp_path / "o.parquet"
     proc = run_cli(["score", "-m", "text_stats", "-i", path, "-o", out, "--no-progress"])
-    assert_user_error(proc, 1, "3 of 4 rows", "max error rate 0.5")
+    assert_user_error(proc, 1, "3 of 4 rows", "max error rate 0.1")
     assert pq.read_table(out).num_rows == 4  # the output is still complete
     ok = run_cli(["score", "-m", "text_stats", "-i", path, "-o", out, "--max-error-rate", "0.8", "--json"])
     assert ok.returncode == 0, ok.stderr
@@ -155,6 +155,9 @@ def test_meta_errors(scores_file, tmp_path):
     assert_user_error(run_cli(["meta", "-s", scores_file, "-o", out, "--metrics", "m2", "--tasks", "0"]), 1, "'m2'")
     assert_user_error(run_cli(["meta", "-s", scores_file, "-o", out, "--easy-pairs", "A-B"]), 2, "A-B")
     assert_user_error(run_cli(["meta", "-s", scores_file]), 2, "--output")
+    no_human = tmp_path / "no_human.parquet"
+    pq.write_table(pa.table({"id": ["a", "b", "c"], "m1": [1.0, 2.0, 3.0]}), no_human)
+    assert_user_error(run_cli(["meta", "-s", no_human, "-o", out, "--tasks", "0"]), 1, "human")
 
 
 def test_compare_errors(scores_file, tmp_path):

@@ -8,8 +8,6 @@ them in this process. Either way the numbers are the same for the same seed.
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import inspect
 import time
 
 from ctgscore.cli import common
@@ -38,7 +36,17 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
     parser.add_argument("--level", nargs="+", default=["sample"], choices=LEVELS,
                         help="bootstrap level(s): rows (sample) or documents (document, system) are resampled")
     parser.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS, help="correlations to report")
-    parser.add_argument("--boot-method", default="spearman", choices=METHODS)
+    parser.add_argument("--boot-method", default="spearman", choices=METHODS,
+                        help="correlation the significance test compares")
+    parser.add_argument("--significance", default="bootstrap", choices=["bootstrap", "bartscore_subsample"],
+                        help="metric-vs-metric test: paired bootstrap, or the BARTScore paper's 80%% subsample test")
+    parser.add_argument("--alpha", type=float, default=0.05, help="significance level")
+    parser.add_argument("--draws", type=int, default=1000, help="draws of the bartscore_subsample test")
+    parser.add_argument("--trials", type=int, default=10000,
+                        help="approximate randomisation trials of the system comparison")
+    parser.add_argument("--no-compare-systems", action="store_true",
+                        help="leave out the system comparison and leaderboard")
+    parser.add_argument("--no-checklist", action="store_true", help="leave out the metric preference checklist")
     parser.add_argument("--kendall-variant", default="b", choices=["b", "c"])
     parser.add_argument("--pairs", default="given", choices=["given", "ranking"],
                         help="checklist Easy/Hard pairs: stored ones when known, or from the human ranking")
@@ -47,8 +55,8 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
     parser.add_argument("--hard-pairs", nargs="*", default=None, metavar="SYS_A::SYS_B")
     parser.add_argument("--lower-is-better", nargs="*", default=None, metavar="COLUMN",
                         help="metric columns where lower is better (default: perplexity)")
-    parser.add_argument("--format", default=None, choices=["md", "html", "both"],
-                        help="report format (default: the report's own default)")
+    parser.add_argument("--format", default="both", choices=["both", "html", "md"],
+                        help="report text: self-contained HTML and Markdown (both, the default), or one of them")
     parser.set_defaults(handler=handle)
 
 
@@ -86,36 +94,24 @@ def make_runner(tasks: int, num_cpus: float):
     return ray_runner(tasks, num_cpus=num_cpus)
 
 
-def _options(pipeline, **values):
-    fields = {f.name for f in dataclasses.fields(pipeline.Options)}
-    return pipeline.Options(**{k: v for k, v in values.items() if k in fields})
-
-
 def run_pipeline(table, args: argparse.Namespace, pairs: str):
     from meta_eval import pipeline
 
-    opts = _options(pipeline, methods=args.methods, variant=args.kendall_variant, boot_levels=args.level,
-                    boot_method=args.boot_method, resamples=args.resamples, seed=args.seed,
-                    tasks=max(args.tasks, 0), num_cpus=args.num_cpus, pairs=pairs)
-    accepted = inspect.signature(pipeline.run_meta).parameters
-    kwargs = {}
-    if "progress" in accepted:
-        kwargs["progress"] = common.progress_enabled(args)
-    if args.resamples > 0:
-        if "runner" in accepted:
-            kwargs["runner"] = make_runner(args.tasks, args.num_cpus)
-        elif args.tasks > 0:
-            from ray_jobs.runners import ensure_ray
-
-            ensure_ray()
-    return pipeline.run_meta(table, opts, **kwargs)
+    opts = pipeline.Options(
+        methods=args.methods, variant=args.kendall_variant, boot_levels=args.level, boot_method=args.boot_method,
+        significance=args.significance, alpha=args.alpha, resamples=args.resamples, draws=args.draws,
+        seed=args.seed, pairs=pairs, run_checklist=not args.no_checklist,
+        compare_systems=not args.no_compare_systems, trials=args.trials,
+    )
+    runner = make_runner(args.tasks, args.num_cpus) if args.resamples > 0 else None
+    return pipeline.run_meta(table, opts, runner=runner, progress=common.progress_enabled(args))
 
 
 def handle(args: argparse.Namespace) -> int:
     from meta_eval import report
 
-    if args.resamples < 0 or args.tasks < 0:
-        raise UsageError("--resamples and --tasks must be >= 0")
+    if args.resamples < 0 or args.tasks < 0 or args.draws < 1 or args.trials < 1:
+        raise UsageError("--resamples and --tasks must be >= 0, --draws and --trials >= 1")
     started = time.time()
     output = common.prepare_output_dir(args.output, "report folder")
     table = read_table(args)
@@ -128,11 +124,8 @@ def handle(args: argparse.Namespace) -> int:
         pairs = "given"
     if not table.metrics:
         raise InputError(f"scores {args.scores}: no metric columns found (pass --metrics)")
-    if not table.humans:
-        raise InputError(f"scores {args.scores}: no human_* columns to correlate with (pass --human-columns)")
     results = run_pipeline(table, args, pairs)
-    write_kwargs = {} if args.format is None else {"fmt": args.format}
-    paths = report.write_report(results, output, **write_kwargs)
+    paths = report.write_report(results, output, fmt=args.format)
     elapsed = time.time() - started
     summary = {"ok": True, "command": "meta", "output": str(output), "rows": table.n_input_rows,
                "error_rows": table.n_error_rows, "metrics": list(table.metrics), "humans": list(table.humans),
