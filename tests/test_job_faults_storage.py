@@ -240,3 +240,26 @@ def test_table_bytes_round_trip(tmp_path):
     jio.put_atomic(local_fs(), str(target), jio.table_bytes(table, {"k": "v"}))
     assert pq.read_table(target).to_pylist() == [{"id": "a", "text": "x"}]
     assert jio.read_footer_metadata(local_fs(), str(target)) == (1, {"k": "v"})
+
+
+def test_error_from_worker_recovers_what_a_worker_raised():
+    class RayLikeError(Exception):
+        """What the driver gets: the worker's traceback as text, the original not pickled."""
+
+    text = (
+        "ray::MapWorker(MapBatches(Scorer)).submit() (pid=1, ip=127.0.0.1)\n"
+        '  File "ray_jobs/io.py", line 1, in put_atomic\n'
+        "scoring.errors.StorageError: cannot write /o/m/p.parquet: no space left on device\n"
+        "\nThe above exception was the direct cause of the following exception:\n"
+        "ray.exceptions.UserCodeException: UDF failed to process a data block.\n"
+    )
+    recovered = jio.error_from_worker(RayLikeError(text))
+    assert type(recovered) is StorageError and str(recovered) == "cannot write /o/m/p.parquet: no space left on device"
+    assert jio.error_from_worker(RayLikeError("ValueError: not ours\n")) is None
+    try:
+        try:
+            raise InputError("/in/a.parquet: row 3: bad")
+        except InputError as inner:
+            raise RuntimeError("wrapper") from inner
+    except RuntimeError as outer:
+        assert str(jio.error_from_worker(outer)) == "/in/a.parquet: row 3: bad"
