@@ -123,6 +123,11 @@ def test_ctrl_topic_relevance_bin_follows_the_notebooks(shared_data):
         assert np.isnan(item.ks_lo_mod)
     # rating keeps its stored fluency categories (notebook: Lo-Hi KS of perplexity 0.06534)
     assert res.aspect("human_rating", "perplexity").ks_lo_hi == pytest.approx(0.06533957845433255, abs=1e-12)
+    # system-level KS of the human columns on the notebook's given pairs (cells "hum_easy", "hum_hard")
+    assert res.ks("easy", "human_rating") == pytest.approx(0.11510989010989012, abs=1e-12)
+    assert res.ks("easy", "human_relevance_bin") == pytest.approx(0.0968986568986569, abs=1e-12)
+    assert res.ks("hard", "human_rating") == pytest.approx(0.14047619047619048, abs=1e-12)
+    assert res.ks("hard", "human_relevance_bin") == pytest.approx(0.018412698412698412, abs=1e-12)
 
 
 def test_binary_groups_and_their_errors():
