@@ -48,6 +48,10 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
     report.add_argument("--scores", required=True, help="scores Parquet (id, codi_success, codi_toxicity, error)")
     report.add_argument("-o", "--output", required=True, help="report folder (created when missing)")
     report.add_argument("--no-self-bleu", action="store_true", help="skip Self-BLEU")
+    report.add_argument("--self-bleu", choices=["nltk", "sacrebleu"], default="nltk",
+                        help="Self-BLEU as CoDI-Eval computes it (nltk, default) or with sacreBLEU")
+    report.add_argument("--toxicity-threshold", type=float, default=0.5,
+                        help="a detoxic response passes when every toxicity score is below this")
     report.set_defaults(handler=_guarded(handle_report))
 
 
@@ -125,16 +129,11 @@ def join_scores(rows: list[dict], scores: list[dict], scores_path: str) -> list[
     return [by_id[row["id"]] for row in rows]
 
 
-def _aggregate_module():
-    from meta_eval import codi  # CoDI corpus statistics beside the other statistics
-
-    return codi
-
-
 def handle_report(args: argparse.Namespace) -> int:
     import pyarrow.parquet as pq
 
-    aggregate = _aggregate_module()
+    from meta_eval import codi as aggregate  # CoDI corpus statistics beside the other statistics
+
     common.check_input_path(args.input)
     common.check_input_path(args.scores, "scores")
     output = common.prepare_output_dir(args.output, "report folder")
@@ -142,7 +141,8 @@ def handle_report(args: argparse.Namespace) -> int:
     scores = join_scores(rows, pq.read_table(args.scores).to_pylist(), args.scores)
     signatures = sorted({s.get("signature") for s in scores if s.get("signature")})
     report = aggregate.aggregate(rows, scores, metric_signature="; ".join(signatures) or None,
-                                 with_self_bleu=not args.no_self_bleu)
+                                 toxicity_threshold=args.toxicity_threshold, with_self_bleu=not args.no_self_bleu,
+                                 self_bleu_method=args.self_bleu)
     paths = aggregate.write_report(report, output)
     files = {name: str(path) for name, path in paths.items()}
     if common.flag(args, "json"):
