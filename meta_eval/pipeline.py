@@ -23,7 +23,7 @@ import pandas as pd
 
 from meta_eval import bootstrap, checklist, compare, correlation, subsample
 from meta_eval.io import Table, finite_mask
-from meta_eval.results import GroupResult, InputSummary, MetaResult, SignificanceBlock, TransferTable
+from meta_eval.results import GroupResult, InputSummary, MetaResult, MetricRun, SignificanceBlock, TransferTable
 from meta_eval.runner import Runner
 from scoring.errors import InputError
 
@@ -209,7 +209,8 @@ def run_meta(table: Table, opts: Options | None = None, runner: Runner | None = 
         source=table.source, rows_in=table.n_input_rows, rows_error=table.n_error_rows, humans=tuple(table.humans),
         metrics=tuple(table.metrics), lower_is_better=tuple(sorted(c for c in table.lower_is_better if c in frame)),
         datasets=tuple(datasets),
-        runs=tuple({"columns": name, **facts} for name, facts in table.runs.items()))
+        runs=tuple(MetricRun(name, facts["rows"], facts["rows_error"], tuple(facts["signatures"]))
+                   for name, facts in table.runs.items()))
     groups = []
     if has_datasets:
         for name, part in frame.groupby("dataset", sort=True):

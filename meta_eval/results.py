@@ -276,6 +276,16 @@ class GroupResult:
 
 
 @dataclass(frozen=True)
+class MetricRun:
+    """One metric run of the input (shards sharing score columns): rows, error rows, signatures."""
+
+    columns: str
+    rows: int
+    rows_error: int
+    signatures: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class InputSummary:
     source: str
     rows_in: int
@@ -284,7 +294,7 @@ class InputSummary:
     metrics: tuple[str, ...]
     lower_is_better: tuple[str, ...]
     datasets: tuple[str, ...]
-    runs: tuple[dict, ...] = ()  # per metric run: columns, rows, rows_error, signatures
+    runs: tuple[MetricRun, ...] = ()
 
 
 @dataclass

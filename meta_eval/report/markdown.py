@@ -133,8 +133,7 @@ def report_markdown(result: MetaResult, images: dict[str, list[tuple[str, str]]]
            f"Significance test: {TEST_NAMES[opts.significance]}, alpha {opts.alpha:g}.", ""]
     if inp.runs:
         out += [markdown_table(["metric run (columns)", "rows", "rows with error", "signature"],
-                               [[r["columns"], r["rows"], r["rows_error"], "; ".join(r["signatures"])[:200]]
-                                for r in inp.runs])]
+                               [[r.columns, r.rows, r.rows_error, "; ".join(r.signatures)[:200]] for r in inp.runs])]
     for group in result.groups:
         out += group_markdown(result, group, images.get(group.name, []))
     if result.transfer:
