@@ -3,8 +3,10 @@
 What it reads (local path or `s3://` prefix):
 
 * a scoring job's output folder: one folder per metric run (`OUT/<label>/...parquet`, any depth)
-  and `OUT/manifest.json` beside them. With a manifest, the runs it lists are read; without one,
-  every sub-folder holding Parquet files is a run;
+  and `OUT/manifest.json` beside them. With a manifest, the runs it lists are read, each from the
+  shard folders of its current input (and of shards it kept because they were unreadable this
+  time); without one (a run in progress or one that crashed, or folders arranged by hand), every
+  sub-folder holding Parquet files is a run, read as it is;
 * a single Parquet file or a folder of Parquet files without sub-folders (e.g. the output of
   `ctgscore score`): one run.
 
@@ -53,28 +55,60 @@ def _parquet_files(fs, folder: str) -> list[str]:
     return sorted(p for p in fs.find(folder) if _is_data_file(p))
 
 
+def _read_manifest(fs, path: str) -> dict:
+    with fs.open(path, "rb") as handle:
+        try:
+            manifest = json.loads(handle.read().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InputError(f"{path}: not a JSON manifest ({exc})") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("metrics"), dict):
+        raise InputError(f"{path}: not a ctgscore job manifest (no 'metrics')")
+    return manifest
+
+
+def _local_folder(folder: str, written_to: str | None, root: str, label: str) -> str:
+    """A shard folder named in the manifest (under the output prefix the job wrote to) as a
+    path under `root`, where the output is now (it may have been copied or moved)."""
+    written_to = (written_to or "").rstrip("/")
+    if written_to and folder.startswith(written_to + "/"):
+        return posixpath.join(root, folder[len(written_to) + 1:]).rstrip("/")
+    marker = f"/{label}/"
+    if marker in folder:
+        return posixpath.join(root, label, folder.split(marker, 1)[1]).rstrip("/")
+    return posixpath.join(root, label)
+
+
+def _manifest_runs(manifest: dict, files: list[str], root: str) -> list[tuple[str, list[str]]]:
+    """(label, part files) per metric run of a job manifest: the parts in the shard folders
+    of the run's current input (`outputs`) and of shards it could not read this time
+    (`kept_for_bad_shards`); outputs of shards no longer in the input are not read."""
+    written_to = (manifest.get("config") or {}).get("output")
+    runs = []
+    for label, report in manifest["metrics"].items():
+        report = report if isinstance(report, dict) else {}
+        folders = [o.get("folder") for o in report.get("outputs") or [] if isinstance(o, dict)]
+        folders += [f for f in report.get("kept_for_bad_shards") or [] if isinstance(f, str)]
+        folders = [f for f in folders if f]
+        if not folders:  # an older manifest: the whole metric folder
+            prefix = posixpath.join(root, label) + "/"
+            runs.append((label, [f for f in files if f.startswith(prefix)]))
+            continue
+        wanted = {_local_folder(f, written_to, root, label) for f in folders}
+        runs.append((label, [f for f in files if posixpath.dirname(f) in wanted]))
+    return runs
+
+
 def _run_folders(fs, root: str, metrics: Iterable[str] | None) -> list[tuple[str, list[str]]]:
     """(label, parquet files) per metric run under `root`."""
-    manifest_path = posixpath.join(root, MANIFEST)
-    labels: list[str] | None = None
-    if fs.exists(manifest_path):
-        with fs.open(manifest_path, "rb") as handle:
-            try:
-                manifest = json.loads(handle.read().decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise InputError(f"{manifest_path}: not a JSON manifest ({exc})") from None
-        labels = list((manifest.get("metrics") or {}).keys())
     files = _parquet_files(fs, root)
-    if labels is None:
-        top = [f for f in files if posixpath.dirname(f).rstrip("/") == root]
-        if top:  # a flat folder of shards: one run
-            labels_files = [(posixpath.basename(root) or "scores", top)]
-            return _select(labels_files, metrics, root)
-        labels = sorted({posixpath.relpath(f, root).split("/")[0] for f in files})
-    runs = []
-    for label in labels:
-        prefix = posixpath.join(root, label) + "/"
-        runs.append((label, [f for f in files if f.startswith(prefix)]))
+    manifest_path = posixpath.join(root, MANIFEST)
+    if fs.exists(manifest_path):
+        return _select(_manifest_runs(_read_manifest(fs, manifest_path), files, root), metrics, root)
+    top = [f for f in files if posixpath.dirname(f).rstrip("/") == root]
+    if top:  # a flat folder of shards: one run
+        return _select([(posixpath.basename(root) or "scores", top)], metrics, root)
+    labels = sorted({posixpath.relpath(f, root).split("/")[0] for f in files})
+    runs = [(label, [f for f in files if f.startswith(posixpath.join(root, label) + "/")]) for label in labels]
     return _select(runs, metrics, root)
 
 

@@ -120,3 +120,21 @@ def test_reads_s3_prefix(tmp_path, monkeypatch):
         assert frame["error"].tolist() == [None, "hand: oops", None]
     finally:
         stop_group(process)
+
+
+def test_manifest_outputs_select_current_shards_only(tmp_path):
+    """A job manifest names the shard folders of its current input; a folder whose input shard
+    is gone (kept because nobody asked to prune it) is not read, and the output may have moved."""
+    written_to = "/somewhere/else/out"  # where the job wrote; the folder was copied here since
+    out = tmp_path / "copied"
+    for shard, ids, values in (("shard-0", IDS[:2], [1.0, 2.0]), ("dump/shard-1", IDS[2:4], [3.0, 4.0]),
+                               ("old-shard", IDS[:2], [9.0, 9.0])):
+        folder = out / "hand" / shard
+        folder.mkdir(parents=True)
+        pq.write_table(_hand_run(ids, values, [None] * len(ids)), folder / "part-0000000000-0000000002-abc.parquet")
+    manifest = {"config": {"output": written_to}, "metrics": {"hand": {
+        "outputs": [{"folder": f"{written_to}/hand/shard-0"}, {"folder": f"{written_to}/hand/dump/shard-1"}],
+        "orphaned_outputs": [f"{written_to}/hand/old-shard"]}}}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    frame = ctgscore.load_scores(str(out))
+    assert frame["id"].tolist() == IDS[:4] and frame["m_value"].tolist() == [1.0, 2.0, 3.0, 4.0]
