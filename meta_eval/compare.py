@@ -129,11 +129,14 @@ def system_comparison(frame: pd.DataFrame, column: str, *, dataset: str = "all",
         raise UsageError(f"unknown test(s) {unknown or list(tests)}: use one or more of {', '.join(TESTS)}")
     if "bootstrap" in tests and n_resamples < 1 or "randomization" in tests and trials < 1:
         raise UsageError("resamples and trials must be >= 1")
-    grid, dropped = paired_units(frame, column, systems, unit, system_col)
-    if not len(grid):
-        from scoring.errors import InputError
+    from scoring.errors import InputError
 
-        raise InputError(f"column {column!r} of dataset {dataset!r}: no {unit} has a finite score for every system")
+    try:
+        grid, dropped = paired_units(frame, column, systems, unit, system_col)
+    except InputError as exc:
+        raise InputError(f"dataset {dataset!r}, column {column!r}: {exc}") from None
+    if not len(grid):
+        raise InputError(f"dataset {dataset!r}, column {column!r}: no {unit} has a finite score for every system")
     names = [str(s) for s in grid.columns]
     values = grid.to_numpy(dtype=float)
     n_units, n_sys = values.shape
