@@ -1,0 +1,240 @@
+"""Operator mistakes and broken storage through the two public entry points
+(`python -m ray_jobs.score_corpus --config` and `ctgscore run`): each ends in one `error:` line
+naming the path, bucket or file, with exit code 1 (2 for a bad config), no traceback, no temp
+debris, and nothing committed lost."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from tests.job_support import (
+    child_env,
+    free_port,
+    make_corpus,
+    make_rows,
+    pids_using,
+    start_moto,
+    stop_group,
+    write_rows,
+)
+
+ENTRY_POINTS = {
+    "score_corpus": [sys.executable, "-m", "ray_jobs.score_corpus", "--config"],
+    "ctgscore": [sys.executable, "-m", "ctgscore", "run"],
+}
+FAKE_AWS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+    "CTGSCORE_S3_MAX_ATTEMPTS": "2",
+}
+
+
+def run(entry: str, config: pathlib.Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = child_env(**FAKE_AWS)
+    env.pop("AWS_ENDPOINT_URL", None)
+    return subprocess.run([*ENTRY_POINTS[entry], str(config)], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def assert_clean_failure(result: subprocess.CompletedProcess, code: int, *fragments: str) -> str:
+    """Exit `code`, no traceback, exactly one `error:` line (the last), holding `fragments`."""
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == code, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = [line for line in lines if line.startswith("error:")]
+    assert len(errors) == 1 and lines[-1] == errors[0], result.stderr[-3000:]
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+    return errors[0]
+
+
+def write_config(path: pathlib.Path, **values) -> pathlib.Path:
+    config = {
+        "metrics": [{"name": "text_stats"}],
+        "batch_size": 8,
+        "pool": {"min_size": 1, "max_size": 1, "num_cpus": 0.5},
+        "progress": False,
+        **values,
+    }
+    path.write_text(json.dumps(config))
+    return path
+
+
+def debris(folder: pathlib.Path) -> list[str]:
+    return [str(p) for p in folder.rglob("*") if ".tmp-" in p.name]
+
+
+def committed(folder: pathlib.Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*.parquet")) if not p.name.startswith(".")}
+
+
+@pytest.fixture
+def private_ray():
+    """A short private temp dir for a job's own local Ray; its processes are stopped after."""
+    ray_dir = tempfile.mkdtemp(prefix="rflt", dir="/tmp")
+    yield ray_dir
+    for pid in pids_using(ray_dir):
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+    subprocess.run(["rm", "-rf", ray_dir], check=False)
+
+
+@pytest.fixture
+def mounted(tmp_path):
+    """mount(options) -> a fresh tmpfs folder (root only; skipped elsewhere)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mounts = []
+
+    def mount(options: str) -> pathlib.Path:
+        target = tmp_path / f"mnt{len(mounts)}"
+        target.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(target)], capture_output=True)
+        if done.returncode:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+        mounts.append(target)
+        return target
+
+    yield mount
+    for target in mounts:
+        subprocess.run(["umount", "-l", str(target)], capture_output=True)
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+@pytest.mark.timeout(120)
+def test_read_only_output(entry, tmp_path, mounted):
+    make_corpus(tmp_path / "in", shards=2, rows=5)
+    folder = mounted("ro,size=64k")
+    config = write_config(tmp_path / "job.json", input=str(tmp_path / "in"), output=str(folder / "scores"))
+    assert_clean_failure(run(entry, config), 1, f"{folder}/scores", "read-only file system")
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+@pytest.mark.timeout(120)
+def test_non_utf8_config(entry, tmp_path):
+    config = tmp_path / "job.yaml"
+    config.write_bytes(b"input: /tmp/in\noutput: /tmp/out\nmetrics: [{name: text_stats}]\n# caf\xe9\xff\n")
+    assert_clean_failure(run(entry, config), 2, str(config))
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+@pytest.mark.timeout(120)
+def test_missing_input(entry, tmp_path):
+    config = write_config(tmp_path / "job.json", input=str(tmp_path / "nowhere"), output=str(tmp_path / "out"))
+    assert_clean_failure(run(entry, config), 1, f"{tmp_path}/nowhere")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_truncated_shard_is_refused_cleanly_every_time(tmp_path):
+    """Refusing a bad shard used to abort with 134 in about one run in ten (an Arrow thread
+    releasing a Python-backed buffer during interpreter exit): run it repeatedly."""
+    paths = make_corpus(tmp_path / "in", shards=4, rows=50)
+    data = paths[2].read_bytes()
+    paths[2].write_bytes(data[: len(data) // 2])
+    config = write_config(tmp_path / "job.json", input=str(tmp_path / "in"), output=str(tmp_path / "out"))
+    codes = []
+    for attempt in range(12):
+        result = run("score_corpus" if attempt % 2 else "ctgscore", config)
+        codes.append(result.returncode)
+        if result.returncode != 1:
+            break
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert "Traceback" not in result.stderr and "terminate called" not in result.stderr, result.stderr
+        assert any(str(paths[2]) in line for line in lines), result.stderr
+    assert codes == [1] * 12
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_full_disk_keeps_committed_outputs_and_leaves_no_debris(tmp_path, mounted, private_ray):
+    disk = mounted("size=512k")
+    out = disk / "scores"
+    make_corpus(tmp_path / "in", shards=3, rows=10)
+    config = write_config(
+        tmp_path / "job.json", input=str(tmp_path / "in"), output=str(out), ray={"num_cpus": 2, "temp_dir": private_ray}
+    )
+    first = run("score_corpus", config)
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = committed(out)
+    assert before
+
+    # a new large shard to score, and a disk with room for the probe but not for its output
+    rows = make_rows(9, 3000)
+    for row in rows:
+        row["text"] = row["text"] + " " + os.urandom(48).hex()  # incompressible
+    write_rows(tmp_path / "in" / "part-00009.parquet", rows)
+    free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+    (disk / "filler").write_bytes(b"\0" * max(0, free - 16 * 1024))
+    second = run("score_corpus", config)
+    message = assert_clean_failure(second, 1)
+    assert committed(out) == before  # nothing committed was lost
+    assert debris(disk) == []
+
+    # room again: the re-run completes and scores only what was missing
+    (disk / "filler").unlink()
+    third = run("score_corpus", config)
+    assert third.returncode == 0, third.stderr[-3000:]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["metrics"]["text_stats"]["rows_out"] == 3030
+    assert manifest["metrics"]["text_stats"]["rows_cached"] == 30
+    assert debris(disk) == []
+
+    if "no space left on device" not in message:
+        pytest.xfail(f"the job reports a worker's StorageError without its cause (wire ray_jobs.io.error_from_worker): {message}")
+    assert str(out) in message
+
+
+@pytest.fixture(scope="module")
+def moto():
+    process, endpoint = start_moto()
+    yield endpoint
+    stop_group(process)
+
+
+@pytest.fixture
+def s3_corpus(moto, tmp_path):
+    import s3fs
+
+    fs = s3fs.S3FileSystem(key="testing", secret="testing", client_kwargs={"endpoint_url": moto}, skip_instance_cache=True)
+    if not fs.exists("faults-in"):
+        fs.mkdir("faults-in")
+        for path in make_corpus(tmp_path / "in", shards=2, rows=5):
+            fs.put_file(str(path), f"faults-in/dump/{path.name}")
+    return fs
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+@pytest.mark.timeout(120)
+def test_missing_output_bucket_is_named(entry, moto, s3_corpus, tmp_path):
+    config = write_config(
+        tmp_path / "job.json", input="s3://faults-in/dump", output="s3://no-such-output-bucket/scores", s3={"endpoint_url": moto}
+    )
+    assert_clean_failure(run(entry, config), 1, "bucket 'no-such-output-bucket' does not exist")
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+@pytest.mark.timeout(120)
+def test_missing_input_bucket_is_named(entry, moto, tmp_path):
+    config = write_config(
+        tmp_path / "job.json", input="s3://no-such-input-bucket/dump", output=str(tmp_path / "out"), s3={"endpoint_url": moto}
+    )
+    assert_clean_failure(run(entry, config), 1, "bucket 'no-such-input-bucket' does not exist")
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+@pytest.mark.timeout(180)
+def test_dead_s3_endpoint(entry, tmp_path):
+    dead = f"http://127.0.0.1:{free_port()}"
+    config = write_config(tmp_path / "job.json", input="s3://faults-in/dump", output=str(tmp_path / "out"), s3={"endpoint_url": dead})
+    assert_clean_failure(run(entry, config), 1, "s3://faults-in/dump", dead)
