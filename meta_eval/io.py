@@ -59,6 +59,12 @@ CHECKLIST_FILES = {
 METRIC_PREFIXES = ("perplexity", "bleu", "rouge", "meteor_", "bleurt_", "bert_", "ctc_")
 METRIC_SUFFIXES = ("_unieval", "_met")
 LOWER_IS_BETTER = {"perplexity"}
+LOWER_IS_BETTER_PREFIXES = ("perplexity",)  # e.g. `perplexity`, `perplexity_gpt2`
+
+
+def default_lower_is_better(columns) -> set[str]:
+    """Columns where lower is better unless told otherwise: perplexity and its variants."""
+    return set(LOWER_IS_BETTER) | {c for c in columns if str(c).startswith(LOWER_IS_BETTER_PREFIXES)}
 
 
 @dataclass
@@ -172,7 +178,7 @@ def read_scores(path: str, humans: list[str] | None = None, metrics: list[str] |
     _check_columns(frame, humans + metrics, str(path))
     return Table(frame=frame, humans=list(humans), metrics=list(metrics), source=str(path),
                  n_input_rows=n_input, n_error_rows=n_error, runs=runs,
-                 cat_columns={h: None for h in humans})
+                 cat_columns={h: None for h in humans}, lower_is_better=default_lower_is_better(metrics))
 
 
 def _check_columns(frame: pd.DataFrame, columns: list[str], source: str) -> None:

@@ -59,6 +59,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_read_scores_from_s3_prefix(monkeypatch):
     server = Path(sys.executable).parent / "moto_server"
@@ -103,3 +104,12 @@ def test_non_numeric_score_column_names_file_row_and_value(tmp_path):
     first.to_parquet(tmp_path / "a.parquet")
     with pytest.raises(ValueError, match=r"'m' is not numeric \(row 3: 'n/a'\)"):
         read_scores(str(tmp_path), metrics=["m"])
+
+
+def test_perplexity_variants_are_lower_is_better_and_input_columns_are_not_scores(tmp_path):
+    first, _ = _shards()
+    first = first.assign(perplexity_gpt2=1.0, text="some text", prefix="some")
+    first.to_parquet(tmp_path / "a.parquet")
+    table = read_scores(str(tmp_path))
+    assert "perplexity_gpt2" in table.lower_is_better and "m" not in table.lower_is_better
+    assert "text" not in table.metrics and "prefix" not in table.metrics
