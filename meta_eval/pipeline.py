@@ -49,6 +49,19 @@ class Options:
     compare_systems: bool = True
     trials: int = 10000  # approximate randomisation trials in the system comparison
 
+    @classmethod
+    def from_mapping(cls, values: dict) -> "Options":
+        """Options from a config mapping (e.g. a YAML `meta:` section); unknown keys are a UsageError."""
+        from scoring.errors import UsageError
+
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise UsageError(f"meta option {unknown[0]!r} is unknown (known: {', '.join(sorted(known))})")
+        opts = cls(**values)
+        opts.validate()
+        return opts
+
     def validate(self) -> None:
         from scoring.errors import UsageError
 

@@ -184,6 +184,12 @@ def test_subsample_significance_is_named_in_the_report(shared_data, tmp_path):
     assert "Test: BARTScore paper's subsample test" in md and "A wins" in md
     with pytest.raises(UsageError, match="significance"):
         pipeline.run_meta(table, pipeline.Options(significance="t-test"))
+    opts = pipeline.Options.from_mapping({"significance": "bartscore_subsample", "alpha": 0.01})
+    assert opts.significance == "bartscore_subsample" and opts.alpha == 0.01
+    with pytest.raises(UsageError, match="'signifcance'"):
+        pipeline.Options.from_mapping({"signifcance": "bootstrap"})
+    with pytest.raises(UsageError, match="alpha"):
+        pipeline.Options.from_mapping({"alpha": 5})
 
 
 def test_sections_that_do_not_apply_are_left_out_with_a_reason(shared_data, tmp_path):
