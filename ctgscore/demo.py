@@ -36,7 +36,9 @@ def demo_config(cache_dir: pathlib.Path, output: pathlib.Path, sample: pathlib.P
         "dtype": "float32",
         "token_budget": 4096,
         "batch_size": 32,
-        "pool": {"min_size": 1, "max_size": 2, "num_cpus": 0.5},
+        # the four metrics' pools run side by side on one read: a quarter CPU per actor leaves
+        # room for Ray Data's read tasks on a 2-core machine
+        "pool": {"min_size": 1, "max_size": 2, "num_cpus": 0.25},
         "ray": {"temp_dir": "/tmp/ctgscore-ray"},
     }
 
@@ -53,12 +55,21 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+    from transformers.utils import logging as transformers_logging
+
     from ray_jobs.config import parse_config
     from ray_jobs.score_corpus import run_job, summary_line
+    from scoring.errors import CtgscoreError
+
+    transformers_logging.disable_progress_bar()
 
     data = demo_config(pathlib.Path(args.cache), pathlib.Path(args.output), pathlib.Path(args.input))
     data["progress"] = not args.no_progress
-    manifest = run_job(parse_config(data))
+    try:
+        manifest = run_job(parse_config(data))
+    except CtgscoreError as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return exc.exit_code
     print(summary_line(manifest))
     print(f"\nresults: {args.output}/<metric>/, one row per input row and metric; "
           f"read them as one table with ctgscore.load_scores({args.output!r})")

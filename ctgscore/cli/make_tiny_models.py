@@ -19,8 +19,11 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    from transformers.utils import logging as transformers_logging
+
     from ctgscore.testing.tiny_models import build_tiny_models
 
+    transformers_logging.disable_progress_bar()  # no "Writing model shards" bars: only the summary
     folder = common.prepare_output_dir(args.directory, "models folder")
     paths = build_tiny_models(folder, force=args.force)
     common.emit(args, {"ok": True, "command": "make-tiny-models", "models": paths},

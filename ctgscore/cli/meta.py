@@ -132,6 +132,9 @@ def handle(args: argparse.Namespace) -> int:
                "files": {name: str(path) for name, path in paths.items()}, "wall_s": round(elapsed, 3)}
     lines = [f"meta: {table.n_input_rows} rows ({table.n_error_rows} with an error in some metric run), "
              f"{len(table.metrics)} metrics x {len(table.humans)} human aspects, {elapsed:.1f} s -> {output}"]
-    lines += [f"  {name}: {path}" for name, path in paths.items()]
+    plots = [path for path in paths.values() if str(path).endswith(".png")]
+    lines += [f"  {name}: {path}" for name, path in paths.items() if not str(path).endswith(".png")]
+    if plots:
+        lines.append(f"  {len(plots)} plots under {output}")
     common.emit(args, summary, lines)
     return 0
