@@ -90,11 +90,14 @@ class BARTScorer:
         from safetensors.torch import load_file
 
         if not str(path).endswith(".safetensors"):
-            raise ValueError(f"{path}: only .safetensors state dicts are loaded (pickles are refused)")
-        state = load_file(str(path), device=str(self.engine.device))
+            raise UsageError(f"state_dict: {path}: only .safetensors state dicts are loaded (pickles are refused)")
+        try:
+            state = load_file(str(path), device=str(self.engine.device))
+        except Exception as exc:  # noqa: BLE001 - missing file or not a safetensors file (SafetensorError)
+            raise UsageError(f"state_dict: {path}: {exc}") from exc
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         if unexpected:
-            raise ValueError(f"{path}: keys not in the model: {unexpected[:5]}")
+            raise UsageError(f"state_dict: {path}: keys not in the model: {unexpected[:5]}")
         self.model.tie_weights()
         self.state_dict_digest = file_digest(path)
 

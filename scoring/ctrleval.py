@@ -87,6 +87,14 @@ def relevance_from_likelihoods(s: np.ndarray, label_index: int) -> float:
     return float((weights * p_attribute).sum())  # Eq. 17
 
 
+def _read_param_file(name: str, read, path):
+    """Read a parameter's file; a missing or malformed one is a UsageError naming the param."""
+    try:
+        return read(path)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{name}: {exc}") from exc
+
+
 def masked_source(sentences: Sequence[str], index: int) -> str:
     """The coherence source for sentence `index`: the original's
     `' '.join(before) + ' <mask_1> ' + ' '.join(after)`, edge spaces included."""
@@ -122,17 +130,18 @@ class CTRLEval:
             prompts = str(resource_path(prompts))
         if verbalizers:
             verbalizers = str(resource_path(verbalizers))
+        # parameter files first: a wrong path fails before any model loads
+        self.iwf_path = str(iwf)
+        self.iwf = _read_param_file("iwf", load_iwf, iwf)
+        self.prompts = _read_param_file("prompts", lambda path: read_lines(path, "prompt"), prompts) if prompts else None
+        self.verbalizer = _read_param_file("verbalizers", Verbalizer.from_file, verbalizers) if verbalizers else None
         self.source = resolve_model(model, revision=revision, cache_dir=cache_dir)
         self.tokenizer = load_tokenizer(self.source)
         self.model = load_pretrained(AutoModelForSeq2SeqLM, self.source, dtype=dtype, device=device)
-        self.iwf_path = str(iwf)
-        self.iwf = load_iwf(iwf)
         if len(self.iwf) < len(self.tokenizer):
-            raise ValueError(f"IWF table {iwf} has {len(self.iwf)} entries but the tokenizer has {len(self.tokenizer)} ids")
+            raise UsageError(f"iwf: table {iwf} has {len(self.iwf)} entries but the tokenizer of {model} has {len(self.tokenizer)} ids")
         if MASK not in self.tokenizer.get_vocab():
-            raise ValueError(f"tokenizer of {model} has no sentence mask token {MASK}")
-        self.prompts = read_lines(prompts, "prompt") if prompts else None
-        self.verbalizer = Verbalizer.from_file(verbalizers) if verbalizers else None
+            raise UsageError(f"model: tokenizer of {model} has no sentence mask token {MASK}")
         self.prompt_files = (prompts, verbalizers)
         self.dtype = dtype
         self.max_length = int(max_length)

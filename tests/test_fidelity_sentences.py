@@ -27,7 +27,10 @@ def test_punkt_is_nltks_tokenizer_class():
     assert type(tokenizer) is PunktSentenceTokenizer
     params = tokenizer._params
     assert len(params.abbrev_types) == 156 and {"mr", "dr", "u.s", "sen", "jan"} <= params.abbrev_types
-    assert len(params.sent_starters) == 39 and len(params.collocations) == 37 and len(params.ortho_context) == 20366
+    # ortho_context is a defaultdict that tokenizing fills with zeros for unseen words
+    trained = {word: flags for word, flags in params.ortho_context.items() if flags}
+    assert len(params.sent_starters) == 39 and len(params.collocations) == 37 and len(trained) == 20366
+    assert trained["the"] > 0 and params.ortho_context["zzz-unseen"] == 0
 
 
 def test_unknown_splitter_is_refused():

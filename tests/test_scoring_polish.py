@@ -172,3 +172,24 @@ def test_splits_usage_errors():
                          ({"protocol": "acd", "duplicates": "all"}, "duplicates"), ({"protocol": "acd", "alpha": 1.5}, "alpha")):
         with pytest.raises(UsageError, match=name):
             build_splits(universe, **kwargs)
+
+
+def test_missing_or_bad_parameter_files_name_the_param(tiny_models, tmp_path):
+    from scoring.bartscore import BARTScoreMetric
+    from scoring.ctrleval import CTRLEval
+
+    with pytest.raises(UsageError, match="iwf: .*nope.txt"):
+        CTRLEval(tiny_models["pegasus"], iwf=str(tmp_path / "nope.txt"))
+    bad = tmp_path / "bad_iwf.txt"
+    bad.write_text("0.5\nnot-a-number\n")
+    with pytest.raises(UsageError, match="iwf: .*bad_iwf.txt:2"):
+        CTRLEval(tiny_models["pegasus"], iwf=str(bad))
+    with pytest.raises(UsageError, match="prompts: .*missing_prompts.txt"):
+        CTRLEval(tiny_models["pegasus"], iwf=tiny_models["iwf"], prompts=str(tmp_path / "missing_prompts.txt"), verbalizers="verbal_senti")
+    garbage = tmp_path / "weights.safetensors"
+    garbage.write_text("garbage")
+    for state_dict in (str(garbage), str(tmp_path / "absent.safetensors"), str(tmp_path / "weights.bin")):
+        with pytest.raises(UsageError, match="state_dict: "):
+            BARTScoreMetric(model=tiny_models["bart"], state_dict=state_dict)
+    with pytest.raises(UsageError, match="prompts: "):
+        BARTScoreMetric(model=tiny_models["bart"], prompts="no_such_prompt_set")
