@@ -74,6 +74,7 @@ def describe_metric(config: JobConfig, spec: MetricSpec) -> MetricInfo:
     CPU-only head), in one Ray task with the actors' resources (Ray must be up)."""
     params = metric_params(config, spec)
     cls = metric_class_for(spec)
+    _check_params(spec, params)
     if config.pool.num_gpus:
         import ray
 
@@ -110,6 +111,16 @@ def _describe(spec: MetricSpec, cls: type, params: dict[str, Any], remote: bool)
         "output_columns": tuple(metric.output_columns),
         "described_on": described_on,
     }
+
+
+def _check_params(spec: MetricSpec, params: dict[str, Any]) -> None:
+    """Unknown or missing constructor parameters, named before anything is loaded."""
+    from scoring.registry import check_params
+
+    try:
+        check_params(spec.name, params)
+    except ValueError as exc:
+        raise ConfigError(f"metric {spec.label!r}: {exc}") from exc
 
 
 def _device_of(metric) -> str | None:
