@@ -1,4 +1,5 @@
-"""BARTScore (Yuan, Neubig, Liu 2021): text quality as seq2seq log-likelihood.
+"""BARTScore (Yuan, Neubig, Liu 2021): text quality as seq2seq log-likelihood (docs/metrics.md,
+B1-B6; behaviours of the original code: docs/fidelity.md).
 
 score(x -> y) = (1/|y|) sum_t log p(y_t | y_<t, x)   (paper Eq. 2 with uniform weights), so a
 score is always < 0 and higher is better. Directions over canonical rows: s->h =

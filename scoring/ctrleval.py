@@ -1,5 +1,5 @@
 """CTRLEval (Ke et al., ACL 2022): unsupervised evaluation of controlled generation by
-PEGASUS text infilling.
+PEGASUS text infilling (docs/metrics.md, C1-C4; the original's behaviours: docs/fidelity.md).
 
 Input I = (prefix X, attribute a, text Y). lm_score(src, tgt) = -mean token NLL of tgt given
 src (decoder start = pad). Weights (Eq. 5-7): ISF(s) = max IWF over the token ids of s,

@@ -1,4 +1,5 @@
-"""The likelihood engine shared by every model metric: per-target mean token NLL.
+"""The likelihood engine shared by every model metric: per-target mean token NLL (docs/metrics.md,
+L1).
 
 Seq2seq: `mean_nll(sources, targets_per_source)` encodes each source once and decodes all of
 its targets against the cached encoder states (prompt ensembles, multi-reference, CTRLEval

@@ -1,4 +1,4 @@
-"""Perplexity under a causal LM, the usual CTG fluency baseline.
+"""Perplexity under a causal LM, the usual CTG fluency baseline (docs/metrics.md, P1).
 
 PPL(x) = exp( (1/N) sum_{t=1..N} -log p(x_t | BOS, x_<t) ): the model's BOS token (EOS when it
 has none, as for GPT-2 where both are `<|endoftext|>`) is prepended so the first word is

@@ -6,12 +6,11 @@ from __future__ import annotations
 import math
 import statistics
 
-import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
 
-from scoring.bartscore import BARTScorer, BARTScoreMetric
+from scoring.bartscore import BARTScoreMetric, BARTScorer
 from scoring.ctrleval import CTRLEval, Verbalizer
 from scoring.iwf import load_iwf
 from scoring.perplexity import Perplexity
