@@ -146,6 +146,9 @@ class SequenceClassifier:
         """[N, num_labels] float32 logits in input order, and which inputs were truncated."""
         import torch
 
+        from scoring.params import check_text_list
+
+        texts = check_text_list("texts", texts)
         if not texts:
             return np.zeros((0, len(self.id2label)), dtype=np.float32), []
         full = self.tokenizer(list(texts), truncation=False, verbose=False)["input_ids"]
