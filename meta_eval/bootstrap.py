@@ -394,7 +394,7 @@ def compare_metrics(metrics: np.ndarray, names: Sequence[str], human: np.ndarray
     sig = signature(level, (method,), variant, n_resamples, seed, prep.n_units, alpha)
     return SignificanceBlock(human=human_name, level=level, method=method, test="bootstrap", alpha=alpha,
                              n_rows=len(human), metrics=tuple(names), intervals=intervals,
-                             comparisons=comparisons, signature=str(sig))
+                             comparisons=comparisons, signature=str(sig), resamples=n_resamples)
 
 
 def paired_bootstrap(a, b, human, level: str = "sample", method: str = "spearman", variant: str = "b",

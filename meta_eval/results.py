@@ -96,6 +96,7 @@ class SignificanceBlock:
     intervals: tuple[MetricInterval, ...]
     comparisons: tuple[PairComparison, ...]  # both directions: (a, b) and (b, a)
     signature: str
+    resamples: int = 0  # bootstrap resamples, or subsample draws
 
     def comparison(self, a: str, b: str) -> PairComparison:
         for comp in self.comparisons:

@@ -184,4 +184,4 @@ def compare_metrics(metrics: np.ndarray, names: Sequence[str], human: np.ndarray
         "better": f"wins > {threshold:g} of {draws}", **library_versions("scipy", "numpy")})
     return SignificanceBlock(human=human_name, level=level, method=method, test="bartscore_subsample", alpha=alpha,
                              n_rows=len(human), metrics=tuple(names), intervals=tuple(intervals),
-                             comparisons=comparisons, signature=str(sig))
+                             comparisons=comparisons, signature=str(sig), resamples=draws)

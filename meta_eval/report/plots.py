@@ -115,12 +115,11 @@ def significance(group: GroupResult, block: SignificanceBlock):
     if block.test == "bootstrap":
         image = _heatmap(ax, matrix, metrics, metrics, "viridis_r", 0.0, 1.0)
         label = f"p-value: row better than column\n(significant below {block.alpha:g})"
-        test = f"paired bootstrap, N={block.signature.split('resamples:')[1].split('|')[0]}" \
-            if "resamples:" in block.signature else "paired bootstrap"
+        test = f"paired bootstrap, N={block.resamples}"
     else:
         image = _heatmap(ax, matrix, metrics, metrics, "viridis", 0.0, 1.0)
         label = f"share of draws the row wins\n(significant above {1 - block.alpha:g})"
-        test = "BARTScore subsample test"
+        test = f"BARTScore subsample test, {block.resamples} draws"
     fig.colorbar(image, ax=ax, label=label)
     ax.set_title(f"{group.name}: {short(block.human, 40)}\n{block.level} level, {block.method}; {test}", fontsize=10)
     fig.tight_layout()
