@@ -351,12 +351,16 @@ def _list_shards(uri: str, fs) -> list[ShardInfo]:
 
 
 def _require_bucket(fs, uri: str) -> None:
-    """`exists` on a missing bucket says False; name the bucket instead of the key."""
+    """`exists` on a missing bucket says False; name the bucket instead of the key. A role
+    allowed to use a prefix but not to look at the bucket (403 here) is not refused: the
+    operation that follows says whether it may read or write."""
     bucket = bucket_of(uri)
     try:
         fs.call_s3("head_bucket", Bucket=bucket)
     except FileNotFoundError as exc:
         raise StorageError(f"cannot use {uri}: bucket '{bucket}' does not exist") from exc
+    except PermissionError:
+        pass
 
 
 def check_shard(info: ShardInfo, fs, needed: tuple[str, ...], read_ids: bool = True) -> ShardCheck:
