@@ -78,16 +78,17 @@ def render(comparisons, fmt: str) -> str:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from ctgscore.cli.meta import make_runner
-    from ctgscore.scores import load_scores
-    from meta_eval import compare
-
     if args.resamples < 1 or args.trials < 1 or args.tasks < 0:
         raise UsageError("--resamples and --trials must be >= 1 and --tasks >= 0")
     if not 0 < args.alpha < 1:
         raise UsageError(f"--alpha {args.alpha}: expected a number between 0 and 1")
     fmt = output_format(args)
     output = common.check_output_file(args.output) if args.output else None
+    common.check_input_path(args.scores, "scores")
+    from ctgscore.cli.meta import make_runner  # heavy imports after the cheap checks
+    from ctgscore.scores import load_scores
+    from meta_eval import compare
+
     frame = load_scores(args.scores)
     columns = args.columns or default_columns(frame)
     if not columns:

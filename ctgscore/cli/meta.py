@@ -74,7 +74,6 @@ def read_table(args: argparse.Namespace):
     """The scores as a `meta_eval.io.Table`; a missing path or column is the user's input problem."""
     from meta_eval import io
 
-    common.check_input_path(args.scores, "scores")
     try:
         return io.read_table(args.scores, humans=args.human_columns, metrics=args.metrics)
     except CtgscoreError:
@@ -108,19 +107,21 @@ def run_pipeline(table, args: argparse.Namespace, pairs: str):
 
 
 def handle(args: argparse.Namespace) -> int:
-    from meta_eval import report
-
     if args.resamples < 0 or args.tasks < 0 or args.draws < 1 or args.trials < 1:
         raise UsageError("--resamples and --tasks must be >= 0, --draws and --trials >= 1")
     started = time.time()
+    easy = parse_pairs(args.easy_pairs, "--easy-pairs") if args.easy_pairs is not None else None
+    hard = parse_pairs(args.hard_pairs, "--hard-pairs") if args.hard_pairs is not None else None
+    common.check_input_path(args.scores, "scores")
     output = common.prepare_output_dir(args.output, "report folder")
+    from meta_eval import report  # heavy (pandas, scipy, matplotlib): after the cheap checks
+
     table = read_table(args)
     if args.lower_is_better is not None:
         table.lower_is_better = set(args.lower_is_better)
     pairs = args.pairs
-    if args.easy_pairs is not None or args.hard_pairs is not None:
-        table.easy_pairs = parse_pairs(args.easy_pairs or [], "--easy-pairs")
-        table.hard_pairs = parse_pairs(args.hard_pairs or [], "--hard-pairs")
+    if easy is not None or hard is not None:
+        table.easy_pairs, table.hard_pairs = easy or [], hard or []
         pairs = "given"
     if not table.metrics:
         raise InputError(f"scores {args.scores}: no metric columns found (pass --metrics)")
