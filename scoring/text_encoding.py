@@ -11,6 +11,7 @@ Two tokenisation styles (docs/metrics.md, "Tokenisation around special tokens"):
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Sequence
@@ -54,8 +55,7 @@ def slow_style_ids(tokenizer, texts: Sequence[str], add_eos: bool) -> list[list[
     appended when `add_eos`): special tokens cut out with the whitespace around them, each
     piece between them encoded on its own after sentencepiece-style whitespace
     normalisation."""
-    specials = sorted(set(tokenizer.all_special_tokens), key=len, reverse=True)
-    cutter = re.compile("(" + "|".join(re.escape(token) for token in specials) + ")")
+    cutter = _special_token_cutter(tuple(sorted(set(tokenizer.all_special_tokens), key=lambda t: (-len(t), t))))
     plans: list[list[int | str]] = []  # per text: special-token ids and pieces of text
     pieces: list[str] = []
     for text in texts:
@@ -82,6 +82,12 @@ def slow_style_ids(tokenizer, texts: Sequence[str], add_eos: bool) -> list[list[
             ids.append(tokenizer.eos_token_id)
         result.append(ids)
     return result
+
+
+@functools.lru_cache(maxsize=8)
+def _special_token_cutter(specials: tuple[str, ...]) -> re.Pattern:
+    """A pattern that splits text at (and captures) the special tokens, longest first."""
+    return re.compile("(" + "|".join(re.escape(token) for token in specials) + ")")
 
 
 def read_lines(path, what: str) -> list[str]:
