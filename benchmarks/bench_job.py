@@ -8,6 +8,10 @@ A. steady-state rows/s of the Ray job over the in-process scorer's rows/s, same 
    Ray run and averaged (the machine is shared, so load drifts).
 B. a re-run over an unchanged corpus of >= 100k rows with text_stats takes <= 5% of the first
    run's time; plus a nightly-style re-run with one shard changed (row-level reuse).
+C. one read for several metrics: two metrics (text_stats, and text_stats again under a second
+   label) in one job, each unit read once and passed through both pools (chained
+   `map_batches`), against the same two metrics as two separate jobs (two reads), on the same
+   Ray; best of two rounds each.
 
     .venv/bin/python -m benchmarks.bench_job            # writes benchmarks/results/job.md
 """
@@ -85,11 +89,44 @@ def in_process_rows_per_s(metric, rows: list[dict], batch_size: int) -> float:
     return len(rows) / (time.perf_counter() - started)
 
 
+def chained_vs_separate(work: pathlib.Path) -> list[str]:
+    """Section C: one job with two metrics (one read per unit) vs two one-metric jobs."""
+    from ray_jobs.config import parse_config
+    from ray_jobs.score_corpus import run_job
+
+    metrics = [{"name": "text_stats"}, {"name": "text_stats", "label": "text_stats_2"}]
+
+    def config(out: str, chosen: list[dict]):
+        return parse_config({"input": str(work / "big"), "output": str(work / out), "metrics": chosen,
+                             "batch_size": 2000, "part_rows": 10_000, "progress": False,
+                             "pool": {"min_size": 1, "max_size": 2, "num_cpus": 0.5}})
+
+    chained, separate = [], []
+    for round_ in range(2):
+        started = time.perf_counter()
+        run_job(config(f"chained-{round_}", metrics))
+        chained.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        run_job(config(f"separate-{round_}-a", metrics[:1]))
+        run_job(config(f"separate-{round_}-b", metrics[1:]))
+        separate.append(time.perf_counter() - started)
+    return [
+        "## C. One read for several metrics (2 metrics, same corpus, same Ray)",
+        "",
+        "| run | wall s (best of 2) |",
+        "|---|---|",
+        f"| one job, units read once, chained pools | {min(chained):.2f} |",
+        f"| two jobs, one metric each (two reads) | {min(separate):.2f} |",
+        "",
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ppl-rows", type=int, default=3200)
     parser.add_argument("--min-rows", type=int, default=100_000)
     parser.add_argument("--keep", action="store_true", help="keep the temp folder")
+    parser.add_argument("--only-chained", action="store_true", help="run section C only and print it")
     args = parser.parse_args(argv)
 
     import ray
@@ -103,6 +140,16 @@ def main(argv: list[str] | None = None) -> int:
 
     work = pathlib.Path(tempfile.mkdtemp(prefix="bench-job-"))
     temp_dir = tempfile.mkdtemp(prefix="rjb", dir="/tmp")
+    if args.only_chained:
+        try:
+            build_corpus(work / "big", args.min_rows, shards=20)
+            ray.init(num_cpus=2, include_dashboard=False, object_store_memory=1 << 30, _temp_dir=temp_dir, log_to_driver=False)
+            print("\n".join(chained_vs_separate(work)))
+        finally:
+            ray.shutdown()
+            shutil.rmtree(temp_dir, ignore_errors=True)
+            shutil.rmtree(work, ignore_errors=True)
+        return 0
     try:
         big_rows, description = build_corpus(work / "big", args.min_rows, shards=20)
         subset(work / "big", work / "ppl", args.ppl_rows, shards=8)
@@ -170,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         ts = build_metric("text_stats")
         big_table = pa.concat_tables([pq.read_table(p) for p in sorted((work / "big").glob("*.parquet"))])
         in_ts = in_process_rows_per_s(ts, big_table.slice(0, 20000).to_pylist(), 2000)
+        chained_lines = chained_vs_separate(work)
     finally:
         ray.shutdown()
         shutil.rmtree(temp_dir, ignore_errors=True)
@@ -217,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"In-process text_stats for reference: {in_ts:.0f} rows/s (the first run also reads, keys and writes every row).",
         "",
+        *chained_lines,
     ]
     text = "\n".join(lines)
     print(text)
