@@ -175,12 +175,16 @@ def win_fractions(frame, column, lower_is_better=False, system_col="system", doc
 
 
 def transfer_table(frame, metrics, human, group_col="dataset", method="spearman", variant="b") -> pd.DataFrame:
-    """Sample-level correlation of each metric with `human` per dataset group (rows: metrics)."""
+    """Sample-level correlation of each metric with `human` per dataset group (rows: metrics),
+    over the rows where both are finite (NaN with fewer than two such rows)."""
     out = {}
     for group, sub in frame.groupby(group_col, sort=True):
-        out[group] = {m: correlate(sub[m], sub[human], method, variant)
-                      if np.isfinite(sub[[m, human]].to_numpy(float)).all(axis=1).sum() >= 2 else np.nan
-                      for m in metrics}
+        values = {}
+        for m in metrics:
+            pair = sub[[m, human]].to_numpy(dtype=float)
+            pair = pair[np.isfinite(pair).all(axis=1)]
+            values[m] = correlate(pair[:, 0], pair[:, 1], method, variant) if len(pair) >= 2 else np.nan
+        out[group] = values
     return pd.DataFrame(out).reindex(metrics)
 
 

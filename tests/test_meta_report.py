@@ -278,3 +278,20 @@ def test_missing_path_and_column_are_input_errors(shared_data, tmp_path):
     folder, _, _ = _scores_like_output(shared_data, tmp_path)
     with pytest.raises(InputError, match="bleurt"):
         io.read_table(str(folder), metrics=["bleurt"])
+
+
+def test_sign_convention_holds_in_the_transfer_table_too(shared_data, tmp_path):
+    folder, frame, _ = _scores_like_output(shared_data, tmp_path)
+    two = pd.concat([frame, frame.assign(id=frame["id"] + "-b", dataset="other",
+                                         perplexity=frame["perplexity"] * 2 + 1)])
+    two.to_parquet(tmp_path / "two.parquet", index=False)
+    table = io.read_table(str(tmp_path / "two.parquet"), humans=["human_fluency"])
+    result = pipeline.run_meta(table, pipeline.Options(resamples=0, methods=["spearman"], run_checklist=False))
+    [transfer] = result.transfer
+    row = transfer.values[transfer.metrics.index("perplexity")]
+    for dataset, value in zip(transfer.datasets, row):
+        corr = result.group(dataset).correlation("perplexity", "human_fluency", "sample", "spearman").value
+        part = two[two["dataset"] == dataset].dropna(subset=["perplexity"])
+        assert value == pytest.approx(corr) == pytest.approx(-stats.spearmanr(part["perplexity"],
+                                                                             part["human_fluency"]).statistic)
+    assert result.groups[0].omitted["significance"].startswith("turned off")
