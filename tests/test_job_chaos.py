@@ -36,11 +36,13 @@ FAKE_AWS = {
 class ChaosProxy:
     """Loopback TCP proxy to `127.0.0.1:target`. Each chunk a client sends is, with probability
     `rate`, answered by a reset (RST) instead of being forwarded, or forwarded with the reply
-    cut off after its first bytes. At most `max_faults` faults; the proxy stops by itself after
-    `lifetime_s` seconds."""
+    cut off after its first bytes (or, after `dead_after` chunks, every chunk is reset). At most
+    `max_faults` random faults; the proxy stops by itself after `lifetime_s` seconds."""
 
-    def __init__(self, target: int, rate: float, seed: int = 0, max_faults: int = 10_000, lifetime_s: float = 600):
+    def __init__(self, target: int, rate: float, seed: int = 0, max_faults: int = 10_000, lifetime_s: float = 600,
+                 dead_after: int | None = None):
         self.target, self.rate, self.max_faults, self.lifetime_s = target, rate, max_faults, lifetime_s
+        self.dead_after = dead_after  # after this many chunks every chunk is reset: the endpoint "dies"
         self.random = random.Random(seed)
         self.port = free_port()
         self.faults = {"reset": 0, "cut": 0}
@@ -78,6 +80,9 @@ class ChaosProxy:
 
     def _fault(self) -> str | None:
         self.chunks += 1
+        if self.dead_after is not None and self.chunks > self.dead_after:
+            self.faults["reset"] += 1
+            return "reset"
         if sum(self.faults.values()) >= self.max_faults or self.random.random() >= self.rate:
             return None
         kind = self.random.choice(("reset", "cut"))
@@ -134,8 +139,8 @@ def _s3(endpoint: str):
     return s3fs.S3FileSystem(key="testing", secret="testing", client_kwargs={"endpoint_url": endpoint}, skip_instance_cache=True)
 
 
-def _run_job(config_path: pathlib.Path, timeout: float = 400) -> subprocess.CompletedProcess:
-    env = child_env(**FAKE_AWS)
+def _run_job(config_path: pathlib.Path, timeout: float = 400, **extra_env: str) -> subprocess.CompletedProcess:
+    env = child_env(**FAKE_AWS, **extra_env)
     env.pop("AWS_ENDPOINT_URL", None)
     return subprocess.run(
         [sys.executable, "-m", "ray_jobs.score_corpus", "--config", str(config_path)],
@@ -253,6 +258,46 @@ def test_proxy_resets_a_fraction_of_requests(moto):
 def test_job_through_a_flaky_proxy_loses_nothing(moto, tmp_path):
     result = chaos_round(tmp_path, moto, rate=0.1, seed=7)
     assert sum(result["faults"].values()) > 0, result  # faults really happened
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_endpoint_dying_mid_job_fails_cleanly_and_the_rerun_completes(moto, tmp_path):
+    fs = _s3(moto)
+    fs.mkdir("dying-in")
+    expected = []
+    for path in make_corpus(tmp_path / "in", shards=6, rows=20):
+        fs.put_file(str(path), f"dying-in/dump/{path.name}")
+        expected.extend(pq.read_table(path, columns=["id"]).column("id").to_pylist())
+    ray_dir = tempfile.mkdtemp(prefix="rdie", dir="/tmp")
+    port = int(moto.rsplit(":", 1)[1])
+    output = "s3://chaos-out/dying"
+    fs.mkdir("chaos-out")
+    config = {"input": "s3://dying-in/dump"}
+    try:
+        with ChaosProxy(port, rate=0.0, dead_after=60) as proxy:  # alive for the plan, dead while scoring
+            path = _write_config(tmp_path / "dying.json", proxy.endpoint, ray_dir, output)
+            path.write_text(json.dumps({**json.loads(path.read_text()), **config}))
+            first = _run_job(path, CTGSCORE_S3_MAX_ATTEMPTS="2")
+        assert first.returncode == 1, first.stderr[-3000:]
+        lines = [line for line in first.stderr.splitlines() if line.strip()]
+        assert "Traceback" not in first.stderr and lines[-1].startswith("error: "), first.stderr[-3000:]
+        assert _debris(fs, "chaos-out/dying") == []
+
+        path = _write_config(tmp_path / "alive.json", moto, ray_dir, output)
+        path.write_text(json.dumps({**json.loads(path.read_text()), **config}))
+        again = _run_job(path)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert sorted(_output_ids(fs, "chaos-out/dying")) == sorted(expected)
+        assert _debris(fs, "chaos-out/dying") == []
+        print("dying endpoint:", lines[-1], f"({proxy.chunks} chunks through the proxy)")
+    finally:
+        for pid in pids_using(ray_dir):
+            try:
+                __import__("os").kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        subprocess.run(["rm", "-rf", ray_dir], check=False)
 
 
 if __name__ == "__main__":  # the fault-rate sweep for the README
