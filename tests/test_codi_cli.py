@@ -41,6 +41,9 @@ def test_convert_score_report(shared_data, tmp_path, capsys):
     scores = {s["id"]: s for s in pq.read_table(scores_path).to_pylist()}
     assert len(rows) == len(scores) == 2 * 6 * 60
     assert all(s["error"] is None and s["signature"].startswith("metric:codi") for s in scores.values())
+    # the CoDI output has the one output layout: row keys and the carried columns too
+    assert len({s["row_key"] for s in scores.values()}) == len(scores)
+    assert all(s["system"] == row["system"] and s["doc_id"] == row["doc_id"] for row in rows for s in [scores[row["id"]]])
 
     # independent recomputation of the accuracies from the scores file
     success = defaultdict(list)
