@@ -171,3 +171,20 @@ def test_internal_error_is_one_line_and_debug_shows_traceback(rows_file, tmp_pat
     assert main([*args, "--debug"]) == 1
     err = capsys.readouterr().err
     assert "Traceback" in err and err.strip().splitlines()[-1] == "error: internal error: RuntimeError: boom"
+
+
+def test_run_flags_become_config_overrides(tmp_path):
+    """`--prune`, `--max-error-rate`, `--no-progress` and `--set` reach the job config."""
+    from ctgscore.cli import run
+    from ctgscore.cli.main import build_parser
+    from ray_jobs.config import load_config
+
+    config = tmp_path / "job.yaml"
+    config.write_text("input: data\noutput: out\nmetrics: [{name: text_stats}]\n")
+    args = build_parser().parse_args(["run", str(config), "--prune", "--max-error-rate", "0.25", "--no-progress",
+                                      "--set", "pool.max_size=3", "--set", "batch_size=7"])
+    values = run.overrides(args)
+    assert values == {"pool.max_size": "3", "batch_size": "7", "prune": "true", "max_error_rate": "0.25",
+                      "progress": "false"}
+    job = load_config(run.config_path(args), overrides=values)
+    assert (job.prune, job.max_error_rate, job.progress, job.pool.max_size, job.batch_size) == (True, 0.25, False, 3, 7)
