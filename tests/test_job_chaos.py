@@ -141,7 +141,7 @@ def _s3(endpoint: str):
 
 def _run_job(config_path: pathlib.Path, timeout: float = 400, **extra_env: str) -> subprocess.CompletedProcess:
     env = child_env(**FAKE_AWS, **extra_env)
-    env.pop("AWS_ENDPOINT_URL", None)
+    env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{free_port()}"  # whatever ignores the config: a dead loopback port
     return subprocess.run(
         [sys.executable, "-m", "ray_jobs.score_corpus", "--config", str(config_path)],
         env=env, capture_output=True, text=True, timeout=timeout,

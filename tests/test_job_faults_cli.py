@@ -40,7 +40,7 @@ FAKE_AWS = {
 
 def run(entry: str, config: pathlib.Path, timeout: float = 300) -> subprocess.CompletedProcess:
     env = child_env(**FAKE_AWS)
-    env.pop("AWS_ENDPOINT_URL", None)
+    env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{free_port()}"  # whatever ignores the config: a dead loopback port
     return subprocess.run([*ENTRY_POINTS[entry], str(config)], env=env, capture_output=True, text=True, timeout=timeout)
 
 

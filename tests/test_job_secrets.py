@@ -14,7 +14,7 @@ import tempfile
 
 import pytest
 
-from tests.job_support import child_env, make_corpus, pids_using, start_moto, stop_group
+from tests.job_support import child_env, free_port, make_corpus, pids_using, start_moto, stop_group
 
 SECRET = "ctgFAKEsecret/9dQ2+never-log-me-Zx81"
 KEY_ID = "AKIACTGSCOREFAKE0042"
@@ -84,7 +84,7 @@ def test_no_secret_in_ray_logs_outputs_or_console(tmp_path):
             AWS_DEFAULT_REGION="us-east-1",
             AWS_EC2_METADATA_DISABLED="true",
         )
-        env.pop("AWS_ENDPOINT_URL", None)
+        env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{free_port()}"  # whatever ignores the config: a dead loopback port
         run = subprocess.run(
             [sys.executable, "-m", "ray_jobs.score_corpus", "--config", str(config)],
             env=env,

@@ -117,7 +117,9 @@ def test_endpoint_comes_from_settings_and_failures_name_the_bucket(s3, tiny_mode
 
 def _job(config: pathlib.Path) -> subprocess.CompletedProcess:
     env = child_env(**FAKE_AWS)
-    env.pop("AWS_ENDPOINT_URL", None)  # the endpoint comes from the job config only
+    # the endpoint comes from the job config only; anything that ignores it meets a dead
+    # loopback port (never a real AWS endpoint)
+    env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{free_port()}"
     return subprocess.run(
         [sys.executable, "-m", "ray_jobs.score_corpus", "--config", str(config)],
         env=env, capture_output=True, text=True, timeout=400,
