@@ -150,6 +150,20 @@ def prepare_output_dir(path: str, what: str = "output folder") -> pathlib.Path:
     return folder
 
 
+def write_parquet_atomic(table, path: pathlib.Path) -> None:
+    """Write a Parquet file under a hidden temp name in the same folder, then rename it into
+    place: an interrupted run leaves no half-written output."""
+    import pyarrow.parquet as pq
+
+    temp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        pq.write_table(table, temp)
+        os.replace(temp, path)
+    finally:
+        if temp.exists():
+            temp.unlink()
+
+
 def check_input_path(path: str, what: str = "input") -> None:
     """A local input must exist (s3:// inputs are checked where they are read)."""
     if "://" not in path and not os.path.exists(path):

@@ -95,8 +95,6 @@ def handle_convert(args: argparse.Namespace) -> int:
 
 
 def handle_score(args: argparse.Namespace) -> int:
-    import pyarrow.parquet as pq
-
     from ctgscore.cli.score import check_columns, read_input, score_table
     from scoring.registry import build_metric, check_params
 
@@ -108,7 +106,7 @@ def handle_score(args: argparse.Namespace) -> int:
     metric = build_metric("codi", params)
     table = table.select(check_columns(table, metric, args.input))
     result = score_table(metric, table, args.chunk_rows, progress=common.progress_enabled(args))
-    pq.write_table(result, output)
+    common.write_parquet_atomic(result, output)
     errors = result.num_rows - result.column("error").null_count
     problem = common.error_rate_message("metric codi", errors, result.num_rows, args.max_error_rate)
     common.emit(args, {"ok": problem is None, "command": "constraints score", "output": str(output),

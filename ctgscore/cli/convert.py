@@ -39,8 +39,6 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    import pyarrow.parquet as pq
-
     from ctgscore import convert
 
     aligned = args.candidates is not None
@@ -60,7 +58,7 @@ def handle(args: argparse.Namespace) -> int:
         table, report = convert.convert_aligned(args.candidates, args.references, args.sources, constants, prefix)
     else:
         table, report = convert.convert_file(args.input, args.format, mapping, constants, prefix)
-    pq.write_table(table, output)
+    common.write_parquet_atomic(table, output)
     report.output = str(output)
     summary = {"ok": True, "command": "convert", **vars(report)}
     if args.report:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import traceback
 from typing import Sequence
@@ -91,6 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.handler(args) or 0)
     except KeyboardInterrupt:
         return _report("interrupted", 130, as_json)
+    except BrokenPipeError:  # `ctgscore metrics | head`: the reader left, nothing to report
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except CtgscoreError as exc:
         if debug:
             traceback.print_exc()

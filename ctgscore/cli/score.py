@@ -91,8 +91,6 @@ def score_table(metric, table, chunk_rows: int = 256, progress: bool = True):
 
 
 def handle(args: argparse.Namespace) -> int:
-    import pyarrow.parquet as pq
-
     from scoring.errors import UsageError
     from scoring.registry import build_metric, check_params
 
@@ -106,7 +104,7 @@ def handle(args: argparse.Namespace) -> int:
     metric = build_metric(args.metric, params)
     table = table.select(check_columns(table, metric, args.input))
     result = score_table(metric, table, args.chunk_rows, progress=common.progress_enabled(args))
-    pq.write_table(result, output)
+    common.write_parquet_atomic(result, output)
     errors = result.num_rows - result.column("error").null_count
     problem = common.error_rate_message(f"metric {metric.name}", errors, result.num_rows, args.max_error_rate)
     summary = {"ok": problem is None, "command": "score", "metric": metric.name, "output": str(output),
