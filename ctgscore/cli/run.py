@@ -21,7 +21,7 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
                     "incremental. See examples/*.yaml and docs/job.md.",
     )
     parser.add_argument("config_path", nargs="?", metavar="JOB.yaml", help="job config")
-    parser.add_argument("-c", "--config", dest="config_flag", metavar="JOB.yaml",
+    parser.add_argument("--config", dest="config_flag", metavar="JOB.yaml",
                         help="job config (same as the positional argument)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                         help="override a config key, e.g. --set pool.max_size=4 --set output=s3://b/out; repeatable")
@@ -65,7 +65,9 @@ def handle(args: argparse.Namespace) -> int:
     }
     summary = {"ok": not problems, "command": "run", "output": manifest.get("output") or getattr(config, "output", None),
                "manifest": manifest.get("manifest"), "metrics": metrics, "wall_s": manifest.get("wall_s"),
-               "bad_shards": manifest.get("bad_shards", []), "errors": problems}
+               "bad_shards": manifest.get("bad_shards", []), "errors": problems,
+               "pruned": sorted({uri for report in manifest.get("metrics", {}).values()
+                                 for uri in report.get("pruned_outputs", [])})}
     common.emit(args, summary, score_corpus.summary_line(manifest))
     if problems:
         print(f"error: {'; '.join(problems)}", file=sys.stderr)
