@@ -37,7 +37,8 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level for `better`")
     parser.add_argument("--lower-is-better", nargs="*", default=None, metavar="COLUMN",
                         help="columns where lower is better (default: perplexity columns)")
-    parser.add_argument("--tasks", type=int, default=0, help="Ray tasks for resamples (0 = in this process)")
+    parser.add_argument("--tasks", type=int, default=0,
+                        help="Ray tasks for the resamples (0 or 1: in this process); same numbers either way")
     parser.add_argument("--num-cpus", type=float, default=0.5, help="CPUs per Ray task")
     parser.add_argument("-o", "--output", default=None,
                         help="write the tables here (.md, .csv or .json; default: Markdown on stdout)")

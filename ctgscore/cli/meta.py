@@ -1,8 +1,8 @@
 """`ctgscore meta`: correlations with human judgments, paired bootstrap significance between
 metrics, the metric preference checklist, and the report, from stored scores (never re-scores).
 
-With `--tasks N` (N >= 1) the bootstrap's resample blocks run as N Ray tasks; `--tasks 0` runs
-them in this process. Either way the numbers are the same for the same seed.
+With `--tasks N` (N >= 2) the bootstrap's resample blocks run as N Ray tasks; `--tasks 0` or 1
+runs them in this process. Either way the numbers are the same for the same seed.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
                         help="metric score columns (default: every numeric score column)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (0 = no bootstrap)")
-    parser.add_argument("--tasks", type=int, default=2, help="Ray tasks for the bootstrap (0 = in this process)")
+    parser.add_argument("--tasks", type=int, default=2,
+                        help="Ray tasks for the resamples (0 or 1: in this process); same numbers either way")
     parser.add_argument("--num-cpus", type=float, default=0.5, help="CPUs per Ray task")
     parser.add_argument("--level", nargs="+", default=["sample"], choices=LEVELS,
                         help="bootstrap level(s): rows (sample) or documents (document, system) are resampled")
@@ -83,8 +84,8 @@ def read_table(args: argparse.Namespace):
 
 
 def make_runner(tasks: int, num_cpus: float):
-    """The runner the statistics fan out with: Ray tasks, or this process for `--tasks 0`."""
-    if tasks <= 0:
+    """The runner the statistics fan out with: `tasks` Ray tasks, or this process for 0 or 1."""
+    if tasks <= 1:
         from meta_eval.runner import local_runner
 
         return local_runner

@@ -33,7 +33,8 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", required=True, help="output JSON file (its folder must exist)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--restarts", type=int, default=1000, help="hill-climbing restarts (when not exhaustive)")
-    parser.add_argument("--tasks", type=int, default=1, help="Ray tasks for the restarts (1 = in this process)")
+    parser.add_argument("--tasks", type=int, default=1,
+                        help="Ray tasks for the restarts (0 or 1: in this process); same splits either way")
     parser.add_argument("--num-cpus", type=float, default=0.5, help="CPUs per Ray task")
     parser.add_argument("--alpha", type=float, default=0.1, help="Chernoff coefficient alpha (seen side)")
     parser.add_argument("--max-splits", type=int, default=None,
@@ -77,7 +78,7 @@ def build(args: argparse.Namespace, universe):
         universe, args.protocol, seed=args.seed, restarts=args.restarts, alpha=args.alpha,
         max_splits=args.max_splits, seen_size=args.seen_size, search=args.search, moves=args.moves,
         max_iters=args.max_iters, patience=args.patience, exhaustive_limit=args.exhaustive_limit,
-        runner=runner, tasks=args.tasks, recombine=recombine,
+        runner=runner, tasks=max(args.tasks, 1), recombine=recombine,
     )
 
 
@@ -96,8 +97,8 @@ def _handle(args: argparse.Namespace) -> int:
 
     if (args.partition_dir or args.report) and not args.corpus:
         raise UsageError("--partition-dir and --report need --corpus")
-    if args.tasks < 1:
-        raise UsageError(f"--tasks {args.tasks}: expected 1 or more")
+    if args.tasks < 0:
+        raise UsageError(f"--tasks {args.tasks}: expected 0 or more")
     output = common.check_output_file(args.output)
     columns = [c.strip() for c in args.aspect_columns.split(",")] if args.aspect_columns else None
     if args.corpus:
