@@ -69,3 +69,44 @@ def test_run_forms_overrides_summary_and_error_rate(job, tmp_path):
                    cwd=tmp_path, module="ray_jobs.score_corpus")
     assert proc.returncode == 0, proc.stderr
     assert "6 reused" in proc.stdout  # unchanged rows are not scored twice
+
+
+def _numbers(node):
+    """Every number in a JSON document, in order (timings and paths left out)."""
+    if isinstance(node, dict):
+        return [x for key, value in sorted(node.items()) if key not in ("wall_s", "seconds", "elapsed_s")
+                for x in _numbers(value)]
+    if isinstance(node, list):
+        return [x for value in node for x in _numbers(value)]
+    return [node] if isinstance(node, (int, float)) and not isinstance(node, bool) else []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_ray_tasks_give_the_same_numbers_as_one_process(tmp_path, ray_temp):
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    human = rng.normal(size=60)
+    path = tmp_path / "scores.parquet"
+    pq.write_table(pa.table({"id": [f"r{i}" for i in range(60)], "doc_id": [str(i // 3) for i in range(60)],
+                             "system": [f"s{i % 3}" for i in range(60)], "human_q": human,
+                             "m1": human + rng.normal(size=60), "m2": rng.normal(size=60)}), path)
+    env = {"RAY_TMPDIR": ray_temp}
+    reports = {}
+    for tasks in ("0", "2"):
+        out = tmp_path / f"report-{tasks}"
+        proc = run_cli(["meta", "-s", path, "-o", out, "--tasks", tasks, "--resamples", "200", "--trials", "200",
+                        "--no-progress"], env=env)
+        assert proc.returncode == 0, proc.stderr
+        reports[tasks] = json.loads((out / "results.json").read_text())
+    assert _numbers(reports["0"]) == _numbers(reports["2"])
+
+    splits = {}
+    for tasks in ("1", "2"):
+        out = tmp_path / f"splits-{tasks}.json"
+        proc = run_cli(["splits", "--aspects", "Fyelp", "--protocol", "acd", "--search", "climb", "--restarts", "16",
+                        "--max-iters", "50", "--max-splits", "3", "--tasks", tasks, "-o", out], env=env)
+        assert proc.returncode == 0, proc.stderr
+        splits[tasks] = [(s["seen"], s["divergence"]) for s in json.loads(out.read_text())["splits"]]
+    assert splits["1"] == splits["2"] and splits["1"]
