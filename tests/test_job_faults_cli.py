@@ -238,3 +238,29 @@ def test_dead_s3_endpoint(entry, tmp_path):
     dead = f"http://127.0.0.1:{free_port()}"
     config = write_config(tmp_path / "job.json", input="s3://faults-in/dump", output=str(tmp_path / "out"), s3={"endpoint_url": dead})
     assert_clean_failure(run(entry, config), 1, "s3://faults-in/dump", dead)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_leftovers_of_a_crashed_run_are_removed_on_the_next_start(tmp_path, private_ray):
+    make_corpus(tmp_path / "in", shards=2, rows=6)
+    out = tmp_path / "out"
+    config = write_config(
+        tmp_path / "job.json", input=str(tmp_path / "in"), output=str(out), ray={"num_cpus": 2, "temp_dir": private_ray}
+    )
+    first = run("score_corpus", config)
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = committed(out)
+    # what a run killed while writing leaves: temp files next to parts, a write probe, a manifest
+    shard_folder = next(p.parent for p in out.rglob("*.parquet"))
+    planted = [
+        shard_folder / ".part-0000000000-0000000006-0123456789ab.parquet.tmp-1a2b3c4d",
+        out / ".manifest.json.tmp-deadbeef",
+        out / ".ctgscore-probe.tmp-0f0f0f0f",
+    ]
+    for path in planted:
+        path.write_bytes(b"half written")
+    second = run("ctgscore", config)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert not [p for p in planted if p.exists()] and debris(out) == []
+    assert committed(out) == before
