@@ -200,8 +200,9 @@ def _copy_from_s3(uri: str, cache_dir: pathlib.Path, storage_options: dict | Non
             fcntl.flock(lock, fcntl.LOCK_EX)
             if (target / ".complete").exists():
                 return target
+            for stale in models.glob(f".{target.name}.tmp-*"):  # a copy that crashed (we hold the lock)
+                shutil.rmtree(stale, ignore_errors=True)
             staging = models / f".{target.name}.tmp-{os.getpid()}"
-            shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir()
             prefix = uri[len("s3://") :].rstrip("/")
             try:

@@ -83,6 +83,10 @@ def test_replaced_weights_are_fetched_again_and_change_the_signature(s3, tiny_mo
     other = build_gpt2(tmp_path / "gpt2-seed1", seed=1)
     assert sha256_of_safetensors(pathlib.Path(other)) != sha256_of_safetensors(pathlib.Path(tiny_models["gpt2"]))
     upload(s3, other, "models-a/gpt2")  # same prefix, same names, new bytes
+    listing = models._s3_listing(s3, "s3://models-a/gpt2")
+    crashed = cache / "models" / f".{models.s3_content_key('s3://models-a/gpt2', listing)}.tmp-999999"
+    crashed.mkdir()
+    (crashed / "model.safetensors").write_bytes(b"half a copy")  # left by a copy that was killed
     second = models.resolve_model("s3://models-a/gpt2", cache_dir=cache)
     assert second.local_path != first.local_path
     for name in ("model.safetensors", "config.json"):
