@@ -1,7 +1,7 @@
 """Converters from common dump formats to the canonical input Parquet (docs/convert.md).
 
-Three inputs: JSON Lines (one object per line), CSV/TSV with a header, and line-aligned text
-files as bert-score takes them (candidates, one or more reference files, optionally sources:
+Inputs: JSON Lines (one object per line), CSV/TSV with a header, Parquet with its own column
+names or types, and line-aligned text files as bert-score takes them (candidates, one or more reference files, optionally sources:
 line i of every file belongs to the same example). A column mapping names which input field
 fills which canonical column (`{"text": "hyp", "references": ["ref1", "ref2"]}`); fields mapped
 to nothing keep their name when it is canonical and are otherwise left out (and listed).
@@ -27,7 +27,7 @@ from scoring.errors import InputError, UsageError
 
 CANONICAL_COLUMNS = ("id", "dataset", "doc_id", "system", "source", "prefix", "attribute", "attributes",
                      "constraint", "text", "references")
-FORMATS = ("jsonl", "csv", "tsv")
+FORMATS = ("jsonl", "csv", "tsv", "parquet")
 MAX_EXAMPLES = 3
 
 
@@ -137,6 +137,32 @@ def read_csv(path: str | pathlib.Path, report: ConversionReport, delimiter: str 
             report.drop(f"row has {len(cells)} cells, header has {len(header)}", number)
             continue
         records.append((number, {h: (c if c != "" else None) for h, c in zip(header, cells)}))
+    return records
+
+
+def read_parquet(path: str | pathlib.Path, report: ConversionReport) -> list[tuple[int, dict[str, Any]]]:
+    """(row number, record) for every row of a Parquet file or folder (e.g. a dump with its
+    own column names or types, to be mapped onto the canonical ones)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not pathlib.Path(path).exists():
+        raise InputError(f"{path}: no such file or folder")
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OSError) as exc:
+        raise InputError(f"{path}: cannot read it as Parquet ({exc})") from None
+    rows, errors = schema.rows_from_table(table)
+    records = []
+    for number, (row, error) in enumerate(zip(rows, errors), start=1):
+        report.rows_read += 1
+        if error is not None:
+            report.drop(error, number)
+            continue
+        for key, value in row.items():
+            if isinstance(value, list) and value and all(isinstance(i, tuple) and len(i) == 2 for i in value):
+                row[key] = dict(value)  # a map column
+        records.append((number, row))
     return records
 
 
@@ -349,18 +375,22 @@ def detect_format(path: str) -> str:
         return "jsonl"
     if suffix in (".csv", ".tsv"):
         return suffix[1:]
+    if suffix == ".parquet" or pathlib.Path(path).is_dir():
+        return "parquet"
     raise UsageError(f"{path}: cannot tell the format from the name; pass --format {'|'.join(FORMATS)}")
 
 
 def convert_file(path: str, fmt: str | None = None, mapping: Mapping[str, list[str]] | None = None,
                  constants: Mapping[str, str] | None = None, id_prefix: str = ""):
-    """A JSONL/CSV/TSV dump -> (canonical Arrow table, report)."""
+    """A JSONL/CSV/TSV/Parquet dump -> (canonical Arrow table, report)."""
     fmt = fmt or detect_format(path)
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     report = ConversionReport(inputs=[str(path)], format=fmt)
     if fmt == "jsonl":
         records = read_jsonl(path, report)
+    elif fmt == "parquet":
+        records = read_parquet(path, report)
     else:
         records = read_csv(path, report, delimiter="\t" if fmt == "tsv" else ",")
     rows = canonical_rows(records, report, mapping, constants, id_prefix)

@@ -152,3 +152,22 @@ def test_tsv_and_missing_values(tmp_path):
     assert table.to_pylist() == [{"id": "x", "system": "s", "text": "hello world", "human_a": None},
                                  {"id": "y", "system": None, "text": "bye", "human_a": 2.0}]
     assert table.schema.field("human_a").type == pa.float64() and report.dropped == {}
+
+
+def test_parquet_with_own_names_and_types(tmp_path):
+    """A Parquet dump with its own column names and types (int ids, int ratings, a binary text
+    column holding one invalid UTF-8 value) is mapped onto the canonical columns."""
+    src = tmp_path / "own.parquet"
+    texts = pa.array([b"first text", b"bad \xff byte", b"third"], type=pa.binary()).view(pa.string())
+    pq.write_table(pa.table({"uid": [10, 11, 12], "hyp": texts, "refs": [["r1"], ["r2"], []],
+                             "rating": [4, 5, 3], "aspects": pa.array([[("tense", "Past")], [], None],
+                                                                      type=pa.map_(pa.string(), pa.string()))}), src)
+    out = tmp_path / "canonical.parquet"
+    proc = run_cli(["convert", "-i", src, "-o", out, "--map", "id=uid", "--map", "text=hyp", "--map", "references=refs",
+                    "--map", "human_rating=rating", "--map", "attributes=aspects", "--json"])
+    assert proc.returncode == 0, proc.stderr
+    assert _as_rows(_read(out)) == [
+        {"id": "10", "text": "first text", "references": ["r1"], "attributes": {"tense": "Past"}, "human_rating": 4.0},
+        {"id": "12", "text": "third", "references": [], "attributes": None, "human_rating": 3.0},
+    ]
+    assert json.loads(proc.stdout)["dropped"] == {"hyp is not valid UTF-8": 1}

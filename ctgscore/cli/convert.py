@@ -1,4 +1,4 @@
-"""`ctgscore convert`: JSONL, CSV/TSV or line-aligned text files -> canonical input Parquet,
+"""`ctgscore convert`: JSONL, CSV/TSV, Parquet or line-aligned text files -> canonical input Parquet,
 with a column mapping, validation, and a report of what was dropped and why (docs/convert.md).
 
     ctgscore convert -i dump.jsonl -o dump.parquet --map text=hyp --map references=refs
@@ -16,11 +16,12 @@ from scoring.errors import UsageError
 
 def register(subparsers, parent: argparse.ArgumentParser) -> None:
     parser = subparsers.add_parser(
-        "convert", parents=[parent], help="JSONL / CSV / line-aligned text -> canonical Parquet",
+        "convert", parents=[parent], help="JSONL / CSV / Parquet / line-aligned text -> canonical Parquet",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("-i", "--input", help="a JSONL (.jsonl/.ndjson/.json) or CSV/TSV file with a header")
-    parser.add_argument("--format", choices=["jsonl", "csv", "tsv"], default=None,
+    parser.add_argument("-i", "--input",
+                        help="a JSONL (.jsonl/.ndjson/.json), CSV/TSV (with a header) or Parquet file (or folder)")
+    parser.add_argument("--format", choices=["jsonl", "csv", "tsv", "parquet"], default=None,
                         help="input format (default: from the file name)")
     parser.add_argument("--map", action="append", default=[], metavar="CANONICAL=FIELD",
                         help="fill a canonical column from an input field, e.g. text=hyp, references=refs "
