@@ -194,6 +194,11 @@ class NativeStderrToFile:
         if self.saved_fd is not None:
             return
         try:
+            if sys.stderr.fileno() != 2:
+                return  # stderr is not the process's (a notebook, a test capture): leave it alone
+        except (AttributeError, ValueError, OSError):
+            return
+        try:
             sys.stderr.flush()
             self.saved_fd = os.dup(2)
             target = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)

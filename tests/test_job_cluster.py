@@ -50,6 +50,7 @@ def input_ids(paths) -> list[str]:
     return [i for p in paths for i in pq.read_table(p, columns=["id"]).column("id").to_pylist()]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_ray_job_submit_to_ray_start_head(tmp_path):
     corpus = make_corpus(tmp_path / "in", shards=8, rows=15)
@@ -87,6 +88,7 @@ def test_ray_job_submit_to_ray_start_head(tmp_path):
     assert sorted(all_output_ids(tmp_path / "out" / "text_stats")) == sorted(input_ids(corpus))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_killed_actor_on_multi_node_cluster_rows_exactly_once(tmp_path):
     corpus = make_corpus(tmp_path / "in", shards=8, rows=40)
@@ -133,6 +135,7 @@ def test_killed_actor_on_multi_node_cluster_rows_exactly_once(tmp_path):
     assert stats["rows_in"] == stats["rows_out"] == 320
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(200)
 def test_killed_driver_resumes_without_duplicates_or_gaps(ray_local, tmp_path):
     from ray_jobs.config import load_config

@@ -44,7 +44,7 @@ def test_rayjob_and_nightly_schedule():
     cron = yaml.safe_load((ROOT / "deploy" / "nightly-cronjob.yaml").read_text())
     command = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"][0]
     assert "ray job submit" in command and "--submission-id rescore-$(date +%F)" in command
-    line = [l for l in (ROOT / "deploy" / "nightly.cron").read_text().splitlines() if l and not l.startswith("#")]
+    line = [text for text in (ROOT / "deploy" / "nightly.cron").read_text().splitlines() if text and not text.startswith("#")]
     assert len(line) == 1 and len(line[0].split()[:5]) == 5 and "--submission-id rescore-$(date +\\%F)" in line[0]
 
 

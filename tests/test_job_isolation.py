@@ -101,3 +101,25 @@ def test_unreadable_shard_keeps_its_output(ray_local, tmp_path):
         str(shard_output(folder, p.name)) for p in paths[1:]
     ]
     assert {p.stem: _files(shard_output(folder, p.name)) for p in paths} == before
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_duplicate_ids_across_shards_are_scored_and_noted(ray_local, tmp_path):
+    a, b = make_rows(0, 15), make_rows(1, 10)
+    b[3]["id"], b[7]["id"] = a[2]["id"], a[9]["id"]  # two ids also in the other shard
+    write_rows(tmp_path / "in" / "a.parquet", a)
+    write_rows(tmp_path / "in" / "b.parquet", b)
+
+    manifest = run_job(job(tmp_path / "in", tmp_path / "out"))
+
+    note = manifest["duplicate_ids_across_shards"]
+    assert note["count"] == 2
+    assert sorted(example["id"] for example in note["examples"]) == sorted([a[2]["id"], a[9]["id"]])
+    assert all(example["files"] == [str(tmp_path / "in" / "a.parquet"), str(tmp_path / "in" / "b.parquet")]
+               for example in note["examples"])
+    assert manifest["metrics"]["text_stats"]["rows_out"] == 25  # both rows of each duplicate scored
+    assert shard_rows(tmp_path / "out" / "text_stats", "b.parquet")[3]["id"] == a[2]["id"]
+    # an unchanged re-run carries the note over without reading any ids again
+    again = run_job(job(tmp_path / "in", tmp_path / "out"))
+    assert again["duplicate_ids_across_shards"] == note and again["metrics"]["text_stats"]["rows_scored"] == 0

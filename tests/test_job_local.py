@@ -53,6 +53,7 @@ def assert_matches_in_process(metric, input_path: pathlib.Path, metric_folder: p
             assert have[column] == source[column]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_local_job_matches_in_process_scores(ray_local, tmp_path):
     paths = make_corpus(tmp_path / "in", shards=9, rows=30)
@@ -110,6 +111,7 @@ def _changed_shards(before: dict[str, int], after: dict[str, int]) -> set[str]:
     return {k.rsplit("/", 1)[0] for k in changed}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_incremental_reruns_score_only_what_changed(ray_local, tmp_path):
     make_corpus(tmp_path / "in", shards=8, rows=25)
@@ -174,6 +176,7 @@ def test_incremental_reruns_score_only_what_changed(ray_local, tmp_path):
         assert sixth["metrics"][label]["rows_scored"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_bad_input_is_named_and_good_rows_come_out(ray_local, tiny_models, tmp_path):
     folder = tmp_path / "in"
