@@ -40,7 +40,9 @@ class RaySession:
         temp_dir: str | None = None,
         object_store_memory: int | None = None,
         quiet: bool = True,
+        capture_native_stderr: bool = True,
     ):
+        self.capture_native_stderr = capture_native_stderr
         self.address = address
         self.num_cpus = num_cpus
         self.num_gpus = num_gpus
@@ -82,6 +84,7 @@ class RaySession:
             self.owned = True
         if self.quiet:
             quiet_ray_data()
+        if self.quiet and self.capture_native_stderr:
             self._stderr = NativeStderrToFile(_session_log("ctgscore-driver-stderr.log"))
             self._stderr.start()
         self.ready = True
@@ -112,8 +115,9 @@ def ensure_ray(
     quiet: bool = True,
 ) -> bool:
     """Join or start Ray now; True when this call started it (the caller then owns the
-    `ray.shutdown()`)."""
-    session = RaySession(address, num_cpus, num_gpus, temp_dir, object_store_memory, quiet)
+    `ray.shutdown()`). Quiet logging as `RaySession`, but the native stderr is left alone
+    (there is no `close()` to give it back): use `ray_session` / `RaySession` for that."""
+    session = RaySession(address, num_cpus, num_gpus, temp_dir, object_store_memory, quiet, capture_native_stderr=False)
     return session.ensure().owned
 
 
