@@ -195,3 +195,24 @@ def test_make_tiny_models_unwritable(tmp_path):
 def test_no_command_and_unknown_command():
     assert_user_error(run_cli([]), 2, "COMMAND")
     assert_user_error(run_cli(["scroe"]), 2, "scroe")
+
+
+def test_unwritable_output_of_every_writer_fails_before_work(tmp_path, rows_file, scores_file):
+    """An output under a regular file cannot be written (even by root): every subcommand that
+    writes says so in one line, exit 1, before doing its work."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    target = blocker / "out"
+    cands = tmp_path / "c.txt"
+    cands.write_text("a b\n")
+    commands = [
+        ["convert", "-c", cands, "-o", target / "x.parquet"],
+        ["splits", "--aspects", "Yelp", "--protocol", "holdout", "-o", target / "s.json"],
+        ["meta", "-s", scores_file, "-o", target, "--tasks", "0"],
+        ["compare", "-s", scores_file, "-o", target / "board.csv"],
+        ["constraints", "score", "-i", rows_file, "-o", target / "x.parquet"],
+    ]
+    for command in commands:
+        proc = run_cli(command)
+        assert_user_error(proc, 1, str(blocker))
+        assert proc.stdout == ""
