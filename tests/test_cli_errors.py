@@ -216,3 +216,10 @@ def test_unwritable_output_of_every_writer_fails_before_work(tmp_path, rows_file
         proc = run_cli(command)
         assert_user_error(proc, 1, str(blocker))
         assert proc.stdout == ""
+
+
+def test_score_refuses_duplicate_ids(tmp_path):
+    path = tmp_path / "dup.parquet"
+    pq.write_table(pa.table({"id": ["a", "b", "a"], "text": ["x", "y", "z"]}), path)
+    assert_user_error(run_cli(["score", "-m", "text_stats", "-i", path, "-o", tmp_path / "o.parquet"]), 1,
+                      "dup.parquet", "'a'", "more than once")

@@ -44,6 +44,8 @@ def read_input(path: str):
 def check_columns(table, metric, path: str) -> list[str]:
     """The input columns the run reads (metric columns + carried); `InputError` naming the first
     missing required column or a column of the wrong type."""
+    import pyarrow.compute as pc
+
     from scoring import schema
 
     names = table.column_names
@@ -58,8 +60,13 @@ def check_columns(table, metric, path: str) -> list[str]:
         if expected is not None:
             raise InputError(f"input {path}: column {column!r} is {table.schema.field(column).type}, "
                              f"expected {expected}")
-    if table.column(schema.ID).null_count:
-        raise InputError(f"input {path}: column 'id' has {table.column(schema.ID).null_count} null value(s)")
+    ids = table.column(schema.ID)
+    if ids.null_count:
+        raise InputError(f"input {path}: column 'id' has {ids.null_count} null value(s)")
+    if pc.count_distinct(ids).as_py() != table.num_rows:
+        counts = pc.value_counts(ids)
+        first = next(item["values"] for item in counts.to_pylist() if item["counts"] > 1)
+        raise InputError(f"input {path}: id {first!r} appears more than once (ids must be unique)")
     return selected
 
 
