@@ -1,7 +1,7 @@
 """Tiny, deterministic models for tests, the demo and benchmarks (never meaningful scores).
 
 `build_tiny_models(cache_dir)` trains a sentencepiece PEGASUS tokenizer and a byte-level BPE
-tokenizer (BART, GPT-2) on `resources/tiny_corpus.txt`, builds small seeded models and saves
+tokenizer (BART, GPT-2) on `scoring/resources/tiny_corpus.txt`, builds small seeded models and saves
 everything with `save_pretrained` (safetensors), plus an IWF table for the tiny PEGASUS
 vocabulary computed with the CTRLEval formula. Weights are drawn with a large std so that
 per-token log-probabilities differ by nats: with the default tiny init every token scores
