@@ -1,0 +1,141 @@
+"""Readers: JSON Lines, CSV/TSV, Parquet and line-aligned text files -> (row number, record)
+pairs; records that cannot be read at all are dropped into the report (docs/convert.md)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import pathlib
+from typing import Any, Sequence
+
+from ctgscore.convert.report import ConversionReport
+from scoring import schema
+from scoring.errors import InputError, UsageError
+
+FORMATS = ("jsonl", "csv", "tsv", "parquet")
+
+
+def _read_text(path: pathlib.Path) -> str:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a folder, expected a file") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def read_jsonl(path: str | pathlib.Path, report: ConversionReport) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, object) for every non-blank line; a line that is not a JSON object is
+    dropped with its reason."""
+    records = []
+    for number, line in enumerate(_read_text(pathlib.Path(path)).split("\n"), start=1):
+        if not line.strip():
+            continue
+        report.rows_read += 1
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError:
+            report.drop("line is not valid JSON", number)
+            continue
+        if not isinstance(value, dict):
+            report.drop("line is not a JSON object", number)
+            continue
+        records.append((number, value))
+    return records
+
+
+def read_csv(path: str | pathlib.Path, report: ConversionReport, delimiter: str = ",") -> list[tuple[int, dict[str, Any]]]:
+    """(row number, {header: cell}) for every data row; empty cells are missing values."""
+    text = _read_text(pathlib.Path(path))
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise InputError(f"{path}: empty file, expected a header row") from None
+    if len(set(header)) != len(header):
+        duplicate = next(h for h in header if header.count(h) > 1)
+        raise InputError(f"{path}: header names column {duplicate!r} twice")
+    records = []
+    for number, cells in enumerate(reader, start=2):
+        if not cells or all(not c.strip() for c in cells):
+            continue
+        report.rows_read += 1
+        if len(cells) != len(header):
+            report.drop(f"row has {len(cells)} cells, header has {len(header)}", number)
+            continue
+        records.append((number, {h: (c if c != "" else None) for h, c in zip(header, cells)}))
+    return records
+
+
+def read_parquet(path: str | pathlib.Path, report: ConversionReport) -> list[tuple[int, dict[str, Any]]]:
+    """(row number, record) for every row of a Parquet file or folder (e.g. a dump with its
+    own column names or types, to be mapped onto the canonical ones)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not pathlib.Path(path).exists():
+        raise InputError(f"{path}: no such file or folder")
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OSError) as exc:
+        raise InputError(f"{path}: cannot read it as Parquet ({exc})") from None
+    rows, errors = schema.rows_from_table(table)
+    records = []
+    for number, (row, error) in enumerate(zip(rows, errors), start=1):
+        report.rows_read += 1
+        if error is not None:
+            report.drop(error, number)
+            continue
+        for key, value in row.items():
+            if isinstance(value, list) and value and all(isinstance(i, tuple) and len(i) == 2 for i in value):
+                row[key] = dict(value)  # a map column
+        records.append((number, row))
+    return records
+
+
+def _lines(path: str | pathlib.Path) -> list[str]:
+    text = _read_text(pathlib.Path(path))
+    if text.endswith("\n"):
+        text = text[:-1]
+    return [line.rstrip("\r") for line in text.split("\n")] if text else []
+
+
+def read_aligned(candidates: str, references: Sequence[str] = (), sources: str | None = None,
+                 report: ConversionReport | None = None) -> list[tuple[int, dict[str, Any]]]:
+    """Line-aligned text files: line i of `candidates` is the text, line i of each references
+    file one of its references, line i of `sources` its source. All files need the same
+    number of lines."""
+    texts = _lines(candidates)
+    refs = [_lines(path) for path in references]
+    srcs = _lines(sources) if sources else None
+    for path, lines in [*zip(references, refs), *([(sources, srcs)] if srcs is not None else [])]:
+        if len(lines) != len(texts):
+            raise InputError(f"{path}: {len(lines)} lines, but {candidates} has {len(texts)}; "
+                             "line-aligned files need the same number of lines")
+    records = []
+    for index, text in enumerate(texts):
+        row: dict[str, Any] = {"doc_id": str(index), "text": text}
+        if refs:
+            row["references"] = [lines[index] for lines in refs]
+        if srcs is not None:
+            row["source"] = srcs[index]
+        records.append((index + 1, row))
+    if report is not None:
+        report.rows_read += len(records)
+    return records
+
+
+def detect_format(path: str) -> str:
+    suffix = pathlib.Path(path).suffix.lower()
+    if suffix in (".jsonl", ".ndjson", ".json"):
+        return "jsonl"
+    if suffix in (".csv", ".tsv"):
+        return suffix[1:]
+    if suffix == ".parquet" or pathlib.Path(path).is_dir():
+        return "parquet"
+    raise UsageError(f"{path}: cannot tell the format from the name; pass --format {'|'.join(FORMATS)}")

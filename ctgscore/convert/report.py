@@ -1,0 +1,39 @@
+"""What a conversion read, wrote and dropped (docs/convert.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MAX_EXAMPLES = 3  # row numbers kept per drop reason
+
+
+@dataclass
+class ConversionReport:
+    """What a conversion read, wrote and dropped (reason -> count, with a few row numbers)."""
+
+    inputs: list[str]
+    format: str
+    rows_read: int = 0
+    rows_written: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, list[int]] = field(default_factory=dict)  # reason -> first input rows (1-based)
+    ignored_fields: list[str] = field(default_factory=list)
+    columns: list[str] = field(default_factory=list)
+    output: str | None = None
+
+    def drop(self, reason: str, row_number: int) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + 1
+        examples = self.examples.setdefault(reason, [])
+        if len(examples) < MAX_EXAMPLES:
+            examples.append(row_number)
+
+    def lines(self) -> list[str]:
+        out = [f"convert: {self.rows_read} rows read from {', '.join(self.inputs)} ({self.format}), "
+               f"{self.rows_written} written" + (f" -> {self.output}" if self.output else "")]
+        out.append(f"  columns: {', '.join(self.columns)}")
+        for reason, count in sorted(self.dropped.items(), key=lambda item: -item[1]):
+            rows = ", ".join(map(str, self.examples.get(reason, [])))
+            out.append(f"  dropped {count}: {reason} (e.g. row {rows})")
+        if self.ignored_fields:
+            out.append(f"  fields left out (not canonical, not mapped): {', '.join(self.ignored_fields)}")
+        return out

@@ -1,0 +1,206 @@
+"""Input records -> validated canonical rows and their Arrow table: the column mapping, the
+canonical types (`scoring.schema`), and the reason a record is dropped (docs/convert.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Iterable, Mapping, Sequence
+
+from ctgscore.convert.report import ConversionReport
+from scoring import schema
+from scoring.errors import InputError, UsageError
+
+CANONICAL_COLUMNS = ("id", "dataset", "doc_id", "system", "source", "prefix", "attribute", "attributes",
+                     "constraint", "text", "references")
+
+
+# ----- mapping ----------------------------------------------------------------------------
+def parse_mapping(pairs: Iterable[str]) -> dict[str, list[str]]:
+    """`--map canonical=field` pairs -> {canonical: [fields]}; `references` may take several
+    fields (one reference each, `--map references=ref1 --map references=ref2` or `=ref1,ref2`)."""
+    mapping: dict[str, list[str]] = {}
+    for pair in pairs:
+        target, sep, source = pair.partition("=")
+        target, source = target.strip(), source.strip()
+        if not sep or not target or not source:
+            raise UsageError(f"--map {pair!r}: expected CANONICAL=FIELD, e.g. --map text=hyp")
+        if target not in CANONICAL_COLUMNS and not schema.is_human(target):
+            raise UsageError(f"--map {pair!r}: {target!r} is not a canonical column "
+                             f"({', '.join(CANONICAL_COLUMNS)}, human_<aspect>)")
+        fields = [f.strip() for f in source.split(",")] if target == "references" else [source]
+        mapping.setdefault(target, []).extend(f for f in fields if f)
+        if target != "references" and len(mapping[target]) > 1:
+            raise UsageError(f"--map: {target!r} is mapped twice ({', '.join(mapping[target])})")
+    return mapping
+
+
+# ----- validation -------------------------------------------------------------------------
+class _Drop(Exception):
+    """This row cannot become a canonical row; the message is the reason."""
+
+
+def _as_string(value: Any, column: str) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        raise _Drop(f"{column}: expected a string, got a boolean")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        return str(int(value)) if value.is_integer() else str(value)
+    if column == "constraint" and isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    raise _Drop(f"{column}: expected a string, got {type(value).__name__}")
+
+
+def _maybe_json(value: Any, kinds: tuple[type, ...]) -> Any:
+    if isinstance(value, str) and value.strip()[:1] in ("[", "{"):
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            return value
+        if isinstance(parsed, kinds):
+            return parsed
+    return value
+
+
+def _as_references(values: list[Any]) -> list[str] | None:
+    refs: list[str] = []
+    for value in values:
+        value = _maybe_json(value, (list,))
+        if value is None:
+            continue
+        items = value if isinstance(value, (list, tuple)) else [value]
+        for item in items:
+            if not isinstance(item, str):
+                raise _Drop(f"references: expected strings, got {type(item).__name__}")
+            refs.append(item)
+    return refs
+
+
+def _as_attributes(value: Any) -> list[tuple[str, str]] | None:
+    value = _maybe_json(value, (dict,))
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _Drop(f"attributes: expected an object of aspect -> value, got {type(value).__name__}")
+    out = []
+    for key, item in value.items():
+        if not isinstance(item, str):
+            raise _Drop(f"attributes: value of {key!r} is not a string")
+        out.append((str(key), item))
+    return out
+
+
+def _as_float(value: Any, column: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise _Drop(f"{column}: expected a number, got a boolean")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            raise _Drop(f"{column}: {value[:20]!r} is not a number") from None
+    raise _Drop(f"{column}: expected a number, got {type(value).__name__}")
+
+
+def _canonical_row(record: Mapping[str, Any], mapping: Mapping[str, list[str]]) -> dict[str, Any]:
+    """One input record as a canonical row (raises `_Drop` with the reason)."""
+    sources_used = {f for fields in mapping.values() for f in fields}
+    row: dict[str, Any] = {}
+    for column in [*CANONICAL_COLUMNS, *sorted(k for k in set(record) | set(mapping) if schema.is_human(k))]:
+        if column in mapping:
+            values = [record.get(f) for f in mapping[column]]
+        elif column in record and column not in sources_used:
+            values = [record[column]]
+        else:
+            continue
+        if column == "references":
+            row[column] = _as_references(values)
+        elif column == "attributes":
+            row[column] = _as_attributes(values[0])
+        elif schema.is_human(column):
+            row[column] = _as_float(values[0], column)
+        else:
+            row[column] = _as_string(values[0], column)
+    if row.get("text") is None:
+        raise _Drop("no text")
+    if row.get("id") is None or row["id"] == "":
+        raise _Drop("no id")
+    return row
+
+
+def _arrow_type(column: str):
+    import pyarrow as pa
+
+    if column == "references":
+        return pa.list_(pa.string())
+    if column == "attributes":
+        return pa.map_(pa.string(), pa.string())
+    if schema.is_human(column):
+        return pa.float64()
+    return pa.string()
+
+
+def canonical_rows(
+    records: Sequence[tuple[int, Mapping[str, Any]]],
+    report: ConversionReport,
+    mapping: Mapping[str, list[str]] | None = None,
+    constants: Mapping[str, str] | None = None,
+    id_prefix: str = "",
+) -> list[dict[str, Any]]:
+    """Validated canonical rows from (row number, record) pairs. `constants` fill a column
+    for every row (`dataset`, `system`) unless the row has its own value; rows without an id
+    get `id_prefix + row number`. Duplicate ids keep the first row."""
+    mapping = dict(mapping or {})
+    constants = dict(constants or {})
+    seen_fields: set[str] = set()
+    for _, record in records:
+        seen_fields.update(record)
+    for target, fields in mapping.items():
+        absent = [f for f in fields if f not in seen_fields]
+        if absent and records:
+            raise InputError(f"{', '.join(report.inputs)}: no field {absent[0]!r} (mapped to {target!r}); "
+                             f"fields: {', '.join(sorted(seen_fields))}")
+    used = {f for fields in mapping.values() for f in fields}
+    report.ignored_fields = sorted(f for f in seen_fields
+                                   if f not in used and f not in CANONICAL_COLUMNS and not schema.is_human(f))
+    rows, ids = [], set()
+    generate_ids = "id" not in mapping and "id" not in seen_fields
+    for number, record in records:
+        record = dict(record)
+        if generate_ids:
+            record["id"] = f"{id_prefix}{number}"
+        for column, value in constants.items():
+            if record.get(column) is None and column not in mapping:
+                record[column] = value
+        try:
+            row = _canonical_row(record, mapping)
+        except _Drop as exc:
+            report.drop(str(exc), number)
+            continue
+        if row["id"] in ids:
+            report.drop("duplicate id (the first row with it is kept)", number)
+            continue
+        ids.add(row["id"])
+        rows.append(row)
+    return rows
+
+
+def rows_to_table(rows: Sequence[Mapping[str, Any]]):
+    """Canonical rows as an Arrow table with canonical column types (columns in canonical
+    order, then human_* sorted; a column absent from every row is left out)."""
+    import pyarrow as pa
+
+    present = {key for row in rows for key, value in row.items() if value is not None} | {"id", "text"}
+    order = [c for c in CANONICAL_COLUMNS if c in present] + sorted(c for c in present if schema.is_human(c))
+    arrays = [pa.array([row.get(c) for row in rows], type=_arrow_type(c)) for c in order]
+    return pa.Table.from_arrays(arrays, names=order)
