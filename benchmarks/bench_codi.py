@@ -17,12 +17,14 @@ import random
 import tempfile
 import time
 
+from benchmarks.data import real_data_root
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-INSTRUCTIONS = REPO.parent / "shared" / "data" / "codi-eval" / "instructions"
+INSTRUCTIONS = real_data_root() / "codi-eval" / "instructions"
 
 
 def _timed(fn):

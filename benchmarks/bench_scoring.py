@@ -3,7 +3,7 @@
 Models: random-init BART at bart-base size (d_model 768, 6+6 layers, vocab 50,265) and
 PEGASUS at the same size (vocab 96,103), both with the tiny tokenizers; the numbers say
 nothing about quality, only speed. Data: real SummEval rows (s->h: source document ->
-summary) and CTRLEval sentiment rows from ../shared/data/corpora.
+summary) and CTRLEval sentiment rows from the real corpora (benchmarks/data.py).
 
 Rows:
 1. BARTScore s->h pairs/s, ours (length-sorted, token budget, shared sources) at float32 and
@@ -32,13 +32,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pyarrow.parquet as pq
 import torch
 
+from benchmarks.data import real_data_root
 from scoring.bartscore import BARTScorer, decoder_prompted
 from scoring.ctrleval import MASK, CTRLEval, Verbalizer
 from scoring.resources import BARTSCORE_PROMPTS, ctrleval_task_paths
 from scoring.text_encoding import read_lines
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-CORPORA = ROOT.parent / "shared" / "data" / "corpora"
+CORPORA = real_data_root() / "corpora"
 CACHE = ROOT / ".cache" / "bench"
 RESULTS = ROOT / "benchmarks" / "results" / "scoring.md"
 BASE = {"d_model": 768, "layers": 6, "heads": 12, "ffn": 3072}
@@ -124,7 +125,7 @@ def relevance_rows(args, paths):
     iwf = CACHE / "pegasus-iwf.txt"
     if not iwf.exists():
         iwf.write_text("1.0\n" * 96103)  # weights do not matter for relevance
-    scorer = CTRLEval(paths["pegasus"], iwf=str(iwf), prompts=str(prompts_path), verbalizers=str(verbalizer_path), token_budget=args.token_budget)
+    scorer = CTRLEval(paths["pegasus"], iwf=str(iwf), prompts=str(prompts_path), verbalizers=str(verbalizer_path), token_budget=args.token_budget, tokenization="fast")  # the baseline below tokenises with the fast tokenizer too
     rows = pq.read_table(CORPORA / "ctrleval_senti.parquet").to_pylist()[:: max(1, 360 // args.rel_rows)][: args.rel_rows]
     texts, labels = [r["text"] for r in rows], [r["attribute"] for r in rows]
     ours, t_ours = timed(lambda: scorer.relevance(texts, labels)[0])
@@ -139,20 +140,20 @@ def relevance_rows(args, paths):
                 filled = [prompt.replace("<gen_result>", t).replace("<mask_token>", MASK) for t in batch]
                 enc = tok(filled, padding=True, return_tensors="pt")
                 for r, row in enumerate(verbalizer.rows):
-                    for l, word in enumerate(row):
+                    for label_index, word in enumerate(row):
                         labels_ids = tok([word] * len(batch), add_special_tokens=False, return_tensors="pt").input_ids
                         with torch.no_grad():
                             out = model(input_ids=enc.input_ids, attention_mask=enc.attention_mask, labels=labels_ids)
                         lp = torch.log_softmax(out.logits.float(), -1).gather(-1, labels_ids[..., None]).squeeze(-1).mean(-1)
                         for k, value in enumerate(lp.tolist()):
-                            s[(start + k, p, r, l)] = math.exp(value)
+                            s[(start + k, p, r, label_index)] = math.exp(value)
         scores = []
         for i, label in enumerate(labels):
             a = verbalizer.labels.index(label)
             num = den = 0.0
             for p in range(len(prompts)):
                 for r in range(len(verbalizer.rows)):
-                    mass = sum(s[(i, p, r, l)] for l in range(len(verbalizer.labels)))
+                    mass = sum(s[(i, p, r, j)] for j in range(len(verbalizer.labels)))
                     num += s[(i, p, r, a)]
                     den += mass
             scores.append(num / den)

@@ -7,7 +7,7 @@ coverage-preserving swap moves, first strictly improving move in a random order,
 move, at most 1000 moves) that recomputes the divergence from scratch for every candidate
 move. Both stop as soon as a restart reaches the target (rounded to 3 decimals); ours checks
 after every wave of blocks. Also a quality table: best D per dataset and protocol against
-the original code's runs (`../shared/data/compmctg/derived/reference_code_runs`).
+the original code's runs (`compmctg/derived/reference_code_runs` of the real data, benchmarks/data.py).
 
     .venv/bin/python -m benchmarks.bench_splits [--naive-cap 600] [--restarts 512]
 """
@@ -23,7 +23,7 @@ import shutil
 import tempfile
 import time
 
-
+from benchmarks.data import real_data_root
 from splits.aspects import KNOWN_DATASETS, from_aspects
 from splits.divergence import divergence
 from splits.protocols import build_splits
@@ -32,7 +32,7 @@ from splits.search import ClimbProblem, random_eligible_start, restart_rng
 TARGET = 0.331
 SEED = 1
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data" / "compmctg" / "derived" / "reference_code_runs"
+SHARED = real_data_root() / "compmctg" / "derived" / "reference_code_runs"
 
 
 NAIVE_EVALS = [0]
