@@ -223,3 +223,13 @@ def test_score_refuses_duplicate_ids(tmp_path):
     pq.write_table(pa.table({"id": ["a", "b", "a"], "text": ["x", "y", "z"]}), path)
     assert_user_error(run_cli(["score", "-m", "text_stats", "-i", path, "-o", tmp_path / "o.parquet"]), 1,
                       "dup.parquet", "'a'", "more than once")
+
+
+def test_score_model_that_cannot_be_loaded(rows_file, tmp_path):
+    # offline (HF_HUB_OFFLINE=1): a hub id that is not cached cannot be loaded
+    proc = run_cli(["score", "-m", "perplexity", "--param", "model=nobody/not-a-cached-model", "-i", rows_file,
+                    "-o", tmp_path / "o.parquet"])
+    assert_user_error(proc, 1, "perplexity", "nobody/not-a-cached-model")
+    proc = run_cli(["score", "-m", "perplexity", "--param", f"model={tmp_path / 'absent'}", "-i", rows_file,
+                    "-o", tmp_path / "o.parquet"])
+    assert_user_error(proc, 2, "absent")

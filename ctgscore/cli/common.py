@@ -109,6 +109,22 @@ def collect_params(args: argparse.Namespace) -> dict[str, Any]:
     return params
 
 
+def build_metric(name: str, params: dict[str, Any]):
+    """`scoring.registry.build_metric`, with a model that cannot be loaded (an `OSError` from
+    the loader, e.g. a hub id offline) reported as a `StorageError` naming the metric and model."""
+    from scoring.errors import CtgscoreError
+    from scoring.registry import build_metric as build
+
+    try:
+        return build(name, params)
+    except CtgscoreError:
+        raise
+    except OSError as exc:
+        model = params.get("model", "(its default)")
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise StorageError(f"metric {name!r}: cannot load model {model!r}: {reason}") from exc
+
+
 # ----- paths ------------------------------------------------------------------------------
 def _probe_dir(folder: pathlib.Path, for_what: str) -> None:
     probe = folder / f".ctgscore-probe-{os.getpid()}"

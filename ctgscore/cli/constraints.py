@@ -96,14 +96,14 @@ def handle_convert(args: argparse.Namespace) -> int:
 
 def handle_score(args: argparse.Namespace) -> int:
     from ctgscore.cli.score import check_columns, read_input, score_table
-    from scoring.registry import build_metric, check_params
+    from scoring.registry import check_params
 
     common.check_rate(args.max_error_rate)
     params = common.collect_params(args)
     check_params("codi", params)
     output = common.check_output_file(args.output)
     table = read_input(args.input)
-    metric = build_metric("codi", params)
+    metric = common.build_metric("codi", params)
     table = table.select(check_columns(table, metric, args.input))
     result = score_table(metric, table, args.chunk_rows, progress=common.progress_enabled(args))
     common.write_parquet_atomic(result, output)

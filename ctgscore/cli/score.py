@@ -99,7 +99,7 @@ def score_table(metric, table, chunk_rows: int = 256, progress: bool = True):
 
 def handle(args: argparse.Namespace) -> int:
     from scoring.errors import UsageError
-    from scoring.registry import build_metric, check_params
+    from scoring.registry import check_params
 
     common.check_rate(args.max_error_rate)
     if args.chunk_rows < 1:
@@ -108,7 +108,7 @@ def handle(args: argparse.Namespace) -> int:
     check_params(args.metric, params)
     output = common.check_output_file(args.output)
     table = read_input(args.input)
-    metric = build_metric(args.metric, params)
+    metric = common.build_metric(args.metric, params)
     table = table.select(check_columns(table, metric, args.input))
     result = score_table(metric, table, args.chunk_rows, progress=common.progress_enabled(args))
     common.write_parquet_atomic(result, output)
