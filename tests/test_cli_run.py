@@ -62,6 +62,7 @@ def test_run_forms_overrides_summary_and_error_rate(job, tmp_path):
     summary = json.loads(proc.stdout)
     assert summary["ok"] and summary["metrics"]["text_stats"]["rows_error"] == 2
     assert summary["metrics"]["text_stats"]["rows_out"] == 6
+    assert summary["metrics"]["text_stats"]["error_reasons"] == {"empty field 'text'": 2}
     assert (tmp_path / "out" / "second" / "manifest.json").exists()
 
     # the ray job submit entry point is the same command

@@ -53,6 +53,16 @@ def overrides(args: argparse.Namespace) -> dict[str, str]:
     return values
 
 
+def error_reason_lines(metrics: dict, per_metric: int = 3) -> list[str]:
+    """The most frequent error reasons of each metric run that has error rows."""
+    lines = []
+    for label, report in metrics.items():
+        reasons = sorted((report.get("error_reasons") or {}).items(), key=lambda item: -item[1])[:per_metric]
+        if reasons:
+            lines.append(f"  {label} errors: " + "; ".join(f"{count} x {reason}" for reason, count in reasons))
+    return lines
+
+
 def handle(args: argparse.Namespace) -> int:
     from ray_jobs import score_corpus
 
@@ -60,7 +70,8 @@ def handle(args: argparse.Namespace) -> int:
     manifest = score_corpus.run_job(config)
     problems = score_corpus.error_rate_exceeded(manifest)
     metrics = {
-        label: {key: report.get(key) for key in ("rows_in", "rows_out", "rows_scored", "rows_cached", "rows_error")}
+        label: {key: report.get(key) for key in ("rows_in", "rows_out", "rows_scored", "rows_cached", "rows_error",
+                                                 "error_reasons")}
         for label, report in manifest.get("metrics", {}).items()
     }
     summary = {"ok": not problems, "command": "run", "output": manifest.get("output") or getattr(config, "output", None),
@@ -68,7 +79,10 @@ def handle(args: argparse.Namespace) -> int:
                "bad_shards": manifest.get("bad_shards", []), "errors": problems,
                "pruned": sorted({uri for report in manifest.get("metrics", {}).values()
                                  for uri in report.get("pruned_outputs", [])})}
-    common.emit(args, summary, score_corpus.summary_line(manifest))
+    lines = [score_corpus.summary_line(manifest)]
+    if common.progress_enabled(args):  # --no-progress: the summary line only
+        lines += error_reason_lines(metrics)
+    common.emit(args, summary, lines)
     if problems:
         print(f"error: {'; '.join(problems)}", file=sys.stderr)
         return 1
