@@ -92,6 +92,7 @@ def test_score_error_rate_above_limit_exits_1_but_writes_every_row(tmp_path):
     assert ok.returncode == 0, ok.stderr
     summary = json.loads(ok.stdout)
     assert summary["ok"] and summary["errors"] == 3 and summary["rows"] == 4
+    assert summary["error_reasons"] == {"empty field 'text'": 3}
     bad_rate = run_cli(["score", "-m", "text_stats", "-i", path, "-o", out, "--max-error-rate", "2"])
     assert_user_error(bad_rate, 2, "--max-error-rate")
 

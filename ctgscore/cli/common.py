@@ -208,6 +208,19 @@ def error_rate_message(label: str, errors: int, rows: int, limit: float | None) 
     return f"{label}: {errors} of {rows} rows have an error ({errors / rows:.1%} > max error rate {limit:g})"
 
 
+def error_reasons(table) -> dict[str, int]:
+    """Reason -> number of rows, most frequent first, from an output table's `error` column."""
+    import pyarrow.compute as pc
+
+    counts = pc.value_counts(table.column("error").drop_null()).to_pylist()
+    return {item["values"]: item["counts"] for item in sorted(counts, key=lambda item: -item["counts"])}
+
+
+def reason_lines(reasons: Mapping[str, int], per_run: int = 3) -> list[str]:
+    top = list(reasons.items())[:per_run]
+    return ["  errors: " + "; ".join(f"{count} x {reason}" for reason, count in top)] if top else []
+
+
 # ----- summary ----------------------------------------------------------------------------
 def emit(args: argparse.Namespace, summary: Mapping[str, Any], text: str | Iterable[str]) -> None:
     """The final summary: `text` for people, or `summary` as one JSON line with `--json`."""

@@ -53,13 +53,12 @@ def overrides(args: argparse.Namespace) -> dict[str, str]:
     return values
 
 
-def error_reason_lines(metrics: dict, per_metric: int = 3) -> list[str]:
+def error_reason_lines(metrics: dict) -> list[str]:
     """The most frequent error reasons of each metric run that has error rows."""
     lines = []
     for label, report in metrics.items():
-        reasons = sorted((report.get("error_reasons") or {}).items(), key=lambda item: -item[1])[:per_metric]
-        if reasons:
-            lines.append(f"  {label} errors: " + "; ".join(f"{count} x {reason}" for reason, count in reasons))
+        reasons = dict(sorted((report.get("error_reasons") or {}).items(), key=lambda item: -item[1]))
+        lines += [line.replace("  errors:", f"  {label} errors:", 1) for line in common.reason_lines(reasons)]
     return lines
 
 

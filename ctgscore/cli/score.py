@@ -114,10 +114,14 @@ def handle(args: argparse.Namespace) -> int:
     common.write_parquet_atomic(result, output)
     errors = result.num_rows - result.column("error").null_count
     problem = common.error_rate_message(f"metric {metric.name}", errors, result.num_rows, args.max_error_rate)
+    reasons = common.error_reasons(result)
     summary = {"ok": problem is None, "command": "score", "metric": metric.name, "output": str(output),
-               "rows": result.num_rows, "errors": errors, "max_error_rate": args.max_error_rate,
-               "signature": metric.signature_string()}
-    common.emit(args, summary, f"score: {metric.name}: {result.num_rows} rows, {errors} with an error -> {output}")
+               "rows": result.num_rows, "errors": errors, "error_reasons": reasons,
+               "max_error_rate": args.max_error_rate, "signature": metric.signature_string()}
+    lines = [f"score: {metric.name}: {result.num_rows} rows, {errors} with an error -> {output}"]
+    if common.progress_enabled(args):  # --no-progress: the summary line only
+        lines += common.reason_lines(reasons)
+    common.emit(args, summary, lines)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 1
