@@ -36,7 +36,8 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
     parser.add_argument("--tasks", type=int, default=1,
                         help="Ray tasks for the restarts (0 or 1: in this process); same splits either way")
     parser.add_argument("--num-cpus", type=float, default=0.5, help="CPUs per Ray task")
-    parser.add_argument("--alpha", type=float, default=0.1, help="Chernoff coefficient alpha (seen side)")
+    parser.add_argument("--chernoff-alpha", type=float, default=0.1,
+                        help="Chernoff coefficient alpha of the compound divergence (weight of the seen side)")
     parser.add_argument("--max-splits", type=int, default=None,
                         help="distinct optimal splits kept (default: CompMCTG count for known datasets, else 10)")
     parser.add_argument("--seen-size", type=int, default=None, help="override |seen| (acd/mindiv/random/fewshot)")
@@ -75,7 +76,7 @@ def build(args: argparse.Namespace, universe):
         runner = ray_runner(args.tasks, num_cpus=args.num_cpus)
     recombine = {"auto": None, "on": True, "off": False}[args.recombine]
     return build_splits(
-        universe, args.protocol, seed=args.seed, restarts=args.restarts, alpha=args.alpha,
+        universe, args.protocol, seed=args.seed, restarts=args.restarts, alpha=args.chernoff_alpha,
         max_splits=args.max_splits, seen_size=args.seen_size, search=args.search, moves=args.moves,
         max_iters=args.max_iters, patience=args.patience, exhaustive_limit=args.exhaustive_limit,
         runner=runner, tasks=max(args.tasks, 1), recombine=recombine,
