@@ -173,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
                 "output": str(work / "ppl-out"),
                 "metrics": [{"name": "perplexity", "params": ppl_params}],
                 "batch_size": batch,
+                "part_rows": 100,  # 32 parts: the steady rate is measured from part to part
                 "pool": {"min_size": 2, "max_size": 2, "num_cpus": 0.5, "torch_threads": 1},
                 "progress": False,
             }
