@@ -77,6 +77,10 @@ class ChaosProxy:
         except asyncio.TimeoutError:
             pass
         server.close()
+        pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     def _fault(self) -> str | None:
         self.chunks += 1
@@ -271,8 +275,8 @@ def test_endpoint_dying_mid_job_fails_cleanly_and_the_rerun_completes(moto, tmp_
         expected.extend(pq.read_table(path, columns=["id"]).column("id").to_pylist())
     ray_dir = tempfile.mkdtemp(prefix="rdie", dir="/tmp")
     port = int(moto.rsplit(":", 1)[1])
-    output = "s3://chaos-out/dying"
-    fs.mkdir("chaos-out")
+    output = "s3://dying-out/scores"
+    fs.mkdir("dying-out")
     config = {"input": "s3://dying-in/dump"}
     try:
         with ChaosProxy(port, rate=0.0, dead_after=60) as proxy:  # alive for the plan, dead while scoring
@@ -282,14 +286,14 @@ def test_endpoint_dying_mid_job_fails_cleanly_and_the_rerun_completes(moto, tmp_
         assert first.returncode == 1, first.stderr[-3000:]
         lines = [line for line in first.stderr.splitlines() if line.strip()]
         assert "Traceback" not in first.stderr and lines[-1].startswith("error: "), first.stderr[-3000:]
-        assert _debris(fs, "chaos-out/dying") == []
+        assert _debris(fs, "dying-out/scores") == []
 
         path = _write_config(tmp_path / "alive.json", moto, ray_dir, output)
         path.write_text(json.dumps({**json.loads(path.read_text()), **config}))
         again = _run_job(path)
         assert again.returncode == 0, again.stderr[-3000:]
-        assert sorted(_output_ids(fs, "chaos-out/dying")) == sorted(expected)
-        assert _debris(fs, "chaos-out/dying") == []
+        assert sorted(_output_ids(fs, "dying-out/scores")) == sorted(expected)
+        assert _debris(fs, "dying-out/scores") == []
         print("dying endpoint:", lines[-1], f"({proxy.chunks} chunks through the proxy)")
     finally:
         for pid in pids_using(ray_dir):
