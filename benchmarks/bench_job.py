@@ -34,15 +34,17 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from benchmarks.data import real_data_root
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-CORPORA = REPO_ROOT.parent / "shared" / "data" / "corpora"
+CORPORA = real_data_root() / "corpora"
 RESULTS = REPO_ROOT / "benchmarks" / "results" / "job.md"
 KEEP = ["id", "dataset", "doc_id", "system", "source", "text", "references"]
 
 
 def build_corpus(folder: pathlib.Path, min_rows: int, shards: int) -> tuple[int, str]:
-    """Real rows from ../shared/data/corpora (all of them, >= 100k), resharded into equal
-    shards; synthetic rows when the shared data is absent. Returns (rows, description)."""
+    """Real rows from the project's corpora (`benchmarks/data.py`; all of them when >= 100k),
+    resharded into equal shards; synthetic rows otherwise. Returns (rows, description)."""
     folder.mkdir(parents=True, exist_ok=True)
     tables = []
     if CORPORA.is_dir():
@@ -53,7 +55,7 @@ def build_corpus(folder: pathlib.Path, min_rows: int, shards: int) -> tuple[int,
     rows = sum(t.num_rows for t in tables)
     if rows >= min_rows:
         table = pa.concat_tables(tables, promote_options="permissive")
-        description = f"{rows} real rows from ../shared/data/corpora ({len(tables)} dumps)"
+        description = f"{rows} real rows from the project corpora ({len(tables)} dumps)"
     else:
         import random
 
@@ -66,7 +68,7 @@ def build_corpus(folder: pathlib.Path, min_rows: int, shards: int) -> tuple[int,
             }
         )
         rows = min_rows
-        description = f"{rows} synthetic rows (../shared/data/corpora not found)"
+        description = f"{rows} synthetic rows (fewer than {min_rows} real corpus rows found)"
     per_shard = -(-table.num_rows // shards)
     for index in range(shards):
         pq.write_table(table.slice(index * per_shard, per_shard), folder / f"part-{index:05d}.parquet")
