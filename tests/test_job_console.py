@@ -53,6 +53,7 @@ def test_console_of_a_small_job_carries_no_ray_lines(tmp_path):
                 __import__("os").kill(pid, 9)
             except ProcessLookupError:
                 pass
+        __import__("shutil").rmtree(temp_dir, ignore_errors=True)
     with_bars = runs[()]
     lines = [line for line in re.split(r"[\r\n]", with_bars.stderr) if line.strip()]
     assert lines, "no progress bar drawn"

@@ -123,3 +123,4 @@ def test_s3_in_s3_out(moto_endpoint, tmp_path):
                 os.kill(pid, 9)
             except ProcessLookupError:
                 pass
+        __import__("shutil").rmtree(temp_dir, ignore_errors=True)
