@@ -264,3 +264,66 @@ def test_leftovers_of_a_crashed_run_are_removed_on_the_next_start(tmp_path, priv
     assert second.returncode == 0, second.stderr[-3000:]
     assert not [p for p in planted if p.exists()] and debris(out) == []
     assert committed(out) == before
+
+
+@pytest.fixture(scope="module")
+def moto_iam():
+    """A moto server that enforces IAM after its first 3 requests (which create an admin user):
+    yields (endpoint, admin keys, a read-only user's keys)."""
+    import boto3
+
+    from tests.job_support import VENV_BIN, wait_port
+
+    port = free_port()
+    process = subprocess.Popen(
+        [str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+        env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_port(port)
+        endpoint = f"http://127.0.0.1:{port}"
+        common = {"endpoint_url": endpoint, "region_name": "us-east-1"}
+        bootstrap = boto3.client("iam", aws_access_key_id="testing", aws_secret_access_key="testing", **common)
+        bootstrap.create_user(UserName="admin")
+        admin = bootstrap.create_access_key(UserName="admin")["AccessKey"]
+        everything = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+        bootstrap.put_user_policy(UserName="admin", PolicyName="all", PolicyDocument=json.dumps(everything))
+        admin_keys = {"aws_access_key_id": admin["AccessKeyId"], "aws_secret_access_key": admin["SecretAccessKey"]}
+        iam = boto3.client("iam", **admin_keys, **common)
+        iam.create_user(UserName="reader")
+        reader = iam.create_access_key(UserName="reader")["AccessKey"]
+        read_only = {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Action": ["s3:GetObject", "s3:ListBucket"], "Resource": "*"}],
+        }
+        iam.put_user_policy(UserName="reader", PolicyName="read-only", PolicyDocument=json.dumps(read_only))
+        yield endpoint, admin_keys, {"AWS_ACCESS_KEY_ID": reader["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": reader["SecretAccessKey"]}
+    finally:
+        stop_group(process)
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+@pytest.mark.timeout(180)
+def test_output_denied_by_s3_permissions(entry, moto_iam, tmp_path):
+    import boto3
+
+    endpoint, admin_keys, reader_env = moto_iam
+    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **admin_keys)
+    if "perm-in" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
+        s3.create_bucket(Bucket="perm-in")
+        s3.create_bucket(Bucket="perm-out")
+        s3.put_object(Bucket="perm-out", Key="scores/keep.txt", Body=b"committed earlier")
+        for path in make_corpus(tmp_path / "in", shards=2, rows=5):
+            s3.upload_file(str(path), "perm-in", f"dump/{path.name}")
+    config = write_config(
+        tmp_path / "job.json", input="s3://perm-in/dump", output="s3://perm-out/scores", s3={"endpoint_url": endpoint}
+    )
+    env = child_env(**{**FAKE_AWS, **reader_env})
+    env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{free_port()}"
+    result = subprocess.run([*ENTRY_POINTS[entry], str(config)], env=env, capture_output=True, text=True, timeout=150)
+    assert_clean_failure(result, 1, "output s3://perm-out/scores is not writable: permission denied")
+    listed = s3.list_objects_v2(Bucket="perm-out", Prefix="scores/")
+    assert [item["Key"] for item in listed.get("Contents", [])] == ["scores/keep.txt"]  # nothing lost, no debris
