@@ -1,6 +1,7 @@
-"""No credential is written anywhere: an S3 job (moto on 127.0.0.1) runs with a known fake
-secret in its environment, then every file under its private Ray session directory, every
-object it wrote and its console output are searched for the secret (and the key id)."""
+"""No credential is written anywhere: an S3 job (moto on 127.0.0.1; data and a model on S3)
+runs with a known fake secret in its environment, then every file under its private Ray
+session directory, every object it wrote and its console output are searched for the secret
+(and the key id)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import tempfile
 
 import pytest
 
-from tests.job_support import child_env, free_port, make_corpus, pids_using, start_moto, stop_group
+from tests.job_support import child_env, make_corpus, pids_using, start_moto, stop_group
 
 SECRET = "ctgFAKEsecret/9dQ2+never-log-me-Zx81"
 KEY_ID = "AKIACTGSCOREFAKE0042"
@@ -52,7 +53,7 @@ def test_the_search_finds_a_planted_secret(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_no_secret_in_ray_logs_outputs_or_console(tmp_path):
+def test_no_secret_in_ray_logs_outputs_or_console(tmp_path, tiny_models):
     import s3fs
 
     process, endpoint = start_moto()
@@ -63,13 +64,19 @@ def test_no_secret_in_ray_logs_outputs_or_console(tmp_path):
         fs.mkdir("sec-out")
         for path in make_corpus(tmp_path / "in", shards=3, rows=12):
             fs.put_file(str(path), f"sec-in/dump/{path.name}")
+        for path in pathlib.Path(tiny_models["gpt2"]).iterdir():  # a model from S3 too
+            if path.is_file() and not path.name.startswith("."):
+                fs.put_file(str(path), f"sec-in/models/lm/{path.name}")
         config = tmp_path / "job.yaml"
         config.write_text(
             json.dumps(
                 {
                     "input": "s3://sec-in/dump",
                     "output": "s3://sec-out/scores",
-                    "metrics": [{"name": "text_stats"}],
+                    "metrics": [
+                        {"name": "text_stats"},
+                        {"name": "perplexity", "params": {"model": "s3://sec-in/models/lm", "cache_dir": str(tmp_path / "cache")}},
+                    ],
                     "batch_size": 8,
                     "pool": {"min_size": 1, "max_size": 1, "num_cpus": 0.5},
                     "s3": {"endpoint_url": endpoint},
@@ -84,7 +91,7 @@ def test_no_secret_in_ray_logs_outputs_or_console(tmp_path):
             AWS_DEFAULT_REGION="us-east-1",
             AWS_EC2_METADATA_DISABLED="true",
         )
-        env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{free_port()}"  # whatever ignores the config: a dead loopback port
+        env["AWS_ENDPOINT_URL"] = endpoint  # the same server for anything that reads only the environment
         run = subprocess.run(
             [sys.executable, "-m", "ray_jobs.score_corpus", "--config", str(config)],
             env=env,
@@ -99,6 +106,8 @@ def test_no_secret_in_ray_logs_outputs_or_console(tmp_path):
         assert any(name.endswith("manifest.json") for name in written)
         manifest = json.loads(fs.cat_file("sec-out/scores/manifest.json"))
         assert manifest["metrics"]["text_stats"]["rows_out"] == 36  # the run really went through S3
+        assert manifest["metrics"]["perplexity"]["rows_out"] == 36
+        assert manifest["metrics"]["perplexity"]["rows_error"] == 0
 
         needles = [SECRET.encode(), KEY_ID.encode()]
         assert [n for n in needles if n in console] == []
