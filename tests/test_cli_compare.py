@@ -8,11 +8,12 @@ import itertools
 import json
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ctgscore.testing.cli import run_cli
+from ctgscore.testing.cli import assert_user_error, run_cli
 
 N_DOCS = 10
 
@@ -114,3 +115,20 @@ def test_markdown_and_json_outputs(table, tmp_path):
     stdout = run_cli(["compare", "-s", path, "--columns", "m", "--resamples", "100", "--trials", "100",
                       "--tests", "randomization"]).stdout
     assert "| rank | system |" in stdout
+
+
+def test_a_dataset_that_cannot_be_compared_is_skipped_not_fatal(table, tmp_path):
+    path, _ = table
+    frame = pq.read_table(path).to_pandas()
+    lone = frame[frame["system"] == "A"].assign(dataset="single", id=lambda f: "x" + f["id"])
+    mixed = tmp_path / "mixed.parquet"
+    pq.write_table(pa.Table.from_pandas(pd.concat([frame, lone], ignore_index=True), preserve_index=False), mixed)
+    proc = run_cli(["compare", "-s", mixed, "--columns", "m", "-o", tmp_path / "b.json", "--resamples", "50",
+                    "--trials", "50", "--json"])
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert [c["dataset"] for c in summary["comparisons"]] == ["toy"]
+    assert len(summary["skipped"]) == 1 and "'single'" in summary["skipped"][0]
+    only_lone = tmp_path / "lone.parquet"
+    pq.write_table(pa.Table.from_pandas(lone, preserve_index=False), only_lone)
+    assert_user_error(run_cli(["compare", "-s", only_lone, "--columns", "m"]), 1, "nothing to compare", "single")

@@ -78,6 +78,29 @@ def render(comparisons, fmt: str) -> str:
     return compare.comparison_markdown(comparisons)
 
 
+def compare_groups(frame, columns: list[str], lower: set[str], options: dict):
+    """`meta_eval.compare.system_comparison` for every (dataset, column); a pair that cannot be
+    compared (one system there, no paired documents) is skipped with its reason instead of
+    failing the others. Returns (comparisons, skipped reasons)."""
+    from meta_eval import compare
+    from scoring.errors import InputError
+
+    if "dataset" in frame and frame["dataset"].notna().any():
+        groups = [(str(name), part) for name, part in frame.groupby("dataset", sort=True)]
+    else:
+        groups = [("all", frame)]
+    comparisons, skipped = [], []
+    for name, part in groups:
+        for column in columns:
+            try:
+                comparisons.append(compare.system_comparison(part, column, dataset=name,
+                                                             lower_is_better=column in lower, **options))
+            except InputError as exc:
+                reason = str(exc)
+                skipped.append(reason if f"dataset {name!r}" in reason else f"dataset {name!r}, column {column!r}: {reason}")
+    return comparisons, skipped
+
+
 def handle(args: argparse.Namespace) -> int:
     if args.resamples < 1 or args.trials < 1 or args.tasks < 0:
         raise UsageError("--resamples and --trials must be >= 1 and --tasks >= 0")
@@ -100,11 +123,11 @@ def handle(args: argparse.Namespace) -> int:
                          f"{', '.join(default_columns(frame)) or 'none'})")
     lower = args.lower_is_better if args.lower_is_better is not None else [
         c for c in columns if c.split(".")[-1].startswith("perplexity")]
-    comparisons = compare.compare_systems(
-        frame, columns, lower_is_better=lower, systems=args.systems, unit=args.unit, tests=args.tests,
-        n_resamples=args.resamples, trials=args.trials, seed=args.seed, alpha=args.alpha,
-        runner=make_runner(args.tasks, args.num_cpus),
-    )
+    options = dict(systems=args.systems, unit=args.unit, tests=args.tests, n_resamples=args.resamples,
+                   trials=args.trials, seed=args.seed, alpha=args.alpha, runner=make_runner(args.tasks, args.num_cpus))
+    comparisons, skipped = compare_groups(frame, columns, set(lower), options)
+    if not comparisons:
+        raise InputError(f"scores {args.scores}: nothing to compare ({skipped[0]})")
     text = render(comparisons, fmt)
     if output is not None:
         output.write_text(text, encoding="utf-8")
@@ -112,7 +135,7 @@ def handle(args: argparse.Namespace) -> int:
     from meta_eval.results import to_json_dict
 
     summary = {"ok": True, "command": "compare", "output": str(output) if output else None, "format": fmt,
-               "leaderboard": to_json_dict(board), "comparisons": to_json_dict(list(comparisons))}
+               "leaderboard": to_json_dict(board), "comparisons": to_json_dict(list(comparisons)), "skipped": skipped}
     if output is None:
         lines = [text.rstrip("\n")]
     else:
@@ -120,5 +143,6 @@ def handle(args: argparse.Namespace) -> int:
         for comp in comparisons:
             ranking = ", ".join(f"{s.rank}. {s.system} {s.mean:.4g}" for s in comp.systems)
             lines.append(f"  {comp.dataset} / {comp.column}: {ranking}")
+    lines += [f"  skipped: {reason}" for reason in skipped]
     common.emit(args, summary, lines)
     return 0
