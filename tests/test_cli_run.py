@@ -59,6 +59,7 @@ def test_run_forms_overrides_summary_and_error_rate(job, tmp_path):
     proc = run_cli(["run", "--config", job, "--set", "output=out/second", "--max-error-rate", "0.5", "--json"],
                    cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""  # a successful run: no Ray log lines, no warnings, no bars with --json
     summary = json.loads(proc.stdout)
     assert summary["ok"] and summary["metrics"]["text_stats"]["rows_error"] == 2
     assert summary["metrics"]["text_stats"]["rows_out"] == 6
@@ -69,6 +70,7 @@ def test_run_forms_overrides_summary_and_error_rate(job, tmp_path):
     proc = run_cli(["--config", job, "--set", "output=out/second", "--set", "max_error_rate=0.5", "--no-progress"],
                    cwd=tmp_path, module="ray_jobs.score_corpus")
     assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "" and len(proc.stdout.strip().splitlines()) == 1
     assert "6 reused" in proc.stdout  # unchanged rows are not scored twice
 
 
