@@ -105,6 +105,7 @@ def test_meta_report_matches_scipy(tmp_path):
     out = tmp_path / "report"
     proc = run_cli(["meta", "-s", path, "-o", out, "--tasks", "0", "--resamples", "20", "--json"])
     assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""  # no bars, no warnings: one JSON summary on stdout
     summary = json.loads(proc.stdout)
     assert summary["ok"] and summary["rows"] == 40 and set(summary["metrics"]) == {"m1", "m2"}
     results = json.loads((out / "results.json").read_text())
