@@ -27,7 +27,8 @@ def demo_config(cache_dir: pathlib.Path, output: pathlib.Path, sample: pathlib.P
         "metrics": [
             {"name": "text_stats"},
             {"name": "perplexity", "params": {"model": models["gpt2"]}},
-            {"name": "bartscore", "params": {"model": models["bart"], "directions": ["s_h", "r_h", "h_r"]}},
+            {"name": "bartscore", "params": {"model": models["bart"], "directions": ["s_h", "r_h", "h_r"],
+                                        "preprocess": "moses_detok"}},  # the original detokenises SummEval
             {
                 "name": "ctrleval",
                 "params": {"model": models["pegasus"], "iwf": models["iwf"], "aspects": ["coherence", "consistency"]},

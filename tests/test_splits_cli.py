@@ -123,3 +123,18 @@ def test_cli_corpus_partitions_and_report(cli_main, tmp_path, layout):
         assert s["iid"]["dist3"] == pytest.approx(np.mean([distinct_n(r["text"].split(), 3) for r in other]))
         assert s["comp"]["accuracy_per_aspect"]["tense"] == (1.0 if held["sentiment"] == "Positive" else 0.0)
     assert "| tense |" in out.with_suffix(".report.md").read_text()
+
+
+def test_duplicates_flag_keeps_the_originals_ordered_lists(tmp_path, cli_main):
+    """`--duplicates ordered` keeps seen lists that differ only in order (CompMCTG weights its
+    averages by them); the default keeps each distinct set once. Both hold the same sets."""
+    results = {}
+    for mode in ("sets", "ordered"):
+        out = tmp_path / f"{mode}.json"
+        assert cli_main(["splits", "--aspects", "Yelp", "--protocol", "fewshot", "--seed", "0",
+                         "--duplicates", mode, "-o", str(out), "--no-progress"]) == 0
+        splits = json.loads(out.read_text())["splits"]
+        results[mode] = [frozenset(json.dumps(c, sort_keys=True) for c in s["seen"]) for s in splits]
+    assert len(set(results["sets"])) == len(results["sets"])  # distinct sets only
+    assert len(results["ordered"]) > len(set(results["ordered"]))  # repeats kept as lists
+    assert set(results["ordered"]) == set(results["sets"])

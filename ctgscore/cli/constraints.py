@@ -56,7 +56,7 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
 
 
 def _guarded(handler):
-    """The CoDI converter's own errors (bad instruction or response files) as `InputError`."""
+    """Value errors of the CoDI modules as `InputError` (the converter raises one already)."""
 
     def run(args: argparse.Namespace) -> int:
         try:
@@ -64,7 +64,7 @@ def _guarded(handler):
         except CtgscoreError:
             raise
         except ValueError as exc:
-            if type(exc).__name__ == "ConvertError" or type(exc).__module__.startswith("scoring.codi"):
+            if type(exc).__module__.startswith("scoring.codi"):
                 raise InputError(str(exc)) from exc
             raise
 

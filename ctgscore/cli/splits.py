@@ -45,6 +45,9 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
     parser.add_argument("--moves", choices=["coverage", "original"], default="coverage")
     parser.add_argument("--recombine", choices=["auto", "on", "off"], default="auto",
                         help="2-for-2 value-exchange moves when no single swap improves (auto: small seen sides)")
+    parser.add_argument("--duplicates", choices=["sets", "ordered"], default="sets",
+                        help="keep distinct splits (sets), or CompMCTG's ordered seen lists, whose repeats weight "
+                             "its averages (ordered; docs/fidelity.md)")
     parser.add_argument("--max-iters", type=int, default=1000)
     parser.add_argument("--patience", type=int, default=None, help="stop a restart after this many tie moves in a row")
     parser.add_argument("--exhaustive-limit", type=int, default=1_000_000)
@@ -79,7 +82,7 @@ def build(args: argparse.Namespace, universe):
         universe, args.protocol, seed=args.seed, restarts=args.restarts, alpha=args.chernoff_alpha,
         max_splits=args.max_splits, seen_size=args.seen_size, search=args.search, moves=args.moves,
         max_iters=args.max_iters, patience=args.patience, exhaustive_limit=args.exhaustive_limit,
-        runner=runner, tasks=max(args.tasks, 1), recombine=recombine,
+        runner=runner, tasks=max(args.tasks, 1), recombine=recombine, duplicates=args.duplicates,
     )
 
 

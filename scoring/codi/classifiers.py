@@ -1,6 +1,6 @@
 """Local Hugging Face sequence classifiers for CoDI-Eval's model-judged tasks.
 
-Spec: ../shared/spec/codi-eval.md ("Sentiment", "Topic", "Toxicity"). Rules:
+Definitions: docs/codi-eval.md (sentiment, topic, toxicity). Rules:
 * sentiment / emotion: argmax of the logits must be the target label (softmax prob reported);
 * topic (multi-label): sigmoid(logit[target]) >= 0.5;
 * multi-aspect: the topic and the sentiment/emotion checks both succeed;

@@ -1,17 +1,17 @@
 """CoDI-Eval instruction sets (+ responses) -> canonical rows with a `constraint` JSON column.
 
-Field layouts of the shipped sets (../shared/data/codi-eval/SOURCE.md):
+Field layouts of the released CoDI-Eval instruction sets (docs/codi-eval.md):
 sentiment/topic `{instruction, label: str}`; multi `{instruction, label1, label2}`;
 length `{instruction, mode, label: [lo, hi]}`; keyword easy `{instruction, label: [..]}`,
 hard `{.. , anti_label}`; detoxic `{instruction, context_id, context}`.
 
-Constraint JSON per task (schema.md `constraint`):
+Constraint JSON per task (the `constraint` column, docs/schema.md):
   {"task": "sentiment"|"topic", "label": str}
   {"task": "multi", "label1": topic, "label2": sentiment-or-emotion}
   {"task": "length", "mode": str, "label": [lo, hi]}
   {"task": "keyword", "level": "easy"|"hard", "label": [..], "anti_label": str (hard only)}
   {"task": "detoxic", "context_id": int, "context": str}
-`instruction_row(canonical_row)` inverts the conversion (round trip over all 6,060 rows).
+`instruction_row(canonical_row)` inverts the conversion (round trip over every shipped row).
 
 Responses: a JSONL per task, `<dir>/<task>.jsonl` or `<dir>/<task>/generation.jsonl` (the
 original generate.py layout: the instruction row's fields plus `text`), aligned with the
@@ -25,12 +25,13 @@ import pathlib
 from typing import Any, Iterable, Sequence
 
 from scoring.codi import TASKS
+from scoring.errors import InputError
 
 DATASET = "codi-eval"
 TASK_ALIASES = {"toxicity": "detoxic", "detox": "detoxic", "keywords": "keyword"}
 
 
-class ConvertError(ValueError):
+class ConvertError(InputError):
     """Bad instruction or response input; the message names file, row and field."""
 
 
@@ -53,7 +54,7 @@ def detect_task(row: dict[str, Any]) -> str:
     if "anti_label" in row or isinstance(label, list):
         return "keyword"
     if isinstance(label, str):
-        from scoring.codi.classifiers import SENTIMENT_LABELS, EMOTION_LABELS
+        from scoring.codi.classifiers import EMOTION_LABELS, SENTIMENT_LABELS
 
         return "sentiment" if label in SENTIMENT_LABELS or label in EMOTION_LABELS else "topic"
     raise ValueError(f"cannot tell the CoDI task from fields {sorted(row)}")

@@ -1,6 +1,6 @@
 """Rule checks of CoDI-Eval: response clean-up, length intervals, keyword matching.
 
-Spec: ../shared/spec/codi-eval.md ("Response clean-up", "Length", "Keyword").
+Definitions: docs/codi-eval.md (response clean-up, length, keyword).
 
 Lemmatiser
 ----------
