@@ -370,18 +370,13 @@ def run_units(config: JobConfig, plans: list[MetricPlan], carried: list[str]) ->
 
 
 def worker_failure(exc: BaseException) -> CtgscoreError:
-    """The ctgscore error a worker raised (a storage failure, say), else a JobError with the
-    last line of the worker's error."""
-    seen = set()
-    stack = [exc]
-    while stack:
-        current = stack.pop()
-        if id(current) in seen or current is None:
-            continue
-        seen.add(id(current))
-        if isinstance(current, CtgscoreError):
-            return type(current)(str(current))
-        for attribute in ("cause", "__cause__", "__context__"):
-            stack.append(getattr(current, attribute, None))
+    """The ctgscore error a worker raised (a storage failure, say: `io.error_from_worker`
+    recovers it from Ray's wrapping), else a JobError with the last line of the worker's
+    error."""
+    from ray_jobs import io as jio
+
+    found = jio.error_from_worker(exc)
+    if found is not None:
+        return found
     text = [line for line in str(exc).splitlines() if line.strip()]
     return JobError(f"scoring failed in a worker: {text[-1] if text else type(exc).__name__}")
