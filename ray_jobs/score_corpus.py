@@ -31,7 +31,6 @@ from ray_jobs.job.plan import MetricPlan, describe_metric, plan_metric, read_sha
 from ray_jobs.job.score import run_units
 from ray_jobs.job.verify import verify_metric
 from ray_jobs.session import RaySession
-from scoring.errors import CtgscoreError
 from scoring.schema import carried_columns
 
 __all__ = ["ConfigError", "JobError", "error_rate_exceeded", "load_config", "run_job", "summary_line"]
@@ -244,36 +243,7 @@ def _check_pool_fits(config: JobConfig, session: RaySession) -> None:
         )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m ray_jobs.score_corpus --config JOB.yaml`: the CLI's `run` subcommand."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        from ctgscore.cli.main import main as cli_main
-    except ImportError:
-        return _fallback_main(argv)
-    return cli_main(["run", *argv])
+if __name__ == "__main__":  # `python -m ray_jobs.score_corpus --config JOB.yaml` is `ctgscore run`
+    from ctgscore.cli.main import main
 
-
-def _fallback_main(argv: list[str]) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m ray_jobs.score_corpus", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, help="job YAML (see examples/)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    args = parser.parse_args(argv)
-    try:
-        config = load_config(args.config)
-        if args.no_progress:
-            from dataclasses import replace
-
-            config = replace(config, progress=False)
-        manifest = run_job(config)
-    except CtgscoreError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    print(summary_line(manifest))
-    return 1 if error_rate_exceeded(manifest) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["run", *sys.argv[1:]]))
