@@ -129,7 +129,7 @@ def main(argv=None):
 
     import ray
 
-    from ray_jobs.build_splits import ray_runner
+    from ray_jobs.runners import splits_runner as ray_runner
     from splits.protocols import local_runner
 
     temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")

@@ -1,10 +1,12 @@
-"""Ray runners for the statistics in `meta_eval` (the `meta_eval.runner.Runner` contract).
+"""Ray runners: the statistics of `meta_eval` and `splits` fanned out as Ray tasks.
 
-`ray_runner(tasks)` deals contiguous runs of work items (bootstrap resample blocks) to `tasks`
-Ray tasks with a fraction of a CPU each (a task per full CPU starves Ray's own work on small
-machines), puts the shared data into the object store once, and returns the results in item
-order; the statistics draw their random numbers per item, so any number of tasks gives the
-same answer as `meta_eval.runner.local_runner`.
+`ray_runner(tasks)` (the `meta_eval.runner.Runner` contract) deals contiguous runs of work
+items (bootstrap resample blocks) to `tasks` Ray tasks with a fraction of a CPU each (a task
+per full CPU starves Ray's own work on small machines), puts the shared data into the object
+store once, and returns the results in item order. `splits_runner(tasks)` does the same for
+the CompMCTG climb's restart blocks (the `splits.protocols` runner contract). The statistics
+draw their random numbers per item (per restart), so any number of tasks gives the same
+answer as running in-process.
 """
 
 from __future__ import annotations
@@ -48,5 +50,22 @@ def ray_runner(tasks: int, num_cpus: float = TASK_CPUS) -> Runner:
         if len(out) != len(items):
             raise RuntimeError(f"Ray tasks returned {len(out)} results for {len(items)} items")
         return out
+
+    return run
+
+
+def _climb_blocks(problem, blocks: Sequence[tuple[int, int]]) -> list[list]:
+    """One list of restart results per block (the item order `ray_runner` keeps)."""
+    return [problem.run_blocks([block]) for block in blocks]
+
+
+def splits_runner(tasks: int, num_cpus: float = TASK_CPUS):
+    """A `splits.protocols.build_splits` runner: the climb's restart blocks over `tasks` Ray
+    tasks, results in block order, so the splits are the same for any number of tasks."""
+    run_items = ray_runner(tasks, num_cpus)
+
+    def run(problem, blocks: Sequence[tuple[int, int]]) -> list:
+        per_block = run_items(_climb_blocks, problem, list(blocks))
+        return [result for block in per_block for result in block]
 
     return run

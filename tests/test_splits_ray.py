@@ -11,7 +11,10 @@ from splits.protocols import build_splits
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_same_splits_with_one_and_four_ray_tasks(ray_local):
-    from ray_jobs.build_splits import build_splits_ray
+    from ray_jobs.runners import splits_runner
+
+    def build_splits_ray(universe, protocol, tasks, **kwargs):
+        return build_splits(universe, protocol, runner=splits_runner(tasks), tasks=tasks, **kwargs)
 
     fyelp = from_aspects(KNOWN_DATASETS["Fyelp"], name="Fyelp")
     kwargs = dict(seed=123, restarts=160, max_iters=100)  # 5 blocks of 32 restarts over 4 tasks: 2+1+1+1

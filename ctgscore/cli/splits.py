@@ -74,9 +74,9 @@ def build(args: argparse.Namespace, universe):
 
     runner = None
     if args.tasks > 1:
-        from ray_jobs.build_splits import ray_runner
+        from ray_jobs.runners import splits_runner
 
-        runner = ray_runner(args.tasks, num_cpus=args.num_cpus)
+        runner = splits_runner(args.tasks, num_cpus=args.num_cpus)
     recombine = {"auto": None, "on": True, "off": False}[args.recombine]
     return build_splits(
         universe, args.protocol, seed=args.seed, restarts=args.restarts, alpha=args.chernoff_alpha,
