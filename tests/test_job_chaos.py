@@ -234,6 +234,8 @@ def moto():
     stop_group(process)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(120)
 def test_proxy_resets_a_fraction_of_requests(moto):
     fs_direct = _s3(moto)
     fs_direct.mkdir("proxy-check")

@@ -212,6 +212,7 @@ def s3_corpus(moto, tmp_path):
     return fs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
 @pytest.mark.timeout(120)
 def test_missing_output_bucket_is_named(entry, moto, s3_corpus, tmp_path):
@@ -221,6 +222,7 @@ def test_missing_output_bucket_is_named(entry, moto, s3_corpus, tmp_path):
     assert_clean_failure(run(entry, config), 1, "bucket 'no-such-output-bucket' does not exist")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
 @pytest.mark.timeout(120)
 def test_missing_input_bucket_is_named(entry, moto, tmp_path):
@@ -303,6 +305,7 @@ def moto_iam():
         stop_group(process)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
 @pytest.mark.timeout(180)
 def test_output_denied_by_s3_permissions(entry, moto_iam, tmp_path):

@@ -191,6 +191,7 @@ def s3(moto, monkeypatch):
     return fs
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_s3_missing_bucket_is_named(s3):
     for call in (

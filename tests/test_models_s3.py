@@ -64,6 +64,7 @@ def sha256_of_safetensors(folder: pathlib.Path) -> str:
     return digest.hexdigest()[:16]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_replaced_weights_are_fetched_again_and_change_the_signature(s3, tiny_models, tmp_path):
     from ctgscore.testing.tiny_models import build_gpt2
@@ -99,6 +100,7 @@ def test_replaced_weights_are_fetched_again_and_change_the_signature(s3, tiny_mo
     assert not [p for p in (cache / "models").iterdir() if ".tmp-" in p.name]  # no staging debris
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_endpoint_comes_from_settings_and_failures_name_the_bucket(s3, tiny_models, tmp_path):
     s3.mkdir("models-b")
