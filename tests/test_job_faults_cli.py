@@ -25,6 +25,8 @@ from tests.job_support import (
     write_rows,
 )
 
+pytestmark = pytest.mark.slow  # every test here runs the job's entry points as subprocesses
+
 ENTRY_POINTS = {
     "score_corpus": [sys.executable, "-m", "ray_jobs.score_corpus", "--config"],
     "ctgscore": [sys.executable, "-m", "ctgscore", "run"],
