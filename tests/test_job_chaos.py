@@ -275,10 +275,10 @@ def test_endpoint_dying_mid_job_fails_cleanly_and_the_rerun_completes(moto, tmp_
     for path in make_corpus(tmp_path / "in", shards=6, rows=20):
         fs.put_file(str(path), f"dying-in/dump/{path.name}")
         expected.extend(pq.read_table(path, columns=["id"]).column("id").to_pylist())
-    ray_dir = tempfile.mkdtemp(prefix="rdie", dir="/tmp")
-    port = int(moto.rsplit(":", 1)[1])
-    output = "s3://dying-out/scores"
     fs.mkdir("dying-out")
+    output = "s3://dying-out/scores"
+    port = int(moto.rsplit(":", 1)[1])
+    ray_dir = tempfile.mkdtemp(prefix="rdie", dir="/tmp")
     config = {"input": "s3://dying-in/dump"}
     try:
         with ChaosProxy(port, rate=0.0, dead_after=60) as proxy:  # alive for the plan, dead while scoring
