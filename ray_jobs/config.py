@@ -400,10 +400,15 @@ def metric_class_for(spec: MetricSpec):
         raise ConfigError(f"metric {spec.label!r}: {exc}") from exc
 
 
-def build_metric_for(spec: MetricSpec, params: dict[str, Any], cls=None):
+def build_metric_for(spec: MetricSpec, params: dict[str, Any], cls=None, s3: S3Config | None = None):
     """Build the metric object (the same call on the driver and in every scoring actor).
     `cls` is the class resolved on the driver: workers then need only its module, not the
-    driver's plugin registry."""
+    driver's plugin registry. `s3`, the job's S3 settings, applies to the `s3://` models this
+    process loads as well as to the data (`scoring.models.configure_s3`)."""
+    if s3 is not None:
+        from scoring.models import configure_s3
+
+        configure_s3(endpoint_url=s3.endpoint_url, region=s3.region)
     cls = cls or metric_class_for(spec)
     try:
         return cls(**params)

@@ -15,7 +15,15 @@ from typing import Any
 
 from ray_jobs import incremental
 from ray_jobs import io as jio
-from ray_jobs.config import ConfigError, JobConfig, MetricSpec, build_metric_for, metric_class_for, metric_params
+from ray_jobs.config import (
+    ConfigError,
+    JobConfig,
+    MetricSpec,
+    S3Config,
+    build_metric_for,
+    metric_class_for,
+    metric_params,
+)
 from ray_jobs.job import layout
 from ray_jobs.job.errors import JobError
 
@@ -80,12 +88,12 @@ def describe_metric(config: JobConfig, spec: MetricSpec) -> MetricInfo:
 
         task = ray.remote(num_cpus=config.pool.num_cpus, num_gpus=config.pool.num_gpus, max_retries=0)(_describe)
         try:
-            described = ray.get(task.remote(spec, cls, params, True))
+            described = ray.get(task.remote(spec, cls, params, config.s3, True))
         except Exception as exc:  # noqa: BLE001 - the task's error names the metric
             raise ConfigError(f"metric {spec.label!r}: cannot build it with params {params}: {_first_line(exc)}") from exc
     else:
         try:
-            described = _describe(spec, cls, params, False)
+            described = _describe(spec, cls, params, config.s3, False)
         except ConfigError:
             raise
         except Exception as exc:  # noqa: BLE001 - bad params or unloadable model: before any work
@@ -93,8 +101,8 @@ def describe_metric(config: JobConfig, spec: MetricSpec) -> MetricInfo:
     return MetricInfo(spec=spec, cls=cls, params=params, **described)
 
 
-def _describe(spec: MetricSpec, cls: type, params: dict[str, Any], remote: bool) -> dict[str, Any]:
-    metric = build_metric_for(spec, params, cls)
+def _describe(spec: MetricSpec, cls: type, params: dict[str, Any], s3: S3Config, remote: bool) -> dict[str, Any]:
+    metric = build_metric_for(spec, params, cls, s3)
     signature = metric.signature()
     described_on: dict[str, Any] = {}
     if remote:

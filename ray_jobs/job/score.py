@@ -158,7 +158,7 @@ class PartScorer:
         from ray_jobs import io as jio
         from ray_jobs.config import build_metric_for
 
-        self.metric = build_metric_for(info.spec, info.params, info.cls)
+        self.metric = build_metric_for(info.spec, info.params, info.cls, s3)
         self.signature = str(self.metric.signature())
         if self.signature != info.signature:
             raise CtgscoreError(
