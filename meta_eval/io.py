@@ -120,7 +120,7 @@ def _read_parquet_files(path: str) -> tuple[pd.DataFrame, dict]:
     groups: dict[tuple, list[pd.DataFrame]] = {}
     for name in files:
         with fs.open(name, "rb") as handle:
-            frame = pq.read_table(handle).to_pandas()
+            frame = pq.read_table(handle, use_threads=False, pre_buffer=False).to_pandas()  # decode on this thread: Arrow pool threads must not hold Python-backed buffers at exit
         if "id" not in frame:
             raise InputError(f"{name}: missing required column 'id'")
         groups.setdefault(tuple(_score_columns(frame.columns)), []).append(frame)

@@ -403,10 +403,16 @@ def check_shard(info: ShardInfo, fs, needed: tuple[str, ...], read_ids: bool = T
     except BadShard:
         raise
     except Exception as exc:  # noqa: BLE001 - any read failure names the shard
-        if is_transient(exc) or isinstance(exc, (PermissionError, FileNotFoundError)):
-            raise BadShard(info.uri, f"cannot read: {_reason(exc, info.uri)}", transient=is_transient(exc)) from exc
-        raise BadShard(info.uri, f"unreadable Parquet ({type(exc).__name__}: {_one_line(str(exc))})") from exc
+        raise BadShard(info.uri, read_failure(exc, info.uri), transient=is_transient(exc)) from exc
     return ShardCheck(info=info, num_rows=num_rows, columns=columns, ids=ids)
+
+
+def read_failure(exc: BaseException, uri: str) -> str:
+    """Why a shard could not be read, in one line: the storage's fault ("cannot read: storage
+    unreachable ...", permission, missing object) or the file's ("unreadable Parquet ...")."""
+    if is_transient(exc) or isinstance(exc, (PermissionError, FileNotFoundError)):
+        return f"cannot read: {_reason(exc, uri)}"
+    return f"unreadable Parquet ({type(exc).__name__}: {_one_line(str(exc))})"
 
 
 # ---------------------------------------------------------------------------------------

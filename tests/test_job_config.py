@@ -15,7 +15,7 @@ from ray_jobs import io as jio
 from ray_jobs.config import ConfigError, S3Config, load_config, metric_params, parse_config
 from ray_jobs.job import layout
 from ray_jobs.score_corpus import error_rate_exceeded
-from scoring.errors import UsageError
+from scoring.errors import StorageError, UsageError
 from tests.job_support import make_rows, write_rows
 
 BASE = {"input": "data/sample", "output": "out/x", "metrics": [{"name": "text_stats"}]}
@@ -283,3 +283,36 @@ def test_manifest_config_dump_has_no_url_credentials():
     config = parse_config(config_with(s3={"endpoint_url": "http://user:hunter2@127.0.0.1:9000"}))
     dumped = str(config.as_dict())
     assert "hunter2" not in dumped and "127.0.0.1:9000" in dumped
+
+
+@pytest.mark.parametrize(
+    "raised, expected_type, exit_code",
+    [
+        (StorageError("cannot read model s3://m/x: bucket 'm' does not exist"), "StorageError", 1),
+        (UsageError("model /nowhere: no such folder"), "ConfigError", 2),
+    ],
+)
+def test_a_metric_that_cannot_be_built_keeps_storage_and_config_faults_apart(monkeypatch, raised, expected_type, exit_code):
+    """A model bucket that cannot be reached is the storage's fault (exit 1), a bad model
+    location the config's (exit 2); both name the metric and the cause in one line."""
+    from ray_jobs.job import plan
+
+    def fail(*args, **kwargs):
+        raise raised
+
+    monkeypatch.setattr(plan, "build_metric_for", fail)
+    config = parse_config(config_with(metrics=[{"name": "text_stats", "label": "ts"}]), base_dir="/base")
+    with pytest.raises(Exception) as info:
+        plan.describe_metric(config, config.metrics[0])
+    assert type(info.value).__name__ == expected_type
+    assert info.value.exit_code == exit_code
+    assert "metric 'ts'" in str(info.value) and str(raised) in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_read_failures_say_whose_fault_they_are():
+    uri = "s3://dumps/part-0.parquet"
+    assert jio.read_failure(ConnectionError("Connection reset by peer"), uri).startswith("cannot read: storage unreachable")
+    assert jio.read_failure(PermissionError(13, "Permission denied"), uri) == "cannot read: permission denied"
+    broken = jio.read_failure(pa.ArrowInvalid("Parquet magic bytes not found"), uri)
+    assert broken.startswith("unreadable Parquet (ArrowInvalid: Parquet magic bytes not found")

@@ -53,7 +53,7 @@ def _check_one(uri: str, input_root: str, s3: S3Config, buckets: int):
         fs = jio.arrow_filesystem(input_root, s3)
         ids = pq.read_table(jio.fs_path(uri), columns=["id"], filesystem=fs).column("id")
     except Exception as exc:  # noqa: BLE001 - any read failure names the shard
-        return (f"unreadable Parquet ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})", *empty)
+        return (jio.read_failure(exc, uri), *empty)
     ids = ids.combine_chunks()
     if pa.types.is_large_string(ids.type):
         ids = ids.cast(pa.string())

@@ -26,6 +26,7 @@ from ray_jobs.config import (
 )
 from ray_jobs.job import layout
 from ray_jobs.job.errors import JobError
+from scoring.errors import StorageError
 
 
 @dataclass
@@ -90,15 +91,26 @@ def describe_metric(config: JobConfig, spec: MetricSpec) -> MetricInfo:
         try:
             described = ray.get(task.remote(spec, cls, params, config.s3, True))
         except Exception as exc:  # noqa: BLE001 - the task's error names the metric
-            raise ConfigError(f"metric {spec.label!r}: cannot build it with params {params}: {_first_line(exc)}") from exc
+            raise _build_error(spec, params, jio.error_from_worker(exc) or exc) from exc
     else:
         try:
             described = _describe(spec, cls, params, config.s3, False)
         except ConfigError:
             raise
         except Exception as exc:  # noqa: BLE001 - bad params or unloadable model: before any work
-            raise ConfigError(f"metric {spec.label!r}: cannot build it with params {params}: {_first_line(exc)}") from exc
+            raise _build_error(spec, params, exc) from exc
     return MetricInfo(spec=spec, cls=cls, params=params, **described)
+
+
+def _build_error(spec: MetricSpec, params: dict[str, Any], exc: BaseException) -> Exception:
+    """A metric that cannot be built, as one line naming it: storage that cannot be reached
+    (a model bucket, say) stays a `StorageError` (exit 1); anything else is the config's fault."""
+    message = f"metric {spec.label!r}: cannot build it with params {params}: {_first_line(exc)}"
+    if isinstance(exc, StorageError):
+        error = StorageError(message)
+        error.transient = getattr(exc, "transient", False)
+        return error
+    return ConfigError(message)
 
 
 def _describe(spec: MetricSpec, cls: type, params: dict[str, Any], s3: S3Config, remote: bool) -> dict[str, Any]:

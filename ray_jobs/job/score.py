@@ -104,7 +104,7 @@ def read_unit(batch: pa.Table, input_root: str, s3: S3Config) -> pa.Table:
             errors.append(None)
         except Exception as exc:  # noqa: BLE001 - the shard is then handled as a bad shard
             payloads.append(b"")
-            errors.append(f"unreadable Parquet while scoring ({type(exc).__name__}: {_one_line(exc)})")
+            errors.append(f"{jio.read_failure(exc, unit['uri'])} (while scoring)")
     return pa.table(
         {
             UNIT: batch.column(UNIT),
