@@ -12,26 +12,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Sequence
 
+from scoring.schema import ERROR, WARNING, carried_columns
 from scoring.signature import Signature, stable_hash
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-# the column rules live in scoring.schema; re-exported here for metric authors
-from scoring.schema import (  # noqa: E402
-    ERROR as ERROR_COLUMN,
-    ROW_KEY as ROW_KEY_COLUMN,
-    SIGNATURE as SIGNATURE_COLUMN,
-    WARNING as WARNING_COLUMN,
-    carried_columns,
-    carried_type,
-    is_carried,
-)
-
-__all__ = [
-    "ERROR_COLUMN", "ROW_KEY_COLUMN", "SIGNATURE_COLUMN", "WARNING_COLUMN",
-    "RowError", "RowMetric", "carried_columns", "carried_type", "is_carried",
-]
 
 
 class RowError(ValueError):
@@ -100,8 +85,8 @@ class RowMetric(ABC):
 
     def empty_result(self, error: str) -> dict[str, Any]:
         result: dict[str, Any] = {column: None for column in self.output_columns}
-        result[ERROR_COLUMN] = error
-        result[WARNING_COLUMN] = None
+        result[ERROR] = error
+        result[WARNING] = None
         return result
 
     def score_rows(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -168,8 +153,8 @@ class RowMetric(ABC):
             )
         for index, values in zip(indices, scored):
             result = {column: values.get(column) for column in self.output_columns}
-            result[ERROR_COLUMN] = None
-            result[WARNING_COLUMN] = values.get(WARNING_COLUMN)
+            result[ERROR] = None
+            result[WARNING] = values.get(WARNING)
             results[index] = result
 
 

@@ -86,3 +86,38 @@ def tiny_models(tmp_path_factory) -> dict[str, str]:
 def sample_corpus() -> pathlib.Path:
     """The shipped sample corpus folder (real SummEval and CTRLEval rows)."""
     return REPO_ROOT / "data" / "sample"
+
+
+@pytest.fixture(scope="module")
+def moto():
+    """An S3 server (moto) on 127.0.0.1, one per test module (each module's buckets start
+    empty); yields its endpoint URL."""
+    from tests.job_support import start_moto, stop_group
+
+    process, endpoint = start_moto()
+    yield endpoint
+    stop_group(process)
+
+
+@pytest.fixture
+def mounted(tmp_path):
+    """mount(options) -> a fresh tmpfs folder (a real read-only or full file system for fault
+    tests; needs root, skipped elsewhere); unmounted afterwards."""
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mounts = []
+
+    def mount(options: str) -> pathlib.Path:
+        target = tmp_path / f"mnt{len(mounts)}"
+        target.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(target)], capture_output=True)
+        if done.returncode:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+        mounts.append(target)
+        return target
+
+    yield mount
+    for target in mounts:
+        subprocess.run(["umount", "-l", str(target)], capture_output=True)

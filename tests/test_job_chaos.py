@@ -227,13 +227,6 @@ def chaos_round(tmp: pathlib.Path, moto_endpoint: str, rate: float, seed: int, s
         subprocess.run(["rm", "-rf", ray_dir], check=False)
 
 
-@pytest.fixture(scope="module")
-def moto():
-    process, endpoint = start_moto()
-    yield endpoint
-    stop_group(process)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_proxy_resets_a_fraction_of_requests(moto):

@@ -20,7 +20,6 @@ from tests.job_support import (
     make_corpus,
     make_rows,
     pids_using,
-    start_moto,
     stop_group,
     write_rows,
 )
@@ -89,27 +88,6 @@ def private_ray():
         except ProcessLookupError:
             pass
     subprocess.run(["rm", "-rf", ray_dir], check=False)
-
-
-@pytest.fixture
-def mounted(tmp_path):
-    """mount(options) -> a fresh tmpfs folder (root only; skipped elsewhere)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mounts = []
-
-    def mount(options: str) -> pathlib.Path:
-        target = tmp_path / f"mnt{len(mounts)}"
-        target.mkdir()
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(target)], capture_output=True)
-        if done.returncode:
-            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-        mounts.append(target)
-        return target
-
-    yield mount
-    for target in mounts:
-        subprocess.run(["umount", "-l", str(target)], capture_output=True)
 
 
 @pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
@@ -193,13 +171,6 @@ def test_full_disk_keeps_committed_outputs_and_leaves_no_debris(tmp_path, mounte
     assert debris(disk) == []
 
     assert "no space left on device" in message and f"cannot write {out}/" in message, message
-
-
-@pytest.fixture(scope="module")
-def moto():
-    process, endpoint = start_moto()
-    yield endpoint
-    stop_group(process)
 
 
 @pytest.fixture

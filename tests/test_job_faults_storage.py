@@ -9,7 +9,6 @@ import errno
 import os
 import pathlib
 import pickle
-import subprocess
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -18,7 +17,7 @@ import pytest
 from ray_jobs import io as jio
 from ray_jobs.config import S3Config
 from scoring.errors import InputError, StorageError
-from tests.job_support import free_port, make_rows, start_moto, stop_group, write_rows
+from tests.job_support import free_port, make_rows, write_rows
 
 FAKE_AWS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -35,27 +34,6 @@ def local_fs():
 
 def debris(folder: pathlib.Path) -> list[str]:
     return [p.name for p in folder.rglob("*") if ".tmp-" in p.name]
-
-
-@pytest.fixture
-def mounted(tmp_path):
-    """mount(options) -> a fresh tmpfs folder (root only; skipped elsewhere)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mounts = []
-
-    def mount(options: str) -> pathlib.Path:
-        target = tmp_path / f"mnt{len(mounts)}"
-        target.mkdir()
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(target)], capture_output=True)
-        if done.returncode:
-            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-        mounts.append(target)
-        return target
-
-    yield mount
-    for target in mounts:
-        subprocess.run(["umount", "-l", str(target)], capture_output=True)
 
 
 def test_full_disk_write_names_the_path_and_leaves_no_temp_file(mounted):
@@ -172,13 +150,6 @@ def test_unreadable_old_output_is_not_reused_but_unreachable_storage_is_an_error
     with pytest.raises(StorageError, match="cannot read footer of s3://b/x.parquet: storage unreachable") as failure:
         jio.read_footer_metadata(DeadFs(), "s3://b/x.parquet")
     assert failure.value.transient is True
-
-
-@pytest.fixture(scope="module")
-def moto():
-    process, endpoint = start_moto()
-    yield endpoint
-    stop_group(process)
 
 
 @pytest.fixture

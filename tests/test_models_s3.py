@@ -17,7 +17,7 @@ import pytest
 
 from scoring import models
 from scoring.errors import StorageError, UsageError
-from tests.job_support import child_env, free_port, make_corpus, pids_using, start_moto, stop_group
+from tests.job_support import child_env, free_port, make_corpus, pids_using
 
 FAKE_AWS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -25,13 +25,6 @@ FAKE_AWS = {
     "AWS_DEFAULT_REGION": "us-east-1",
     "AWS_EC2_METADATA_DISABLED": "true",
 }
-
-
-@pytest.fixture(scope="module")
-def moto():
-    process, endpoint = start_moto()
-    yield endpoint
-    stop_group(process)
 
 
 @pytest.fixture
