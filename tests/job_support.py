@@ -392,3 +392,24 @@ def alive_gpu_nodes(address: str) -> int:
     )
     result = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=60)
     return int(result.stdout.split("ALIVE ", 1)[1].split()[0])
+
+
+def remove_ray_dir(ray_dir: str) -> None:
+    """Kill the processes of a Ray a test started under its own temp dir (found by that dir,
+    so nobody else's Ray is touched), then remove the dir."""
+    for pid in pids_using(ray_dir):
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+    shutil.rmtree(ray_dir, ignore_errors=True)
+
+
+# Credentials for the moto server: fake, and with the instance-metadata lookup switched off so
+# nothing tries to reach an address outside this machine.
+FAKE_AWS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}

@@ -23,14 +23,15 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from tests.job_support import child_env, free_port, make_corpus, pids_using, start_moto, stop_group
-
-FAKE_AWS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_EC2_METADATA_DISABLED": "true",
-}
+from tests.job_support import (
+    FAKE_AWS,
+    child_env,
+    free_port,
+    make_corpus,
+    remove_ray_dir,
+    start_moto,
+    stop_group,
+)
 
 
 class ChaosProxy:
@@ -219,12 +220,7 @@ def chaos_round(tmp: pathlib.Path, moto_endpoint: str, rate: float, seed: int, s
         assert _debris(fs, output.removeprefix("s3://")) == []
         return result
     finally:
-        for pid in pids_using(ray_dir):
-            try:
-                __import__("os").kill(pid, 9)
-            except ProcessLookupError:
-                pass
-        subprocess.run(["rm", "-rf", ray_dir], check=False)
+        remove_ray_dir(ray_dir)
 
 
 @pytest.mark.slow
@@ -291,12 +287,7 @@ def test_endpoint_dying_mid_job_fails_cleanly_and_the_rerun_completes(moto, tmp_
         assert _debris(fs, "dying-out/scores") == []
         print("dying endpoint:", lines[-1], f"({proxy.chunks} chunks through the proxy)")
     finally:
-        for pid in pids_using(ray_dir):
-            try:
-                __import__("os").kill(pid, 9)
-            except ProcessLookupError:
-                pass
-        subprocess.run(["rm", "-rf", ray_dir], check=False)
+        remove_ray_dir(ray_dir)
 
 
 if __name__ == "__main__":  # the fault-rate sweep for the README

@@ -15,7 +15,7 @@ import yaml
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from tests.job_support import REPO_ROOT, child_env, make_corpus, pids_using
+from tests.job_support import REPO_ROOT, child_env, make_corpus, remove_ray_dir
 
 RAY_LINE = re.compile(
     r"\(raylet\)|\(pid=|\(MapWorker|core_worker|gcs_server|raylet\.cc|Running Dataset|Execution plan|"
@@ -48,12 +48,7 @@ def test_console_of_a_small_job_carries_no_ray_lines(tmp_path):
             for part in (tmp_path / "out").rglob("*.parquet"):
                 part.unlink()
     finally:
-        for pid in pids_using(temp_dir):
-            try:
-                __import__("os").kill(pid, 9)
-            except ProcessLookupError:
-                pass
-        __import__("shutil").rmtree(temp_dir, ignore_errors=True)
+        remove_ray_dir(temp_dir)
     with_bars = runs[()]
     lines = [line for line in re.split(r"[\r\n]", with_bars.stderr) if line.strip()]
     assert lines, "no progress bar drawn"

@@ -15,11 +15,12 @@ import tempfile
 import pytest
 
 from tests.job_support import (
+    FAKE_AWS,
     child_env,
     free_port,
     make_corpus,
     make_rows,
-    pids_using,
+    remove_ray_dir,
     stop_group,
     write_rows,
 )
@@ -30,17 +31,12 @@ ENTRY_POINTS = {
     "score_corpus": [sys.executable, "-m", "ray_jobs.score_corpus", "--config"],
     "ctgscore": [sys.executable, "-m", "ctgscore", "run"],
 }
-FAKE_AWS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_EC2_METADATA_DISABLED": "true",
-    "CTGSCORE_S3_MAX_ATTEMPTS": "2",
-}
+# two attempts per request: a dead endpoint fails in seconds, not ~40 s
+FAULT_AWS = {**FAKE_AWS, "CTGSCORE_S3_MAX_ATTEMPTS": "2"}
 
 
 def run(entry: str, config: pathlib.Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = child_env(**FAKE_AWS)
+    env = child_env(**FAULT_AWS)
     env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{free_port()}"  # whatever ignores the config: a dead loopback port
     return subprocess.run([*ENTRY_POINTS[entry], str(config)], env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -82,12 +78,7 @@ def private_ray():
     """A short private temp dir for a job's own local Ray; its processes are stopped after."""
     ray_dir = tempfile.mkdtemp(prefix="rflt", dir="/tmp")
     yield ray_dir
-    for pid in pids_using(ray_dir):
-        try:
-            os.kill(pid, 9)
-        except ProcessLookupError:
-            pass
-    subprocess.run(["rm", "-rf", ray_dir], check=False)
+    remove_ray_dir(ray_dir)
 
 
 @pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
@@ -295,7 +286,7 @@ def test_output_denied_by_s3_permissions(entry, moto_iam, tmp_path):
     config = write_config(
         tmp_path / "job.json", input="s3://perm-in/dump", output="s3://perm-out/scores", s3={"endpoint_url": endpoint}
     )
-    env = child_env(**{**FAKE_AWS, **reader_env})
+    env = child_env(**{**FAULT_AWS, **reader_env})
     env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{free_port()}"
     result = subprocess.run([*ENTRY_POINTS[entry], str(config)], env=env, capture_output=True, text=True, timeout=150)
     assert_clean_failure(result, 1, "output s3://perm-out/scores is not writable: permission denied")

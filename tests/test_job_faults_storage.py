@@ -17,15 +17,10 @@ import pytest
 from ray_jobs import io as jio
 from ray_jobs.config import S3Config
 from scoring.errors import InputError, StorageError
-from tests.job_support import free_port, make_rows, write_rows
+from tests.job_support import FAKE_AWS, free_port, make_rows, write_rows
 
-FAKE_AWS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_EC2_METADATA_DISABLED": "true",
-    "CTGSCORE_S3_MAX_ATTEMPTS": "2",
-}
+# two attempts per request: a dead endpoint fails in seconds, not ~40 s
+FAULT_AWS = {**FAKE_AWS, "CTGSCORE_S3_MAX_ATTEMPTS": "2"}
 
 
 def local_fs():
@@ -154,7 +149,7 @@ def test_unreadable_old_output_is_not_reused_but_unreachable_storage_is_an_error
 
 @pytest.fixture
 def s3(moto, monkeypatch):
-    for key, value in FAKE_AWS.items():
+    for key, value in FAULT_AWS.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     fs = jio.fsspec_filesystem("s3://x", S3Config(endpoint_url=moto))
@@ -182,7 +177,7 @@ def test_s3_missing_bucket_is_named(s3):
 
 @pytest.mark.timeout(60)
 def test_s3_dead_endpoint_is_one_line_after_bounded_retries(monkeypatch):
-    for key, value in FAKE_AWS.items():
+    for key, value in FAULT_AWS.items():
         monkeypatch.setenv(key, value)
     endpoint = f"http://127.0.0.1:{free_port()}"
     fs = jio.fsspec_filesystem("s3://x", S3Config(endpoint_url=endpoint))

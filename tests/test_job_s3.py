@@ -22,7 +22,7 @@ import tempfile
 import yaml
 
 from scoring.registry import build_metric
-from tests.job_support import REPO_ROOT, child_env, make_corpus, pids_using, start_moto, stop_group
+from tests.job_support import REPO_ROOT, child_env, make_corpus, remove_ray_dir, start_moto, stop_group
 
 AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
@@ -118,9 +118,4 @@ def test_s3_in_s3_out(moto_endpoint, tmp_path):
         got = pq.read_table(io.BytesIO(fs.cat_file(shard_parts[0]))).to_pylist()
         assert got[0]["text_stats_words"] == 3.0 and got[0]["id"] == rows[0]["id"]
     finally:
-        for pid in pids_using(temp_dir):
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
-        __import__("shutil").rmtree(temp_dir, ignore_errors=True)
+        remove_ray_dir(temp_dir)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import tempfile
 
 import pytest
 
-from tests.job_support import child_env, make_corpus, pids_using, start_moto, stop_group
+from tests.job_support import child_env, make_corpus, remove_ray_dir, start_moto, stop_group
 
 SECRET = "ctgFAKEsecret/9dQ2+never-log-me-Zx81"
 KEY_ID = "AKIACTGSCOREFAKE0042"
@@ -118,9 +117,4 @@ def test_no_secret_in_ray_logs_outputs_or_console(tmp_path, tiny_models):
         assert files_containing(pathlib.Path(ray_dir), needles) == {}
     finally:
         stop_group(process)
-        for pid in pids_using(ray_dir):  # a Ray that outlived its driver (it should not)
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
-        subprocess.run(["rm", "-rf", ray_dir], check=False)
+        remove_ray_dir(ray_dir)

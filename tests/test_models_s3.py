@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import pathlib
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -17,14 +15,7 @@ import pytest
 
 from scoring import models
 from scoring.errors import StorageError, UsageError
-from tests.job_support import child_env, free_port, make_corpus, pids_using
-
-FAKE_AWS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_EC2_METADATA_DISABLED": "true",
-}
+from tests.job_support import FAKE_AWS, child_env, free_port, make_corpus, remove_ray_dir
 
 
 @pytest.fixture
@@ -164,9 +155,4 @@ def test_job_loads_an_s3_model_through_its_s3_settings_and_rescores_when_it_chan
         assert sha256_of_safetensors(tmp_path / "gpt2-new") in again["signature"]
         assert again["rows_scored"] == 12 and again["rows_cached"] == 0
     finally:
-        for pid in pids_using(ray_dir):
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
-        shutil.rmtree(ray_dir, ignore_errors=True)
+        remove_ray_dir(ray_dir)
