@@ -71,6 +71,21 @@ class _LeaveOneOut:
         return [n for n, c in others.items() if c > 0]
 
 
+def _leave_one_out_stats(counts: list[Counter], lengths: list[int], order: int, progress: bool):
+    """For each text in turn: (its length, the lengths of all other texts, its n-gram matches
+    clipped by the other texts' counts, its n-gram totals), one list entry per order. These
+    are the sufficient statistics of sentence BLEU against every other text as references."""
+    stats = _LeaveOneOut(counts, lengths)
+    for i in _progress(range(len(counts)), progress):
+        matches = [0] * order
+        totals = [0] * order
+        for gram, count in counts[i].items():
+            n = len(gram) - 1
+            totals[n] += count
+            matches[n] += min(count, stats.reference_count(gram, i))
+        yield lengths[i], stats.other_lengths(lengths[i]), matches, totals
+
+
 def _ngrams(tokens: Sequence[str], max_order: int = MAX_ORDER) -> Counter:
     grams: Counter = Counter()
     for n in range(1, max_order + 1):
@@ -103,17 +118,10 @@ def self_bleu_nltk(texts: Sequence[str], progress: bool = False) -> float | None
     tokens = [str(text).split() for text in texts]
     counts = [_ngrams(t) for t in tokens]
     lengths = [len(t) for t in tokens]
-    stats = _LeaveOneOut(counts, lengths)
     total = 0.0
-    for i in _progress(range(len(texts)), progress):
-        ref_len = min(stats.other_lengths(lengths[i]), key=lambda n: (abs(n - lengths[i]), n))
-        matches = [0] * MAX_ORDER
-        totals = [0] * MAX_ORDER
-        for gram, count in counts[i].items():
-            n = len(gram) - 1
-            totals[n] += count
-            matches[n] += min(count, stats.reference_count(gram, i))
-        total += _nltk_sentence_bleu(lengths[i], ref_len, matches, totals)
+    for length, other_lengths, matches, totals in _leave_one_out_stats(counts, lengths, MAX_ORDER, progress):
+        ref_len = min(other_lengths, key=lambda n: (abs(n - length), n))  # NLTK's closest reference length
+        total += _nltk_sentence_bleu(length, ref_len, matches, totals)
     return total / len(texts)
 
 
@@ -165,17 +173,10 @@ def self_bleu(texts: Sequence[str], tokenize: str = "none", smooth_method: str =
         grams, length = extract_all_word_ngrams(bleu._preprocess_segment(text), 1, order)
         counts.append(grams)
         lengths.append(length)
-    stats = _LeaveOneOut(counts, lengths)
     total_score = 0.0
-    for i in _progress(range(len(texts)), progress):
-        ref_len = bleu._get_closest_ref_len(lengths[i], stats.other_lengths(lengths[i]))
-        correct = [0] * order
-        total = [0] * order
-        for gram, count in counts[i].items():
-            n = len(gram) - 1
-            total[n] += count
-            correct[n] += min(count, stats.reference_count(gram, i))
-        total_score += bleu._compute_score_from_stats([lengths[i], ref_len] + correct + total).score
+    for length, other_lengths, correct, total in _leave_one_out_stats(counts, lengths, order, progress):
+        ref_len = bleu._get_closest_ref_len(length, other_lengths)
+        total_score += bleu._compute_score_from_stats([length, ref_len] + correct + total).score
     return total_score / len(texts) / 100.0
 
 
