@@ -19,6 +19,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet torch==2.13.0
 	$(PIP) install --quiet -e '.[test]'
+	bash scripts/install_browser.sh
 	touch $(STAMP)
 
 demo: $(STAMP)
