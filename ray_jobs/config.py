@@ -1,7 +1,8 @@
 """Job configuration: a YAML file (or dict) validated strictly before any work starts.
 
-Every key is checked: an unknown key, a missing required key or a value of the wrong type is a
-`ConfigError` naming the key path (e.g. `pool.num_cpus`). Example (see `examples/*.yaml`):
+The sections are pydantic models (unknown keys refused, strict types); an unknown key, a missing
+required key or a value of the wrong type is a `ConfigError` naming the key path (e.g.
+`pool.num_cpus`, `metrics[1].pool.num_gpus`). Example (see `examples/*.yaml`):
 
     input: ../data/sample              # local folder or s3://bucket/prefix of Parquet shards
     output: ../out/sample              # local folder or s3://bucket/prefix
@@ -15,7 +16,8 @@ Every key is checked: an unknown key, a missing required key or a value of the w
     token_budget: 4096                 # injected into metric params that accept `token_budget`
     batch_size: 64                     # rows per scorer call
     part_rows: 10000                   # rows per output part (the unit of commit and resume)
-    pool: {min_size: 1, max_size: 2, num_cpus: 0.5, num_gpus: 0}
+    pool: {min_size: 1, max_size: 2, num_cpus: 0.5, num_gpus: 0}   # every metric's actor pool ...
+    # ... unless the metric sets its own keys: `- name: bartscore ... pool: {num_gpus: 1}`
     skip_bad_shards: false             # true: skip unreadable shards, record them in the manifest
     prune: false                       # true: remove outputs whose input shard is gone
     max_error_rate: 0.1                # error_rate_exceeded() reports metrics above this fraction
@@ -31,75 +33,102 @@ from __future__ import annotations
 import inspect
 import pathlib
 import re
-from dataclasses import asdict, dataclass, field
-from typing import Any
+import typing
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from scoring.errors import UsageError
 
 LABEL_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
+DTYPES = ("float32", "float16", "bfloat16")
 
 
 class ConfigError(UsageError):
     """A job configuration problem, named by its key path (exit code 2)."""
 
 
-@dataclass(frozen=True)
-class MetricSpec:
+class _Section(BaseModel):
+    """A config mapping: unknown keys refused, strict types (no "1" for 1, no true for 1)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class PoolConfig(_Section):
+    min_size: int = Field(1, gt=0)
+    max_size: int = Field(2, gt=0)
+    num_cpus: float = Field(0.5, ge=0)
+    num_gpus: float = Field(0.0, ge=0)
+    torch_threads: int | None = Field(None, gt=0)  # torch.set_num_threads in each actor (Ray sets 1 for <1 CPU)
+    max_restarts: int = Field(3, ge=0)  # a killed scoring actor is restarted this many times
+    max_task_retries: int = Field(3, ge=0)  # its in-flight batches are retried on the restarted actor
+
+
+class MetricPool(_Section):
+    """`metrics[].pool`: the keys it sets override the job's `pool` for this metric only."""
+
+    min_size: int | None = Field(None, gt=0)
+    max_size: int | None = Field(None, gt=0)
+    num_cpus: float | None = Field(None, ge=0)
+    num_gpus: float | None = Field(None, ge=0)
+    torch_threads: int | None = Field(None, gt=0)
+    max_restarts: int | None = Field(None, ge=0)
+    max_task_retries: int | None = Field(None, ge=0)
+
+
+class MetricSpec(_Section):
     name: str
-    params: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, Any] = Field(default_factory=dict)
     label: str = ""
+    pool: MetricPool | None = None
 
 
-@dataclass(frozen=True)
-class PoolConfig:
-    min_size: int = 1
-    max_size: int = 2
-    num_cpus: float = 0.5
-    num_gpus: float = 0.0
-    torch_threads: int | None = None  # torch.set_num_threads in each actor (Ray sets 1 for <1 CPU)
-    max_restarts: int = 3  # a killed scoring actor is restarted this many times
-    max_task_retries: int = 3  # its in-flight batches are retried on the restarted actor
-
-
-@dataclass(frozen=True)
-class S3Config:
+class S3Config(_Section):
     endpoint_url: str | None = None  # default: $AWS_ENDPOINT_URL, else the AWS default chain
     region: str = "us-east-1"
 
 
-@dataclass(frozen=True)
-class RayConfig:
+class RayConfig(_Section):
     address: str | None = None  # None: $RAY_ADDRESS when set (ray job submit), else local Ray
-    num_cpus: int | None = None  # local Ray only
-    object_store_memory: int | None = None  # local Ray only, bytes
+    num_cpus: int | None = Field(None, gt=0)  # local Ray only
+    object_store_memory: int | None = Field(None, gt=0)  # local Ray only, bytes
     temp_dir: str | None = None  # local Ray only
 
 
-@dataclass(frozen=True)
-class JobConfig:
+class JobConfig(_Section):
     input: str
     output: str
-    metrics: tuple[MetricSpec, ...]
-    dtype: str | None = None
-    token_budget: int | None = None
-    batch_size: int = 64
-    part_rows: int = 10_000
-    pool: PoolConfig = field(default_factory=PoolConfig)
+    metrics: list[MetricSpec]
+    dtype: Literal["float32", "float16", "bfloat16"] | None = None
+    token_budget: int | None = Field(None, gt=0)
+    batch_size: int = Field(64, gt=0)
+    part_rows: int = Field(10_000, gt=0)
+    pool: PoolConfig = Field(default_factory=PoolConfig)
     skip_bad_shards: bool = False
     prune: bool = False
     max_error_rate: float = 0.1
-    s3: S3Config = field(default_factory=S3Config)
-    ray: RayConfig = field(default_factory=RayConfig)
+    s3: S3Config = Field(default_factory=S3Config)
+    ray: RayConfig = Field(default_factory=RayConfig)
     progress: bool = True
 
     def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["metrics"] = [
-            {"name": m.name, "label": m.label, "params": m.params} for m in self.metrics
-        ]
+        data = self.model_dump()
+        data["metrics"] = []
+        for m in self.metrics:
+            entry = {"name": m.name, "label": m.label, "params": m.params}
+            if m.pool is not None:
+                entry["pool"] = m.pool.model_dump(exclude_none=True)
+            data["metrics"].append(entry)
         data["s3"]["endpoint_url"] = redact_url(self.s3.endpoint_url)
         data["ray"]["address"] = redact_url(self.ray.address)
         return data
+
+
+def metric_pool(config: JobConfig, spec: MetricSpec) -> PoolConfig:
+    """The pool a metric's actors run in: the job's `pool` with the metric's own keys on top."""
+    if spec.pool is None:
+        return config.pool
+    return config.pool.model_copy(update=spec.pool.model_dump(exclude_none=True))
 
 
 def redact_url(url: str | None) -> str | None:
@@ -111,87 +140,100 @@ def redact_url(url: str | None) -> str | None:
     return f"{scheme}//***@{host}" if scheme else f"***@{host}"
 
 
-_TOP_REQUIRED = {"input": str, "output": str, "metrics": list}
-_TOP_OPTIONAL = {
-    "dtype": (str, type(None)),
-    "token_budget": (int, type(None)),
-    "batch_size": int,
-    "part_rows": int,
-    "pool": dict,
-    "skip_bad_shards": bool,
-    "prune": bool,
-    "max_error_rate": (int, float),
-    "s3": dict,
-    "ray": dict,
-    "progress": bool,
-}
-_POOL = {
-    "min_size": int,
-    "max_size": int,
-    "num_cpus": (int, float),
-    "num_gpus": (int, float),
-    "torch_threads": (int, type(None)),
-    "max_restarts": int,
-    "max_task_retries": int,
-}
-_S3 = {"endpoint_url": (str, type(None)), "region": str}
-_RAY = {
-    "address": (str, type(None)),
-    "num_cpus": (int, type(None)),
-    "object_store_memory": (int, type(None)),
-    "temp_dir": (str, type(None)),
-}
-_METRIC = {"name": str, "params": (dict, type(None)), "label": str}
-DTYPES = ("float32", "float16", "bfloat16")
+# ----- pydantic errors as one line naming the key path ---------------------------------------
+_TYPE_NAMES = {int: "int", float: "int or float", bool: "bool", str: "str", dict: "a mapping", list: "a list"}
 
 
-def _type_name(expected) -> str:
-    types = expected if isinstance(expected, tuple) else (expected,)
-    return " or ".join("null" if t is type(None) else t.__name__ for t in types)
+def _key_path(loc: tuple) -> str:
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path
 
 
-def _check_keys(section: dict, allowed: dict, path: str, required: tuple[str, ...] = ()) -> None:
-    unknown = sorted(set(section) - set(allowed))
-    if unknown:
-        where = f" in '{path}'" if path else ""
-        raise ConfigError(
-            f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(repr(k) for k in unknown)}{where}; "
-            f"allowed: {', '.join(sorted(allowed))}"
-        )
-    for key in required:
-        if key not in section:
-            raise ConfigError(f"missing required key '{path + '.' if path else ''}{key}'")
-    for key, value in section.items():
-        expected = allowed[key]
-        # bool is an int subclass: refuse it where a number is expected
-        if isinstance(value, bool) and expected is not bool and bool not in (expected if isinstance(expected, tuple) else (expected,)):
-            raise ConfigError(f"'{path + '.' if path else ''}{key}' must be {_type_name(expected)}, got bool")
-        if not isinstance(value, expected):
-            raise ConfigError(
-                f"'{path + '.' if path else ''}{key}' must be {_type_name(expected)}, got {type(value).__name__} ({value!r})"
-            )
+def _field_at(loc: tuple):
+    """(model class, annotation) of the config field at `loc`, walking nested sections."""
+    annotation: Any = JobConfig
+    model = None
+    for part in loc:
+        annotation = _strip_optional(annotation)
+        if isinstance(part, int):
+            args = typing.get_args(annotation)
+            annotation = args[0] if args else Any
+            continue
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel) and part in annotation.model_fields:
+            model = annotation
+            annotation = annotation.model_fields[part].annotation
+        else:
+            return None, Any
+    return model, annotation
 
 
-def _positive(value, path: str, allow_zero: bool = False) -> None:
-    if value is None:
-        return
-    if value < 0 or (value == 0 and not allow_zero):
-        raise ConfigError(f"'{path}' must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+def _strip_optional(annotation):
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    return args[0] if typing.get_origin(annotation) in (typing.Union, getattr(__import__("types"), "UnionType", None)) and len(args) == 1 else annotation
 
 
-def _parse_metric(entry: Any, index: int) -> MetricSpec:
-    path = f"metrics[{index}]"
-    if not isinstance(entry, dict):
-        raise ConfigError(f"'{path}' must be a mapping with 'name' and 'params', got {type(entry).__name__}")
-    _check_keys(entry, _METRIC, path, required=("name",))
-    name = entry["name"]
-    label = entry.get("label", name)
-    if not LABEL_PATTERN.match(label):
-        raise ConfigError(f"'{path}.label' {label!r} must match {LABEL_PATTERN.pattern} (it names the output folder)")
-    known = registered_metric_names()
-    if name not in known:
-        raise ConfigError(f"'{path}.name': unknown metric {name!r}; known metrics: {', '.join(sorted(known))}")
-    return MetricSpec(name=name, params=dict(entry.get("params") or {}), label=label)
+def _expected(annotation) -> str:
+    nullable = type(None) in typing.get_args(annotation)
+    base = _strip_optional(annotation)
+    base = typing.get_origin(base) or base
+    if isinstance(base, type) and issubclass(base, BaseModel):
+        name = "a mapping"
+    else:
+        name = _TYPE_NAMES.get(base, getattr(base, "__name__", str(base)))
+    return f"{name} or null" if nullable else name
+
+
+def _describe_error(errors: list[dict]) -> str:
+    """The first problem pydantic found, worded as before: unknown keys, then missing keys,
+    then values."""
+    rank = {"extra_forbidden": 0, "missing": 1}
+    errors = sorted(errors, key=lambda e: rank.get(e["type"], 2))
+    first = errors[0]
+    loc, kind = tuple(first["loc"]), first["type"]
+    path = _key_path(loc)
+    if kind == "extra_forbidden":
+        parent = loc[:-1]
+        unknown = [e["loc"][-1] for e in errors if e["type"] == kind and tuple(e["loc"][:-1]) == parent]
+        model, annotation = _field_at(parent)
+        section = _strip_optional(annotation)
+        allowed = sorted(section.model_fields) if isinstance(section, type) and issubclass(section, BaseModel) else []
+        where = f" in '{_key_path(parent)}'" if parent else ""
+        return (f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(repr(k) for k in unknown)}{where}; "
+                f"allowed: {', '.join(allowed)}")
+    if kind == "missing":
+        return f"missing required key '{path}'"
+    value = first.get("input")
+    ctx = first.get("ctx") or {}
+    if kind in ("greater_than", "greater_than_equal"):
+        bound = ctx.get("gt", ctx.get("ge"))
+        return f"'{path}' must be {'>' if 'gt' in ctx else '>='} {bound:g}, got {value}"
+    if kind == "literal_error":
+        return f"'{path}' must be one of {ctx.get('expected', '').replace(chr(39), '')}, got {value!r}"
+    _, annotation = _field_at(loc)
+    got = "bool" if isinstance(value, bool) else f"{type(value).__name__} ({value!r})"
+    if kind == "model_type" or kind.endswith("_type"):
+        return f"'{path}' must be {_expected(annotation)}, got {got}"
+    return f"'{path}': {first['msg']}"
+
+
+def _validated(data: dict[str, Any]) -> JobConfig:
+    try:
+        return JobConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe_error(exc.errors())) from None
+
+
+def _without_nulls(data: dict[str, Any]) -> dict[str, Any]:
+    """`pool:`/`s3:`/`ray:` left empty in YAML (null) mean their defaults, `params:` empty {}."""
+    data = {k: v for k, v in data.items() if not (k in ("pool", "s3", "ray") and v is None)}
+    if isinstance(data.get("metrics"), list):
+        data["metrics"] = [
+            {k: v for k, v in entry.items() if not (k in ("params", "pool") and v is None)} if isinstance(entry, dict) else entry
+            for entry in data["metrics"]
+        ]
+    return data
 
 
 def registered_metric_names() -> set[str]:
@@ -203,55 +245,64 @@ def registered_metric_names() -> set[str]:
     return set(names()) if callable(names) else set(registry.METRICS)
 
 
+def _check_metric(spec: MetricSpec, index: int, known: set[str]) -> MetricSpec:
+    path = f"metrics[{index}]"
+    label = spec.label or spec.name
+    if not LABEL_PATTERN.match(label):
+        raise ConfigError(f"'{path}.label' {label!r} must match {LABEL_PATTERN.pattern} (it names the output folder)")
+    if spec.name not in known:
+        raise ConfigError(f"'{path}.name': unknown metric {spec.name!r}; known metrics: {', '.join(sorted(known))}")
+    return spec.model_copy(update={"label": label})
+
+
+def _check_pool(pool: PoolConfig, path: str) -> None:
+    if pool.max_size < pool.min_size:
+        raise ConfigError(f"'{path}.max_size' ({pool.max_size}) must be >= '{path}.min_size' ({pool.min_size})")
+
+
+def check_device(config: JobConfig, spec: MetricSpec, index: int) -> None:
+    """A metric's `device` and its pool's GPUs must agree: `cuda` in a pool without GPUs fails
+    in every actor (Ray hides the GPUs), `cpu` in a GPU pool holds a GPU and computes on the CPU."""
+    device = spec.params.get("device")
+    gpus = metric_pool(config, spec).num_gpus
+    where = f"'metrics[{index}].params.device'"
+    pool_key = f"metrics[{index}].pool.num_gpus" if spec.pool is not None and spec.pool.num_gpus is not None else "pool.num_gpus"
+    if isinstance(device, str) and device.startswith("cuda") and not gpus:
+        raise ConfigError(
+            f"{where} is {device!r} but '{pool_key}' is 0: Ray gives the metric's actors no GPU; "
+            f"set metrics[{index}].pool.num_gpus or use device: cpu"
+        )
+    if device == "cpu" and gpus:
+        raise ConfigError(
+            f"{where} is 'cpu' but '{pool_key}' is {gpus:g}: each actor would hold a GPU and compute on the CPU; "
+            f"use device: auto or cuda, or num_gpus: 0"
+        )
+
+
 def parse_config(data: Any, base_dir: str | pathlib.Path | None = None) -> JobConfig:
-    """Validate a config mapping. Relative local paths resolve against `base_dir` (the YAML
-    file's folder, when loaded by `load_config`), else against the working directory."""
+    """Validate a config mapping (pydantic models above; errors name the key path). Relative
+    local paths resolve against `base_dir` (the YAML file's folder, when loaded by
+    `load_config`), else against the working directory."""
     if not isinstance(data, dict):
         raise ConfigError(f"a job config must be a mapping, got {type(data).__name__}")
-    allowed = {**_TOP_REQUIRED, **_TOP_OPTIONAL}
-    _check_keys(data, allowed, "", required=tuple(_TOP_REQUIRED))
-    if not data["metrics"]:
+    config = _validated(_without_nulls(data))
+    if not config.metrics:
         raise ConfigError("'metrics' must list at least one metric")
-    metrics = tuple(_parse_metric(entry, i) for i, entry in enumerate(data["metrics"]))
+    known = registered_metric_names()
+    metrics = [_check_metric(spec, i, known) for i, spec in enumerate(config.metrics)]
     labels = [m.label for m in metrics]
     duplicates = sorted({label for label in labels if labels.count(label) > 1})
     if duplicates:
         raise ConfigError(f"metric labels must be unique (they name output folders); repeated: {', '.join(duplicates)}; set 'label'")
-
-    pool_data = data.get("pool") or {}
-    _check_keys(pool_data, _POOL, "pool")
-    pool = PoolConfig(**pool_data)
-    _positive(pool.min_size, "pool.min_size")
-    _positive(pool.max_size, "pool.max_size")
-    if pool.max_size < pool.min_size:
-        raise ConfigError(f"'pool.max_size' ({pool.max_size}) must be >= 'pool.min_size' ({pool.min_size})")
-    _positive(pool.num_cpus, "pool.num_cpus", allow_zero=True)
-    _positive(pool.num_gpus, "pool.num_gpus", allow_zero=True)
-    _positive(pool.torch_threads, "pool.torch_threads")
-    _positive(pool.max_restarts, "pool.max_restarts", allow_zero=True)
-    _positive(pool.max_task_retries, "pool.max_task_retries", allow_zero=True)
-
-    s3_data = data.get("s3") or {}
-    _check_keys(s3_data, _S3, "s3")
-    s3 = S3Config(**s3_data)
-    if s3.endpoint_url is not None and not re.match(r"^https?://", s3.endpoint_url):
-        raise ConfigError(f"'s3.endpoint_url' must start with http:// or https://, got {s3.endpoint_url!r}")
-
-    ray_data = data.get("ray") or {}
-    _check_keys(ray_data, _RAY, "ray")
-    ray_config = RayConfig(**ray_data)
-
-    dtype = data.get("dtype")
-    if dtype is not None and dtype not in DTYPES:
-        raise ConfigError(f"'dtype' must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    _positive(data.get("token_budget"), "token_budget")
-    batch_size = data.get("batch_size", 64)
-    _positive(batch_size, "batch_size")
-    part_rows = data.get("part_rows", 10_000)
-    _positive(part_rows, "part_rows")
-    max_error_rate = data.get("max_error_rate", 0.1)
-    if not 0 <= max_error_rate <= 1:
-        raise ConfigError(f"'max_error_rate' must be a fraction between 0 and 1, got {max_error_rate}")
+    _check_pool(config.pool, "pool")
+    for index, spec in enumerate(metrics):
+        if spec.pool is not None:
+            _check_pool(metric_pool(config, spec), f"metrics[{index}].pool")
+        check_device(config, spec, index)
+    if config.s3.endpoint_url is not None and not re.match(r"^https?://", config.s3.endpoint_url):
+        raise ConfigError(f"'s3.endpoint_url' must start with http:// or https://, got {config.s3.endpoint_url!r}")
+    if not 0 <= config.max_error_rate <= 1:
+        raise ConfigError(f"'max_error_rate' must be a fraction between 0 and 1, got {config.max_error_rate}")
 
     def resolve(location: str, key: str) -> str:
         if not location.strip():
@@ -267,33 +318,20 @@ def parse_config(data: Any, base_dir: str | pathlib.Path | None = None) -> JobCo
             path = pathlib.Path(base_dir) / path
         return str(path.resolve())
 
+    ray_config = config.ray
     if ray_config.temp_dir is not None and base_dir is not None:
-        ray_config = RayConfig(**{**ray_data, "temp_dir": str(pathlib.Path(base_dir, ray_config.temp_dir).expanduser())})
+        ray_config = ray_config.model_copy(update={"temp_dir": str(pathlib.Path(base_dir, ray_config.temp_dir).expanduser())})
     if base_dir is not None:
-        metrics = tuple(
-            MetricSpec(name=m.name, label=m.label, params=_resolve_param_paths(m.params, pathlib.Path(base_dir))) for m in metrics
-        )
-    input_location = resolve(data["input"], "input")
-    output_location = resolve(data["output"], "output")
+        metrics = [m.model_copy(update={"params": _resolve_param_paths(m.params, pathlib.Path(base_dir))}) for m in metrics]
+    input_location = resolve(config.input, "input")
+    output_location = resolve(config.output, "output")
     if output_location == input_location or output_location.startswith(input_location.rstrip("/") + "/"):
         raise ConfigError(
             f"'output' {output_location!r} is inside 'input' {input_location!r}: its Parquet files would be read as input shards"
         )
-    return JobConfig(
-        input=input_location,
-        output=output_location,
-        metrics=metrics,
-        dtype=dtype,
-        token_budget=data.get("token_budget"),
-        batch_size=batch_size,
-        part_rows=part_rows,
-        pool=pool,
-        skip_bad_shards=data.get("skip_bad_shards", False),
-        prune=data.get("prune", False),
-        max_error_rate=float(max_error_rate),
-        s3=s3,
-        ray=ray_config,
-        progress=data.get("progress", True),
+    return config.model_copy(
+        update={"input": input_location, "output": output_location, "metrics": metrics, "ray": ray_config,
+                "max_error_rate": float(config.max_error_rate)}
     )
 
 
@@ -379,7 +417,8 @@ def load_config(path: str | pathlib.Path, overrides: dict[str, str] | None = Non
 
 def metric_params(config: JobConfig, spec: MetricSpec) -> dict[str, Any]:
     """A metric's constructor parameters: its own `params`, plus the job-level `dtype` and
-    `token_budget` when the metric's constructor takes them and `params` does not set them."""
+    `token_budget` when the metric's constructor takes them and `params` does not set them,
+    and `device: auto` when its pool has GPUs and `params` names no device."""
     params = dict(spec.params)
     cls = metric_class_for(spec)
     accepted = inspect.signature(cls.__init__).parameters
@@ -387,6 +426,8 @@ def metric_params(config: JobConfig, spec: MetricSpec) -> dict[str, Any]:
         value = getattr(config, key)
         if value is not None and key not in params and key in accepted:
             params[key] = value
+    if "device" in accepted and "device" not in params and metric_pool(config, spec).num_gpus:
+        params["device"] = "auto"
     return params
 
 

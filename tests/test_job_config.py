@@ -316,3 +316,59 @@ def test_read_failures_say_whose_fault_they_are():
     assert jio.read_failure(PermissionError(13, "Permission denied"), uri) == "cannot read: permission denied"
     broken = jio.read_failure(pa.ArrowInvalid("Parquet magic bytes not found"), uri)
     assert broken.startswith("unreadable Parquet (ArrowInvalid: Parquet magic bytes not found")
+
+
+def test_metric_pool_overrides_the_job_pool_key_by_key():
+    from ray_jobs.config import metric_pool
+
+    config = parse_config(config_with(
+        metrics=[{"name": "text_stats"}, {"name": "perplexity", "params": {"model": "m"}, "pool": {"num_gpus": 1, "max_size": 4}}],
+        pool={"min_size": 2, "max_size": 3, "num_cpus": 0.25},
+    ))
+    text_stats, perplexity = config.metrics
+    assert metric_pool(config, text_stats) == config.pool
+    gpu = metric_pool(config, perplexity)
+    assert (gpu.min_size, gpu.max_size, gpu.num_cpus, gpu.num_gpus) == (2, 4, 0.25, 1)
+    # a GPU pool means device: auto for a metric that takes a device and names none
+    assert metric_params(config, perplexity)["device"] == "auto"
+    assert "device" not in metric_params(config, text_stats)
+    assert config.as_dict()["metrics"][1]["pool"] == {"num_gpus": 1, "max_size": 4}
+    assert "pool" not in config.as_dict()["metrics"][0]
+
+
+@pytest.mark.parametrize(
+    "metrics, pool, message",
+    [
+        ([{"name": "perplexity", "params": {"model": "m", "device": "cuda"}}], None,
+         "'metrics[0].params.device' is 'cuda' but 'pool.num_gpus' is 0"),
+        ([{"name": "perplexity", "params": {"model": "m", "device": "cuda:1"}, "pool": {"num_gpus": 0}}], {"num_gpus": 1},
+         "'metrics[0].params.device' is 'cuda:1' but 'metrics[0].pool.num_gpus' is 0"),
+        ([{"name": "text_stats"}, {"name": "perplexity", "params": {"model": "m", "device": "cpu"}, "pool": {"num_gpus": 1}}], None,
+         "'metrics[1].params.device' is 'cpu' but 'metrics[1].pool.num_gpus' is 1"),
+        ([{"name": "text_stats", "pool": {"num_gpus": "one"}}], None, "'metrics[0].pool.num_gpus' must be int or float or null, got str"),
+        ([{"name": "text_stats", "pool": {"gpus": 1}}], None, "unknown key 'gpus' in 'metrics[0].pool'"),
+        ([{"name": "text_stats", "pool": {"max_size": 1}}], {"min_size": 2, "max_size": 4},
+         "'metrics[0].pool.max_size' (1) must be >= 'metrics[0].pool.min_size' (2)"),
+        ([{"name": "text_stats", "pool": {"num_cpus": -1}}], None, "'metrics[0].pool.num_cpus' must be >= 0, got -1"),
+    ],
+)
+def test_device_and_gpus_must_agree_and_metric_pool_errors_name_the_key(metrics, pool, message):
+    data = config_with(metrics=metrics, pool=pool)
+    with pytest.raises(ConfigError) as excinfo:
+        parse_config(data)
+    assert message in str(excinfo.value)
+    assert "\n" not in str(excinfo.value)
+
+
+def test_config_errors_from_nested_sections_name_the_key_path():
+    cases = {
+        "'ray.num_cpus' must be int or null, got str ('2')": config_with(ray={"num_cpus": "2"}),
+        "'token_budget' must be int or null, got bool": config_with(token_budget=True),
+        "'metrics[0].params' must be a mapping, got list": config_with(metrics=[{"name": "text_stats", "params": [1]}]),
+        "'metrics[0]' must be a mapping, got str": config_with(metrics=["text_stats"]),
+        "'metrics' must be a list, got str": config_with(metrics="text_stats"),
+    }
+    for message, data in cases.items():
+        with pytest.raises(ConfigError) as excinfo:
+            parse_config(data)
+        assert message in str(excinfo.value)
