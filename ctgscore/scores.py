@@ -199,3 +199,20 @@ def load_scores(path: str, metrics: Iterable[str] | None = None, *,
     wide = wide[carried_order + score_order + [schema.ERROR]]
     wide.index.name = schema.ID
     return wide.reset_index().sort_values(schema.ID, kind="stable").reset_index(drop=True)
+
+
+def run_files(path: str, metrics: Iterable[str] | None = None, *,
+              storage_options: Mapping[str, Any] | None = None) -> list[tuple[str, list[str]]]:
+    """(label, Parquet file URLs) per metric run under `path`, chosen as `load_scores` chooses
+    them, for readers that aggregate file by file instead of loading the rows."""
+    fs, root = _filesystem(str(path), storage_options)
+    if not fs.exists(root):
+        raise InputError(f"scores {path}: no such file, folder or prefix")
+    if fs.isdir(root):
+        runs = _run_folders(fs, root, metrics)
+        if not runs:
+            raise InputError(f"scores {path}: no Parquet files under it")
+    else:
+        runs = _select([(posixpath.splitext(posixpath.basename(root))[0], [root])], metrics, root)
+    local = "file" in (fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,))
+    return [(label, [name if local else fs.unstrip_protocol(name) for name in files]) for label, files in runs]
