@@ -10,18 +10,22 @@ per-sentence statistics).
 * Paired bootstrap (Koehn 2004): N resamples of the units with replacement, drawn in seeded
   blocks (`meta_eval.bootstrap.block_counts`), the same resamples for every system. Per system:
   the mean over the units and the 95 % percentile interval of the resampled means. Per pair
-  (a, b): delta = mean_a - mean_b, the percentile interval of the resampled deltas, and the
-  two-sided p-value (1 + #{r : |delta_r - delta| >= |delta|}) / (N + 1) (the resampled deltas
-  shifted to the null hypothesis delta = 0).
+  (a, b): delta = mean_a - mean_b and the two-sided p-value
+  (1 + #{r : |delta_r - delta| >= |delta|}) / (N + 1) (the resampled deltas shifted to the null
+  hypothesis delta = 0); the pair's interval is that test inverted (`inverted_intervals`), so a
+  pair is significant exactly when its interval excludes 0.
 * Approximate randomisation (Noreen 1989; Riezler & Maxwell 2005): T trials, each swapping the
-  two systems' scores of every unit with probability 1/2; two-sided p-value
-  (1 + #{t : |delta_t| >= |delta|}) / (T + 1).
+  two systems' scores of every unit with probability 1/2, the same swaps for every pair; two-sided
+  p-value (1 + #{t : |delta_t| >= |delta|}) / (T + 1). delta_t is linear in the scores, so every
+  pair's comes from one (trials x systems) product of swap signs and per-unit means.
 * Ranks: by mean, best first (lowest first for lower-is-better columns), equal means share the
   smaller rank. A pair's `better` names the system whose mean is better when the bootstrap
   p-value (the randomisation p-value when the bootstrap is off) is below `alpha`.
 
 Blocks of resamples and of trials run through a runner (`meta_eval.runner`), so the answer is the
-same in-process and on any number of Ray tasks.
+same in-process and on any number of Ray tasks. `system_comparison` takes rows (a DataFrame);
+`grid_comparison` takes the per-unit means that `meta_eval.partials` builds from partial sums
+without loading the rows; both end in `compare_units`.
 """
 
 from __future__ import annotations

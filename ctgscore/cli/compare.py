@@ -89,7 +89,7 @@ def plan_columns(path: str, columns: list[str] | None):
     runs = [(label, files) for label, files in run_files(path) if files]
     fields = {label: _score_fields(label, files) for label, files in runs}
     counts: dict[str, int] = {}
-    for label, cols in fields.items():
+    for cols in fields.values():
         for name, _ in cols:
             counts[name] = counts.get(name, 0) + 1
     named = {(name if counts[name] == 1 else f"{label}.{name}"): (label, name, numeric)
