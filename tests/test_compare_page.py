@@ -59,7 +59,11 @@ def test_the_page_renders_in_chromium(comparisons, tmp_path):
       lead: Array.from(document.querySelectorAll('tr.lead')).map(tr => tr.cells[1].innerText),
       cells: Array.from(document.querySelectorAll('rect.cell')).map(r => [r.dataset.row, r.dataset.col,
              r.getAttribute('class').split(' ')[1], r.getBoundingClientRect().width]),
-      svg: document.querySelector('svg.matrix').getBoundingClientRect().width})"""
+      svg: document.querySelector('svg.matrix').getBoundingClientRect().width,
+      clipped: Array.from(document.querySelectorAll('svg.matrix text')).filter(t => {
+        const box = t.getBoundingClientRect(), svg = t.ownerSVGElement.getBoundingClientRect();
+        return box.left < svg.left - 1 || box.right > svg.right + 1 || box.top < svg.top - 1;
+      }).map(t => t.textContent)})"""
     rendered, info = render(page, width=1280, screenshot=shot, evaluate=dom)
     assert rendered.scroll_width <= 1280  # nothing overflows the viewport
     assert rendered.anchors and all(a["target_exists"] for a in rendered.anchors)
@@ -71,6 +75,7 @@ def test_the_page_renders_in_chromium(comparisons, tmp_path):
     assert len(states) == 20 and states[("best", "low")] == "better" and states[("low", "best")] == "worse"
     assert states[("twin1", "twin2")] == "same"
     assert all(width > 10 for *_, width in info["cells"]) and info["svg"] > 100  # laid out, visible
+    assert info["clipped"] == []  # every system label lies inside the plot
     image = Image.open(shot).convert("RGB")
     pixels = np.asarray(image).reshape(-1, 3).astype(int)
     green = np.abs(pixels - [0x4C, 0x9A, 0x5B]).sum(axis=1) < 30

@@ -86,9 +86,10 @@ def matrix_svg(comp: SystemComparison, cell: int = 22) -> str:
     names = [s.system for s in comp.systems]
     label = max(60, 7 * max(len(n) for n in names) + 10)
     size = label + cell * len(names) + 4
+    width = size + int(0.55 * label)  # room for the last column's label, slanted to the right
     esc = html.escape
-    parts = [f'<svg class="matrix" xmlns="http://www.w3.org/2000/svg" width="{size}" height="{size}" '
-             f'viewBox="0 0 {size} {size}" role="img" aria-label="pairwise significance, {esc(comp.column)}">']
+    parts = [f'<svg class="matrix" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{size}" '
+             f'viewBox="0 0 {width} {size}" role="img" aria-label="pairwise significance, {esc(comp.column)}">']
     for k, name in enumerate(names):
         y = label + cell * k + cell * 0.7
         parts.append(f'<text x="{label - 4}" y="{y:.1f}" font-size="11" text-anchor="end">{esc(name)}</text>')
