@@ -31,6 +31,7 @@ NEEDED = ["doc_id", "system", "dataset", "m", "error"]
 COMPARE = r"""
 import json, resource, sys, time
 from ctgscore.cli.compare import compare_scores
+import ctgscore.cli.meta, meta_eval.compare, meta_eval.partials, scipy.stats  # imports are not timed
 started = time.perf_counter()
 comps, skipped, columns, acc, datasets = compare_scores(sys.argv[1], ["m"], None, dict(
     n_resamples=1000, trials=10000, seed=0), tasks=int(sys.argv[2]))
@@ -40,9 +41,23 @@ print("RESULT " + json.dumps({"wall_s": wall, "peak_rss_mb": resource.getrusage(
                               "rows": acc.rows, "cells": acc.n_cells, "units": comps[0].n_units, "top": board[:3]}))
 """
 
+BASELINE = r"""
+import json, resource, sys, time
+from ctgscore.scores import load_scores
+from meta_eval import compare
+import scipy.stats  # imports are not timed
+started = time.perf_counter()
+frame = load_scores(sys.argv[1])
+comps = compare.compare_systems(frame, ["m"], n_resamples=1000, trials=10000, seed=0)
+wall = time.perf_counter() - started
+print("RESULT " + json.dumps({"wall_s": wall, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                              "top": [(s.system, s.rank, s.mean) for s in comps[0].systems][:3]}))
+"""
+
 READ = r"""
 import json, resource, sys, time
 import pyarrow.parquet as pq
+import pyarrow.dataset  # imports are not timed
 started = time.perf_counter()
 table = pq.read_table(sys.argv[1], columns=json.loads(sys.argv[2]))
 wall = time.perf_counter() - started
@@ -95,6 +110,8 @@ def main(argv=None) -> int:
     parser.add_argument("--shard-rows", type=int, default=500_000)
     parser.add_argument("--tasks", type=int, default=0, help="Ray tasks for the compare (0: in-process)")
     parser.add_argument("--workdir", default=None, help="where to write the dumps (default: a temp folder)")
+    parser.add_argument("--baseline", action="store_true",
+                        help="also time the row-frame path (load_scores + pandas pivot) on the small dump")
     parser.add_argument("--no-write", action="store_true", help="print the table, do not write results/")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
@@ -105,6 +122,7 @@ def main(argv=None) -> int:
         small = child(COMPARE, str(small_dir), str(args.tasks))
         read = child(READ, str(big_dir), json.dumps(NEEDED))
         big = child(COMPARE, str(big_dir), str(args.tasks))
+        base = child(BASELINE, str(small_dir)) if args.baseline else None
         size = {name: sum(p.stat().st_size for p in d.iterdir()) / 2**20 for name, d in (("s", small_dir), ("b", big_dir))}
     rss_ratio = big["peak_rss_mb"] / small["peak_rss_mb"]
     budget = small["wall_s"] + 3 * read["wall_s"]
@@ -126,6 +144,8 @@ def main(argv=None) -> int:
         f"| driver peak RSS | {small['peak_rss_mb']:.0f} MB | {big['peak_rss_mb']:.0f} MB | <= 1.2x | "
         f"{rss_ratio:.2f}x, {verdict(rss_ratio <= 1.2)} |",
         f"| plain pyarrow read of {', '.join(NEEDED)} | | {read['wall_s']:.1f} s, {read['peak_rss_mb']:.0f} MB | | |",
+        *([f"| row-frame path (load_scores + pandas pivot, the code before partial sums) | "
+            f"{base['wall_s']:.1f} s, {base['peak_rss_mb']:.0f} MB | not run | | |"] if base else []),
         "", f"Top three on both dumps: {small['top']} / {big['top']}.", ""]
     text = "\n".join(lines)
     print(text)
