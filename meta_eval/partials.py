@@ -64,58 +64,94 @@ def _open(path: str, storage_options: dict | None):
     return fs.open(root, "rb")
 
 
-def file_partial(spec: PartialSpec, label: str, path: str, storage_options: dict | None = None) -> Partial:
-    """Sums and counts per (dataset, unit, system) of one file of metric run `label`."""
+def _codes(column) -> tuple[np.ndarray, list]:
+    """Integer codes of one key column and its distinct values (None for a null)."""
     import pyarrow as pa
     import pyarrow.compute as pc
+
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if not pa.types.is_dictionary(array.type):
+        array = pc.dictionary_encode(array)
+    uniques = array.dictionary.to_pylist()
+    indices = array.indices
+    if indices.null_count:
+        indices = indices.fill_null(len(uniques))
+        uniques.append(None)
+    return indices.to_numpy(zero_copy_only=False).astype(np.int64), uniques
+
+
+def _float_values(column, path: str, name: str) -> np.ndarray:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = column.type
+    if pa.types.is_boolean(kind) or not (pa.types.is_integer(kind) or pa.types.is_floating(kind)
+                                         or pa.types.is_null(kind)):
+        raise InputError(f"{path}: column {name!r} is not numeric (type {kind})")
+    return pc.cast(column, pa.float64()).to_numpy()  # nulls become NaN
+
+
+def file_partial(spec: PartialSpec, label: str, path: str, storage_options: dict | None = None) -> Partial:
+    """Sums and non-NaN counts per (dataset, unit, system) of one file of metric run `label`:
+    the key columns as integer codes (string keys read dictionary-encoded), one combined key per
+    row, `np.unique` + `np.bincount` in row order."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     pairs = spec.runs[label]
     with _open(path, storage_options) as handle:
         try:
-            names = set(pq.read_schema(handle).names)
+            fields = pq.read_schema(handle)
             handle.seek(0)
+            names = set(fields.names)
             for needed in (spec.unit, spec.system, *(col for col, _ in pairs)):
                 if needed not in names:
                     raise InputError(f"{path}: column {needed!r} not found (have: {', '.join(sorted(names))})")
-            wanted = [spec.unit, spec.system] + [c for c in (spec.dataset, spec.error) if c in names]
-            wanted += [col for col, _ in pairs if col not in wanted]
-            table = pq.read_table(handle, columns=wanted, use_threads=False, pre_buffer=False)
+            keys = [spec.dataset] if spec.dataset in names else []
+            keys += [spec.unit, spec.system]
+            wanted = keys + [c for c in [spec.error] + [col for col, _ in pairs] if c in names and c not in keys]
+            strings = [k for k in keys if pa.types.is_string(fields.field(k).type)
+                       or pa.types.is_large_string(fields.field(k).type)]
+            table = pq.read_table(handle, columns=list(dict.fromkeys(wanted)), use_threads=False, pre_buffer=False,
+                                  read_dictionary=strings)
         except InputError:
             raise
         except Exception as exc:  # noqa: BLE001 - any unreadable file is named
             raise InputError(f"{path}: cannot read it as Parquet ({type(exc).__name__}: {exc})") from None
     rows = table.num_rows
-    failed = pc.is_valid(table[spec.error]) if spec.error in names else pa.repeat(False, rows)
-    keep = pc.and_(pc.is_valid(table[spec.unit]), pc.is_valid(table[spec.system]))
-    columns = {"d": table[spec.dataset] if spec.dataset in names else pa.nulls(rows, pa.string()),
-               "u": table[spec.unit], "s": pc.cast(table[spec.system], pa.string())}
+    failed = table[spec.error].is_valid().to_numpy(zero_copy_only=False) if spec.error in names \
+        else np.zeros(rows, bool)
+    if spec.dataset in names:
+        d_codes, datasets = _codes(table[spec.dataset])
+    else:
+        d_codes, datasets = np.zeros(rows, np.int64), [None]
+    u_codes, units = _codes(table[spec.unit])
+    s_codes, systems = _codes(table[spec.system])
+    systems = [None if s is None else str(s) for s in systems]
+    keep = np.ones(rows, bool)
+    for codes, uniques in ((u_codes, units), (s_codes, systems)):
+        if None in uniques:
+            keep &= codes != uniques.index(None)
+    key = ((d_codes * len(systems) + s_codes) * len(units) + u_codes)[keep]
+    space = len(datasets) * len(systems) * len(units)
+    if space <= max(4 * len(key), 1 << 16):  # dense key space: no sort needed
+        cells = np.flatnonzero(np.bincount(key, minlength=space))
+        position = np.zeros(space, np.int64)
+        position[cells] = np.arange(len(cells))
+        inverse = position[key]
+    else:
+        cells, inverse = np.unique(key, return_inverse=True)
+        inverse = inverse.ravel()
+    sums = np.zeros((len(cells), len(pairs)))
+    counts = np.zeros((len(cells), len(pairs)), dtype=np.int64)
     for k, (col, _) in enumerate(pairs):
-        values = table[col]
-        if pa.types.is_boolean(values.type) or not (pa.types.is_integer(values.type)
-                                                    or pa.types.is_floating(values.type)
-                                                    or pa.types.is_null(values.type)):
-            raise InputError(f"{path}: column {col!r} is not numeric (type {values.type})")
-        values = pc.cast(values, pa.float64())
-        columns[f"c{k}"] = pc.if_else(pc.or_(failed, pc.is_nan(values)), pa.scalar(None, pa.float64()), values)
-    flat = pa.table(columns).filter(keep)
-    grouped = flat.group_by(["d", "u", "s"], use_threads=False).aggregate(
-        [(f"c{k}", fn) for k in range(len(pairs)) for fn in ("sum", "count")])
-    keys, uniques = [], []
-    for key in ("d", "u", "s"):
-        encoded = pc.dictionary_encode(grouped[key], null_encoding="encode").combine_chunks()
-        uniques.append(encoded.dictionary.to_pylist())
-        keys.append(encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64))
-    n = grouped.num_rows
-    sums = np.zeros((n, len(pairs)))
-    counts = np.zeros((n, len(pairs)), dtype=np.int64)
-    for k in range(len(pairs)):
-        sums[:, k] = grouped[f"c{k}_sum"].to_numpy(zero_copy_only=False)
-        counts[:, k] = grouped[f"c{k}_count"].to_numpy(zero_copy_only=False)
-    sums[counts == 0] = 0.0  # a sum over no value is null in Arrow
-    key_array = np.column_stack(keys) if n else np.empty((0, 3), np.int64)
-    return Partial(label, uniques[0], uniques[1], uniques[2], key_array, sums, counts, rows,
-                   int(pc.sum(failed).as_py() or 0))
+        values = _float_values(table[col], path, col)[keep]
+        valid = ~(np.isnan(values) | failed[keep])
+        sums[:, k] = np.bincount(inverse, np.where(valid, values, 0.0), len(cells))
+        counts[:, k] = np.bincount(inverse, valid, len(cells))
+    u, rest = cells % len(units), cells // len(units)
+    key_array = np.column_stack([rest // len(systems), u, rest % len(systems)]).astype(np.int64)
+    return Partial(label, datasets, units, systems, key_array, sums, counts, rows, int(failed.sum()))
 
 
 def partials_task(shared: tuple[PartialSpec, dict | None], items: list) -> list[Partial]:

@@ -17,14 +17,16 @@ from typing import Sequence
 
 from meta_eval.results import SystemComparison
 
+PAGE_STYLE = ("body{font:14px/1.45 system-ui,sans-serif;max-width:1180px;margin:1.5em auto;padding:0 1em;"
+              "color:#222}h1{font-size:22px}")
+# scoped to the section's wrapper, so the section can sit inside another page (the meta report)
 STYLE = (
-    "body{font:14px/1.45 system-ui,sans-serif;max-width:1180px;margin:1.5em auto;padding:0 1em;color:#222}"
-    "h1{font-size:22px}h2{font-size:18px;margin-top:2em;border-bottom:1px solid #ddd}"
-    "table{border-collapse:collapse;font-size:13px;margin:.5em 0 1em}td,th{border:1px solid #ccc;"
-    "padding:3px 8px;text-align:right}td.sys,th.sys{text-align:left}tr.lead td{background:#eef6ee}"
-    ".up{color:#17733a}.down{color:#b3261e}.new{color:#1f5fbf}.sec{display:flex;flex-wrap:wrap;gap:2em;"
-    "align-items:flex-start}.matrix{max-width:100%;height:auto}.note{color:#555;font-size:12px}"
-    "code{font-size:11px;word-break:break-all}nav li{margin:2px 0}"
+    ".lb h2{font-size:18px;margin-top:2em;border-bottom:1px solid #ddd}"
+    ".lb table{border-collapse:collapse;font-size:13px;margin:.5em 0 1em}.lb td,.lb th{border:1px solid #ccc;"
+    "padding:3px 8px;text-align:right}.lb td.sys,.lb th.sys{text-align:left}.lb tr.lead td{background:#eef6ee}"
+    ".lb .up{color:#17733a}.lb .down{color:#b3261e}.lb .new{color:#1f5fbf}.lb .sec{display:flex;flex-wrap:wrap;"
+    "gap:2em;align-items:flex-start}.lb .matrix{max-width:100%;height:auto}.lb .note{color:#555;font-size:12px}"
+    ".lb code{font-size:11px;word-break:break-all}.lb nav li{margin:2px 0}"
 )
 COLORS = {"better": "#4c9a5b", "worse": "#d0645a", "same": "#d9d9d9", "undefined": "#ffffff"}
 
@@ -131,10 +133,11 @@ def _table(comp: SystemComparison, lead: list[str], moved: dict[str, str]) -> st
 
 
 def leaderboard_section(comparisons: Sequence[SystemComparison], previous: dict | None = None) -> str:
-    """The page's body: a contents list and one section per (dataset, column)."""
+    """The page's body as one fragment with its own (scoped) style: a contents list and one
+    section per (dataset, column). Embeddable in another HTML page with one call."""
     esc = html.escape
     toc = "".join(f'<li><a href="#{anchor(c)}">{esc(c.dataset)} / {esc(c.column)}</a></li>' for c in comparisons)
-    out = [f"<nav><ul>{toc}</ul></nav>"]
+    out = [f'<div class="lb"><style>{STYLE}</style><nav><ul>{toc}</ul></nav>']
     for comp in comparisons:
         lead = leading_group(comp)
         moved, gone = moves(comp, previous)
@@ -150,6 +153,7 @@ def leaderboard_section(comparisons: Sequence[SystemComparison], previous: dict 
             out.append(f'<p class="note gone">No longer on the board: {esc(", ".join(gone))}</p>')
         out.append(f'<div class="sec">{_table(comp, lead, moved)}{matrix_svg(comp)}</div>'
                    f"<p class=\"note\"><code>{esc(comp.signature)}</code></p></section>")
+    out.append("</div>")
     return "\n".join(out)
 
 
@@ -158,5 +162,5 @@ def leaderboard_html(comparisons: Sequence[SystemComparison], previous: dict | N
     """The whole page (see the module doc)."""
     since = " (moves since the previous refresh)" if previous is not None else ""
     return (f"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
-            f"<meta name=\"viewport\" content=\"width=device-width\"><style>{STYLE}</style></head><body>"
+            f"<meta name=\"viewport\" content=\"width=device-width\"><style>{PAGE_STYLE}</style></head><body>"
             f"<h1>{html.escape(title)}{since}</h1>\n{leaderboard_section(comparisons, previous)}\n</body></html>\n")
