@@ -112,6 +112,12 @@ def test_markdown_and_json_outputs(table, tmp_path):
     assert run_cli(["compare", "-s", path, "--columns", "m", "-o", js, "--resamples", "100", "--trials", "100"]).returncode == 0
     data = json.loads(js.read_text())
     assert {r["system"] for r in data["leaderboard"]} == {"A", "B", "C"}
+    page = tmp_path / "board.html"
+    assert run_cli(["compare", "-s", path, "--columns", "m", "-o", page, "--previous", js, "--resamples", "100",
+                    "--trials", "100"]).returncode == 0
+    html = page.read_text()
+    assert html.startswith("<!doctype html>") and html.count('class="cell ') == 6  # 3 x 3 matrix less the diagonal
+    assert html.count('<td class="">=</td>') == 3  # same ranks as the previous JSON: nobody moved
     stdout = run_cli(["compare", "-s", path, "--columns", "m", "--resamples", "100", "--trials", "100",
                       "--tests", "randomization"]).stdout
     assert "| rank | system |" in stdout

@@ -61,3 +61,22 @@ def test_a_refresh_scores_only_new_rows_and_reports_moves(tmp_path, ray_temp):
     assert [h["leaders"]["toy/text_stats_words"] for h in history] == ["sysB", "sysC"]
     page = (board / "board.html").read_text()
     assert "▼1" in page and ">new<" in page
+
+
+def test_the_cronjob_command_parses():
+    """deploy/leaderboard-cronjob.yaml submits a `ctgscore leaderboard` command line that the CLI accepts."""
+    import pathlib
+    import shlex
+
+    import yaml
+
+    from ctgscore.cli.main import build_parser
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    cron = yaml.safe_load((root / "deploy" / "leaderboard-cronjob.yaml").read_text())
+    command = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"][0]
+    argv = shlex.split(command.split(" -- ", 1)[1])
+    assert argv[:3] == ["python", "-m", "ctgscore"]
+    args = build_parser().parse_args(argv[3:])
+    assert args.handler.__module__ == "ctgscore.cli.leaderboard"
+    assert (root / args.config_path).exists() and args.tasks == 8
