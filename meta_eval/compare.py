@@ -297,7 +297,10 @@ def comparison_markdown(comparisons: Sequence[SystemComparison], digits: int = 4
         out.append(markdown_table(["rank", "system", "mean", "95% low", "95% high"],
                                   [[s.rank, s.system, s.mean, s.interval.low, s.interval.high] for s in comp.systems],
                                   digits))
-        out.append(markdown_table(["A", "B", "mean A - mean B", "95% low", "95% high", "p (bootstrap)",
+        level = f"{100 * comp.pairs[0].ci_diff.level:g}%" if comp.pairs else "95%"
+        out.append("The pair interval is the bootstrap test inverted: it excludes 0 exactly when the pair is "
+                   "significant (– where there are too few resamples for any p below alpha).\n")
+        out.append(markdown_table(["A", "B", "mean A - mean B", f"{level} low", f"{level} high", "p (bootstrap)",
                                    "p (randomization)", "better"],
                                   [[p.a, p.b, p.diff, p.ci_diff.low, p.ci_diff.high, p.p_bootstrap, p.p_randomization,
                                     p.better or "no significant difference"] for p in comp.pairs], digits))
