@@ -147,7 +147,8 @@ def _read_run(fs, label: str, files: list[str]) -> Run:
     return Run(label=label, frame=frame, score_columns=scores)
 
 
-def _runs(path: str, metrics, storage_options) -> list[Run]:
+def _listed_runs(path: str, metrics, storage_options):
+    """The filesystem and (label, files) per metric run under `path` (a folder or one file)."""
     fs, root = _filesystem(str(path), storage_options)
     if not fs.exists(root):
         raise InputError(f"scores {path}: no such file, folder or prefix")
@@ -155,9 +156,14 @@ def _runs(path: str, metrics, storage_options) -> list[Run]:
         runs = _run_folders(fs, root, metrics)
         if not runs:
             raise InputError(f"scores {path}: no Parquet files under it")
-        return [_read_run(fs, label, files) for label, files in runs]
+        return fs, runs
     label = posixpath.splitext(posixpath.basename(root))[0]
-    return [_read_run(fs, name, files) for name, files in _select([(label, [root])], metrics, root)]
+    return fs, _select([(label, [root])], metrics, root)
+
+
+def _runs(path: str, metrics, storage_options) -> list[Run]:
+    fs, runs = _listed_runs(path, metrics, storage_options)
+    return [_read_run(fs, label, files) for label, files in runs]
 
 
 def load_scores(path: str, metrics: Iterable[str] | None = None, *,
@@ -199,3 +205,12 @@ def load_scores(path: str, metrics: Iterable[str] | None = None, *,
     wide = wide[carried_order + score_order + [schema.ERROR]]
     wide.index.name = schema.ID
     return wide.reset_index().sort_values(schema.ID, kind="stable").reset_index(drop=True)
+
+
+def run_files(path: str, metrics: Iterable[str] | None = None, *,
+              storage_options: Mapping[str, Any] | None = None) -> list[tuple[str, list[str]]]:
+    """(label, Parquet file URLs) per metric run under `path`, chosen as `load_scores` chooses
+    them, for readers that aggregate file by file instead of loading the rows."""
+    fs, runs = _listed_runs(path, metrics, storage_options)
+    local = "file" in (fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,))
+    return [(label, [name if local else fs.unstrip_protocol(name) for name in files]) for label, files in runs]

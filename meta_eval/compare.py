@@ -10,18 +10,22 @@ per-sentence statistics).
 * Paired bootstrap (Koehn 2004): N resamples of the units with replacement, drawn in seeded
   blocks (`meta_eval.bootstrap.block_counts`), the same resamples for every system. Per system:
   the mean over the units and the 95 % percentile interval of the resampled means. Per pair
-  (a, b): delta = mean_a - mean_b, the percentile interval of the resampled deltas, and the
-  two-sided p-value (1 + #{r : |delta_r - delta| >= |delta|}) / (N + 1) (the resampled deltas
-  shifted to the null hypothesis delta = 0).
+  (a, b): delta = mean_a - mean_b and the two-sided p-value
+  (1 + #{r : |delta_r - delta| >= |delta|}) / (N + 1) (the resampled deltas shifted to the null
+  hypothesis delta = 0); the pair's interval is that test inverted (`inverted_intervals`), so a
+  pair is significant exactly when its interval excludes 0.
 * Approximate randomisation (Noreen 1989; Riezler & Maxwell 2005): T trials, each swapping the
-  two systems' scores of every unit with probability 1/2; two-sided p-value
-  (1 + #{t : |delta_t| >= |delta|}) / (T + 1).
+  two systems' scores of every unit with probability 1/2, the same swaps for every pair; two-sided
+  p-value (1 + #{t : |delta_t| >= |delta|}) / (T + 1). delta_t is linear in the scores, so every
+  pair's comes from one (trials x systems) product of swap signs and per-unit means.
 * Ranks: by mean, best first (lowest first for lower-is-better columns), equal means share the
   smaller rank. A pair's `better` names the system whose mean is better when the bootstrap
   p-value (the randomisation p-value when the bootstrap is off) is below `alpha`.
 
 Blocks of resamples and of trials run through a runner (`meta_eval.runner`), so the answer is the
-same in-process and on any number of Ray tasks.
+same in-process and on any number of Ray tasks. `system_comparison` takes rows (a DataFrame);
+`grid_comparison` takes the per-unit means that `meta_eval.partials` builds from partial sums
+without loading the rows; both end in `compare_units`.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from meta_eval.bootstrap import BLOCK_SIZE, block_counts, plan_blocks
 from meta_eval.results import Interval, LeaderboardRow, SystemComparison, SystemPair, SystemScore, to_json_dict
 from meta_eval.runner import Runner, local_runner
 
-VERSION = "1"
+VERSION = "2"
 TESTS = ("bootstrap", "randomization")
 _RANDOMIZATION_SALT = 0x4152  # separates the randomisation stream from the bootstrap's
 
@@ -90,22 +94,44 @@ def randomization_signs(n_units: int, seed: int, block: int, size: int) -> np.nd
     return np.where(rng.random((size, n_units)) < 0.5, -1.0, 1.0)
 
 
-def _randomized_deltas(shared: tuple[np.ndarray, int], blocks: list) -> list[np.ndarray]:
-    """Runner task: per block, (trials, pairs) mean differences after random swaps."""
-    diffs, seed = shared
-    return [randomization_signs(len(diffs), seed, block, size) @ diffs / len(diffs) for block, size in blocks]
+def _randomized_means(shared: tuple[np.ndarray, int], blocks: list) -> list[np.ndarray]:
+    """Runner task: per block, (trials, systems) signed means mean_u(s_tu * v_uk). A trial's
+    swapped difference of pair (i, j) is mean_u(s_tu * (v_ui - v_uj)), the difference of two
+    columns of this, so one product serves every pair (the same swaps for all pairs)."""
+    values, seed = shared
+    return [randomization_signs(len(values), seed, block, size) @ values / len(values) for block, size in blocks]
 
 
 def _two_sided(observed: np.ndarray, null: np.ndarray) -> np.ndarray:
     """(1 + #{|null| >= |observed|}) / (K + 1) per column; a relative 1e-12 absorbs rounding."""
-    bound = np.abs(observed) - 1e-12 * np.maximum(1.0, np.abs(observed))
-    return (1 + (np.abs(null) >= bound).sum(axis=0)) / (len(null) + 1)
+    return (1 + (np.abs(null) >= _bound(observed)).sum(axis=0)) / (len(null) + 1)
 
 
-def _interval(values: np.ndarray, level: float) -> Interval:
+def _bound(observed: np.ndarray) -> np.ndarray:
+    return np.abs(observed) - 1e-12 * np.maximum(1.0, np.abs(observed))
+
+
+def _intervals(values: np.ndarray, level: float) -> np.ndarray:
+    """(2, columns) percentile interval of every column."""
     tail = 100 * (1 - level) / 2
-    low, high = np.percentile(values, [tail, 100 - tail]) if len(values) else (math.nan, math.nan)
-    return Interval(float(low), float(high), level)
+    if not len(values):
+        return np.full((2, values.shape[1]), np.nan)
+    return np.percentile(values, [tail, 100 - tail], axis=0)
+
+
+def inverted_intervals(deltas: np.ndarray, boot: np.ndarray, alpha: float) -> np.ndarray:
+    """(2, pairs) interval of the values delta_0 that the paired bootstrap test does not reject
+    at `alpha`: delta +- h, h the (m + 1)-th largest |delta_r - delta| with m the most resamples
+    beyond |delta| that still give p = (1 + c) / (N + 1) < alpha (plus the test's rounding
+    allowance), so "p < alpha" and "the interval excludes 0" are the same statement.
+    NaN when N is too small for any p below alpha."""
+    n = len(boot)
+    m = math.ceil(alpha * (n + 1) - 1) - 1
+    if m < 0 or m >= n:
+        return np.full((2, len(deltas)), np.nan)
+    dev = np.sort(np.abs(boot - deltas), axis=0)
+    half = dev[n - 1 - m] + 1e-12 * np.maximum(1.0, np.abs(deltas))
+    return np.vstack([deltas - half, deltas + half])
 
 
 def _ranks(means: np.ndarray, lower_is_better: bool) -> np.ndarray:
@@ -115,66 +141,104 @@ def _ranks(means: np.ndarray, lower_is_better: bool) -> np.ndarray:
     return rankdata(oriented, method="min").astype(int)
 
 
-def system_comparison(frame: pd.DataFrame, column: str, *, dataset: str = "all",
-                      systems: Sequence[str] | None = None, unit: str = "doc_id", system_col: str = "system",
-                      lower_is_better: bool = False, tests: Sequence[str] = TESTS, n_resamples: int = 1000,
-                      trials: int = 10000, seed: int = 0, alpha: float = 0.05, level: float = 0.95,
-                      runner: Runner | None = None) -> SystemComparison:
-    """Every system (or the named ones) on one score column of one dataset; see the module doc."""
+def _check_tests(tests: Sequence[str], n_resamples: int, trials: int) -> None:
     from scoring.errors import UsageError
-    from scoring.signature import Signature, library_versions
 
     unknown = [t for t in tests if t not in TESTS]
     if unknown or not tests:
         raise UsageError(f"unknown test(s) {unknown or list(tests)}: use one or more of {', '.join(TESTS)}")
     if "bootstrap" in tests and n_resamples < 1 or "randomization" in tests and trials < 1:
         raise UsageError("resamples and trials must be >= 1")
+
+
+def system_comparison(frame: pd.DataFrame, column: str, *, dataset: str = "all",
+                      systems: Sequence[str] | None = None, unit: str = "doc_id", system_col: str = "system",
+                      **options) -> SystemComparison:
+    """Every system (or the named ones) on one score column of one dataset of a row frame;
+    see the module doc. `options` go to `compare_units`."""
     from scoring.errors import InputError
 
+    _check_tests(options.get("tests", TESTS), options.get("n_resamples", 1000), options.get("trials", 10000))
     try:
         grid, dropped = paired_units(frame, column, systems, unit, system_col)
     except InputError as exc:
         raise InputError(f"dataset {dataset!r}, column {column!r}: {exc}") from None
-    if not len(grid):
+    return compare_units(grid.to_numpy(dtype=float), [str(s) for s in grid.columns], dropped, column=column,
+                         dataset=dataset, unit=unit, **options)
+
+
+def grid_comparison(grid, systems: Sequence[str] | None = None, *, unit: str = "doc_id",
+                    **options) -> SystemComparison:
+    """`compare_units` on a `meta_eval.partials.UnitGrid` (per-unit means built from partial
+    sums): the named systems (default all), complete units only."""
+    from scoring.errors import InputError
+
+    where = f"dataset {grid.dataset!r}, column {grid.column!r}"
+    names = list(grid.systems)
+    if systems is not None:
+        missing = [s for s in systems if s not in names]
+        if missing:
+            raise InputError(f"{where}: system(s) {missing} have no rows here (have: {', '.join(names)})")
+        names = list(systems)
+    if len(names) < 2:
+        raise InputError(f"{where}: comparing systems needs two or more systems, found {len(names)}")
+    values = grid.means[:, [grid.systems.index(s) for s in names]]
+    complete = np.isfinite(values).all(axis=1)
+    return compare_units(values[complete], names, int((~complete).sum()), column=grid.column,
+                         dataset=grid.dataset, unit=unit, **options)
+
+
+def compare_units(values: np.ndarray, names: Sequence[str], dropped: int, *, column: str, dataset: str = "all",
+                  unit: str = "doc_id", lower_is_better: bool = False, tests: Sequence[str] = TESTS,
+                  n_resamples: int = 1000, trials: int = 10000, seed: int = 0, alpha: float = 0.05,
+                  level: float = 0.95, runner: Runner | None = None) -> SystemComparison:
+    """Every pair of systems at once on a complete (units x systems) table of per-unit means."""
+    from scoring.errors import InputError
+    from scoring.signature import Signature, library_versions
+
+    _check_tests(tests, n_resamples, trials)
+    if not len(values):
         raise InputError(f"dataset {dataset!r}, column {column!r}: no {unit} has a finite score for every system")
-    names = [str(s) for s in grid.columns]
-    values = grid.to_numpy(dtype=float)
+    names = [str(s) for s in names]
     n_units, n_sys = values.shape
     means = values.mean(axis=0)
     ranks = _ranks(means, lower_is_better)
     order = sorted(range(n_sys), key=lambda k: (ranks[k], names[k]))
-    pair_index = [(order[x], order[y]) for x in range(n_sys) for y in range(x + 1, n_sys)]
+    first = np.array([order[x] for x in range(n_sys) for y in range(x + 1, n_sys)], dtype=int)
+    second = np.array([order[y] for x in range(n_sys) for y in range(x + 1, n_sys)], dtype=int)
     run = runner or local_runner
-    deltas = np.array([means[i] - means[j] for i, j in pair_index])
-    boot_means = None
+    deltas = means[first] - means[second]
+    nan_pairs = np.full((2, len(first)), np.nan)
+    sys_ci, pair_ci = np.full((2, n_sys), np.nan), nan_pairs
     p_boot = p_rand = None
     if "bootstrap" in tests:
         boot_means = np.concatenate(run(_resampled_means, (values, seed), plan_blocks(n_resamples)))
-        boot_deltas = np.column_stack([boot_means[:, i] - boot_means[:, j] for i, j in pair_index])
+        boot_deltas = boot_means[:, first] - boot_means[:, second]
         p_boot = _two_sided(deltas, boot_deltas - deltas)
+        sys_ci = _intervals(boot_means, level)
+        pair_ci = inverted_intervals(deltas, boot_deltas, alpha)
     if "randomization" in tests:
-        diffs = np.column_stack([values[:, i] - values[:, j] for i, j in pair_index])
-        null = np.concatenate(run(_randomized_deltas, (diffs, seed), plan_blocks(trials)))
-        p_rand = _two_sided(deltas, null)
-    scores = tuple(SystemScore(names[k], float(means[k]),
-                               _interval(boot_means[:, k], level) if boot_means is not None
-                               else Interval(math.nan, math.nan, level), int(ranks[k])) for k in order)
+        null_means = np.concatenate(run(_randomized_means, (values, seed), plan_blocks(trials)))
+        p_rand = _two_sided(deltas, null_means[:, first] - null_means[:, second])
+    decisive = p_boot if p_boot is not None else p_rand
+    scores = tuple(SystemScore(names[k], float(means[k]), Interval(float(sys_ci[0, k]), float(sys_ci[1, k]), level),
+                               int(ranks[k])) for k in order)
     pairs = []
-    for p, (i, j) in enumerate(pair_index):
-        decisive = p_boot[p] if p_boot is not None else p_rand[p]
+    for p, (i, j) in enumerate(zip(first, second)):
         better = None
-        if decisive < alpha and means[i] != means[j]:
+        if decisive[p] < alpha and means[i] != means[j]:
             better = names[i] if (means[i] < means[j]) == lower_is_better else names[j]
         pairs.append(SystemPair(
             a=names[i], b=names[j], mean_a=float(means[i]), mean_b=float(means[j]), diff=float(deltas[p]),
-            ci_diff=_interval(boot_deltas[:, p], level) if p_boot is not None else Interval(math.nan, math.nan, level),
+            ci_diff=Interval(float(pair_ci[0, p]), float(pair_ci[1, p]), 1 - alpha),
             p_bootstrap=None if p_boot is None else float(p_boot[p]),
             p_randomization=None if p_rand is None else float(p_rand[p]), better=better))
     sig = Signature("compare-systems", VERSION, {
         "unit": unit, "units": n_units, "tests": list(tests),
         "resamples": n_resamples if "bootstrap" in tests else 0,
         "trials": trials if "randomization" in tests else 0, "seed": seed, "block_size": BLOCK_SIZE,
-        "p": "two-sided (1+c)/(K+1)", "ci": f"percentile {level:g}", "alpha": alpha,
+        "p": "two-sided (1+c)/(K+1)", "ci": f"percentile {level:g}",
+        "ci_diff": f"bootstrap test inverted at alpha {alpha:g}", "alpha": alpha,
         "direction": "lower" if lower_is_better else "higher", **library_versions("numpy")})
     return SystemComparison(dataset=dataset, column=column, lower_is_better=lower_is_better, unit=unit,
                             n_units=n_units, n_units_dropped=dropped, systems=scores, pairs=tuple(pairs),
@@ -233,7 +297,10 @@ def comparison_markdown(comparisons: Sequence[SystemComparison], digits: int = 4
         out.append(markdown_table(["rank", "system", "mean", "95% low", "95% high"],
                                   [[s.rank, s.system, s.mean, s.interval.low, s.interval.high] for s in comp.systems],
                                   digits))
-        out.append(markdown_table(["A", "B", "mean A - mean B", "95% low", "95% high", "p (bootstrap)",
+        level = f"{100 * comp.pairs[0].ci_diff.level:g}%" if comp.pairs else "95%"
+        out.append("The pair interval is the bootstrap test inverted: it excludes 0 exactly when the pair is "
+                   "significant (– where there are too few resamples for any p below alpha).\n")
+        out.append(markdown_table(["A", "B", "mean A - mean B", f"{level} low", f"{level} high", "p (bootstrap)",
                                    "p (randomization)", "better"],
                                   [[p.a, p.b, p.diff, p.ci_diff.low, p.ci_diff.high, p.p_bootstrap, p.p_randomization,
                                     p.better or "no significant difference"] for p in comp.pairs], digits))

@@ -112,6 +112,12 @@ def test_markdown_and_json_outputs(table, tmp_path):
     assert run_cli(["compare", "-s", path, "--columns", "m", "-o", js, "--resamples", "100", "--trials", "100"]).returncode == 0
     data = json.loads(js.read_text())
     assert {r["system"] for r in data["leaderboard"]} == {"A", "B", "C"}
+    page = tmp_path / "board.html"
+    assert run_cli(["compare", "-s", path, "--columns", "m", "-o", page, "--previous", js, "--resamples", "100",
+                    "--trials", "100"]).returncode == 0
+    html = page.read_text()
+    assert html.startswith("<!doctype html>") and html.count('class="cell ') == 6  # 3 x 3 matrix less the diagonal
+    assert html.count('<td class="">=</td>') == 3  # same ranks as the previous JSON: nobody moved
     stdout = run_cli(["compare", "-s", path, "--columns", "m", "--resamples", "100", "--trials", "100",
                       "--tests", "randomization"]).stdout
     assert "| rank | system |" in stdout
@@ -123,12 +129,18 @@ def test_a_dataset_that_cannot_be_compared_is_skipped_not_fatal(table, tmp_path)
     lone = frame[frame["system"] == "A"].assign(dataset="single", id=lambda f: "x" + f["id"])
     mixed = tmp_path / "mixed.parquet"
     pq.write_table(pa.Table.from_pandas(pd.concat([frame, lone], ignore_index=True), preserve_index=False), mixed)
-    proc = run_cli(["compare", "-s", mixed, "--columns", "m", "-o", tmp_path / "b.json", "--resamples", "50",
-                    "--trials", "50", "--json"])
+    proc = run_cli(["compare", "-s", mixed, "--columns", "m", "perplexity", "-o", tmp_path / "b.json",
+                    "--resamples", "50", "--trials", "50", "--json"])
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
-    assert [c["dataset"] for c in summary["comparisons"]] == ["toy"]
-    assert len(summary["skipped"]) == 1 and "'single'" in summary["skipped"][0]
+    assert [c["dataset"] for c in summary["comparisons"]] == ["toy", "toy"]
+    (line,) = summary["skipped"]  # one line for the dataset, both columns in it
+    assert line.startswith("dataset 'single': 2 columns (m, perplexity): ") and "found 1" in line
+    text = run_cli(["compare", "-s", mixed, "--columns", "m", "perplexity", "-o", tmp_path / "b.csv",
+                    "--resamples", "50", "--trials", "50"]).stdout
+    assert "compare: 2 of 4 comparisons (2 datasets x 2 columns: m, perplexity)" in text
+    assert text.count("skipped:") == 1
+    assert_user_error(run_cli(["compare", "-s", mixed, "--systems", "A", "nosuch"]), 1, "'nosuch'", "A, B, C")
     only_lone = tmp_path / "lone.parquet"
     pq.write_table(pa.Table.from_pandas(lone, preserve_index=False), only_lone)
     assert_user_error(run_cli(["compare", "-s", only_lone, "--columns", "m"]), 1, "nothing to compare", "single")

@@ -52,7 +52,11 @@ def test_paired_bootstrap_equals_a_by_hand_computation(table):
         extreme = sum(abs(d - delta) >= abs(delta) - 1e-12 for d in boot)
         assert pair.diff == pytest.approx(delta, abs=1e-12)
         assert pair.p_bootstrap == pytest.approx((1 + extreme) / (n + 1))
-        assert [pair.ci_diff.low, pair.ci_diff.high] == pytest.approx(np.percentile(boot, [2.5, 97.5]), abs=1e-12)
+        # the interval is the bootstrap test inverted: delta +- the (m+1)-th largest |boot - delta|,
+        # m = the most resamples beyond |delta| that still give p < 0.05 (here 61 * 0.05 - 1 -> m = 2)
+        half = sorted((abs(d - delta) for d in boot), reverse=True)[2]
+        assert [pair.ci_diff.low, pair.ci_diff.high] == pytest.approx([delta - half, delta + half], abs=1e-11)
+        assert pair.ci_diff.level == pytest.approx(0.95)
         assert pair.p_randomization is None
         assert pair.better == (pair.a if pair.p_bootstrap < 0.05 else None)
     assert [(p.a, p.b) for p in res.pairs] == [("A", "B"), ("A", "C"), ("B", "C")]
@@ -125,3 +129,27 @@ def test_clear_errors(table):
         compare.system_comparison(table, "score", systems=["A", "Z"])
     with pytest.raises(UsageError, match="unknown test"):
         compare.system_comparison(table, "score", tests=("t-test",))
+
+
+def test_every_mark_agrees_with_its_interval():
+    """Close systems over few units, where the percentile interval and the null-shifted p-value
+    used to disagree: significant at alpha exactly when the shown interval excludes 0."""
+    rng = np.random.default_rng(11)
+    checked = {True: 0, False: 0}
+    for trial in range(40):
+        n_docs = int(rng.integers(4, 12))
+        base = rng.normal(size=n_docs)
+        frame = pd.DataFrame({"doc_id": np.tile(np.arange(n_docs), 4), "system": np.repeat(list("ABCD"), n_docs),
+                              "m": np.concatenate([base + rng.normal(0.3 * k, 0.4, n_docs) for k in range(4)])})
+        res = compare.system_comparison(frame, "m", n_resamples=int(rng.integers(40, 300)), tests=("bootstrap",),
+                                        seed=trial)
+        for pair in res.pairs:
+            excludes = pair.ci_diff.low > 0 or pair.ci_diff.high < 0
+            assert (pair.p_bootstrap < 0.05) == excludes == (pair.better is not None), pair
+            checked[excludes] += 1
+    assert min(checked.values()) > 10  # both outcomes were exercised
+
+
+def test_too_few_resamples_give_no_interval_and_no_mark(table):
+    res = compare.system_comparison(table, "score", n_resamples=10, tests=("bootstrap",))
+    assert all(np.isnan(p.ci_diff.low) and p.better is None for p in res.pairs)

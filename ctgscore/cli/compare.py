@@ -15,7 +15,7 @@ from ctgscore.cli import common
 from scoring.errors import InputError, UsageError
 
 TESTS = ["bootstrap", "randomization"]
-FORMATS = {".md": "md", ".markdown": "md", ".csv": "csv", ".json": "json"}
+FORMATS = {".md": "md", ".markdown": "md", ".csv": "csv", ".json": "json", ".html": "html", ".htm": "html"}
 
 
 def register(subparsers, parent: argparse.ArgumentParser) -> None:
@@ -38,12 +38,16 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
     parser.add_argument("--lower-is-better", nargs="*", default=None, metavar="COLUMN",
                         help="columns where lower is better (default: perplexity columns)")
     parser.add_argument("--tasks", type=int, default=0,
-                        help="Ray tasks for the resamples (0 or 1: in this process); same numbers either way")
+                        help="Ray tasks reading the files and running the resamples (0 or 1: in this process); "
+                             "same numbers either way")
     parser.add_argument("--num-cpus", type=float, default=0.5, help="CPUs per Ray task")
     parser.add_argument("-o", "--output", default=None,
-                        help="write the tables here (.md, .csv or .json; default: Markdown on stdout)")
-    parser.add_argument("--format", choices=["md", "csv", "json"], default=None,
+                        help="write the tables here (.md, .csv, .json or .html, the leaderboard page; "
+                             "default: Markdown on stdout)")
+    parser.add_argument("--format", choices=["md", "csv", "json", "html"], default=None,
                         help="output format (default: from the output's suffix, else md)")
+    parser.add_argument("--previous", default=None, metavar="JSON",
+                        help="the previous refresh's leaderboard JSON: the page shows what moved since")
     parser.set_defaults(handler=handle)
 
 
@@ -54,51 +58,115 @@ def output_format(args: argparse.Namespace) -> str:
         suffix = pathlib.Path(args.output).suffix.lower()
         if suffix not in FORMATS:
             raise UsageError(f"-o {args.output}: cannot tell the format from {suffix or 'no suffix'!r}; "
-                             "pass --format md|csv|json")
+                             "pass --format md|csv|json|html")
         return FORMATS[suffix]
     return "md"
 
 
-def default_columns(frame) -> list[str]:
-    import pandas as pd
+def _score_fields(label: str, files: list[str]) -> list[tuple[str, bool]]:
+    """(column, numeric and not boolean) for the score columns of a run (its first file's schema)."""
+    import fsspec
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
     from scoring import schema
 
-    return [c for c in frame.columns if schema.is_score_column(c) and c != "error"
-            and pd.api.types.is_numeric_dtype(frame[c]) and not pd.api.types.is_bool_dtype(frame[c])]
+    fs, root = fsspec.core.url_to_fs(files[0])
+    try:
+        with fs.open(root, "rb") as handle:
+            fields = pq.read_schema(handle)
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is named
+        raise InputError(f"{files[0]}: cannot read it as Parquet ({type(exc).__name__}: {exc})") from None
+    return [(f.name, (pa.types.is_integer(f.type) or pa.types.is_floating(f.type)))
+            for f in fields if schema.is_score_column(f.name) and f.name != schema.ERROR]
 
 
-def render(comparisons, fmt: str) -> str:
+def plan_columns(path: str, columns: list[str] | None):
+    """The metric runs under `path`, a `meta_eval.partials.PartialSpec`-ready mapping of the
+    wanted score columns (named as `load_scores` names them), and the (label, file) items."""
+    from ctgscore.scores import run_files
+
+    runs = [(label, files) for label, files in run_files(path) if files]
+    fields = {label: _score_fields(label, files) for label, files in runs}
+    counts: dict[str, int] = {}
+    for cols in fields.values():
+        for name, _ in cols:
+            counts[name] = counts.get(name, 0) + 1
+    named = {(name if counts[name] == 1 else f"{label}.{name}"): (label, name, numeric)
+             for label, cols in fields.items() for name, numeric in cols}
+    numeric = [out for out, (_, _, ok) in named.items() if ok]
+    columns = list(columns or numeric)
+    if not columns:
+        raise InputError(f"scores {path}: no numeric score columns to compare on")
+    missing = [c for c in columns if c not in named]
+    if missing:
+        raise InputError(f"scores {path}: no column {missing[0]!r} (score columns: {', '.join(numeric) or 'none'})")
+    wanted: dict[str, list] = {}
+    for out in columns:
+        label, name, _ = named[out]
+        wanted.setdefault(label, []).append((name, out))
+    items = [(label, f) for label, files in runs if label in wanted for f in files]
+    return columns, {label: tuple(pairs) for label, pairs in wanted.items()}, items
+
+
+def render(comparisons, fmt: str, previous: dict | None = None) -> str:
     from meta_eval import compare
 
     if fmt == "csv":
         return compare.leaderboard_csv(compare.leaderboard(comparisons))
     if fmt == "json":
         return compare.comparisons_json(comparisons)
+    if fmt == "html":
+        from meta_eval.report.leaderboard import leaderboard_html
+
+        return leaderboard_html(comparisons, previous=previous)
     return compare.comparison_markdown(comparisons)
 
 
-def compare_groups(frame, columns: list[str], lower: set[str], options: dict):
-    """`meta_eval.compare.system_comparison` for every (dataset, column); a pair that cannot be
-    compared (one system there, no paired documents) is skipped with its reason instead of
-    failing the others. Returns (comparisons, skipped reasons)."""
+def compare_grids(grids, lower: set[str], options: dict) -> tuple[list, list[str]]:
+    """`meta_eval.compare.grid_comparison` for every (dataset, column) grid; the grids that
+    cannot be compared (one system there, no complete unit) are skipped, one reason line per
+    dataset (its columns grouped by reason). Returns (comparisons, skipped lines)."""
     from meta_eval import compare
-    from scoring.errors import InputError
 
-    if "dataset" in frame and frame["dataset"].notna().any():
-        groups = [(str(name), part) for name, part in frame.groupby("dataset", sort=True)]
-    else:
-        groups = [("all", frame)]
-    comparisons, skipped = [], []
-    for name, part in groups:
-        for column in columns:
-            try:
-                comparisons.append(compare.system_comparison(part, column, dataset=name,
-                                                             lower_is_better=column in lower, **options))
-            except InputError as exc:
-                reason = str(exc)
-                skipped.append(reason if f"dataset {name!r}" in reason else f"dataset {name!r}, column {column!r}: {reason}")
+    comparisons, reasons = [], {}
+    for grid in grids:
+        try:
+            comparisons.append(compare.grid_comparison(grid, lower_is_better=grid.column in lower, **options))
+        except InputError as exc:
+            reason = str(exc).split(f"column {grid.column!r}: ", 1)[-1]
+            reasons.setdefault(grid.dataset, {}).setdefault(reason, []).append(grid.column)
+    skipped = []
+    for dataset, by_reason in reasons.items():
+        parts = [f"{len(cols)} column{'s' if len(cols) > 1 else ''} ({', '.join(cols)}): {reason}"
+                 for reason, cols in by_reason.items()]
+        skipped.append(f"dataset {dataset!r}: " + "; ".join(parts))
     return comparisons, skipped
+
+
+def compare_scores(path: str, columns: list[str] | None, lower_is_better: list[str] | None, options: dict,
+                   tasks: int = 0, num_cpus: float = 0.5):
+    """Read only the needed columns of the dump under `path` file by file (in Ray tasks when
+    `tasks` > 1), fold the per-(dataset, unit, system) partial sums, and compare the systems of
+    every (dataset, column). Returns (comparisons, skipped lines, columns, accumulator, datasets)."""
+    from ctgscore.cli.meta import make_runner
+    from meta_eval.partials import PartialSpec, accumulate
+
+    columns, runs, items = plan_columns(path, columns)
+    spec = PartialSpec(runs=runs, unit=options.get("unit", "doc_id"))
+    runner = make_runner(tasks, num_cpus)
+    acc = accumulate(spec, items, runner=runner, width=2 * max(1, tasks))
+    systems = options.get("systems")
+    if systems:
+        unknown = [s for s in systems if s not in acc.systems]
+        if unknown:
+            raise InputError(f"--systems: {', '.join(map(repr, unknown))} not found in {path} "
+                             f"(systems: {', '.join(acc.all_systems()) or 'none'})")
+    lower = lower_is_better if lower_is_better is not None else [
+        c for c in columns if c.split(".")[-1].startswith("perplexity")]
+    grids = acc.grids()
+    comparisons, skipped = compare_grids(grids, set(lower), dict(options, runner=runner))
+    return comparisons, skipped, columns, acc, sorted({g.dataset for g in grids})
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -109,40 +177,46 @@ def handle(args: argparse.Namespace) -> int:
     fmt = output_format(args)
     output = common.check_output_file(args.output) if args.output else None
     common.check_input_path(args.scores, "scores")
-    from ctgscore.cli.meta import make_runner  # heavy imports after the cheap checks
-    from ctgscore.scores import load_scores
+    previous = read_previous(args.previous) if getattr(args, "previous", None) else None
     from meta_eval import compare
+    from meta_eval.results import to_json_dict
 
-    frame = load_scores(args.scores)
-    columns = args.columns or default_columns(frame)
-    if not columns:
-        raise InputError(f"scores {args.scores}: no numeric score columns to compare on")
-    missing = [c for c in columns if c not in frame]
-    if missing:
-        raise InputError(f"scores {args.scores}: no column {missing[0]!r} (score columns: "
-                         f"{', '.join(default_columns(frame)) or 'none'})")
-    lower = args.lower_is_better if args.lower_is_better is not None else [
-        c for c in columns if c.split(".")[-1].startswith("perplexity")]
     options = dict(systems=args.systems, unit=args.unit, tests=args.tests, n_resamples=args.resamples,
-                   trials=args.trials, seed=args.seed, alpha=args.alpha, runner=make_runner(args.tasks, args.num_cpus))
-    comparisons, skipped = compare_groups(frame, columns, set(lower), options)
+                   trials=args.trials, seed=args.seed, alpha=args.alpha)
+    comparisons, skipped, columns, acc, datasets = compare_scores(args.scores, args.columns, args.lower_is_better, options,
+                                                        args.tasks, args.num_cpus)
     if not comparisons:
         raise InputError(f"scores {args.scores}: nothing to compare ({skipped[0]})")
-    text = render(comparisons, fmt)
+    text = render(comparisons, fmt, previous)
     if output is not None:
         output.write_text(text, encoding="utf-8")
     board = compare.leaderboard(comparisons)
-    from meta_eval.results import to_json_dict
-
     summary = {"ok": True, "command": "compare", "output": str(output) if output else None, "format": fmt,
+               "rows": acc.rows, "error_rows": acc.error_rows, "cells": acc.n_cells,
                "leaderboard": to_json_dict(board), "comparisons": to_json_dict(list(comparisons)), "skipped": skipped}
     if output is None:
         lines = [text.rstrip("\n")]
     else:
-        lines = [f"compare: {len(comparisons)} comparisons ({', '.join(columns)}) -> {output}"]
+        lines = [f"compare: {len(comparisons)} of {len(datasets) * len(columns)} comparisons "
+                 f"({len(datasets)} dataset{'s' if len(datasets) > 1 else ''} x {len(columns)} "
+                 f"column{'s' if len(columns) > 1 else ''}: {', '.join(columns)}) from {acc.rows} rows -> {output}"]
         for comp in comparisons:
             ranking = ", ".join(f"{s.rank}. {s.system} {s.mean:.4g}" for s in comp.systems)
             lines.append(f"  {comp.dataset} / {comp.column}: {ranking}")
     lines += [f"  skipped: {reason}" for reason in skipped]
     common.emit(args, summary, lines)
     return 0
+
+
+def read_previous(path: str) -> dict:
+    """A previous refresh's leaderboard JSON (`-o board.json` or the leaderboard command's)."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"--previous {path}: cannot read it as JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("leaderboard"), list):
+        raise InputError(f"--previous {path}: not a leaderboard JSON (no 'leaderboard' list)")
+    return data

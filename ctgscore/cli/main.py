@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "ctgscore.cli.convert",
     "ctgscore.cli.meta",
     "ctgscore.cli.compare",
+    "ctgscore.cli.leaderboard",
     "ctgscore.cli.splits",
     "ctgscore.cli.constraints",
     "ctgscore.cli.make_tiny_models",

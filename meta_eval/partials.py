@@ -1,0 +1,307 @@
+"""Per-(dataset, unit, system) sums and counts of score columns, computed where the rows are.
+
+A system comparison needs, per dataset and score column, the (units x systems) table of
+per-unit means (`meta_eval.compare`). That table is a sum and a count per cell, so it is built
+from partial sums: `file_partial` reads one Parquet file (only the unit, system, dataset, error
+and wanted score columns), groups its rows by (dataset, unit, system) and returns the sums and
+counts of the finite-or-infinite (non-NaN) scores of the rows without an error, as small arrays.
+`GridAccumulator` folds partials into one table of cells on the driver; its memory follows the
+number of cells, not the number of rows or the columns a dump carries.
+
+Determinism: the accumulator adds each cell's partial sums in the order the partials are added
+(a left fold, whatever the compaction points), so reading the files in one process or in any
+number of Ray tasks gives bit-identical sums when the partials are added in file order.
+NaN scores are left out of a cell's mean (as pandas' mean skips them); an infinite score makes
+the cell non-finite, so its unit is dropped like a missing one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from scoring.errors import InputError
+
+_SYSTEM_BITS, _UNIT_BITS, _DATASET_BITS = 16, 32, 15
+
+
+@dataclass(frozen=True)
+class PartialSpec:
+    """What to aggregate: per metric-run label, (column in its files, output name) pairs."""
+
+    runs: dict[str, tuple[tuple[str, str], ...]]
+    unit: str = "doc_id"
+    system: str = "system"
+    dataset: str = "dataset"
+    error: str = "error"
+
+    @property
+    def outputs(self) -> list[str]:
+        return [name for pairs in self.runs.values() for _, name in pairs]
+
+
+@dataclass
+class Partial:
+    """One file's cells: local key tables and (cells, columns) sums / non-NaN counts."""
+
+    label: str
+    datasets: list
+    units: list
+    systems: list
+    keys: np.ndarray  # (cells, 3) int64 indices into datasets, units, systems
+    sums: np.ndarray  # (cells, columns of the run)
+    counts: np.ndarray  # (cells, columns of the run)
+    rows: int = 0
+    error_rows: int = 0
+
+
+def _open(path: str, storage_options: dict | None):
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(path, **dict(storage_options or {}))
+    return fs.open(root, "rb")
+
+
+def _codes(column) -> tuple[np.ndarray, list]:
+    """Integer codes of one key column and its distinct values (None for a null)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if not pa.types.is_dictionary(array.type):
+        array = pc.dictionary_encode(array)
+    uniques = array.dictionary.to_pylist()
+    indices = array.indices
+    if indices.null_count:
+        indices = indices.fill_null(len(uniques))
+        uniques.append(None)
+    return indices.to_numpy(zero_copy_only=False).astype(np.int64), uniques
+
+
+def _float_values(column, path: str, name: str) -> np.ndarray:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = column.type
+    if pa.types.is_boolean(kind) or not (pa.types.is_integer(kind) or pa.types.is_floating(kind)
+                                         or pa.types.is_null(kind)):
+        raise InputError(f"{path}: column {name!r} is not numeric (type {kind})")
+    return pc.cast(column, pa.float64()).to_numpy()  # nulls become NaN
+
+
+def file_partial(spec: PartialSpec, label: str, path: str, storage_options: dict | None = None) -> Partial:
+    """Sums and non-NaN counts per (dataset, unit, system) of one file of metric run `label`:
+    the key columns as integer codes (string keys read dictionary-encoded), one combined key per
+    row, `np.unique` + `np.bincount` in row order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pairs = spec.runs[label]
+    with _open(path, storage_options) as handle:
+        try:
+            fields = pq.read_schema(handle)
+            handle.seek(0)
+            names = set(fields.names)
+            for needed in (spec.unit, spec.system, *(col for col, _ in pairs)):
+                if needed not in names:
+                    raise InputError(f"{path}: column {needed!r} not found (have: {', '.join(sorted(names))})")
+            keys = [spec.dataset] if spec.dataset in names else []
+            keys += [spec.unit, spec.system]
+            wanted = keys + [c for c in [spec.error] + [col for col, _ in pairs] if c in names and c not in keys]
+            strings = [k for k in keys if pa.types.is_string(fields.field(k).type)
+                       or pa.types.is_large_string(fields.field(k).type)]
+            table = pq.read_table(handle, columns=list(dict.fromkeys(wanted)), use_threads=False, pre_buffer=False,
+                                  read_dictionary=strings)
+        except InputError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any unreadable file is named
+            raise InputError(f"{path}: cannot read it as Parquet ({type(exc).__name__}: {exc})") from None
+    rows = table.num_rows
+    failed = table[spec.error].is_valid().to_numpy(zero_copy_only=False) if spec.error in names \
+        else np.zeros(rows, bool)
+    if spec.dataset in names:
+        d_codes, datasets = _codes(table[spec.dataset])
+    else:
+        d_codes, datasets = np.zeros(rows, np.int64), [None]
+    u_codes, units = _codes(table[spec.unit])
+    s_codes, systems = _codes(table[spec.system])
+    systems = [None if s is None else str(s) for s in systems]
+    keep = np.ones(rows, bool)
+    for codes, uniques in ((u_codes, units), (s_codes, systems)):
+        if None in uniques:
+            keep &= codes != uniques.index(None)
+    key = ((d_codes * len(systems) + s_codes) * len(units) + u_codes)[keep]
+    space = len(datasets) * len(systems) * len(units)
+    if space <= max(4 * len(key), 1 << 16):  # dense key space: no sort needed
+        cells = np.flatnonzero(np.bincount(key, minlength=space))
+        position = np.zeros(space, np.int64)
+        position[cells] = np.arange(len(cells))
+        inverse = position[key]
+    else:
+        cells, inverse = np.unique(key, return_inverse=True)
+        inverse = inverse.ravel()
+    sums = np.zeros((len(cells), len(pairs)))
+    counts = np.zeros((len(cells), len(pairs)), dtype=np.int64)
+    for k, (col, _) in enumerate(pairs):
+        values = _float_values(table[col], path, col)[keep]
+        valid = ~(np.isnan(values) | failed[keep])
+        sums[:, k] = np.bincount(inverse, np.where(valid, values, 0.0), len(cells))
+        counts[:, k] = np.bincount(inverse, valid, len(cells))
+    u, rest = cells % len(units), cells // len(units)
+    key_array = np.column_stack([rest // len(systems), u, rest % len(systems)]).astype(np.int64)
+    return Partial(label, datasets, units, systems, key_array, sums, counts, rows, int(failed.sum()))
+
+
+def partials_task(shared: tuple[PartialSpec, dict | None], items: list) -> list[Partial]:
+    """Runner task (`meta_eval.runner`): one partial per (label, path) item."""
+    spec, storage_options = shared
+    return [file_partial(spec, label, path, storage_options) for label, path in items]
+
+
+@dataclass
+class UnitGrid:
+    """One (dataset, column): per-unit means (units x systems, NaN where a cell has no value)."""
+
+    dataset: str
+    column: str
+    units: list
+    systems: list[str]
+    means: np.ndarray
+
+
+@dataclass
+class GridAccumulator:
+    """The fold of partials: global key tables and one row of sums / counts per cell."""
+
+    columns: list[str]
+    datasets: dict = field(default_factory=dict)
+    units: dict = field(default_factory=dict)
+    systems: dict = field(default_factory=dict)
+    rows: int = 0
+    error_rows: int = 0
+    _codes: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    _sums: np.ndarray | None = None
+    _counts: np.ndarray | None = None
+    _pending: list = field(default_factory=list)
+    _pending_cells: int = 0
+
+    def __post_init__(self):
+        self._sums = np.zeros((0, len(self.columns)))
+        self._counts = np.zeros((0, len(self.columns)), dtype=np.int64)
+
+    @staticmethod
+    def _global(table: dict, values: list) -> np.ndarray:
+        return np.array([table.setdefault(v, len(table)) for v in values], dtype=np.int64)
+
+    def add(self, part: Partial, spec: PartialSpec) -> None:
+        """Fold one partial in (call in file order for reproducible sums)."""
+        self.rows += part.rows
+        self.error_rows += part.error_rows
+        if not len(part.keys):
+            return
+        d = self._global(self.datasets, part.datasets)[part.keys[:, 0]]
+        u = self._global(self.units, part.units)[part.keys[:, 1]]
+        s = self._global(self.systems, part.systems)[part.keys[:, 2]]
+        if len(self.systems) >= 1 << _SYSTEM_BITS or len(self.units) >= 1 << _UNIT_BITS \
+                or len(self.datasets) >= 1 << _DATASET_BITS:
+            raise InputError(f"too many systems, units or datasets to compare "
+                             f"({len(self.systems)}, {len(self.units)}, {len(self.datasets)})")
+        codes = (d << (_UNIT_BITS + _SYSTEM_BITS)) | (u << _SYSTEM_BITS) | s
+        sums = np.zeros((len(codes), len(self.columns)))
+        counts = np.zeros((len(codes), len(self.columns)), dtype=np.int64)
+        where = [self.columns.index(name) for _, name in spec.runs[part.label]]
+        sums[:, where] = part.sums
+        counts[:, where] = part.counts
+        self._pending.append((codes, sums, counts))
+        self._pending_cells += len(codes)
+        if self._pending_cells > max(2 * len(self._codes), 1 << 18):
+            self._compact()
+
+    def _compact(self) -> None:
+        if not self._pending:
+            return
+        codes = np.concatenate([self._codes] + [p[0] for p in self._pending])
+        sums = np.concatenate([self._sums] + [p[1] for p in self._pending])
+        counts = np.concatenate([self._counts] + [p[2] for p in self._pending])
+        self._pending, self._pending_cells = [], 0
+        self._codes, inverse = np.unique(codes, return_inverse=True)
+        inverse = inverse.ravel()
+        n = len(self._codes)
+        # bincount adds in input order: the running sums first, then each partial in turn
+        self._sums = np.column_stack([np.bincount(inverse, sums[:, k], n) for k in range(sums.shape[1])]) \
+            if sums.shape[1] else np.zeros((n, 0))
+        self._counts = np.column_stack([np.bincount(inverse, counts[:, k], n).astype(np.int64)
+                                        for k in range(counts.shape[1])]) if counts.shape[1] else \
+            np.zeros((n, 0), np.int64)
+
+    @property
+    def n_cells(self) -> int:
+        self._compact()
+        return len(self._codes)
+
+    def all_systems(self) -> list[str]:
+        return sorted(self.systems)
+
+    def grids(self) -> list[UnitGrid]:
+        """Per dataset (sorted; rows without a dataset are left out when others have one, and
+        form the dataset "all" when none has) and column: units sorted, systems sorted."""
+        import pandas as pd
+
+        self._compact()
+        datasets = list(self.datasets)
+        d_code = self._codes >> (_UNIT_BITS + _SYSTEM_BITS)
+        u_code = (self._codes >> _SYSTEM_BITS) & ((1 << _UNIT_BITS) - 1)
+        s_code = self._codes & ((1 << _SYSTEM_BITS) - 1)
+        named = [k for k, name in enumerate(datasets) if name is not None]
+        if named:
+            groups = sorted(((datasets[k], [k]) for k in named), key=lambda g: g[0])
+            groups = [(str(name), codes) for name, codes in groups]
+        else:
+            groups = [("all", list(range(len(datasets))))]
+        unit_values = list(self.units)
+        system_values = list(self.systems)
+        out = []
+        for name, codes in groups:
+            rows = np.isin(d_code, codes)
+            cell_units, cell_systems = u_code[rows], s_code[rows]
+            present_units = np.unique(cell_units)
+            order = np.asarray(pd.Index([unit_values[k] for k in present_units]).argsort())
+            present_units = present_units[order]
+            present_systems = np.unique(cell_systems)
+            sys_names = [system_values[k] for k in present_systems]
+            sys_order = np.argsort(np.array(sys_names, dtype=object), kind="stable")
+            present_systems = present_systems[sys_order]
+            row_of = np.full(len(unit_values), -1, np.int64)
+            row_of[present_units] = np.arange(len(present_units))
+            col_of = np.full(len(system_values), -1, np.int64)
+            col_of[present_systems] = np.arange(len(present_systems))
+            r, c = row_of[cell_units], col_of[cell_systems]
+            sums, counts = self._sums[rows], self._counts[rows]
+            for k, column in enumerate(self.columns):
+                means = np.full((len(present_units), len(present_systems)), np.nan)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    cell = np.where(counts[:, k] > 0, sums[:, k] / np.maximum(counts[:, k], 1), np.nan)
+                means[r, c] = cell
+                out.append(UnitGrid(name, column, [unit_values[k] for k in present_units],
+                                    [system_values[k] for k in present_systems], means))
+        return out
+
+
+def accumulate(spec: PartialSpec, items: Sequence[tuple[str, str]], runner=None, width: int = 1,
+               storage_options: dict | None = None, progress=None) -> GridAccumulator:
+    """Partials of every (label, path) item through `runner`, `width` items per call, folded in
+    item order (so the sums do not depend on the runner or the width)."""
+    from meta_eval.runner import local_runner
+
+    run = runner or local_runner
+    acc = GridAccumulator(spec.outputs)
+    items = list(items)
+    width = max(1, int(width))
+    for start in range(0, len(items), width):
+        for part in run(partials_task, (spec, storage_options), items[start:start + width]):
+            acc.add(part, spec)
+        if progress is not None:
+            progress(min(start + width, len(items)), len(items))
+    return acc

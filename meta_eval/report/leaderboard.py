@@ -1,0 +1,166 @@
+"""The leaderboard as one self-contained HTML page (no script, no external file).
+
+Per dataset and score column (`meta_eval.results.SystemComparison`): every system's rank, mean
+and 95 % bootstrap interval; the leading group (the leader and every system whose difference
+from it is not significant at alpha by the comparison's decisive test, `docs/meta_eval.md`); a
+matrix plot (inline SVG) of the pairwise marks, row against column: better, worse, no
+significant difference, or "–" where the comparison is undefined; and, given the previous
+refresh's leaderboard JSON, each system's move in rank (new systems marked new, systems gone
+listed). `leaderboard_section` is the same body without the page, for embedding.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from typing import Sequence
+
+from meta_eval.results import SystemComparison
+
+PAGE_STYLE = ("body{font:14px/1.45 system-ui,sans-serif;max-width:1180px;margin:1.5em auto;padding:0 1em;"
+              "color:#222}h1{font-size:22px}")
+# scoped to the section's wrapper, so the section can sit inside another page (the meta report)
+STYLE = (
+    ".lb h2{font-size:18px;margin-top:2em;border-bottom:1px solid #ddd}"
+    ".lb table{border-collapse:collapse;font-size:13px;margin:.5em 0 1em}.lb td,.lb th{border:1px solid #ccc;"
+    "padding:3px 8px;text-align:right}.lb td.sys,.lb th.sys{text-align:left}.lb tr.lead td{background:#eef6ee}"
+    ".lb .up{color:#17733a}.lb .down{color:#b3261e}.lb .new{color:#1f5fbf}.lb .sec{display:flex;flex-wrap:wrap;"
+    "gap:2em;align-items:flex-start}.lb .matrix{max-width:100%;height:auto}.lb .note{color:#555;font-size:12px}"
+    ".lb code{font-size:11px;word-break:break-all}.lb nav li{margin:2px 0}"
+)
+COLORS = {"better": "#4c9a5b", "worse": "#d0645a", "same": "#d9d9d9", "undefined": "#ffffff"}
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    if value is None or not math.isfinite(value):
+        return "–"
+    return f"{value:.{digits}g}"
+
+
+def anchor(comp: SystemComparison) -> str:
+    return "lb-" + "".join(ch if ch.isalnum() else "-" for ch in f"{comp.dataset}-{comp.column}")
+
+
+def leading_group(comp: SystemComparison) -> list[str]:
+    """The leader and every system not significantly different from it (no `better` mark)."""
+    leader = comp.systems[0].system
+    group = [leader]
+    for pair in comp.pairs:
+        if leader in (pair.a, pair.b) and pair.better is None:
+            group.append(pair.b if pair.a == leader else pair.a)
+    return [s.system for s in comp.systems if s.system in group]
+
+
+def moves(comp: SystemComparison, previous: dict | None) -> tuple[dict[str, str], list[str]]:
+    """Per system: its move since the previous leaderboard ("▲2", "▼1", "=", "new"), and the
+    systems the previous one had that this one does not."""
+    if previous is None:
+        return {}, []
+    before = {row["system"]: row for row in previous.get("leaderboard", [])
+              if row.get("dataset") == comp.dataset and row.get("column") == comp.column}
+    out = {}
+    for score in comp.systems:
+        old = before.get(score.system)
+        if old is None:
+            out[score.system] = "new"
+        else:
+            step = int(old["rank"]) - score.rank
+            out[score.system] = "=" if step == 0 else (f"▲{step}" if step > 0 else f"▼{-step}")
+    gone = sorted(set(before) - {s.system for s in comp.systems})
+    return out, gone
+
+
+def mark(comp: SystemComparison, row: str, col: str) -> str:
+    """'better' / 'worse' / 'same' / 'undefined' for system `row` against system `col`."""
+    for pair in comp.pairs:
+        if {pair.a, pair.b} == {row, col}:
+            p = pair.p_bootstrap if pair.p_bootstrap is not None else pair.p_randomization
+            if p is None or not math.isfinite(p):
+                return "undefined"
+            if pair.better is None:
+                return "same"
+            return "better" if pair.better == row else "worse"
+    return "undefined"
+
+
+def matrix_svg(comp: SystemComparison, cell: int = 22) -> str:
+    """Pairwise marks as an SVG grid: row system against column system, in rank order."""
+    names = [s.system for s in comp.systems]
+    label = max(60, 7 * max(len(n) for n in names) + 10)
+    size = label + cell * len(names) + 4
+    width = size + int(0.55 * label)  # room for the last column's label, slanted to the right
+    esc = html.escape
+    parts = [f'<svg class="matrix" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{size}" '
+             f'viewBox="0 0 {width} {size}" role="img" aria-label="pairwise significance, {esc(comp.column)}">']
+    for k, name in enumerate(names):
+        y = label + cell * k + cell * 0.7
+        parts.append(f'<text x="{label - 4}" y="{y:.1f}" font-size="11" text-anchor="end">{esc(name)}</text>')
+        x = label + cell * k + cell * 0.7
+        parts.append(f'<text x="{x:.1f}" y="{label - 4}" font-size="11" transform="rotate(-60 {x:.1f} {label - 4})"'
+                     f'>{esc(name)}</text>')
+    for r, row in enumerate(names):
+        for c, col in enumerate(names):
+            x, y = label + cell * c, label + cell * r
+            if r == c:
+                parts.append(f'<rect x="{x}" y="{y}" width="{cell}" height="{cell}" fill="#f4f4f4" stroke="#fff"/>')
+                continue
+            state = mark(comp, row, col)
+            parts.append(f'<rect class="cell {state}" data-row="{esc(row)}" data-col="{esc(col)}" x="{x}" y="{y}" '
+                         f'width="{cell}" height="{cell}" fill="{COLORS[state]}" stroke="#fff">'
+                         f'<title>{esc(row)} vs {esc(col)}: {state}</title></rect>')
+            if state == "undefined":
+                parts.append(f'<text x="{x + cell / 2}" y="{y + cell * 0.7}" font-size="12" '
+                             f'text-anchor="middle">–</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _table(comp: SystemComparison, lead: list[str], moved: dict[str, str]) -> str:
+    esc = html.escape
+    head = "<tr><th>rank</th><th class=\"sys\">system</th><th>mean</th><th>95% interval</th><th>leading group</th>"
+    head += "<th>since last</th></tr>" if moved else "</tr>"
+    rows = [head]
+    for s in comp.systems:
+        cls = ' class="lead"' if s.system in lead else ""
+        move = moved.get(s.system, "")
+        kind = {"n": "new", "▲": "up", "▼": "down"}.get(move[:1], "")
+        cells = (f"<td>{s.rank}</td><td class=\"sys\">{esc(s.system)}</td><td>{_fmt(s.mean)}</td>"
+                 f"<td>{_fmt(s.interval.low)} – {_fmt(s.interval.high)}</td><td>{'yes' if s.system in lead else ''}</td>")
+        if moved:
+            cells += f"<td class=\"{kind}\">{esc(move)}</td>"
+        rows.append(f"<tr{cls}>{cells}</tr>")
+    return "<table class=\"board\">" + "".join(rows) + "</table>"
+
+
+def leaderboard_section(comparisons: Sequence[SystemComparison], previous: dict | None = None) -> str:
+    """The page's body as one fragment with its own (scoped) style: a contents list and one
+    section per (dataset, column). Embeddable in another HTML page with one call."""
+    esc = html.escape
+    toc = "".join(f'<li><a href="#{anchor(c)}">{esc(c.dataset)} / {esc(c.column)}</a></li>' for c in comparisons)
+    out = [f'<div class="lb"><style>{STYLE}</style><nav><ul>{toc}</ul></nav>']
+    for comp in comparisons:
+        lead = leading_group(comp)
+        moved, gone = moves(comp, previous)
+        arrow = "lower is better" if comp.lower_is_better else "higher is better"
+        test = "paired bootstrap" if any(p.p_bootstrap is not None for p in comp.pairs) else "approximate randomisation"
+        out.append(f'<section id="{anchor(comp)}" data-dataset="{esc(comp.dataset)}" data-column="{esc(comp.column)}">'
+                   f"<h2>{esc(comp.column)} on {esc(comp.dataset)}</h2>"
+                   f'<p class="note">{arrow}; {comp.n_units} paired units ({esc(comp.unit)}), {comp.n_units_dropped} '
+                   f"dropped for a missing score. Leading group: the leader and every system whose difference from "
+                   f"it is not significant ({test}). Matrix: row against column, green = row significantly "
+                   f"better, red = worse, grey = no significant difference, – = undefined.</p>")
+        if gone:
+            out.append(f'<p class="note gone">No longer on the board: {esc(", ".join(gone))}</p>')
+        out.append(f'<div class="sec">{_table(comp, lead, moved)}{matrix_svg(comp)}</div>'
+                   f"<p class=\"note\"><code>{esc(comp.signature)}</code></p></section>")
+    out.append("</div>")
+    return "\n".join(out)
+
+
+def leaderboard_html(comparisons: Sequence[SystemComparison], previous: dict | None = None,
+                     title: str = "Leaderboard") -> str:
+    """The whole page (see the module doc)."""
+    since = " (moves since the previous refresh)" if previous is not None else ""
+    return (f"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+            f"<meta name=\"viewport\" content=\"width=device-width\"><style>{PAGE_STYLE}</style></head><body>"
+            f"<h1>{html.escape(title)}{since}</h1>\n{leaderboard_section(comparisons, previous)}\n</body></html>\n")
