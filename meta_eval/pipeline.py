@@ -251,7 +251,7 @@ def run_meta(table: Table, opts: Options | None = None, runner: Runner | None = 
         "lower_is_better": "negated", "checklist_pairs": opts.pairs, "groups": "dataset",
         **library_versions("scipy", "numpy", "pandas", "levenshtein")})
     summary = InputSummary(
-        source=table.source, rows_in=table.n_input_rows, rows_error=table.n_error_rows, humans=tuple(table.humans),
+        source=display_source(table.source), rows_in=table.n_input_rows, rows_error=table.n_error_rows, humans=tuple(table.humans),
         metrics=tuple(table.metrics), lower_is_better=tuple(sorted(c for c in table.lower_is_better if c in frame)),
         datasets=tuple(datasets),
         runs=tuple(MetricRun(name, facts["rows"], facts["rows_error"], tuple(facts["signatures"]))
