@@ -37,7 +37,16 @@ def flag(args: argparse.Namespace, name: str) -> bool:
 
 
 def progress_enabled(args: argparse.Namespace) -> bool:
+    """Detail lines in the summary: off under --no-progress and --json."""
     return not (flag(args, "no_progress") or flag(args, "json"))
+
+
+def progress_bars(args: argparse.Namespace) -> bool:
+    """Progress bars: only on a terminal (a redirected log gets no cursor codes), never under
+    --no-progress or --json."""
+    import sys
+
+    return progress_enabled(args) and sys.stderr.isatty()
 
 
 # ----- parameters -------------------------------------------------------------------------

@@ -114,7 +114,7 @@ def run_pipeline(table, args: argparse.Namespace, pairs: str):
     )
     tasks = args.tasks if args.tasks != "auto" else (AUTO_TASKS if table.n_input_rows >= RAY_ROWS else 0)
     runner = make_runner(tasks, args.num_cpus) if args.resamples > 0 else None
-    return pipeline.run_meta(table, opts, runner=runner, progress=common.progress_enabled(args))
+    return pipeline.run_meta(table, opts, runner=runner, progress=common.progress_bars(args))
 
 
 def handle(args: argparse.Namespace) -> int:
