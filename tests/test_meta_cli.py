@@ -146,3 +146,13 @@ def test_readme_submit_line_works_against_a_local_head(tiny_models, tmp_path):
     assert set(manifest["metrics"]) == {"text_stats", "perplexity"}
     assert manifest["metrics"]["perplexity"]["rows_out"] == 280
     assert (tmp_path / "out" / "sample" / "perplexity").is_dir()
+
+
+def test_unreachable_hub_default_model_fails_fast_naming_it(tmp_path):
+    from ctgscore.testing.cli import assert_user_error
+
+    rows = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"id": ["a"], "text": ["hello there world"]}), rows)
+    env = {"HF_HUB_OFFLINE": "0", "HF_HOME": str(tmp_path / "hf"), "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}"}
+    proc = run_cli(["score", "-m", "perplexity", "-i", rows, "-o", tmp_path / "out.parquet"], env=env, timeout=60)
+    assert_user_error(proc, 2, "'gpt2'", "cannot be reached")
