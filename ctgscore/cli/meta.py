@@ -2,9 +2,11 @@
 metrics, the metric preference checklist, and the report, from stored scores (never re-scores).
 
 With `--tasks N` (N >= 2) the bootstrap's resample blocks run as N Ray tasks; `--tasks 0` or 1
-runs them in this process. The default, `auto`, stays in this process unless the input has at
-least `RAY_ROWS` rows, where starting Ray (about 10 s) pays for itself. Either way the numbers are
-the same for the same seed.
+runs them in this process. The default, `auto`, stays in this process unless rows x resamples
+reach `RAY_WORK` (100,000 rows at 1,000 resamples): from `benchmarks/bench_meta.py`, one
+process spends about 0.26 ms per row and 1,000 resamples, 2 Ray tasks half that, and starting
+Ray costs about 10 s, so Ray pays from roughly 80,000 rows at 1,000 resamples. Either way the
+numbers are the same for the same seed.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from scoring.errors import CtgscoreError, InputError, UsageError
 
 LEVELS = ["sample", "document", "system"]
 METHODS = ["pearson", "spearman", "kendall", "pairwise_accuracy"]
-RAY_ROWS = 20_000  # `--tasks auto`: Ray tasks from this many rows on, this process below
+RAY_WORK = 100_000 * 1000  # `--tasks auto`: Ray tasks from rows x resamples >= this, this process below
 AUTO_TASKS = 2
 
 
@@ -37,7 +39,8 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (0 = no bootstrap)")
     parser.add_argument("--tasks", default="auto",
                         help=f"Ray tasks for the resamples (0 or 1: in this process; default auto: this process "
-                             f"below {RAY_ROWS:,} rows, {AUTO_TASKS} Ray tasks from there on); same numbers either way")
+                             f"while rows x resamples < {RAY_WORK:,} (100,000 rows at 1,000 resamples, where Ray's "
+                             f"~10 s start-up pays), {AUTO_TASKS} Ray tasks from there on); same numbers either way")
     parser.add_argument("--num-cpus", type=float, default=0.5, help="CPUs per Ray task")
     parser.add_argument("--level", nargs="+", default=["sample"], choices=LEVELS,
                         help="bootstrap level(s): rows (sample) or documents (document, system) are resampled")
@@ -112,7 +115,7 @@ def run_pipeline(table, args: argparse.Namespace, pairs: str):
         seed=args.seed, pairs=pairs, run_checklist=not args.no_checklist,
         compare_systems=not args.no_compare_systems, trials=args.trials,
     )
-    tasks = args.tasks if args.tasks != "auto" else (AUTO_TASKS if table.n_input_rows >= RAY_ROWS else 0)
+    tasks = args.tasks if args.tasks != "auto" else (AUTO_TASKS if table.n_input_rows * args.resamples >= RAY_WORK else 0)
     runner = make_runner(tasks, args.num_cpus) if args.resamples > 0 else None
     return pipeline.run_meta(table, opts, runner=runner, progress=common.progress_bars(args))
 
