@@ -13,13 +13,12 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from ctgscore.testing.cli import QUIET_ENV, run_cli
-from tests.job_support import REPO_ROOT, VENV_BIN, child_env, free_port, pids_using, stop_group, wait_port
+from tests.job_support import REPO_ROOT, VENV_BIN, child_env, free_port, pids_using, start_ray_head, stop_group
 
 CURSOR = re.compile(r"\x1b\[|\r")
 
@@ -30,14 +29,10 @@ def _readme_submit_line() -> str:
     return line
 
 
-def _scores(tmp_path, rows: int = 64) -> pathlib.Path:
-    rng = np.random.default_rng(0)
-    human = rng.normal(size=rows)
-    path = tmp_path / "scores.parquet"
-    pq.write_table(pa.table({"id": [f"r{i}" for i in range(rows)], "doc_id": [str(i // 8) for i in range(rows)],
-                             "system": [f"s{i % 8}" for i in range(rows)], "human_q": human,
-                             "m1": human + rng.normal(size=rows), "m2": rng.normal(size=rows)}), path)
-    return path
+def _scores(tmp_path) -> pathlib.Path:
+    from benchmarks.bench_meta_cli import scores
+
+    return scores(tmp_path)
 
 
 def test_meta_with_default_flags_stays_in_this_process(tmp_path):
@@ -119,22 +114,12 @@ def test_readme_submit_line_works_against_a_local_head(tiny_models, tmp_path):
     """The README's line, with $PWD/out and $PWD/.cache/tiny-models pointed at this test's folders."""
     line = _readme_submit_line()
     temp_dir = tempfile.mkdtemp(prefix="rjr", dir="/tmp")
-    ports = {name: free_port() for name in ("port", "dashboard-port", "ray-client-server-port", "node-manager-port",
-                                             "object-manager-port", "dashboard-agent-listen-port",
-                                             "dashboard-agent-grpc-port", "metrics-export-port", "runtime-env-agent-port")}
-    worker_low = 30000 + (os.getpid() % 200) * 100
-    head = subprocess.Popen(
-        [str(VENV_BIN / "ray"), "start", "--head", "--block", "--num-cpus=2", "--node-ip-address=127.0.0.1",
-         "--dashboard-host=127.0.0.1", "--disable-usage-stats", "--include-dashboard=true", f"--temp-dir={temp_dir}",
-         "--object-store-memory=300000000", f"--min-worker-port={worker_low}", f"--max-worker-port={worker_low + 99}",
-         *[f"--{name}={port}" for name, port in ports.items()]],
-        env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    head, address = start_ray_head(temp_dir, 30000)
     models = pathlib.Path(tiny_models["gpt2"]).parent
-    command = (line.replace("http://127.0.0.1:8265", f"http://127.0.0.1:{ports['dashboard-port']}")
+    command = (line.replace("http://127.0.0.1:8265", address)
                .replace("$PWD/out", str(tmp_path / "out")).replace("$PWD/.cache/tiny-models", str(models))
                .replace("ray job submit", f"{VENV_BIN / 'ray'} job submit", 1))
     try:
-        wait_port(ports["dashboard-port"], timeout=60)
         submit = subprocess.run(command, shell=True, cwd=REPO_ROOT, env=child_env(), capture_output=True, text=True,
                                 timeout=240)
         assert submit.returncode == 0, submit.stdout[-3000:] + submit.stderr[-3000:]
