@@ -2,9 +2,9 @@
 
 See `docs/meta_eval.md`, "Paired bootstrap". Resample rows (sample level) or documents
 (document and system level) with replacement N times; on each resample compute every metric's
-correlation with the human column; for metrics A and B the one-sided p-value of "A correlates
-better than B" is (c + 1) / (N + 1) with c = #resamples where corr_A - corr_B <= 0; 95 %
-percentile intervals of both correlations and of the difference. Level "darr" resamples the
+correlation with the human column; for metrics A and B a two-sided test of corr_A = corr_B with
+its interval of corr_A - corr_B built from the same order statistics, so a mark and its interval
+always agree (`meta_eval.marks`); 95 % percentile intervals of each correlation. Level "darr" resamples the
 WMT DARR better/worse pairs and compares Kendall-like taus the same way.
 
 Determinism: resamples come in blocks of `BLOCK_SIZE`; block k draws from
@@ -36,12 +36,13 @@ from typing import Sequence
 import numpy as np
 from scipy import stats
 
+from meta_eval import marks
 from meta_eval.correlation import MEAN_DECIMALS, correlate
 from meta_eval.results import Interval, MetricInterval, PairComparison, SignificanceBlock
 from meta_eval.runner import Runner, local_runner
 
 BLOCK_SIZE = 25
-VERSION = "1"
+VERSION = "2"
 
 
 def block_rng(seed: int, block: int) -> np.random.Generator:
@@ -328,22 +329,30 @@ def _interval(values: np.ndarray, level: float = 0.95) -> Interval:
     return Interval(float(low), float(high), level)
 
 
+def pair_p(dist: np.ndarray, i: int, j: int) -> float | None:
+    """Two-sided p of corr_i - corr_j over the shared resamples (`meta_eval.marks.two_sided_p`)."""
+    return marks.two_sided_p(dist[:, i] - dist[:, j])
+
+
+def block_comparisons(point: np.ndarray, dist: np.ndarray, names: Sequence[str], alpha: float = 0.05,
+                      correction: str = "none") -> tuple[PairComparison, ...]:
+    """Every metric pair from one shared distribution: two-sided p, its order-statistic interval
+    of the difference (`meta_eval.marks`), the mark read off that interval."""
+    metric_ci = [_interval(dist[:, j]) for j in range(dist.shape[1])]
+    return marks.pair_comparisons(
+        list(names), point, "bootstrap", alpha, correction,
+        p_of=lambda i, j: pair_p(dist, i, j),
+        interval_of=lambda i, j, a: marks.order_interval(dist[:, i] - dist[:, j], a),
+        n_of=lambda i, j: int(np.isfinite(dist[:, i] - dist[:, j]).sum()), metric_ci=metric_ci)
+
+
 def compare(point: np.ndarray, dist: np.ndarray, i: int, j: int, names: Sequence[str] | None = None,
             alpha: float = 0.05) -> PairComparison:
-    """Paired comparison "metric i correlates better than metric j" from a shared distribution:
-    one-sided p = (c + 1) / (N + 1), c = #(resampled corr_i - corr_j <= 0) over the N resamples
-    where both are defined; 95 % percentile intervals of both correlations and of the difference."""
-    a, b = dist[:, i], dist[:, j]
-    diff = a - b
-    ok = np.isfinite(diff)
-    n = int(ok.sum())
-    c = int((diff[ok] <= 0).sum())
-    p_value = (c + 1) / (n + 1)
-    names = names or [f"m{k}" for k in range(dist.shape[1])]
-    return PairComparison(a=names[i], b=names[j], corr_a=float(point[i]), corr_b=float(point[j]),
-                          diff=float(point[i] - point[j]), test="bootstrap", significant=p_value < alpha,
-                          p_value=p_value, ci_a=_interval(a), ci_b=_interval(b), ci_diff=_interval(diff),
-                          n_valid=n)
+    """"Metric i correlates better than metric j" from a shared distribution (uncorrected)."""
+    names = list(names or [f"m{k}" for k in range(dist.shape[1])])
+    pair = [names[i], names[j]]
+    comps = block_comparisons(point[[i, j]], dist[:, [i, j]], pair, alpha)
+    return comps[0]
 
 
 def point_estimates(metrics: np.ndarray, human: np.ndarray, level: str, method: str, variant: str,
@@ -374,7 +383,7 @@ def point_estimates(metrics: np.ndarray, human: np.ndarray, level: str, method: 
 def compare_metrics(metrics: np.ndarray, names: Sequence[str], human: np.ndarray, human_name: str,
                     level: str = "sample", method: str = "spearman", variant: str = "b", doc=None,
                     system=None, n_resamples: int = 1000, seed: int = 0, alpha: float = 0.05,
-                    runner: Runner | None = None) -> SignificanceBlock:
+                    runner: Runner | None = None, correction: str = "none") -> SignificanceBlock:
     """Paired bootstrap of every ordered pair of metric columns for one human column.
 
     metrics: (n, M) finite scores, already oriented so that higher is better (negate
@@ -389,12 +398,15 @@ def compare_metrics(metrics: np.ndarray, names: Sequence[str], human: np.ndarray
     point = point_estimates(metrics, human, level, method, variant, doc, system)
     names = list(names)
     intervals = tuple(MetricInterval(name, float(point[j]), _interval(dist[:, j])) for j, name in enumerate(names))
-    comparisons = tuple(compare(point, dist, i, j, names, alpha)
-                        for i in range(len(names)) for j in range(len(names)) if i != j)
-    sig = signature(level, (method,), variant, n_resamples, seed, prep.n_units, alpha)
+    comparisons = block_comparisons(point, dist, names, alpha, correction)
+    sig = signature(level, (method,), variant, n_resamples, seed, prep.n_units, alpha, correction)
+    unit = {"sample": "row", "darr": "better/worse pair"}.get(level, "document")
+    n_pairs = len(names) * (len(names) - 1) // 2
     return SignificanceBlock(human=human_name, level=level, method=method, test="bootstrap", alpha=alpha,
                              n_rows=len(human), metrics=tuple(names), intervals=intervals,
-                             comparisons=comparisons, signature=str(sig), resamples=n_resamples)
+                             comparisons=comparisons, signature=str(sig), resamples=n_resamples,
+                             correction=correction, n_units=prep.n_units,
+                             warnings=marks.block_warnings(prep.n_units, n_pairs, correction, alpha, unit))
 
 
 def paired_bootstrap(a, b, human, level: str = "sample", method: str = "spearman", variant: str = "b",
@@ -406,11 +418,12 @@ def paired_bootstrap(a, b, human, level: str = "sample", method: str = "spearman
     return block.comparison("a", "b")
 
 
-def signature(level, methods, variant, n_resamples, seed, n_units, alpha: float = 0.05):
+def signature(level, methods, variant, n_resamples, seed, n_units, alpha: float = 0.05, correction: str = "none"):
     from scoring.signature import Signature, library_versions
 
     return Signature("paired-bootstrap", VERSION, {
         "level": level, "methods": list(methods), "kendall_variant": f"tau-{variant}",
         "resamples": n_resamples, "seed": seed, "block_size": BLOCK_SIZE, "units": n_units,
-        "unit": {"sample": "row", "darr": "better/worse pair"}.get(level, "document"), "p": "(c+1)/(N+1), c=#(diff<=0)",
-        "ci": "percentile 95%", "alpha": alpha, **library_versions("scipy", "numpy")})
+        "unit": {"sample": "row", "darr": "better/worse pair"}.get(level, "document"), "p": "two-sided 2(min(#d<=0,#d>=0)+1)/(N+1)",
+        "ci_diff": "order statistics k=floor(alpha(N+1)/2)", "ci_metric": "percentile 95%", "alpha": alpha,
+        "correction": correction, **library_versions("scipy", "numpy")})

@@ -4,7 +4,8 @@ See `docs/meta_eval.md`, "Correlations" (BARTScore §4.1.2, CTRLEval §4.4):
 * sample level: one correlation over all rows;
 * document level (SummEval convention): per `doc_id` over its systems, then averaged
   (documents whose correlation is undefined, e.g. a constant column, are skipped and counted);
-* system level: per-system means of metric and human, then one correlation of the means.
+* system level: per-system means of metric and human, then one correlation of the means, and
+  the pairwise accuracy of the means (Kocmi et al. 2021; system level only).
 Every statistic comes from scipy (`pearsonr`, `spearmanr`, `kendalltau(variant=...)`).
 """
 
@@ -18,7 +19,8 @@ from scipy import stats
 
 from meta_eval.results import Correlation, DarrTau
 
-METHODS = ("pearson", "spearman", "kendall")
+METHODS = ("pearson", "spearman", "kendall", "pairwise_accuracy")
+SYSTEM_ONLY = ("pairwise_accuracy",)  # O(n^2) in the units: computed at system level only
 LEVELS = ("sample", "document", "system")
 
 
@@ -36,7 +38,19 @@ def correlate(x, y, method: str = "spearman", variant: str = "b") -> float:
             return float(stats.spearmanr(x, y).statistic)
         if method == "kendall":
             return float(stats.kendalltau(x, y, variant=variant).statistic)
+        if method == "pairwise_accuracy":
+            return pairwise_accuracy(x, y)
     raise ValueError(f"unknown correlation method {method!r} (use one of {METHODS})")
+
+
+def pairwise_accuracy(x, y) -> float:
+    """Share of unit pairs i < j where sign(x_i - x_j) = sign(y_i - y_j) (Kocmi et al. 2021, the WMT
+    system-level pairwise accuracy); a tie matches only a tie."""
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    upper = np.triu_indices(len(x), k=1)
+    agree = np.sign(x[:, None] - x[None, :])[upper] == np.sign(y[:, None] - y[None, :])[upper]
+    return float(agree.mean()) if agree.size else float("nan")
 
 
 def _clean(frame: pd.DataFrame, metric: str, human: str, extra: list[str]) -> pd.DataFrame:
@@ -159,5 +173,7 @@ def correlation_table(frame, metrics, humans, levels=LEVELS, methods=METHODS, va
         for human in humans:
             for metric in metrics:
                 for method in methods:
+                    if method in SYSTEM_ONLY and level != "system":
+                        continue
                     rows.append(at_level(frame, metric, human, level, method, variant, doc_col, system_col))
     return rows

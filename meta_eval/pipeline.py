@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from meta_eval import bootstrap, checklist, compare, correlation, subsample
+from meta_eval import bootstrap, checklist, compare, correlation, marks, permutation, subsample
 from meta_eval.io import Table, finite_mask
 from meta_eval.results import GroupResult, InputSummary, MetaResult, MetricRun, SignificanceBlock, TransferTable
 from meta_eval.runner import Runner
@@ -29,7 +29,7 @@ from scoring.errors import InputError
 
 VERSION = "2"
 DARR = "human_darr_better"
-SIGNIFICANCE_TESTS = ("bootstrap", "bartscore_subsample")
+SIGNIFICANCE_TESTS = ("bootstrap", "bartscore_subsample", "perm_both")
 
 
 @dataclass
@@ -39,7 +39,8 @@ class Options:
     variant: str = "b"
     boot_levels: list[str] = field(default_factory=lambda: ["sample"])
     boot_method: str = "spearman"
-    significance: str = "bootstrap"  # or "bartscore_subsample" (the BARTScore paper's test)
+    significance: str = "bootstrap"  # or "bartscore_subsample" (the BARTScore paper's test), "perm_both"
+    correction: str = "none"  # multiple comparisons within a block: "none", "holm" or "bh"
     alpha: float = 0.05  # bootstrap: p < alpha; subsample: wins > (1 - alpha) * draws
     resamples: int = 1000  # bootstrap resamples (0: no significance)
     draws: int = subsample.DRAWS  # subsample draws
@@ -67,6 +68,10 @@ class Options:
 
         if self.significance not in SIGNIFICANCE_TESTS:
             raise UsageError(f"significance {self.significance!r}: use one of {', '.join(SIGNIFICANCE_TESTS)}")
+        if self.correction not in marks.CORRECTIONS:
+            raise UsageError(f"correction {self.correction!r}: use one of {', '.join(marks.CORRECTIONS)}")
+        if self.boot_method in correlation.SYSTEM_ONLY and any(lvl == "sample" for lvl in self.boot_levels):
+            raise UsageError(f"{self.boot_method} compares systems: use it at document or system level")
         if not 0 < self.alpha < 1:
             raise UsageError(f"alpha {self.alpha!r}: must be between 0 and 1")
         bad = [lvl for lvl in self.levels + self.boot_levels if lvl not in correlation.LEVELS]
@@ -110,9 +115,14 @@ def significance(frame: pd.DataFrame, metrics: list[str], human: str, level: str
     method = "darr" if level == "darr" else opts.boot_method
     if opts.significance == "bartscore_subsample":
         return subsample.compare_metrics(values, metrics, human_values, human, level, method, opts.variant, doc, system,
-                                         draws=opts.draws, alpha=opts.alpha)
+                                         draws=opts.draws, alpha=opts.alpha, correction=opts.correction)
+    if opts.significance == "perm_both":
+        return permutation.compare_metrics(values, metrics, human_values, human, method, opts.variant, doc, system,
+                                           n_trials=opts.resamples, seed=opts.seed, alpha=opts.alpha,
+                                           correction=opts.correction)
     return bootstrap.compare_metrics(values, metrics, human_values, human, level, method, opts.variant, doc, system,
-                                     n_resamples=opts.resamples, seed=opts.seed, alpha=opts.alpha, runner=runner)
+                                     n_resamples=opts.resamples, seed=opts.seed, alpha=opts.alpha, runner=runner,
+                                     correction=opts.correction)
 
 
 def _usable(frame: pd.DataFrame, columns, minimum: int = 3) -> list[str]:
@@ -142,9 +152,14 @@ def analyse_group(table: Table, name: str, opts: Options, runner: Runner | None 
     jobs = []
     if DARR in raw and metrics:
         result.darr = [correlation.darr_kendall(frame, m) for m in metrics]
-        jobs.append((DARR, "darr"))
+        if opts.significance == "perm_both":
+            result.omitted["DARR significance"] = "PERM-BOTH needs (system, doc_id) cells, DARR has pairs"
+        else:
+            jobs.append((DARR, "darr"))
     for level in opts.boot_levels:
         reason = _level_applies(raw, level)
+        if opts.significance == "perm_both" and level != "system":
+            reason = "PERM-BOTH permutes (system, doc_id) cells: system level only"
         if reason:
             result.omitted[f"{level}-level significance"] = reason
             continue
@@ -186,6 +201,21 @@ def analyse_group(table: Table, name: str, opts: Options, runner: Runner | None 
     return result
 
 
+def display_source(source: str) -> str:
+    """The input as a signature shows it: relative to the working directory when under it, else
+    its last two path parts (no absolute local path in a signature); URIs unchanged."""
+    import os
+    import pathlib
+
+    if "://" in str(source) or not os.path.isabs(str(source)):
+        return str(source)
+    path = pathlib.Path(source)
+    try:
+        return str(path.relative_to(pathlib.Path.cwd()))
+    except ValueError:
+        return str(pathlib.Path(*path.parts[-2:]))
+
+
 def check_evaluable(table: Table) -> None:
     """Refuse a table without a usable human column (nothing to meta-evaluate)."""
     if not table.humans:
@@ -209,9 +239,11 @@ def run_meta(table: Table, opts: Options | None = None, runner: Runner | None = 
     has_datasets = "dataset" in frame and frame["dataset"].notna().any()
     datasets = sorted(map(str, frame["dataset"].dropna().unique())) if has_datasets else []
     sig = Signature("meta-eval", VERSION, {
-        "source": table.source, "rows": len(frame), "error_rows": table.n_error_rows,
+        "source": display_source(table.source), "rows": len(frame), "error_rows": table.n_error_rows,
         "levels": opts.levels, "methods": opts.methods, "kendall_variant": f"tau-{opts.variant}",
-        "significance": {"test": opts.significance, "alpha": opts.alpha, "levels": opts.boot_levels,
+        "significance": {"test": opts.significance, "alpha": opts.alpha, "correction": opts.correction,
+                         "sided": "two-sided" if opts.significance != "bartscore_subsample" else "one-sided each way",
+                         "levels": opts.boot_levels,
                          "method": opts.boot_method,
                          **({"draws": opts.draws, "seed": subsample.SEED, "fraction": subsample.FRACTION}
                             if opts.significance == "bartscore_subsample" else
@@ -219,7 +251,7 @@ def run_meta(table: Table, opts: Options | None = None, runner: Runner | None = 
         "lower_is_better": "negated", "checklist_pairs": opts.pairs, "groups": "dataset",
         **library_versions("scipy", "numpy", "pandas", "levenshtein")})
     summary = InputSummary(
-        source=table.source, rows_in=table.n_input_rows, rows_error=table.n_error_rows, humans=tuple(table.humans),
+        source=display_source(table.source), rows_in=table.n_input_rows, rows_error=table.n_error_rows, humans=tuple(table.humans),
         metrics=tuple(table.metrics), lower_is_better=tuple(sorted(c for c in table.lower_is_better if c in frame)),
         datasets=tuple(datasets),
         runs=tuple(MetricRun(name, facts["rows"], facts["rows_error"], tuple(facts["signatures"]))

@@ -61,9 +61,13 @@ class MetricInterval:
 class PairComparison:
     """Does metric `a` correlate with the human aspect better than metric `b`?
 
-    test "bootstrap": one-sided p-value (c + 1) / (N + 1), c = resamples where corr_a - corr_b <= 0,
-    significant when p < alpha. test "bartscore_subsample": `wins` of `draws` 80 % subsamples where
-    corr_a > corr_b, significant when wins > (1 - alpha) * draws.
+    Every test (`meta_eval.marks`): `significant` means `a` is significantly better, which holds
+    exactly when `ci_diff` (the interval of corr_a - corr_b at `alpha_effective`) lies above 0.
+    "bootstrap" and "perm_both": two-sided p-value (`sided`), significant when p (p_adjusted
+    under a correction) <= alpha. "bartscore_subsample": `wins` of `draws` 80 % subsamples where
+    corr_a > corr_b, significant when wins > (1 - alpha) * draws (one-sided in each direction);
+    its p_value is the share of draws `a` does not win. `defined` is False when no resample
+    has both correlations (a constant metric): no p-value, no interval, no mark.
     """
 
     a: str
@@ -80,6 +84,11 @@ class PairComparison:
     n_valid: int = 0
     wins: int | None = None
     draws: int | None = None
+    sided: str = "two-sided"
+    alpha: float | None = None
+    p_adjusted: float | None = None
+    alpha_effective: float | None = None
+    defined: bool = True
 
 
 @dataclass(frozen=True)
@@ -97,12 +106,27 @@ class SignificanceBlock:
     comparisons: tuple[PairComparison, ...]  # both directions: (a, b) and (b, a)
     signature: str
     resamples: int = 0  # bootstrap resamples, or subsample draws
+    sided: str = "two-sided"
+    correction: str = "none"
+    n_units: int = 0  # resampled units (rows, documents or pairs)
+    warnings: tuple[str, ...] = ()
 
     def comparison(self, a: str, b: str) -> PairComparison:
         for comp in self.comparisons:
             if comp.a == a and comp.b == b:
                 return comp
         raise KeyError(f"no comparison {a!r} vs {b!r}")
+
+    def mark(self, a: str, b: str) -> str:
+        """"A > B", "B > A", "no", or "–" when the comparison is undefined."""
+        forward, backward = self.comparison(a, b), self.comparison(b, a)
+        if not forward.defined:
+            return "–"
+        if forward.significant:
+            return f"{a} > {b}"
+        if backward.significant:
+            return f"{b} > {a}"
+        return "no"
 
 
 @dataclass(frozen=True)

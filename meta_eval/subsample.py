@@ -21,6 +21,7 @@ Units are taken in order of first appearance in the table (the original's dictio
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from typing import Sequence
@@ -28,8 +29,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from meta_eval import marks
 from meta_eval.correlation import MEAN_DECIMALS, correlate, per_document
-from meta_eval.results import Interval, MetricInterval, PairComparison, SignificanceBlock
+from meta_eval.results import Interval, MetricInterval, SignificanceBlock
 
 VERSION = "1"
 DRAWS = 1000
@@ -114,7 +116,7 @@ def _darr_signs(metrics, better, pair) -> np.ndarray:
 def compare_metrics(metrics: np.ndarray, names: Sequence[str], human: np.ndarray, human_name: str,
                     level: str = "document", method: str = "spearman", variant: str = "b", doc=None, system=None,
                     draws: int = DRAWS, fraction: float = FRACTION, seed: int = SEED,
-                    alpha: float = 0.05) -> SignificanceBlock:
+                    alpha: float = 0.05, correction: str = "none") -> SignificanceBlock:
     """Every ordered pair of metric columns by the subsample test (see the module doc).
 
     metrics: (n, M) finite scores oriented so that higher is better. The intervals are the
@@ -131,14 +133,14 @@ def compare_metrics(metrics: np.ndarray, names: Sequence[str], human: np.ndarray
     m = metrics.shape[1]
     if level != "sample" and doc is None:
         raise UsageError(f"the subsample test at level {level!r} draws documents: a doc_id column is required")
-    wins = np.zeros((m, m), dtype=int)
     if level == "document":
         table = _document_tables(metrics, human, doc, method, variant)
         positions = subsample_positions(len(table), draws, fraction, seed)
         per_draw = np.full((draws, m), np.nan)
+        diffs = np.zeros((draws, m, m))
         for r, chosen in enumerate(positions):
             pairwise = _pairwise_document_means(table, chosen)
-            wins += pairwise > pairwise.T  # NaN compares False: no win
+            diffs[r] = pairwise - pairwise.T
             per_draw[r] = np.diag(pairwise)
         n_units = len(table)
         point = np.array([np.nanmean(table[:, j]) if np.isfinite(table[:, j]).any() else math.nan for j in range(m)])
@@ -164,24 +166,50 @@ def compare_metrics(metrics: np.ndarray, names: Sequence[str], human: np.ndarray
             point = signs.mean(axis=0)
         else:
             raise UsageError(f"unknown level {level!r} for the subsample test (use sample, document, system or darr)")
-        with np.errstate(invalid="ignore"):
-            wins = (per_draw[:, :, None] > per_draw[:, None, :]).sum(axis=0)
+        diffs = per_draw[:, :, None] - per_draw[:, None, :]
+    diffs = np.nan_to_num(diffs, nan=0.0)  # a draw where either is undefined: neither wins
+    wins = (diffs > 0).sum(axis=0)
     threshold = (1 - alpha) * draws
     intervals = []
     for j, name in enumerate(names):
         col = per_draw[:, j][np.isfinite(per_draw[:, j])]
         low, high = np.percentile(col, [2.5, 97.5]) if len(col) else (math.nan, math.nan)
         intervals.append(MetricInterval(name, float(point[j]), Interval(float(low), float(high))))
-    comparisons = tuple(
-        PairComparison(a=names[i], b=names[j], corr_a=float(point[i]), corr_b=float(point[j]),
-                       diff=float(point[i] - point[j]), test="bartscore_subsample",
-                       significant=bool(wins[i, j] > threshold), wins=int(wins[i, j]), draws=draws, n_valid=draws)
-        for i in range(m) for j in range(m) if i != j)
+    defined_pairs = np.isfinite(per_draw).any(axis=0)
+
+    def p_of(i, j):
+        if not (defined_pairs[i] and defined_pairs[j]):
+            return None
+        return min(draws - wins[i, j], draws - wins[j, i]) / draws
+
+    comparisons = marks.pair_comparisons(
+        names, point, "bartscore_subsample", alpha, correction, p_of=p_of,
+        interval_of=lambda i, j, a: subsample_interval(diffs[:, i, j], a), n_of=lambda i, j: draws,
+        metric_ci=[i.interval for i in intervals], sided="one-sided each way")
+    comparisons = tuple(dataclasses.replace(c, wins=int(wins[names.index(c.a), names.index(c.b)]), draws=draws,
+                                            p_value=None if c.p_value is None else
+                                            (draws - wins[names.index(c.a), names.index(c.b)]) / draws)
+                        for c in comparisons)
     sig = Signature("bartscore-subsample", VERSION, {
         "level": level, "method": method, "kendall_variant": f"tau-{variant}", "draws": draws, "fraction": fraction,
         "seed": seed, "rng": "python random.shuffle, cumulative", "units": n_units,
         "unit": {"sample": "row", "darr": "better/worse pair"}.get(level, "document"),
-        "better": f"wins > {threshold:g} of {draws}", **library_versions("scipy", "numpy")})
+        "better": f"wins > {threshold:g} of {draws}", "correction": correction,
+        "ci_diff": "order statistics k=draws-floor((1-alpha)draws)", **library_versions("scipy", "numpy")})
     return SignificanceBlock(human=human_name, level=level, method=method, test="bartscore_subsample", alpha=alpha,
                              n_rows=len(human), metrics=tuple(names), intervals=tuple(intervals),
-                             comparisons=comparisons, signature=str(sig), resamples=draws)
+                             comparisons=comparisons, signature=str(sig), resamples=draws, sided="one-sided each way",
+                             correction=correction, n_units=n_units,
+                             warnings=marks.block_warnings(n_units, m * (m - 1) // 2, correction, alpha,
+                                                           {"sample": "row", "darr": "better/worse pair"}
+                                                           .get(level, "document")))
+
+
+def subsample_interval(diff: np.ndarray, alpha: float) -> Interval:
+    """[d_(k), d_(D+1-k)], k = D - floor((1 - alpha) D): above 0 exactly when A wins more than
+    (1 - alpha) D draws, below 0 exactly when B does (the paper's rule, each direction)."""
+    d = np.sort(diff)
+    k = len(d) - int(math.floor((1 - alpha) * len(d) + 1e-9))
+    if k < 1 or k > len(d):
+        return Interval(math.nan, math.nan, 1 - 2 * alpha)
+    return Interval(float(d[k - 1]), float(d[len(d) - k]), 1 - 2 * alpha)

@@ -241,7 +241,36 @@ def resolve_model(
         return ModelSource(location, str(path.resolve()), revision, is_hub=False)
     if location.startswith((".", "/", "~")):
         raise ModelLocationError(f"model folder '{location}' does not exist")
+    _check_hub_reachable(location, revision)
     return ModelSource(location, location, revision, is_hub=True)
+
+
+HUB_PROBE_TIMEOUT_S = 3.0
+
+
+def _check_hub_reachable(repo_id: str, revision: str | None) -> None:
+    """Fail in seconds, naming the model, when a hub id is not cached and the hub cannot be
+    reached (instead of the loader's minute of retries); offline mode is left to the loader."""
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
+        return
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        if isinstance(try_to_load_from_cache(repo_id, "config.json", revision=revision), str):
+            return
+    except Exception:  # noqa: BLE001 - an unusual id: let the loader report it
+        return
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        socket.create_connection((endpoint.hostname, endpoint.port or 443), timeout=HUB_PROBE_TIMEOUT_S).close()
+    except OSError as exc:
+        raise ModelLocationError(
+            f"hub model '{repo_id}' is not in the local cache and {endpoint.hostname} cannot be reached "
+            f"({type(exc).__name__}): download it where there is network, or pass a local folder or s3:// prefix"
+        ) from exc
 
 
 def load_pretrained(model_class, source: ModelSource, dtype: str = "float32", device: str = "cpu"):

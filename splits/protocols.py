@@ -51,15 +51,17 @@ TASKS_NOTE = ("restart i draws from SeedSequence([seed, salt, i]) and restarts r
 Runner = Callable[[ClimbProblem, Sequence[tuple[int, int]]], list]
 
 
-def local_runner(problem: ClimbProblem, blocks: Sequence[tuple[int, int]]) -> list:
-    """Run every block in this process (with a progress bar when there are many)."""
+def local_runner(problem: ClimbProblem, blocks: Sequence[tuple[int, int]], progress: bool = True) -> list:
+    """Run every block in this process (with a progress bar on a terminal when there are many)."""
+    import sys
+
     try:
         from tqdm import tqdm
     except ImportError:  # pragma: no cover
         tqdm = None
     out = []
     iterator = blocks
-    if tqdm is not None and len(blocks) > 4:
+    if progress and tqdm is not None and len(blocks) > 4 and sys.stderr.isatty():
         iterator = tqdm(blocks, desc="restart blocks", leave=False)
     for start, stop in iterator:
         out.extend(problem.run_block(start, stop))

@@ -157,6 +157,32 @@ def wait_port(port: int, timeout: float = 30.0) -> None:
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
 
 
+HEAD_PORTS = ("port", "dashboard-port", "ray-client-server-port", "node-manager-port", "object-manager-port",
+              "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "metrics-export-port",
+              "runtime-env-agent-port")
+
+
+def start_ray_head(temp_dir: str, worker_base: int) -> tuple[subprocess.Popen, str]:
+    """`ray start --head --block` with the job server, its own temp dir and ports (2 CPUs);
+    returns the process (stop it with `stop_group(head, marker=temp_dir)`) and the job
+    server's address once it listens."""
+    ports = {name: free_port() for name in HEAD_PORTS}
+    worker_low = worker_base + (os.getpid() % 200) * 100
+    head = subprocess.Popen(
+        [str(VENV_BIN / "ray"), "start", "--head", "--block", "--num-cpus=2", "--node-ip-address=127.0.0.1",
+         "--dashboard-host=127.0.0.1", "--disable-usage-stats", "--include-dashboard=true", f"--temp-dir={temp_dir}",
+         "--object-store-memory=300000000", f"--min-worker-port={worker_low}", f"--max-worker-port={worker_low + 99}",
+         *[f"--{name}={port}" for name, port in ports.items()]],
+        env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    try:
+        wait_port(ports["dashboard-port"], timeout=60)
+    except TimeoutError:
+        stop_group(head, marker=temp_dir)
+        raise
+    return head, f"http://127.0.0.1:{ports['dashboard-port']}"
+
+
 def start_moto() -> tuple[subprocess.Popen, str]:
     """moto's S3 server on 127.0.0.1 (in-memory); returns the process and its endpoint."""
     port = free_port()

@@ -72,7 +72,9 @@ def test_convert_score_report(shared_data, tmp_path, capsys):
     assert index[("good", "keyword", "accuracy")]["value"] > index[("bad", "keyword", "accuracy")]["value"]
     md = (report_dir / "report.md").read_text()
     assert "| good |" in md and "| bad |" in md and (report_dir / "codi_accuracy.png").exists()
-    assert "CoDI score" in capsys.readouterr().out
+    out = capsys.readouterr().out  # paths, like `meta`; the report text is in report.md
+    assert "constraints report: 720 rows" in out and str(report_dir / "report.md") in out
+    assert "CoDI score" in md and "CoDI score" not in out
 
 
 def test_convert_reports_bad_responses(shared_data, tmp_path, capsys):

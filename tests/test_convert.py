@@ -113,15 +113,17 @@ def test_validation_drops_rows_with_reasons(tmp_path):
     path = tmp_path / "d.jsonl"
     path.write_text("\n".join(lines))
     table, report = convert.convert_file(str(path))
-    assert table.column("id").to_pylist() == ["1", "5"]
-    assert table.column("references").to_pylist() == [None, ["single"]]
-    assert table.column("human_q").to_pylist() == [None, 2.0]
-    assert report.rows_read == 8 and report.rows_written == 2
+    assert table.column("id").to_pylist() == ["1", "3", "5"]  # an unparsable rating keeps its generation
+    assert table.column("references").to_pylist() == [None, None, ["single"]]
+    assert table.column("human_q").to_pylist() == [None, None, 2.0]
+    assert report.rows_read == 8 and report.rows_written == 3
     assert report.dropped == {
         "no text": 1, "line is not valid JSON": 1, "line is not a JSON object": 1,
-        "duplicate id (the first row with it is kept)": 1, "human_q: 'high' is not a number": 1,
-        "references: expected strings, got int": 1,
+        "duplicate id (the first row with it is kept)": 1, "references: expected strings, got int": 1,
     }
+    assert report.warnings == {"human_q: 'high' is not a number (kept as null)": 1}
+    assert report.warning_examples["human_q: 'high' is not a number (kept as null)"] == [6]
+    assert any("warning, 1 row(s) kept: human_q: 'high'" in line for line in report.lines())
     assert report.examples["no text"] == [2] and report.examples["line is not valid JSON"] == [3]
 
 
@@ -139,6 +141,10 @@ def test_nothing_convertible_is_an_input_error(tmp_path):
     path.write_text(json.dumps({"id": 1}) + "\n")
     with pytest.raises(InputError, match="no row could be converted"):
         convert.convert_file(str(path))
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({"uid": 1, "hyp": "a text", "score": 3}) + "\n")
+    with pytest.raises(InputError, match=r"fields are hyp, score, uid: name the text and id fields with --map"):
+        convert.convert_file(str(other))
     bad = tmp_path / "latin1.csv"
     bad.write_bytes("id,text\n1,caf\xe9\n".encode("latin-1"))
     with pytest.raises(InputError, match="not UTF-8"):

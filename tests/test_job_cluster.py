@@ -25,11 +25,10 @@ from tests.job_support import (
     REPO_ROOT,
     VENV_BIN,
     child_env,
-    free_port,
     make_corpus,
     pids_using,
+    start_ray_head,
     stop_group,
-    wait_port,
 )
 
 
@@ -57,20 +56,8 @@ def test_ray_job_submit_to_ray_start_head(tmp_path):
     config = write_config(tmp_path / "job.yaml", input=str(tmp_path / "in"), output=str(tmp_path / "out"),
                           metrics=[{"name": "text_stats"}])
     temp_dir = tempfile.mkdtemp(prefix="rjs", dir="/tmp")
-    ports = {name: free_port() for name in ("port", "dashboard-port", "ray-client-server-port", "node-manager-port",
-                                             "object-manager-port", "dashboard-agent-listen-port",
-                                             "dashboard-agent-grpc-port", "metrics-export-port", "runtime-env-agent-port")}
-    worker_low = 20000 + (os.getpid() % 200) * 100
-    head = subprocess.Popen(
-        [str(VENV_BIN / "ray"), "start", "--head", "--block", "--num-cpus=2", "--node-ip-address=127.0.0.1",
-         "--dashboard-host=127.0.0.1", "--disable-usage-stats", "--include-dashboard=true", f"--temp-dir={temp_dir}",
-         "--object-store-memory=300000000", f"--min-worker-port={worker_low}", f"--max-worker-port={worker_low + 99}",
-         *[f"--{name}={port}" for name, port in ports.items()]],
-        env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )
+    head, address = start_ray_head(temp_dir, 20000)
     try:
-        wait_port(ports["dashboard-port"], timeout=60)
-        address = f"http://127.0.0.1:{ports['dashboard-port']}"
         submit = subprocess.run(
             [str(VENV_BIN / "ray"), "job", "submit", "--address", address, "--working-dir", ".",
              "--submission-id", f"rescore-test-{os.getpid()}", "--",

@@ -87,15 +87,17 @@ def test_p_value_and_intervals_from_the_distribution(summeval):
     prep = bootstrap.prepare(metrics, human, "sample", ("spearman",))
     dist = bootstrap.bootstrap_distribution(prep, 60, seed=1)["spearman"]
     diff = dist[:, 0] - dist[:, 1]
-    assert res.p_value == pytest.approx((np.sum(diff <= 0) + 1) / 61)
-    assert [res.ci_diff.low, res.ci_diff.high] == pytest.approx(np.percentile(diff, [2.5, 97.5]).tolist())
+    # two-sided, (N + 1) rule: 2 (min(#d <= 0, #d >= 0) + 1) / (N + 1)
+    assert res.p_value == pytest.approx(min(1, 2 * (min(np.sum(diff <= 0), np.sum(diff >= 0)) + 1) / 61))
+    # order statistics d_(k), d_(N+1-k) with k = floor(0.05 * 61 / 2) = 1
+    assert [res.ci_diff.low, res.ci_diff.high] == [np.sort(diff)[0], np.sort(diff)[-1]]
     assert [res.ci_a.low, res.ci_a.high] == pytest.approx(np.percentile(dist[:, 0], [2.5, 97.5]).tolist())
     assert res.corr_a == pytest.approx(stats.spearmanr(metrics[:, 0], human).statistic)
-    assert res.significant == (res.p_value < 0.05)
+    assert res.significant == (res.p_value <= 0.05) == (res.ci_diff.low > 0)
+    assert res.sided == "two-sided" and res.alpha == 0.05
     block = bootstrap.compare_metrics(metrics, ["f", "c"], human, H, n_resamples=60, seed=1)
     assert "seed:1" in block.signature and "resamples:60" in block.signature
-    assert block.comparison("f", "c").p_value == res.p_value
-    assert block.comparison("c", "f").p_value == pytest.approx((np.sum(-diff <= 0) + 1) / 61)
+    assert block.comparison("f", "c").p_value == res.p_value == block.comparison("c", "f").p_value
 
 
 def test_needs_finite_scores():

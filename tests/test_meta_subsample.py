@@ -52,8 +52,9 @@ def test_document_level_wins_equal_the_original_procedure():
     backward = block.comparison("noisy", "good")
     assert forward.wins == _by_hand(doc, human, good, noisy, 300)
     assert backward.wins == _by_hand(doc, human, noisy, good, 300)
-    assert forward.significant == (forward.wins > 0.95 * 300)
-    assert forward.test == "bartscore_subsample" and forward.p_value is None and forward.draws == 300
+    assert forward.significant == (forward.wins > 0.95 * 300) == (forward.ci_diff.low > 0)
+    assert forward.test == "bartscore_subsample" and forward.draws == 300
+    assert forward.p_value == (300 - forward.wins) / 300  # share of draws "good" does not win
 
 
 def test_a_perfect_metric_wins_every_draw():

@@ -37,7 +37,16 @@ def flag(args: argparse.Namespace, name: str) -> bool:
 
 
 def progress_enabled(args: argparse.Namespace) -> bool:
+    """Detail lines in the summary: off under --no-progress and --json."""
     return not (flag(args, "no_progress") or flag(args, "json"))
+
+
+def progress_bars(args: argparse.Namespace) -> bool:
+    """Progress bars: only on a terminal (a redirected log gets no cursor codes), never under
+    --no-progress or --json."""
+    import sys
+
+    return progress_enabled(args) and sys.stderr.isatty()
 
 
 # ----- parameters -------------------------------------------------------------------------
@@ -120,9 +129,22 @@ def build_metric(name: str, params: dict[str, Any]):
     except CtgscoreError:
         raise
     except OSError as exc:
-        model = params.get("model", "(its default)")
+        model = params.get("model") or _default_model(name)
         reason = " ".join(str(exc).split()) or type(exc).__name__
         raise StorageError(f"metric {name!r}: cannot load model {model!r}: {reason}") from exc
+
+
+def _default_model(name: str) -> str:
+    """The `model` default of a metric's constructor (what an unnamed model means), for errors."""
+    from scoring.registry import describe_metric
+
+    try:
+        for param in describe_metric(name).params:
+            if param.name == "model" and not param.required:
+                return str(param.default)
+    except Exception:  # noqa: BLE001 - only an error message is at stake
+        pass
+    return "(its default)"
 
 
 # ----- paths ------------------------------------------------------------------------------

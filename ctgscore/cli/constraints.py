@@ -105,7 +105,7 @@ def handle_score(args: argparse.Namespace) -> int:
     table = read_input(args.input)
     metric = common.build_metric("codi", params)
     table = table.select(check_columns(table, metric, args.input))
-    result = score_table(metric, table, args.chunk_rows, progress=common.progress_enabled(args))
+    result = score_table(metric, table, args.chunk_rows, progress=common.progress_bars(args))
     common.write_parquet_atomic(result, output)
     errors = result.num_rows - result.column("error").null_count
     problem = common.error_rate_message("metric codi", errors, result.num_rows, args.max_error_rate)
@@ -143,9 +143,6 @@ def handle_report(args: argparse.Namespace) -> int:
                                  self_bleu_method=args.self_bleu)
     paths = aggregate.write_report(report, output)
     files = {name: str(path) for name, path in paths.items()}
-    if common.flag(args, "json"):
-        common.emit(args, {"ok": True, "command": "constraints report", "output": str(output), "files": files}, "")
-    else:
-        sys.stdout.write(aggregate.markdown(report))
-        print(f"constraints report -> {', '.join(files.values())}")
+    lines = [f"constraints report: {len(rows)} rows -> {output}"] + [f"  {name}: {path}" for name, path in files.items()]
+    common.emit(args, {"ok": True, "command": "constraints report", "output": str(output), "files": files}, lines)
     return 0

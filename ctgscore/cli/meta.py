@@ -2,7 +2,11 @@
 metrics, the metric preference checklist, and the report, from stored scores (never re-scores).
 
 With `--tasks N` (N >= 2) the bootstrap's resample blocks run as N Ray tasks; `--tasks 0` or 1
-runs them in this process. Either way the numbers are the same for the same seed.
+runs them in this process. The default, `auto`, stays in this process unless rows x resamples
+reach `RAY_WORK` (100,000 rows at 1,000 resamples): from `benchmarks/bench_meta.py`, one
+process spends about 0.26 ms per row and 1,000 resamples, 2 Ray tasks half that, and starting
+Ray costs about 10 s, so Ray pays from roughly 80,000 rows at 1,000 resamples. Either way the
+numbers are the same for the same seed.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from ctgscore.cli import common
 from scoring.errors import CtgscoreError, InputError, UsageError
 
 LEVELS = ["sample", "document", "system"]
-METHODS = ["pearson", "spearman", "kendall"]
+METHODS = ["pearson", "spearman", "kendall", "pairwise_accuracy"]
+RAY_WORK = 100_000 * 1000  # `--tasks auto`: Ray tasks from rows x resamples >= this, this process below
+AUTO_TASKS = 2
 
 
 def register(subparsers, parent: argparse.ArgumentParser) -> None:
@@ -31,17 +37,22 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
                         help="metric score columns (default: every numeric score column)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (0 = no bootstrap)")
-    parser.add_argument("--tasks", type=int, default=2,
-                        help="Ray tasks for the resamples (0 or 1: in this process); same numbers either way")
+    parser.add_argument("--tasks", default="auto",
+                        help=f"Ray tasks for the resamples (0 or 1: in this process; default auto: this process "
+                             f"while rows x resamples < {RAY_WORK:,} (100,000 rows at 1,000 resamples, where Ray's "
+                             f"~10 s start-up pays), {AUTO_TASKS} Ray tasks from there on); same numbers either way")
     parser.add_argument("--num-cpus", type=float, default=0.5, help="CPUs per Ray task")
     parser.add_argument("--level", nargs="+", default=["sample"], choices=LEVELS,
                         help="bootstrap level(s): rows (sample) or documents (document, system) are resampled")
     parser.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS, help="correlations to report")
     parser.add_argument("--boot-method", default="spearman", choices=METHODS,
-                        help="correlation the significance test compares")
-    parser.add_argument("--significance", default="bootstrap", choices=["bootstrap", "bartscore_subsample"],
-                        help="metric-vs-metric test: paired bootstrap, or the BARTScore paper's 80%% subsample test")
+                        help="correlation the significance test compares (pairwise_accuracy: document/system level)")
+    parser.add_argument("--significance", default="bootstrap", choices=["bootstrap", "bartscore_subsample", "perm_both"],
+                        help="metric-vs-metric test: paired bootstrap (two-sided), the BARTScore paper's 80%% "
+                             "subsample test, or PERM-BOTH (Deutsch et al. 2021; system level, --resamples trials)")
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level")
+    parser.add_argument("--correction", default="none", choices=["none", "holm", "bh"],
+                        help="multiple-comparison correction over each block's metric pairs (Holm, Benjamini-Hochberg)")
     parser.add_argument("--draws", type=int, default=1000, help="draws of the bartscore_subsample test")
     parser.add_argument("--trials", type=int, default=10000,
                         help="approximate randomisation trials of the system comparison")
@@ -99,16 +110,23 @@ def run_pipeline(table, args: argparse.Namespace, pairs: str):
 
     opts = pipeline.Options(
         methods=args.methods, variant=args.kendall_variant, boot_levels=args.level, boot_method=args.boot_method,
-        significance=args.significance, alpha=args.alpha, resamples=args.resamples, draws=args.draws,
+        significance=args.significance, correction=args.correction, alpha=args.alpha, resamples=args.resamples,
+        draws=args.draws,
         seed=args.seed, pairs=pairs, run_checklist=not args.no_checklist,
         compare_systems=not args.no_compare_systems, trials=args.trials,
     )
-    runner = make_runner(args.tasks, args.num_cpus) if args.resamples > 0 else None
-    return pipeline.run_meta(table, opts, runner=runner, progress=common.progress_enabled(args))
+    tasks = args.tasks if args.tasks != "auto" else (AUTO_TASKS if table.n_input_rows * args.resamples >= RAY_WORK else 0)
+    runner = make_runner(tasks, args.num_cpus) if args.resamples > 0 else None
+    return pipeline.run_meta(table, opts, runner=runner, progress=common.progress_bars(args))
 
 
 def handle(args: argparse.Namespace) -> int:
-    if args.resamples < 0 or args.tasks < 0 or args.draws < 1 or args.trials < 1:
+    if args.tasks != "auto":
+        try:
+            args.tasks = int(args.tasks)
+        except ValueError:
+            raise UsageError(f"--tasks {args.tasks!r}: a number of Ray tasks, or auto") from None
+    if args.resamples < 0 or (args.tasks != "auto" and args.tasks < 0) or args.draws < 1 or args.trials < 1:
         raise UsageError("--resamples and --tasks must be >= 0, --draws and --trials >= 1")
     started = time.time()
     easy = parse_pairs(args.easy_pairs, "--easy-pairs") if args.easy_pairs is not None else None

@@ -48,7 +48,7 @@ def overrides(args: argparse.Namespace) -> dict[str, str]:
     if args.max_error_rate is not None:
         common.check_rate(args.max_error_rate)
         values["max_error_rate"] = repr(args.max_error_rate)
-    if not common.progress_enabled(args):
+    if not common.progress_bars(args):  # no bars off a terminal, nor under --no-progress
         values["progress"] = "false"
     return values
 

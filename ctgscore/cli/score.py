@@ -110,7 +110,7 @@ def handle(args: argparse.Namespace) -> int:
     table = read_input(args.input)
     metric = common.build_metric(args.metric, params)
     table = table.select(check_columns(table, metric, args.input))
-    result = score_table(metric, table, args.chunk_rows, progress=common.progress_enabled(args))
+    result = score_table(metric, table, args.chunk_rows, progress=common.progress_bars(args))
     common.write_parquet_atomic(result, output)
     errors = result.num_rows - result.column("error").null_count
     problem = common.error_rate_message(f"metric {metric.name}", errors, result.num_rows, args.max_error_rate)

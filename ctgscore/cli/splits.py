@@ -12,6 +12,7 @@ the same for any number of tasks.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 
 from ctgscore.cli import common
@@ -70,9 +71,9 @@ def _as_user_error(exc: Exception, args: argparse.Namespace) -> Exception:
 
 
 def build(args: argparse.Namespace, universe):
-    from splits.protocols import build_splits
+    from splits.protocols import build_splits, local_runner
 
-    runner = None
+    runner = functools.partial(local_runner, progress=common.progress_bars(args))
     if args.tasks > 1:
         from ray_jobs.runners import splits_runner
 
@@ -114,7 +115,8 @@ def _handle(args: argparse.Namespace) -> int:
     data = result.to_json()
     output.write_text(json.dumps(data, indent=2, ensure_ascii=False))
     best = max((s.divergence for s in result.splits), default=None)
-    lines = [f"splits: {len(result.splits)} {args.protocol} splits, max divergence {best} -> {output}"]
+    shown = "–" if best is None else f"{best:.4f}"
+    lines = [f"splits: {len(result.splits)} {args.protocol} splits, max divergence {shown} -> {output}"]
     summary = {"ok": True, "command": "splits", "protocol": args.protocol, "output": str(output),
                "splits": len(result.splits), "max_divergence": best}
     if args.partition_dir:

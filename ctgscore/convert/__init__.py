@@ -57,7 +57,11 @@ def convert_aligned(candidates: str, references: Sequence[str] = (), sources: st
 def _finish(rows, report: ConversionReport):
     if not rows:
         reasons = "; ".join(f"{n} {r}" for r, n in Counter(report.dropped).most_common(3)) or "the input is empty"
-        raise InputError(f"{', '.join(report.inputs)}: no row could be converted ({reasons})")
+        hint = ""
+        if report.ignored_fields:
+            hint = (f"; the input's fields are {', '.join(report.ignored_fields)}: name the text and id fields "
+                    "with --map, e.g. --map text=FIELD --map id=FIELD")
+        raise InputError(f"{', '.join(report.inputs)}: no row could be converted ({reasons}){hint}")
     table = rows_to_table(rows)
     report.rows_written = table.num_rows
     report.columns = table.column_names

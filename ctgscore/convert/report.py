@@ -17,6 +17,8 @@ class ConversionReport:
     rows_written: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[int]] = field(default_factory=dict)  # reason -> first input rows (1-based)
+    warnings: dict[str, int] = field(default_factory=dict)  # kept rows with a value set to null
+    warning_examples: dict[str, list[int]] = field(default_factory=dict)
     ignored_fields: list[str] = field(default_factory=list)
     columns: list[str] = field(default_factory=list)
     output: str | None = None
@@ -27,6 +29,12 @@ class ConversionReport:
         if len(examples) < MAX_EXAMPLES:
             examples.append(row_number)
 
+    def warn(self, reason: str, row_number: int) -> None:
+        self.warnings[reason] = self.warnings.get(reason, 0) + 1
+        examples = self.warning_examples.setdefault(reason, [])
+        if len(examples) < MAX_EXAMPLES:
+            examples.append(row_number)
+
     def lines(self) -> list[str]:
         out = [f"convert: {self.rows_read} rows read from {', '.join(self.inputs)} ({self.format}), "
                f"{self.rows_written} written" + (f" -> {self.output}" if self.output else "")]
@@ -34,6 +42,9 @@ class ConversionReport:
         for reason, count in sorted(self.dropped.items(), key=lambda item: -item[1]):
             rows = ", ".join(map(str, self.examples.get(reason, [])))
             out.append(f"  dropped {count}: {reason} (e.g. row {rows})")
+        for reason, count in sorted(self.warnings.items(), key=lambda item: -item[1]):
+            rows = ", ".join(map(str, self.warning_examples.get(reason, [])))
+            out.append(f"  warning, {count} row(s) kept: {reason} (e.g. row {rows})")
         if self.ignored_fields:
             out.append(f"  fields left out (not canonical, not mapped): {', '.join(self.ignored_fields)}")
         return out

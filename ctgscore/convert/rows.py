@@ -112,8 +112,10 @@ def _as_float(value: Any, column: str) -> float | None:
     raise _Drop(f"{column}: expected a number, got {type(value).__name__}")
 
 
-def _canonical_row(record: Mapping[str, Any], mapping: Mapping[str, list[str]]) -> dict[str, Any]:
-    """One input record as a canonical row (raises `_Drop` with the reason)."""
+def _canonical_row(record: Mapping[str, Any], mapping: Mapping[str, list[str]],
+                   warnings: list[str] | None = None) -> dict[str, Any]:
+    """One input record as a canonical row (raises `_Drop` with the reason). An unparsable human
+    rating becomes null with a warning appended to `warnings`: the generation is kept."""
     sources_used = {f for fields in mapping.values() for f in fields}
     row: dict[str, Any] = {}
     for column in [*CANONICAL_COLUMNS, *sorted(k for k in set(record) | set(mapping) if schema.is_human(k))]:
@@ -128,7 +130,12 @@ def _canonical_row(record: Mapping[str, Any], mapping: Mapping[str, list[str]]) 
         elif column == "attributes":
             row[column] = _as_attributes(values[0])
         elif schema.is_human(column):
-            row[column] = _as_float(values[0], column)
+            try:
+                row[column] = _as_float(values[0], column)
+            except _Drop as exc:
+                row[column] = None
+                if warnings is not None:
+                    warnings.append(f"{exc} (kept as null)")
         else:
             row[column] = _as_string(values[0], column)
     if row.get("text") is None:
@@ -182,11 +189,14 @@ def canonical_rows(
         for column, value in constants.items():
             if record.get(column) is None and column not in mapping:
                 record[column] = value
+        warnings: list[str] = []
         try:
-            row = _canonical_row(record, mapping)
+            row = _canonical_row(record, mapping, warnings)
         except _Drop as exc:
             report.drop(str(exc), number)
             continue
+        for warning in warnings:
+            report.warn(warning, number)
         if row["id"] in ids:
             report.drop("duplicate id (the first row with it is kept)", number)
             continue

@@ -40,8 +40,11 @@ def _figures(group: GroupResult):
     yield ("preference_similarity.png", f"{group.name}: preference similarity (Easy pairs)",
            plots.preference_similarity(group, chk))
     shown = [c for c in group.humans if c in chk.columns][:1] + [c for c in group.metrics if c in chk.columns][:2]
+    rest = [c for c in chk.columns if c not in shown and any(w.column == c for w in chk.win_fractions)]
+    note = f" (plotted for the first human aspect and two metrics; the other {len(rest)} columns' win fractions " \
+           "are in results.json)" if rest else ""
     for column in shown:
-        yield (f"win_fractions_{safe_name(column)}.png", f"{group.name}: win fractions, {column}",
+        yield (f"win_fractions_{safe_name(column)}.png", f"{group.name}: win fractions, {column}{note}",
                plots.win_fractions(group, chk, column))
 
 

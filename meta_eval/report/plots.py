@@ -25,7 +25,14 @@ def _plt():
     return plt
 
 
-def short(name: str, width: int = 24) -> str:
+def natural_key(name) -> list:
+    """Sort key that orders M2 before M10 (digit runs compare as numbers)."""
+    import re
+
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(name))]
+
+
+def short(name: str, width: int = 28) -> str:
     name = str(name).removeprefix("human_")
     return name if len(name) <= width else name[: width - 1] + "…"
 
@@ -34,13 +41,15 @@ def _heatmap(ax, matrix, rows, cols, cmap: str, vmin: float, vmax: float, fmt: s
     """Image with every finite cell annotated in a colour that contrasts with it."""
     plt = _plt()
     matrix = np.asarray(matrix, dtype=float)
-    image = ax.imshow(matrix, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
-    colormap = plt.get_cmap(cmap)
-    size = max(6.0, min(10.0, 120 / max(len(cols), len(rows), 1)))
-    ax.set_xticks(range(len(cols)), [short(c, 18) for c in cols], rotation=45, ha="right", fontsize=size)
-    ax.set_yticks(range(len(rows)), [short(r, 22) for r in rows], fontsize=size)
+    colormap = plt.get_cmap(cmap).with_extremes(bad="#d9d9d9")  # undefined cells: grey with a dash
+    image = ax.imshow(np.ma.masked_invalid(matrix), cmap=colormap, vmin=vmin, vmax=vmax, aspect="auto")
+    size = max(8.0, min(10.0, 120 / max(len(cols), len(rows), 1)))
+    ax.set_xticks(range(len(cols)), [short(c) for c in cols], rotation=45, ha="right", fontsize=size)
+    ax.set_yticks(range(len(rows)), [short(r) for r in rows], fontsize=size)
     for (i, j), value in np.ndenumerate(matrix):
         if not np.isfinite(value):
+            if not (matrix.shape[0] == matrix.shape[1] and i == j and list(rows) == list(cols)):
+                ax.text(j, i, "–", ha="center", va="center", fontsize=size * 0.85, color="#555")
             continue
         r, g, b, _ = colormap((value - vmin) / (vmax - vmin) if vmax > vmin else 0.5)
         luminance = 0.2126 * r + 0.7152 * g + 0.0722 * b
@@ -108,14 +117,15 @@ def significance(group: GroupResult, block: SignificanceBlock):
     matrix = np.full((n, n), np.nan)
     index = {m: k for k, m in enumerate(metrics)}
     for comp in block.comparisons:
-        if comp.a in index and comp.b in index:
-            value = comp.p_value if block.test == "bootstrap" else comp.wins / comp.draws
-            matrix[index[comp.a], index[comp.b]] = value
+        if comp.a in index and comp.b in index and comp.defined:
+            value = comp.p_value if block.test != "bartscore_subsample" else comp.wins / comp.draws
+            matrix[index[comp.a], index[comp.b]] = np.nan if value is None else value
     fig, ax = plt.subplots(figsize=_grid_size(n, n))
-    if block.test == "bootstrap":
-        image = _heatmap(ax, matrix, metrics, metrics, "viridis_r", 0.0, 1.0)
-        label = f"p-value: row better than column\n(significant below {block.alpha:g})"
-        test = f"paired bootstrap, N={block.resamples}"
+    if block.test != "bartscore_subsample":
+        image = _heatmap(ax, matrix, metrics, metrics, "viridis_r", 0.0, 1.0, fmt="{:.3f}")
+        label = f"two-sided p-value, row vs column\n(significant at or below {block.alpha:g}; grey: undefined)"
+        test = (f"paired bootstrap, N={block.resamples}" if block.test == "bootstrap"
+                else f"PERM-BOTH, {block.resamples} trials")
     else:
         image = _heatmap(ax, matrix, metrics, metrics, "viridis", 0.0, 1.0)
         label = f"share of draws the row wins\n(significant above {1 - block.alpha:g})"
@@ -188,8 +198,11 @@ def win_fractions(group: GroupResult, chk: ChecklistBlock, column: str):
         return None
     plt = _plt()
     n = len(item.systems)
+    order = sorted(range(n), key=lambda k: natural_key(item.systems[k]))
+    systems = [item.systems[k] for k in order]
+    matrix = np.asarray(item.matrix, dtype=float)[np.ix_(order, order)]
     fig, ax = plt.subplots(figsize=_grid_size(n, n))
-    image = _heatmap(ax, item.matrix, item.systems, item.systems, "RdBu", 0.0, 1.0)
+    image = _heatmap(ax, matrix, systems, systems, "RdBu", 0.0, 1.0)
     fig.colorbar(image, ax=ax, label="share of same-doc_id games\nthe row wins (ties count)")
     ax.set_title(f"{group.name}: pairwise win fractions per doc_id\n{short(column, 40)}", fontsize=10)
     fig.tight_layout()
