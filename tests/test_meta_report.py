@@ -130,6 +130,12 @@ def test_leaderboard_in_report_and_files(persona_report):
     assert ppl["system"].tolist() == means.sort_values().index.tolist()  # lowest perplexity ranks first
     assert ppl["mean"].to_numpy() == pytest.approx(means.sort_values().to_numpy())
     assert "### Systems compared (leaderboard)" in (out / "report.md").read_text()
+    page = (out / "leaderboard.html").read_text()  # the compare page, linked from the report
+    assert "`leaderboard.html`, beside this report" in (out / "report.md").read_text()
+    for column in set(board["column"]):
+        assert f'data-column="{column}"' in page
+    order = [page.index(f">{system}<") for system in ppl["system"]]  # ranked rows in rank order
+    assert order == sorted(order)
 
 
 def test_scoring_job_output_report(shared_data, tmp_path):

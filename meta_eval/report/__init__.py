@@ -1,5 +1,6 @@
 """Write a meta-evaluation report: `results.json`, `report.html` (self-contained) and `report.md`
-beside it, PNG plots per dataset group, and the system leaderboard as CSV and JSON.
+beside it, PNG plots per dataset group, and the system leaderboard as CSV, JSON and a
+self-contained page (`leaderboard.html`, the same page `ctgscore compare -o board.html` writes).
 
 Modules: `plots` (figures), `markdown` (the report text), `html` (rendering and embedding).
 Sections and plots whose data does not exist are left out, each with a one-line reason.
@@ -10,9 +11,11 @@ from __future__ import annotations
 import json
 import pathlib
 
-from meta_eval.compare import leaderboard, leaderboard_csv
+from meta_eval.compare import leaderboard as leaderboard_rows
+from meta_eval.compare import leaderboard_csv
 from meta_eval.report import plots
 from meta_eval.report.html import render
+from meta_eval.report.leaderboard import leaderboard_html
 from meta_eval.report.markdown import report_markdown
 from meta_eval.results import GroupResult, MetaResult, to_json_dict
 
@@ -71,11 +74,13 @@ def write_report(result: MetaResult, out_dir, fmt: str = "both") -> dict[str, pa
             paths[f"{folder}/{name}"] = out / folder / name
     comparisons = [c for g in result.groups for c in g.systems]
     if comparisons:
-        rows = leaderboard(comparisons)
+        rows = leaderboard_rows(comparisons)
         paths["leaderboard_csv"] = out / "leaderboard.csv"
         paths["leaderboard_csv"].write_text(leaderboard_csv(rows))
         paths["leaderboard_json"] = out / "leaderboard.json"
         paths["leaderboard_json"].write_text(json.dumps(to_json_dict(rows), indent=1, allow_nan=False) + "\n")
+        paths["leaderboard_html"] = out / "leaderboard.html"
+        paths["leaderboard_html"].write_text(leaderboard_html(comparisons))
     text = report_markdown(result, images)
     if fmt in ("both", "md"):
         paths["md"] = out / "report.md"
