@@ -124,7 +124,9 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
                                                 bad_uris, bad_rels, config.prune)
             for plan in plans
         }
-        listed = {f.uri: f for f in listing.list_outputs(out_fs, config.output)}
+        changed = any(scored["reports"].values()) or any(c.replaced or c.pruned for c in committed.values())
+        outputs = listing.list_outputs(out_fs, config.output) if changed else listing.output_files(config.output, tree)
+        listed = {f.uri: f for f in outputs}  # nothing written or removed: the plan's listing stands
     for plan in plans:
         label = plan.info.spec.label
         reports = scored["reports"].get(label, [])
@@ -259,7 +261,7 @@ def _check_pool_fits(config: JobConfig, session: RaySession) -> None:
         )
 
 
-if __name__ == "__main__":  # `python -m ray_jobs.score_corpus --config JOB.yaml` is `ctgscore run`
-    from ctgscore.cli.main import main
+if __name__ == "__main__":  # for `ray job submit`: the flags of `ctgscore run`, without the CLI package
+    from ray_jobs.entrypoint import main
 
-    sys.exit(main(["run", *sys.argv[1:]]))
+    sys.exit(main())

@@ -108,6 +108,10 @@ def error_rate_exceeded(manifest: dict[str, Any], max_error_rate: float | None =
     return messages
 
 
+def pruned_outputs(manifest: dict[str, Any]) -> list[str]:
+    return sorted({uri for report in manifest.get("metrics", {}).values() for uri in report.get("pruned_outputs", [])})
+
+
 def summary_line(manifest: dict[str, Any]) -> str:
     parts = []
     for label, report in manifest["metrics"].items():
@@ -121,7 +125,7 @@ def summary_line(manifest: dict[str, Any]) -> str:
     duplicates = manifest.get("duplicate_ids_across_shards") or {}
     if duplicates.get("count"):
         notes.append(f"{duplicates['count']} id(s) in more than one shard")
-    pruned = sorted({uri for report in manifest["metrics"].values() for uri in report.get("pruned_outputs", [])})
+    pruned = pruned_outputs(manifest)
     if pruned:
         notes.append(f"pruned {len(pruned)} output file(s) of vanished shards: " + ", ".join(pruned))
     orphaned = sorted({uri for report in manifest["metrics"].values() for uri in report.get("orphaned_outputs", [])})

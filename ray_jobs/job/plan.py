@@ -1,11 +1,15 @@
-"""Stage 1 (driver): what this run has to do, from listings and Parquet footers only.
+"""Stage 1 (driver): what this run has to do, from listings, the previous manifest and the
+Parquet footers the manifest does not vouch for (`docs/job.md`, "Planning from the manifest").
 
 * `describe_metric`: build each metric once (validates its params, gives its signature);
-* `read_shards`: list the input shards and check each footer (readable, `id`/`text` present,
-  canonical column types); no rows are read here;
+* `read_shards`: list the input shards; a shard the previous manifest lists with the same
+  etag and size keeps its recorded rows and column types, every other footer is checked
+  (readable, `id`/`text` present, canonical column types), in parallel; no rows are read;
 * `plan_metric`: per metric and shard, the committed parts that can be kept, the row ranges
   (units) still to score, the earlier parts that serve as the row cache, the parts a new
-  cover will supersede, and outputs whose shard is gone or unreadable.
+  cover will supersede, and outputs whose shard is gone or unreadable. A part the manifest
+  records with the listed name, size and etag is known without a read; others' footers are
+  read in parallel.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ray_jobs.storage.failures import guarded
+from ray_jobs.storage.parallel import map_bounded
 from ray_jobs.storage.uris import bucket_of, fs_path, is_s3, to_uri
 from scoring.errors import InputError, StorageError
 
@@ -34,22 +35,26 @@ class ListedFile:
 
 def list_tree(fs, uri: str) -> dict[str, dict[str, Any]]:
     """Every object under a prefix (path -> listing info), temp files included; {} when the
-    prefix holds nothing. One paged LIST on S3; a missing bucket raises `StorageError`."""
+    prefix holds nothing. On S3: one LIST of the prefix's top level, then each folder under
+    it (one per metric) listed in parallel, paged; a missing bucket raises `StorageError`."""
     return guarded(uri, "list", lambda: _tree(fs, uri))
 
 
 def _tree(fs, uri: str) -> dict[str, dict[str, Any]]:
     path = fs_path(uri).rstrip("/")
-    if is_s3(uri):
-        fs.invalidate_cache()
-        try:
-            return dict(fs.find(path, detail=True))
-        except FileNotFoundError:
-            require_bucket(fs, uri)
-            return {}
-    if not fs.exists(path):
+    if not is_s3(uri):
+        return dict(fs.find(path, detail=True)) if fs.exists(path) else {}
+    fs.invalidate_cache()
+    try:
+        top = fs.ls(path, detail=True)
+    except FileNotFoundError:
+        require_bucket(fs, uri)
         return {}
-    return dict(fs.find(path, detail=True))
+    tree = {entry["name"]: entry for entry in top if entry.get("type") != "directory"}
+    folders = [entry["name"] for entry in top if entry.get("type") == "directory"]
+    for found in map_bounded(lambda folder: fs.find(folder, detail=True), folders):
+        tree.update(found)
+    return tree
 
 
 def require_bucket(fs, uri: str) -> None:
