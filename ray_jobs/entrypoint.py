@@ -3,7 +3,7 @@
     python -m ray_jobs.score_corpus --config JOB.yaml [--set KEY=VALUE ...] [--prune]
         [--max-error-rate R] [--no-progress] [--json] [--debug]
 
-The same flags and output as `ctgscore run` (which builds its summary with `run_summary`):
+The same flags as `ctgscore run` and the same summary (`run_summary`, which `ctgscore run` uses too):
 one summary line (or one JSON object with `--json`); a failure is one `error: ...` line on
 stderr with the error's exit code (2 for a bad config, 1 otherwise), exit 1 when a metric's
 error rate is above `max_error_rate`.
