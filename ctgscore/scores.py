@@ -133,7 +133,7 @@ def _read_run(fs, label: str, files: list[str]) -> Run:
     for name in files:
         with fs.open(name, "rb") as handle:
             try:
-                parts.append(pq.read_table(handle, use_threads=False, pre_buffer=False).to_pandas())  # decode on this thread (see ray_jobs.io)
+                parts.append(pq.read_table(handle, use_threads=False, pre_buffer=False).to_pandas())  # decode on this thread (see ray_jobs.storage.reads)
             except Exception as exc:  # noqa: BLE001 - any unreadable file is named
                 raise InputError(f"{name}: cannot read it as Parquet ({type(exc).__name__}: {exc})") from None
     frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]

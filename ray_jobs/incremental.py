@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ray_jobs import io as jio
+from ray_jobs.storage import reads
 
 META_PREFIX = "ctgscore."
 
@@ -78,7 +78,7 @@ def load_row_cache(fs, uris: list[str], score_columns: tuple[str, ...]) -> "RowC
     columns = ["row_key", *score_columns, "warning", "error"]
     for uri in uris:
         try:
-            table = jio.read_table(fs, uri, columns=columns)
+            table = reads.read_table(fs, uri, columns=columns)
         except Exception:  # noqa: BLE001 - a cache miss only costs a re-score
             continue
         cache.add(table.filter(pc.is_null(table.column("error"))))

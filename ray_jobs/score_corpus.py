@@ -20,7 +20,6 @@ import sys
 import time
 from typing import Any
 
-from ray_jobs import io as jio
 from ray_jobs.config import ConfigError, JobConfig, load_config
 from ray_jobs.job import check as check_stage
 from ray_jobs.job import layout
@@ -31,6 +30,8 @@ from ray_jobs.job.plan import MetricPlan, describe_metric, plan_metric, read_sha
 from ray_jobs.job.score import run_units
 from ray_jobs.job.verify import verify_metric
 from ray_jobs.session import RaySession
+from ray_jobs.storage import clients, listing, uris, writes
+from ray_jobs.storage.metering import RequestMeter
 from scoring.schema import carried_columns
 
 __all__ = ["ConfigError", "JobError", "error_rate_exceeded", "load_config", "run_job", "summary_line"]
@@ -59,22 +60,26 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
         session.ensure()  # the metric is described on a GPU worker
         _check_local_gpus(config, session)
     infos = [describe_metric(config, spec) for spec in config.metrics]
-    in_fs = jio.fsspec_filesystem(config.input, config.s3)
-    out_fs = jio.fsspec_filesystem(config.output, config.s3)
+    meter = RequestMeter()
+    in_fs = clients.fsspec_filesystem(config.input, config.s3, meter)
+    out_fs = clients.fsspec_filesystem(config.output, config.s3, meter)
 
-    # 1. plan: shards from their footers, parts from names and footers
+    # 1. plan: shards and parts from listings and the previous manifest; footers only where
+    #    the manifest does not vouch for them
     needed = tuple(dict.fromkeys(c for info in infos for c in info.read_columns))
-    shards, bad = read_shards(config, in_fs, needed)
-    _refuse_bad(config, bad)
-    if not shards:
-        raise JobError(f"every shard under {config.input} is bad")
-    jio.probe_writable(out_fs, config.output)
-    jio.clean_leftovers(out_fs, config.output)
-    previous = read_previous(out_fs, config)
-    manifest_uri = layout.manifest_uri(config.output)
-    if out_fs.exists(jio.fs_path(manifest_uri)):
-        jio.remove(out_fs, manifest_uri)  # no manifest while outputs may change
-    plans = [plan_metric(out_fs, config, info, shards) for info in infos]
+    with meter.waiting():
+        previous = read_previous(out_fs, config)
+        shards, bad = read_shards(config, in_fs, needed, previous)
+        _refuse_bad(config, bad)
+        if not shards:
+            raise JobError(f"every shard under {config.input} is bad")
+        writes.probe_writable(out_fs, config.output)
+        tree = listing.list_tree(out_fs, config.output)
+        writes.clean_leftovers(out_fs, config.output, tree=tree)
+        manifest_uri = layout.manifest_uri(config.output)
+        if uris.fs_path(manifest_uri) in tree:
+            writes.remove(out_fs, manifest_uri)  # no manifest while outputs may change
+        plans = [plan_metric(out_fs, config, info, shards, tree, previous) for info in infos]
 
     # 2. check: ids per shard and across shards, in the workers
     pending = any(plan.pending_rows or any(p.units for p in plan.shards.values()) for plan in plans)
@@ -111,11 +116,21 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
     bad_uris = {item["file"] for item in bad}
     bad_rels = {item["rel"] for item in bad if item.get("rel")}
 
-    # 4.-5. commit and verify, per metric
+    # 4.-5. commit and verify, per metric, from the workers' reports and one listing
     metrics_report = {}
+    with meter.waiting():
+        committed = {
+            plan.info.spec.label: commit_metric(out_fs, config.output, plan, scored["reports"].get(plan.info.spec.label, []),
+                                                bad_uris, bad_rels, config.prune)
+            for plan in plans
+        }
+        changed = any(scored["reports"].values()) or any(c.replaced or c.pruned for c in committed.values())
+        outputs = listing.list_outputs(out_fs, config.output) if changed else listing.output_files(config.output, tree)
+        listed = {f.uri: f for f in outputs}  # nothing written or removed: the plan's listing stands
     for plan in plans:
-        reports = scored["reports"].get(plan.info.spec.label, [])
-        metrics_report[plan.info.spec.label] = _settle_metric(config, out_fs, plan, reports, bad_uris, bad_rels, scored, metric_started)
+        label = plan.info.spec.label
+        reports = scored["reports"].get(label, [])
+        metrics_report[label] = _settle_metric(config, plan, committed[label], reports, listed, scored, metric_started)
 
     # 6. manifest, last
     good = [s for s in shards if s.info.uri not in bad_uris]
@@ -137,13 +152,14 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
         started_at,
         time.perf_counter() - t0,
     )
-    return write_manifest(out_fs, config, manifest)
+    with meter.waiting():
+        return write_manifest(out_fs, config, manifest, meter)
 
 
-def _settle_metric(config, out_fs, plan: MetricPlan, reports, bad_uris, bad_rels, scored, metric_started) -> dict[str, Any]:
+def _settle_metric(config, plan: MetricPlan, committed, reports, listed, scored, metric_started) -> dict[str, Any]:
     info = plan.info
-    committed = commit_metric(out_fs, config.output, plan, reports, bad_uris, bad_rels, config.prune)
-    rows_out, rows_error = verify_metric(out_fs, plan, committed)
+    verified = verify_metric(plan, committed, reports, listed)
+    rows_out, rows_error = verified.rows_out, verified.rows_error
     covered = {cover.rel for cover in committed.covers}
     rows_in = sum(p.shard.num_rows for rel, p in plan.shards.items() if rel in covered)
     if rows_out != rows_in:
@@ -186,6 +202,8 @@ def _settle_metric(config, out_fs, plan: MetricPlan, reports, bad_uris, bad_rels
         "wall_s": round(wall, 3) if good_reports else 0.0,
         "rows_per_s": round(scored_rows / wall, 2) if good_reports and wall > 0 else 0.0,
         "steady_rows_per_s": round(steady, 2) if steady else None,
+        "footers_read": plan.footers_read,
+        "parts": verified.parts,
         "outputs": [
             {"input": cover.uri, "folder": layout.shard_dir(config.output, info.spec.label, cover.rel),
              "parts": len(cover.parts), "rows": cover.num_rows}
@@ -243,7 +261,7 @@ def _check_pool_fits(config: JobConfig, session: RaySession) -> None:
         )
 
 
-if __name__ == "__main__":  # `python -m ray_jobs.score_corpus --config JOB.yaml` is `ctgscore run`
-    from ctgscore.cli.main import main
+if __name__ == "__main__":  # for `ray job submit`: the flags of `ctgscore run`, without the CLI package
+    from ray_jobs.entrypoint import main
 
-    sys.exit(main(["run", *sys.argv[1:]]))
+    sys.exit(main())

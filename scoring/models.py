@@ -127,21 +127,10 @@ def configure_s3(endpoint_url: str | None = None, region: str | None = None, max
 
 def s3_storage_options() -> dict:
     """s3fs options from `configure_s3`, else the environment (no credentials in them)."""
-    endpoint = _S3_SETTINGS.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL")
-    attempts = int(_S3_SETTINGS.get("max_attempts") or os.environ.get("CTGSCORE_S3_MAX_ATTEMPTS") or 6)
-    options: dict = {
-        "skip_instance_cache": True,
-        "config_kwargs": {"retries": {"max_attempts": attempts, "mode": "standard"}, "connect_timeout": 10, "read_timeout": 60},
-    }
-    client_kwargs = {}
-    if endpoint:
-        client_kwargs["endpoint_url"] = endpoint
-    region = _S3_SETTINGS.get("region")
-    if region and not endpoint:  # with a custom endpoint a region name only gets in the way
-        client_kwargs["region_name"] = region
-    if client_kwargs:
-        options["client_kwargs"] = client_kwargs
-    return options
+    from scoring.s3_options import s3fs_options
+
+    attempts = _S3_SETTINGS.get("max_attempts")
+    return s3fs_options(_S3_SETTINGS.get("endpoint_url"), _S3_SETTINGS.get("region"), int(attempts) if attempts else None)
 
 
 def _s3_listing(fs, uri: str) -> dict[str, dict]:

@@ -155,3 +155,27 @@ def test_docs_cited_by_the_code_exist():
         cited.update(re.findall(r"docs/[A-Za-z0-9_.-]+\.md", path.read_text()))
     missing = sorted(doc for doc in cited if not (ROOT / doc).is_file())
     assert not missing, f"docstrings cite missing docs: {missing}"
+
+
+def test_the_job_entry_point_needs_no_cli():
+    """`python -m ray_jobs.score_corpus` (what `ray job submit` runs) imports nothing of the
+    CLI package, its `__main__` block and lazy imports included: the module it hands over to,
+    `ray_jobs.entrypoint`, lives in `ray_jobs`."""
+    seen, todo = set(), ["ray_jobs.score_corpus"]
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        tree = ast.parse(MODULES[module].read_text())
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+            for name in names:
+                assert not name.startswith("ctgscore"), f"{module} imports {name}"
+                while name and name not in MODULES:
+                    name = name.rpartition(".")[0]
+                if name.startswith("ray_jobs"):
+                    todo.append(name)
+    assert "ray_jobs.entrypoint" in seen

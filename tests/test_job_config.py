@@ -11,10 +11,10 @@ import pytest
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
 
 from ray_jobs import incremental
-from ray_jobs import io as jio
 from ray_jobs.config import ConfigError, S3Config, load_config, metric_params, parse_config
 from ray_jobs.job import layout
 from ray_jobs.score_corpus import error_rate_exceeded
+from ray_jobs.storage import clients, failures, listing, shard_checks, writes
 from scoring.errors import StorageError, UsageError
 from tests.job_support import make_rows, write_rows
 
@@ -105,8 +105,8 @@ def test_list_shards_sizes_and_md5_etags(tmp_path):
     write_rows(tmp_path / "sub" / "a.parquet", make_rows(2, 5))
     (tmp_path / "notes.txt").write_text("ignored")
     (tmp_path / ".hidden.parquet").write_bytes(b"temp file")
-    fs = jio.fsspec_filesystem(str(tmp_path), S3Config())
-    shards = jio.list_shards(str(tmp_path), fs)
+    fs = clients.fsspec_filesystem(str(tmp_path), S3Config())
+    shards = listing.list_shards(str(tmp_path), fs)
     assert [s.rel for s in shards] == ["b.parquet", "sub/a.parquet"]
     for shard in shards:
         data = open(shard.uri, "rb").read()
@@ -115,9 +115,9 @@ def test_list_shards_sizes_and_md5_etags(tmp_path):
 
 
 def _check(path, needed=("text",)):
-    fs = jio.fsspec_filesystem(str(path), S3Config())
-    info = [s for s in jio.list_shards(str(path.parent), fs) if s.uri == str(path)][0]
-    return jio.check_shard(info, fs, needed)
+    fs = clients.fsspec_filesystem(str(path), S3Config())
+    info = [s for s in listing.list_shards(str(path.parent), fs) if s.uri == str(path)][0]
+    return shard_checks.check_shard(info, fs, needed)
 
 
 def test_schema_check_accepts_good_shard(tmp_path):
@@ -155,7 +155,7 @@ def test_schema_check_names_file_and_field(tmp_path):
         bad_refs: "column 'references' has type string, expected list<string>",
     }
     for path, message in cases.items():
-        with pytest.raises(jio.BadShard) as excinfo:
+        with pytest.raises(shard_checks.BadShard) as excinfo:
             _check(path, ("text", "references"))
         assert str(path) in str(excinfo.value)
         assert message in str(excinfo.value)
@@ -192,7 +192,7 @@ def _write_part(out, label, shard, info, start, stop, digest="d1"):
     table = pa.table({"id": [f"r{i}" for i in range(start, stop)]})
     uri = lay.part_uri(str(out), label, shard.rel, lay.PartName(start, stop, shard.version))
     meta = incremental.part_metadata(shard.rel, info.etag, info.size, "sig", digest, start, stop, errors=0)
-    jio.put_atomic(jio.fsspec_filesystem(str(out), S3Config()), uri, jio.table_bytes(table, meta))
+    writes.put_atomic(clients.fsspec_filesystem(str(out), S3Config()), uri, writes.table_bytes(table, meta))
     return uri
 
 
@@ -200,8 +200,8 @@ def test_plan_keeps_committed_parts_and_schedules_only_the_gaps(tmp_path):
     from ray_jobs.job.plan import MetricInfo, Shard, plan_metric
 
     write_rows(tmp_path / "in" / "a.parquet", make_rows(0, 7))
-    fs = jio.fsspec_filesystem(str(tmp_path), S3Config())
-    (info,) = jio.list_shards(str(tmp_path / "in"), fs)
+    fs = clients.fsspec_filesystem(str(tmp_path), S3Config())
+    (info,) = listing.list_shards(str(tmp_path / "in"), fs)
     shard = Shard(info, 1000, {"id": "string", "text": "string"}, layout.input_version(info.etag, info.size))
     config = parse_config({**BASE, "input": str(tmp_path / "in"), "output": str(tmp_path / "out"), "part_rows": 100})
     metric = MetricInfo(config.metrics[0], object, {}, "sig", "d1", ("text",), ("x",))
@@ -312,9 +312,9 @@ def test_a_metric_that_cannot_be_built_keeps_storage_and_config_faults_apart(mon
 
 def test_read_failures_say_whose_fault_they_are():
     uri = "s3://dumps/part-0.parquet"
-    assert jio.read_failure(ConnectionError("Connection reset by peer"), uri).startswith("cannot read: storage unreachable")
-    assert jio.read_failure(PermissionError(13, "Permission denied"), uri) == "cannot read: permission denied"
-    broken = jio.read_failure(pa.ArrowInvalid("Parquet magic bytes not found"), uri)
+    assert failures.read_failure(ConnectionError("Connection reset by peer"), uri).startswith("cannot read: storage unreachable")
+    assert failures.read_failure(PermissionError(13, "Permission denied"), uri) == "cannot read: permission denied"
+    broken = failures.read_failure(pa.ArrowInvalid("Parquet magic bytes not found"), uri)
     assert broken.startswith("unreadable Parquet (ArrowInvalid: Parquet magic bytes not found")
 
 

@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ray_jobs import io as jio
 from ray_jobs.config import S3Config
+from ray_jobs.storage import clients, listing, reads, shard_checks, worker_errors, writes
 from scoring.errors import InputError, StorageError
 from tests.job_support import FAKE_AWS, free_port, make_rows, write_rows
 
@@ -24,7 +24,7 @@ FAULT_AWS = {**FAKE_AWS, "CTGSCORE_S3_MAX_ATTEMPTS": "2"}
 
 
 def local_fs():
-    return jio.fsspec_filesystem("/", S3Config())
+    return clients.fsspec_filesystem("/", S3Config())
 
 
 def debris(folder: pathlib.Path) -> list[str]:
@@ -34,26 +34,26 @@ def debris(folder: pathlib.Path) -> list[str]:
 def test_full_disk_write_names_the_path_and_leaves_no_temp_file(mounted):
     disk = mounted("size=64k")
     committed = disk / "out" / "a.parquet"
-    jio.put_atomic(local_fs(), str(committed), b"old and complete")
+    writes.put_atomic(local_fs(), str(committed), b"old and complete")
     with pytest.raises(StorageError) as failure:
-        jio.put_atomic(local_fs(), str(disk / "out" / "b.parquet"), b"x" * (256 << 10))
+        writes.put_atomic(local_fs(), str(disk / "out" / "b.parquet"), b"x" * (256 << 10))
     message = str(failure.value)
     assert message == f"cannot write {disk}/out/b.parquet: no space left on device"
     assert debris(disk) == []
     assert committed.read_bytes() == b"old and complete"
     # replacing a committed file fails the same way and keeps the old bytes
     with pytest.raises(StorageError, match="no space left on device"):
-        jio.put_atomic(local_fs(), str(committed), b"y" * (256 << 10))
+        writes.put_atomic(local_fs(), str(committed), b"y" * (256 << 10))
     assert committed.read_bytes() == b"old and complete" and debris(disk) == []
 
 
 def test_read_only_output_fails_the_probe_with_its_path(mounted):
     folder = mounted("ro,size=64k")
     with pytest.raises(StorageError) as failure:
-        jio.probe_writable(local_fs(), str(folder / "scores"))
+        writes.probe_writable(local_fs(), str(folder / "scores"))
     assert str(failure.value) == f"cannot create output folder {folder}/scores: read-only file system"
     with pytest.raises(StorageError) as failure:
-        jio.probe_writable(local_fs(), str(folder))
+        writes.probe_writable(local_fs(), str(folder))
     assert str(failure.value) == f"output {folder} is not writable: read-only file system"
 
 
@@ -61,12 +61,12 @@ def test_full_disk_fails_the_probe(mounted):
     disk = mounted("size=4k")
     (disk / "filler").write_bytes(b"\0" * 4096)
     with pytest.raises(StorageError, match=f"output {disk}/out is not writable: no space left on device"):
-        jio.probe_writable(local_fs(), str(disk / "out"))
+        writes.probe_writable(local_fs(), str(disk / "out"))
     assert debris(disk) == []
 
 
 def test_probe_leaves_nothing_behind(tmp_path):
-    jio.probe_writable(local_fs(), str(tmp_path / "new" / "out"))
+    writes.probe_writable(local_fs(), str(tmp_path / "new" / "out"))
     assert (tmp_path / "new" / "out").is_dir() and list((tmp_path / "new" / "out").iterdir()) == []
 
 
@@ -82,12 +82,12 @@ def test_failure_at_any_step_of_a_write_removes_the_temp_file(tmp_path, monkeypa
             patch.setattr(os, step, fail)
             for _ in range(3):  # as a caller retrying would: still no debris
                 with pytest.raises(StorageError, match=f"cannot write {target}: Input/output error"):
-                    jio.put_atomic(local_fs(), str(target), b"new bytes")
+                    writes.put_atomic(local_fs(), str(target), b"new bytes")
         assert debris(tmp_path) == [] and target.read_bytes() == b"committed"
     with monkeypatch.context() as patch:  # not an OSError: propagates, still cleaned up
         patch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(KeyboardInterrupt()))
         with pytest.raises(KeyboardInterrupt):
-            jio.put_atomic(local_fs(), str(target), b"new bytes")
+            writes.put_atomic(local_fs(), str(target), b"new bytes")
     assert debris(tmp_path) == []
 
 
@@ -98,13 +98,13 @@ def test_clean_leftovers_removes_only_temp_files(tmp_path):
     for path in keep + junk:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"x")
-    removed = jio.clean_leftovers(local_fs(), str(out))
+    removed = writes.clean_leftovers(local_fs(), str(out))
     assert sorted(removed) == sorted(str(p) for p in junk)
     assert all(p.exists() for p in keep) and not any(p.exists() for p in junk)
-    assert jio.clean_leftovers(local_fs(), str(tmp_path / "absent")) == []
+    assert writes.clean_leftovers(local_fs(), str(tmp_path / "absent")) == []
     # a young temp file (a writer still running) is spared when asked
     (out / ".young.parquet.tmp-00000000").write_bytes(b"x")
-    assert jio.clean_leftovers(local_fs(), str(out), older_than_s=3600) == []
+    assert writes.clean_leftovers(local_fs(), str(out), older_than_s=3600) == []
 
 
 def test_truncated_shard_is_bad_not_transient_and_a_flaky_read_is_transient(tmp_path):
@@ -113,37 +113,39 @@ def test_truncated_shard_is_bad_not_transient_and_a_flaky_read_is_transient(tmp_
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
     fs = local_fs()
-    info = jio.list_shards(str(tmp_path / "in"), fs)[0]
-    with pytest.raises(jio.BadShard) as bad:
-        jio.check_shard(info, fs, ("text",))
+    info = listing.list_shards(str(tmp_path / "in"), fs)[0]
+    with pytest.raises(shard_checks.BadShard) as bad:
+        shard_checks.check_shard(info, fs, ("text",))
     assert bad.value.transient is False and str(path) in str(bad.value) and "\n" not in str(bad.value)
 
     class ResettingFs:
         def open(self, *args, **kwargs):
             raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
 
-    with pytest.raises(jio.BadShard) as flaky:
-        jio.check_shard(info, ResettingFs(), ("text",))
+    with pytest.raises(shard_checks.BadShard) as flaky:
+        shard_checks.check_shard(info, ResettingFs(), ("text",))
     assert flaky.value.transient is True and "cannot read" in flaky.value.reason
 
 
 def test_missing_local_input_is_an_input_error(tmp_path):
     with pytest.raises(InputError, match=f"input {tmp_path}/nope does not exist"):
-        jio.list_shards(str(tmp_path / "nope"), local_fs())
+        listing.list_shards(str(tmp_path / "nope"), local_fs())
 
 
 def test_unreadable_old_output_is_not_reused_but_unreachable_storage_is_an_error(tmp_path):
     broken = tmp_path / "broken.parquet"
     broken.write_bytes(b"PAR1 not really")
-    assert jio.read_footer_metadata(local_fs(), str(broken)) is None
-    assert jio.read_footer_metadata(local_fs(), str(tmp_path / "absent.parquet")) is None
+    assert reads.read_footer_metadata(local_fs(), str(broken)) is None
+    assert reads.read_footer_metadata(local_fs(), str(tmp_path / "absent.parquet")) is None
 
     class DeadFs:
         def open(self, *args, **kwargs):
             raise TimeoutError("Connect timeout on endpoint URL")
 
+        cat_file = open
+
     with pytest.raises(StorageError, match="cannot read footer of s3://b/x.parquet: storage unreachable") as failure:
-        jio.read_footer_metadata(DeadFs(), "s3://b/x.parquet")
+        reads.read_footer_metadata(DeadFs(), "s3://b/x.parquet")
     assert failure.value.transient is True
 
 
@@ -152,7 +154,7 @@ def s3(moto, monkeypatch):
     for key, value in FAULT_AWS.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    fs = jio.fsspec_filesystem("s3://x", S3Config(endpoint_url=moto))
+    fs = clients.fsspec_filesystem("s3://x", S3Config(endpoint_url=moto))
     fs.mkdir("faults-out")
     return fs
 
@@ -161,18 +163,18 @@ def s3(moto, monkeypatch):
 @pytest.mark.timeout(60)
 def test_s3_missing_bucket_is_named(s3):
     for call in (
-        lambda: jio.probe_writable(s3, "s3://no-such-bucket/scores"),
-        lambda: jio.list_shards("s3://no-such-bucket/dump", s3),
-        lambda: jio.put_atomic(s3, "s3://no-such-bucket/scores/a.parquet", b"x"),
-        lambda: jio.list_outputs(s3, "s3://no-such-bucket/scores"),
+        lambda: writes.probe_writable(s3, "s3://no-such-bucket/scores"),
+        lambda: listing.list_shards("s3://no-such-bucket/dump", s3),
+        lambda: writes.put_atomic(s3, "s3://no-such-bucket/scores/a.parquet", b"x"),
+        lambda: listing.list_outputs(s3, "s3://no-such-bucket/scores"),
     ):
         with pytest.raises(StorageError, match="bucket 'no-such-bucket' does not exist"):
             call()
-    jio.probe_writable(s3, "s3://faults-out/scores")
+    writes.probe_writable(s3, "s3://faults-out/scores")
     s3.invalidate_cache()
     assert s3.find("faults-out") == []
     with pytest.raises(InputError, match="input s3://faults-out/dump does not exist"):
-        jio.list_shards("s3://faults-out/dump", s3)
+        listing.list_shards("s3://faults-out/dump", s3)
 
 
 @pytest.mark.timeout(60)
@@ -180,9 +182,9 @@ def test_s3_dead_endpoint_is_one_line_after_bounded_retries(monkeypatch):
     for key, value in FAULT_AWS.items():
         monkeypatch.setenv(key, value)
     endpoint = f"http://127.0.0.1:{free_port()}"
-    fs = jio.fsspec_filesystem("s3://x", S3Config(endpoint_url=endpoint))
+    fs = clients.fsspec_filesystem("s3://x", S3Config(endpoint_url=endpoint))
     with pytest.raises(StorageError) as failure:
-        jio.probe_writable(fs, "s3://faults-out/scores")
+        writes.probe_writable(fs, "s3://faults-out/scores")
     message = str(failure.value)
     assert message.startswith(f"cannot use output s3://faults-out/scores: storage unreachable at {endpoint}")
     assert "\n" not in message and failure.value.transient is True
@@ -194,19 +196,19 @@ def test_no_credential_travels_inside_a_filesystem(monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     settings = S3Config(endpoint_url="http://127.0.0.1:9")
-    for fs in (jio.arrow_filesystem("s3://b/k", settings), jio.fsspec_filesystem("s3://b/k", settings)):
+    for fs in (clients.arrow_filesystem("s3://b/k", settings), clients.fsspec_filesystem("s3://b/k", settings)):
         blob = pickle.dumps(fs)
         assert secret.encode() not in blob and b"AKIAFAKEKEYID0000000" not in blob
-    arrow = jio.arrow_filesystem("s3://b/k", settings)
+    arrow = clients.arrow_filesystem("s3://b/k", settings)
     assert isinstance(arrow, pa.fs.S3FileSystem)
 
 
 def test_table_bytes_round_trip(tmp_path):
     table = pa.table({"id": ["a"], "text": ["x"]})
     target = tmp_path / "t.parquet"
-    jio.put_atomic(local_fs(), str(target), jio.table_bytes(table, {"k": "v"}))
+    writes.put_atomic(local_fs(), str(target), writes.table_bytes(table, {"k": "v"}))
     assert pq.read_table(target).to_pylist() == [{"id": "a", "text": "x"}]
-    assert jio.read_footer_metadata(local_fs(), str(target)) == (1, {"k": "v"})
+    assert reads.read_footer_metadata(local_fs(), str(target)) == (1, {"k": "v"})
 
 
 def test_error_from_worker_recovers_what_a_worker_raised():
@@ -220,13 +222,13 @@ def test_error_from_worker_recovers_what_a_worker_raised():
         "\nThe above exception was the direct cause of the following exception:\n"
         "ray.exceptions.UserCodeException: UDF failed to process a data block.\n"
     )
-    recovered = jio.error_from_worker(RayLikeError(text))
+    recovered = worker_errors.error_from_worker(RayLikeError(text))
     assert type(recovered) is StorageError and str(recovered) == "cannot write /o/m/p.parquet: no space left on device"
-    assert jio.error_from_worker(RayLikeError("ValueError: not ours\n")) is None
+    assert worker_errors.error_from_worker(RayLikeError("ValueError: not ours\n")) is None
     try:
         try:
             raise InputError("/in/a.parquet: row 3: bad")
         except InputError as inner:
             raise RuntimeError("wrapper") from inner
     except RuntimeError as outer:
-        assert str(jio.error_from_worker(outer)) == "/in/a.parquet: row 3: bad"
+        assert str(worker_errors.error_from_worker(outer)) == "/in/a.parquet: row 3: bad"

@@ -239,3 +239,57 @@ def test_bad_input_is_named_and_good_rows_come_out(ray_local, tiny_models, tmp_p
     assert_matches_in_process(metric, folder / "mismatch.parquet", tmp_path / "out" / "ctrleval", "mismatch.parquet")
     assert all(r["ctrleval_consistency"] is not None for r in shard_rows(tmp_path / "out" / "ctrleval", "good.parquet"))
     shutil.rmtree(tmp_path / "out")
+
+
+def _outputs(folder: pathlib.Path) -> dict[str, list[dict]]:
+    return {str(p.relative_to(folder)): pq.read_table(p).to_pylist() for p in sorted(folder.rglob("*.parquet"))}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_plan_trusts_the_manifest_only_where_storage_agrees(ray_local, tmp_path):
+    """The previous manifest spares footer reads, but a part deleted or overwritten behind the
+    job's back, or a shard replaced by one of the same name and size, is still detected and its
+    rows are scored again; without a manifest the footers give the same result."""
+    make_corpus(tmp_path / "in", shards=4, rows=20)
+    replaced = tmp_path / "in" / "part-00002.parquet"
+    rows = pq.read_table(replaced).to_pylist()
+    pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(replaced)), replaced, compression="none", use_dictionary=False)
+    metrics = [{"name": "text_stats"}]
+    out = tmp_path / "out" / "text_stats"
+    run_job(job(tmp_path / "in", tmp_path / "out", metrics, part_rows=10))
+    unchanged = run_job(job(tmp_path / "in", tmp_path / "out", metrics, part_rows=10))["metrics"]["text_stats"]
+    assert (unchanged["rows_scored"], unchanged["footers_read"], unchanged["parts_kept"]) == (0, 0, 8)
+    reference = _outputs(out)
+
+    # a part deleted: the manifest still lists it, the listing does not; its rows come back
+    deleted = sorted(shard_output(out, "part-00000.parquet").iterdir())[0]
+    deleted.unlink()
+    report = run_job(job(tmp_path / "in", tmp_path / "out", metrics, part_rows=10))["metrics"]["text_stats"]
+    assert (report["rows_scored"], report["footers_read"], report["rows_out"]) == (10, 0, 80)
+    assert _outputs(out) == reference
+
+    # a part overwritten (same name, fewer rows): its etag differs from the record, so its
+    # footer is read, found incomplete, and its range is written again (its 4 rows as cache)
+    overwritten = sorted(shard_output(out, "part-00001.parquet").iterdir())[1]
+    table = pq.read_table(overwritten)
+    pq.write_table(table.slice(0, 4), overwritten)
+    report = run_job(job(tmp_path / "in", tmp_path / "out", metrics, part_rows=10))["metrics"]["text_stats"]
+    assert (report["parts_written"], report["footers_read"], report["rows_out"]) == (1, 1, 80)
+    assert _outputs(out) == reference
+
+    # a shard replaced by one of the same name and size (one word split in two)
+    size = replaced.stat().st_size
+    rows[3]["text"] = rows[3]["text"][:1] + " " + rows[3]["text"][2:]
+    pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(replaced)), replaced, compression="none", use_dictionary=False)
+    assert replaced.stat().st_size == size
+    report = run_job(job(tmp_path / "in", tmp_path / "out", metrics, part_rows=10))["metrics"]["text_stats"]
+    assert (report["rows_scored"], report["rows_cached"]) == (1, 79)
+    assert_matches_in_process(build_metric("text_stats"), replaced, out, "part-00002.parquet")
+    reference = _outputs(out)
+
+    # no manifest: every part's footer is read, with the same plan and the same output
+    (tmp_path / "out" / "manifest.json").unlink()
+    report = run_job(job(tmp_path / "in", tmp_path / "out", metrics, part_rows=10))["metrics"]["text_stats"]
+    assert (report["rows_scored"], report["footers_read"], report["parts_kept"]) == (0, 8, 8)
+    assert _outputs(out) == reference

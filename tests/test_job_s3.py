@@ -117,5 +117,13 @@ def test_s3_in_s3_out(moto_endpoint, tmp_path):
         assert len(shard_parts) == 2  # the old version's parts replaced by the new ones
         got = pq.read_table(io.BytesIO(fs.cat_file(shard_parts[0]))).to_pylist()
         assert got[0]["text_stats_words"] == 3.0 and got[0]["id"] == rows[0]["id"]
+
+        # an unchanged night: planned from the manifest and one listing per prefix, no footer read
+        third = run_cli_job(config_path, temp_dir)
+        assert "160 reused" in third["stdout"] and "storage: " in third["stdout"]
+        requests = json.loads(fs.cat_file("ctg-output/scores/manifest.json"))["requests"]
+        assert requests["footers_read"] == 0 and requests["worker_part_puts"] == 0
+        assert requests["driver"]["GET"] == 1  # the previous manifest; no footer, no shard read
+        assert requests["driver"]["LIST"] == 3 and requests["driver"]["total"] <= 12  # input, output top, text_stats
     finally:
         remove_ray_dir(temp_dir)

@@ -2,7 +2,7 @@
 
 `--set key.path=value` overrides config keys (values read as YAML), `--prune` removes outputs
 whose input shard is gone, `--max-error-rate R` overrides the config's `max_error_rate`.
-`python -m ray_jobs.score_corpus --config JOB.yaml` runs this same command (for `ray job submit`).
+`python -m ray_jobs.score_corpus --config JOB.yaml` takes the same flags (for `ray job submit`; `ray_jobs.entrypoint`).
 """
 
 from __future__ import annotations
@@ -64,20 +64,13 @@ def error_reason_lines(metrics: dict) -> list[str]:
 
 def handle(args: argparse.Namespace) -> int:
     from ray_jobs import score_corpus
+    from ray_jobs.entrypoint import run_summary
 
     config = score_corpus.load_config(config_path(args), overrides=overrides(args))
     manifest = score_corpus.run_job(config)
     problems = score_corpus.error_rate_exceeded(manifest)
-    metrics = {
-        label: {key: report.get(key) for key in ("rows_in", "rows_out", "rows_scored", "rows_cached", "rows_error",
-                                                 "error_reasons")}
-        for label, report in manifest.get("metrics", {}).items()
-    }
-    summary = {"ok": not problems, "command": "run", "output": manifest.get("output") or getattr(config, "output", None),
-               "manifest": manifest.get("manifest"), "metrics": metrics, "wall_s": manifest.get("wall_s"),
-               "bad_shards": manifest.get("bad_shards", []), "errors": problems,
-               "pruned": sorted({uri for report in manifest.get("metrics", {}).values()
-                                 for uri in report.get("pruned_outputs", [])})}
+    summary = run_summary(manifest, getattr(config, "output", None), problems)
+    metrics = summary["metrics"]
     lines = [score_corpus.summary_line(manifest)]
     if common.progress_enabled(args):  # --no-progress: the summary line only
         lines += error_reason_lines(metrics)

@@ -46,14 +46,14 @@ def _check_one(uri: str, input_root: str, s3: S3Config, buckets: int):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from ray_jobs import io as jio
+    from ray_jobs.storage import clients, failures, uris
 
     empty = [pa.array([], type=pa.string())] * buckets
     try:
-        fs = jio.arrow_filesystem(input_root, s3)
-        ids = pq.read_table(jio.fs_path(uri), columns=["id"], filesystem=fs).column("id")
+        fs = clients.arrow_filesystem(input_root, s3)
+        ids = pq.read_table(uris.fs_path(uri), columns=["id"], filesystem=fs).column("id")
     except Exception as exc:  # noqa: BLE001 - any read failure names the shard
-        return (jio.read_failure(exc, uri), *empty)
+        return (failures.read_failure(exc, uri), *empty)
     ids = ids.combine_chunks()
     if pa.types.is_large_string(ids.type):
         ids = ids.cast(pa.string())

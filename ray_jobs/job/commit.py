@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ray_jobs import io as jio
 from ray_jobs.job import layout
 from ray_jobs.job.errors import JobError
 from ray_jobs.job.plan import MetricPlan
+from ray_jobs.storage import parallel, uris, writes
 
 
 @dataclass
@@ -45,6 +45,7 @@ class CommitResult:
 def commit_metric(out_fs, output: str, plan: MetricPlan, reports: list[dict], bad_uris: set[str], bad_rels: set[str], prune: bool) -> CommitResult:
     label = plan.info.spec.label
     result = CommitResult()
+    removals: list[str] = []
     new_by_rel: dict[str, list[tuple[layout.PartName, str]]] = {}
     for report in reports:
         name = layout.parse_part(report["part"].rsplit("/", 1)[-1])
@@ -54,8 +55,7 @@ def commit_metric(out_fs, output: str, plan: MetricPlan, reports: list[dict], ba
         new = new_by_rel.get(rel, [])
         if shard.info.uri in bad_uris:
             if shard_plan.superseded:
-                for _, uri in new:
-                    jio.remove(out_fs, uri)
+                removals.extend(uri for _, uri in new)
             result.kept_for_bad_shards.append(layout.shard_dir(output, label, rel))
             continue
         parts = sorted([(part, uri) for part, uri, _ in shard_plan.kept] + new)
@@ -72,18 +72,18 @@ def commit_metric(out_fs, output: str, plan: MetricPlan, reports: list[dict], ba
         chosen = {uri for _, uri in parts}
         for uri in shard_plan.superseded:
             if uri not in chosen:
-                jio.remove(out_fs, uri)
+                removals.append(uri)
                 result.replaced += 1
         result.covers.append(Cover(rel, shard.info.uri, shard.num_rows, parts, {uri for _, uri in new}))
     bad_stems = {layout.shard_stem(rel) for rel in bad_rels}
     for stem, files in sorted(plan.outside.items()):
-        folder = jio.join(layout.metric_root(output, label), stem) if stem else layout.metric_root(output, label)
+        folder = uris.join(layout.metric_root(output, label), stem) if stem else layout.metric_root(output, label)
         if stem in bad_stems:
             result.kept_for_bad_shards.append(folder)
         elif prune:
-            for uri in files:
-                jio.remove(out_fs, uri)
-                result.pruned.append(uri)
+            removals.extend(files)
+            result.pruned.extend(files)
         else:
             result.orphaned.append(folder)
+    parallel.map_bounded(lambda uri: writes.remove(out_fs, uri), removals)  # after every cover is settled
     return result

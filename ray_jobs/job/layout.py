@@ -17,7 +17,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from ray_jobs import io as jio
+from ray_jobs.storage import uris
 
 MANIFEST = "manifest.json"
 PART_PATTERN = re.compile(r"^part-(\d{10})-(\d{10})-([0-9a-f]{12})\.parquet$")
@@ -55,16 +55,16 @@ def shard_stem(rel: str) -> str:
 
 
 def metric_root(output: str, label: str) -> str:
-    return jio.join(output, label)
+    return uris.join(output, label)
 
 
 def shard_dir(output: str, label: str, rel: str) -> str:
-    return jio.join(output, label, shard_stem(rel))
+    return uris.join(output, label, shard_stem(rel))
 
 
 def part_uri(output: str, label: str, rel: str, part: PartName) -> str:
-    return jio.join(shard_dir(output, label, rel), part.filename())
+    return uris.join(shard_dir(output, label, rel), part.filename())
 
 
 def manifest_uri(output: str) -> str:
-    return jio.join(output, MANIFEST)
+    return uris.join(output, MANIFEST)

@@ -8,9 +8,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from ray_jobs import io as jio
 from ray_jobs.config import JobConfig
 from ray_jobs.job import layout
+from ray_jobs.storage import reads, uris, writes
 
 VERSION = "2"
 LAYOUT = "OUT/<label>/<shard path without .parquet>/part-<start>-<stop>-<input version>.parquet"
@@ -52,7 +52,8 @@ def build_manifest(
         "input": {
             "prefix": config.input,
             "files": [
-                {"file": s.info.uri, "size": s.info.size, "etag": s.info.etag, "rows": s.num_rows} for s in shards
+                {"file": s.info.uri, "size": s.info.size, "etag": s.info.etag, "rows": s.num_rows, "columns": s.columns}
+                for s in shards
             ],
             "rows": rows_in,
         },
@@ -63,22 +64,31 @@ def build_manifest(
     }
 
 
-def write_manifest(out_fs, config: JobConfig, manifest: dict[str, Any]) -> dict[str, Any]:
+def write_manifest(out_fs, config: JobConfig, manifest: dict[str, Any], meter=None) -> dict[str, Any]:
+    """Write the manifest last, atomically. `meter`'s counts (`requests`) include the
+    manifest's own PUT: they are what the whole run asked of storage from the driver."""
     uri = layout.manifest_uri(config.output)
-    jio.put_json_atomic(out_fs, uri, manifest)
+    if meter is not None:
+        manifest = {**manifest, "requests": _requests(manifest, meter, uris.is_s3(uri))}
+    writes.put_json_atomic(out_fs, uri, manifest)
     return {**manifest, "manifest": uri}
 
 
-def read_previous(out_fs, config: JobConfig) -> dict[str, Any] | None:
-    """The last complete run's manifest, if any (used for notes that depend on every shard)."""
-    import json
+def _requests(manifest: dict[str, Any], meter, s3: bool) -> dict[str, Any]:
+    driver = meter.report()
+    if s3:
+        driver["PUT"] += 1  # the manifest itself, sent right after this is built
+        driver["total"] += 1
+    parts_written = sum(int(report.get("parts_written") or 0) for report in manifest["metrics"].values())
+    footers = sum(int(report.get("footers_read") or 0) for report in manifest["metrics"].values())
+    return {"driver": driver, "footers_read": footers, "worker_part_puts": parts_written if s3 else 0}
 
-    uri = layout.manifest_uri(config.output)
-    try:
-        with out_fs.open(jio.fs_path(uri), "rb") as handle:
-            return json.loads(handle.read())
-    except Exception:  # noqa: BLE001 - no (readable) previous manifest: nothing carried over
-        return None
+
+def read_previous(out_fs, config: JobConfig) -> dict[str, Any] | None:
+    """The last complete run's manifest, if any: the plan trusts its record of inputs and
+    parts where the listings agree with it. Missing or unreadable: None (footers are read)."""
+    found = reads.read_json(out_fs, layout.manifest_uri(config.output))
+    return found if isinstance(found, dict) and isinstance(found.get("metrics"), dict) else None
 
 
 def error_rate_exceeded(manifest: dict[str, Any], max_error_rate: float | None = None) -> list[str]:
@@ -98,6 +108,10 @@ def error_rate_exceeded(manifest: dict[str, Any], max_error_rate: float | None =
     return messages
 
 
+def pruned_outputs(manifest: dict[str, Any]) -> list[str]:
+    return sorted({uri for report in manifest.get("metrics", {}).values() for uri in report.get("pruned_outputs", [])})
+
+
 def summary_line(manifest: dict[str, Any]) -> str:
     parts = []
     for label, report in manifest["metrics"].items():
@@ -111,13 +125,19 @@ def summary_line(manifest: dict[str, Any]) -> str:
     duplicates = manifest.get("duplicate_ids_across_shards") or {}
     if duplicates.get("count"):
         notes.append(f"{duplicates['count']} id(s) in more than one shard")
-    pruned = sorted({uri for report in manifest["metrics"].values() for uri in report.get("pruned_outputs", [])})
+    pruned = pruned_outputs(manifest)
     if pruned:
         notes.append(f"pruned {len(pruned)} output file(s) of vanished shards: " + ", ".join(pruned))
     orphaned = sorted({uri for report in manifest["metrics"].values() for uri in report.get("orphaned_outputs", [])})
     if orphaned:
         notes.append(f"{len(orphaned)} output folder(s) of vanished shards kept (prune: true removes them)")
     extra = "".join(f", {note}" for note in notes)
+    driver = (manifest.get("requests") or {}).get("driver") or {}
+    if driver.get("total"):
+        parts.append(
+            f"storage: {driver['total']} requests ({', '.join(f'{k} {v}' for k, v in driver.items() if k.isupper() and v)}), "
+            f"{driver.get('storage_wait_s', 0):.1f} s waiting"
+        )
     return (
         f"ctgscore run: {len(manifest['input']['files'])} shards{extra}; " + "; ".join(parts)
         + f"; {manifest['wall_s']:.1f} s; manifest {manifest.get('manifest')}"

@@ -1,11 +1,15 @@
-"""Stage 1 (driver): what this run has to do, from listings and Parquet footers only.
+"""Stage 1 (driver): what this run has to do, from listings, the previous manifest and the
+Parquet footers the manifest does not vouch for (`docs/job.md`, "Planning from the manifest").
 
 * `describe_metric`: build each metric once (validates its params, gives its signature);
-* `read_shards`: list the input shards and check each footer (readable, `id`/`text` present,
-  canonical column types); no rows are read here;
+* `read_shards`: list the input shards; a shard the previous manifest lists with the same
+  etag and size keeps its recorded rows and column types, every other footer is checked
+  (readable, `id`/`text` present, canonical column types), in parallel; no rows are read;
 * `plan_metric`: per metric and shard, the committed parts that can be kept, the row ranges
   (units) still to score, the earlier parts that serve as the row cache, the parts a new
-  cover will supersede, and outputs whose shard is gone or unreadable.
+  cover will supersede, and outputs whose shard is gone or unreadable. A part the manifest
+  records with the listed name, size and etag is known without a read; others' footers are
+  read in parallel.
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ray_jobs import incremental
-from ray_jobs import io as jio
 from ray_jobs.config import (
     ConfigError,
     JobConfig,
@@ -26,6 +29,7 @@ from ray_jobs.config import (
 )
 from ray_jobs.job import layout
 from ray_jobs.job.errors import JobError
+from ray_jobs.storage import listing, parallel, reads, shard_checks, worker_errors
 from scoring.errors import StorageError
 
 
@@ -43,7 +47,7 @@ class MetricInfo:
 
 @dataclass
 class Shard:
-    info: jio.ShardInfo
+    info: listing.ShardInfo
     num_rows: int
     columns: dict[str, str]
     version: str
@@ -67,6 +71,7 @@ class MetricPlan:
     info: MetricInfo
     shards: dict[str, ShardPlan] = field(default_factory=dict)  # by shard rel
     outside: dict[str, list[str]] = field(default_factory=dict)  # shard stem -> files of shards not planned
+    footers_read: int = 0  # part footers read while planning (parts the manifest did not vouch for)
 
     @property
     def pending_rows(self) -> int:
@@ -91,7 +96,7 @@ def describe_metric(config: JobConfig, spec: MetricSpec) -> MetricInfo:
         try:
             described = ray.get(task.remote(spec, cls, params, config.s3, True))
         except Exception as exc:  # noqa: BLE001 - the task's error names the metric
-            raise _build_error(spec, params, jio.error_from_worker(exc) or exc) from exc
+            raise _build_error(spec, params, worker_errors.error_from_worker(exc) or exc) from exc
     else:
         try:
             described = _describe(spec, cls, params, config.s3, False)
@@ -161,48 +166,126 @@ def _first_line(exc: BaseException) -> str:
     return lines[-1] if lines else type(exc).__name__
 
 
-def read_shards(config: JobConfig, in_fs, needed: tuple[str, ...]) -> tuple[list[Shard], list[dict[str, str]]]:
-    """Every input shard with its footer checked (no rows read). Returns (good, bad)."""
-    infos = jio.list_shards(config.input, in_fs)
+def read_shards(config: JobConfig, in_fs, needed: tuple[str, ...], previous: dict[str, Any] | None = None) -> tuple[list[Shard], list[dict[str, str]]]:
+    """Every input shard, from one listing. A shard the previous manifest lists with the same
+    etag and size takes its row count and column types from there; every other footer is
+    checked (no rows read), with bounded concurrency. Returns (good, bad)."""
+    infos = listing.list_shards(config.input, in_fs)
     if not infos:
         raise JobError(f"no *.parquet shards under {config.input}")
+    known = _known_inputs(previous)
+    to_check = [info for info in infos if (info.uri, info.etag, info.size) not in known]
+    checked = parallel.map_bounded(lambda info: _check(info, in_fs, needed), to_check)
+    results = dict(zip((info.uri for info in to_check), checked))
     shards, bad = [], []
     for info in infos:
-        try:
-            check = jio.check_shard(info, in_fs, needed, read_ids=False)
-        except jio.BadShard as exc:
-            bad.append({"file": exc.uri, "rel": info.rel, "error": exc.reason})
+        found = known.get((info.uri, info.etag, info.size)) or results[info.uri]
+        if isinstance(found, shard_checks.BadShard):
+            bad.append({"file": found.uri, "rel": info.rel, "error": found.reason})
             continue
-        shards.append(Shard(info, check.num_rows, check.columns, layout.input_version(info.etag, info.size)))
+        rows, columns = found
+        shards.append(Shard(info, rows, columns, layout.input_version(info.etag, info.size)))
     return shards, bad
 
 
-def plan_metric(out_fs, config: JobConfig, info: MetricInfo, shards: list[Shard]) -> MetricPlan:
+def _check(info, in_fs, needed) -> tuple[int, dict[str, str]] | shard_checks.BadShard:
+    try:
+        check = shard_checks.check_shard(info, in_fs, needed, read_ids=False)
+    except shard_checks.BadShard as exc:
+        return exc
+    return check.num_rows, check.columns
+
+
+def _known_inputs(previous: dict[str, Any] | None) -> dict[tuple[str, str, int], tuple[int, dict[str, str]]]:
+    """(uri, etag, size) -> (rows, columns) of the shards the previous manifest checked."""
+    files = ((previous or {}).get("input") or {}).get("files") or []
+    return {
+        (f["file"], f["etag"], int(f["size"])): (int(f["rows"]), dict(f["columns"]))
+        for f in files
+        if isinstance(f, dict) and isinstance(f.get("columns"), dict) and {"file", "etag", "size", "rows"} <= f.keys()
+    }
+
+
+def plan_metric(
+    out_fs,
+    config: JobConfig,
+    info: MetricInfo,
+    shards: list[Shard],
+    tree: dict[str, dict] | None = None,
+    previous: dict[str, Any] | None = None,
+) -> MetricPlan:
     """Per shard: keep the committed parts that cover rows from 0 on; schedule the gaps as
-    units aligned to multiples of `part_rows` (so a resumed run writes the same names)."""
+    units aligned to multiples of `part_rows` (so a resumed run writes the same names).
+
+    `tree` is one listing of the output prefix (made here when not given). A part the previous manifest records with the
+    same name, size and etag (and the shard's input etag, size and this signature digest) is
+    known without reading it; every other part's footer is read, with bounded concurrency."""
     plan = MetricPlan(info=info)
     by_stem = {layout.shard_stem(shard.rel): shard for shard in shards}
     root = layout.metric_root(config.output, info.spec.label)
-    files_by_stem: dict[str, list[str]] = {}
-    for uri in jio.list_outputs(out_fs, root):
-        stem = uri[len(root) + 1 :].rsplit("/", 1)[0] if "/" in uri[len(root) + 1 :] else ""
-        files_by_stem.setdefault(stem, []).append(uri)
+    if tree is None:
+        tree = listing.list_tree(out_fs, root)
+    files_by_stem: dict[str, list[listing.ListedFile]] = {}
+    for listed in listing.output_files(root, tree):
+        inner = listed.uri[len(root) + 1 :]
+        stem = inner.rsplit("/", 1)[0] if "/" in inner else ""
+        files_by_stem.setdefault(stem, []).append(listed)
     for stem, files in files_by_stem.items():
         if stem not in by_stem:
-            plan.outside[stem] = files
+            plan.outside[stem] = [listed.uri for listed in files]
+    recorded = manifest_parts(previous, info.spec.label)
+    footers: dict[str, reads.Footer | None] = {}
+    unknown: list[listing.ListedFile] = []
     for shard in shards:
-        plan.shards[shard.rel] = _plan_shard(out_fs, config, info, shard, files_by_stem.get(layout.shard_stem(shard.rel), []))
+        record = recorded.get(shard.rel)
+        for listed in files_by_stem.get(layout.shard_stem(shard.rel), []):
+            footer = _recorded_footer(record, listed, shard.rel, info.digest)
+            if footer is not None:
+                footers[listed.uri] = footer
+            elif layout.parse_part(listed.uri.rsplit("/", 1)[-1]) is not None:
+                unknown.append(listed)
+    read = parallel.map_bounded(lambda listed: reads.read_footer_metadata(out_fs, listed.uri, listed.size), unknown)
+    footers.update(zip((listed.uri for listed in unknown), read))
+    plan.footers_read = len(unknown)
+    for shard in shards:
+        files = [listed.uri for listed in files_by_stem.get(layout.shard_stem(shard.rel), [])]
+        plan.shards[shard.rel] = _plan_shard(config, info, shard, files, footers)
     return plan
 
 
-def _plan_shard(out_fs, config: JobConfig, info: MetricInfo, shard: Shard, files: list[str]) -> ShardPlan:
+def manifest_parts(manifest: dict[str, Any] | None, label: str) -> dict[str, dict[str, Any]]:
+    """A manifest's record of one metric's committed parts, by shard rel (empty when absent)."""
+    try:
+        records = manifest["metrics"][label]["parts"]
+    except (KeyError, TypeError):
+        return {}
+    return records if isinstance(records, dict) else {}
+
+
+def _recorded_footer(record: dict[str, Any] | None, listed, rel: str, digest: str) -> reads.Footer | None:
+    """The footer a part has, rebuilt from the manifest's record of it, when the listing shows
+    the very object the record describes (name, size, etag) and the signature is the same."""
+    if not record or record.get("digest") != digest:
+        return None
+    name = listed.uri.rsplit("/", 1)[-1]
+    part = layout.parse_part(name)
+    entry = (record.get("parts") or {}).get(name)
+    if part is None or not entry or entry.get("size") != listed.size or entry.get("etag") != listed.etag:
+        return None
+    meta = incremental.part_metadata(
+        rel, record["input_etag"], int(record["input_size"]), "", digest, part.start, part.stop, int(entry.get("errors", 0))
+    )
+    return int(entry.get("rows", -1)), meta
+
+
+def _plan_shard(config: JobConfig, info: MetricInfo, shard: Shard, files: list[str], footers: dict[str, Any]) -> ShardPlan:
     plan = ShardPlan(shard=shard)
     candidates: list[tuple[layout.PartName, str, int]] = []
     for uri in files:
         part = layout.parse_part(uri.rsplit("/", 1)[-1])
         if part is None:
             continue  # not ours: left alone
-        footer = jio.read_footer_metadata(out_fs, uri)
+        footer = footers.get(uri)
         etag, size = shard.info.etag, shard.info.size
         if part.version == shard.version and incremental.part_is_complete(footer, etag, size, info.digest, part.start, part.stop):
             candidates.append((part, uri, incremental.footer_errors(footer)))

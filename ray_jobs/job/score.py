@@ -22,6 +22,7 @@ property of the shard).
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import sys
@@ -87,14 +88,14 @@ def read_unit(batch: pa.Table, input_root: str, s3: S3Config) -> pa.Table:
     """Ray Data task: the rows of each unit in `batch`, as one IPC payload per unit."""
     import pyarrow.parquet as pq
 
-    from ray_jobs import io as jio
+    from ray_jobs.storage import clients, failures, uris
 
     payloads, errors = [], []
     for text in batch.column(UNIT).to_pylist():
         unit = json.loads(text)
         try:
-            fs = jio.arrow_filesystem(input_root, s3)
-            with fs.open_input_file(jio.fs_path(unit["uri"])) as handle:
+            fs = clients.arrow_filesystem(input_root, s3)
+            with fs.open_input_file(uris.fs_path(unit["uri"])) as handle:
                 parquet = pq.ParquetFile(handle)
                 table = _read_range(parquet, unit["start"], unit["stop"], unit["columns"])
             sink = pa.BufferOutputStream()
@@ -104,7 +105,7 @@ def read_unit(batch: pa.Table, input_root: str, s3: S3Config) -> pa.Table:
             errors.append(None)
         except Exception as exc:  # noqa: BLE001 - the shard is then handled as a bad shard
             payloads.append(b"")
-            errors.append(f"{jio.read_failure(exc, unit['uri'])} (while scoring)")
+            errors.append(f"{failures.read_failure(exc, unit['uri'])} (while scoring)")
     return pa.table(
         {
             UNIT: batch.column(UNIT),
@@ -155,8 +156,8 @@ class PartScorer:
             import torch
 
             torch.set_num_threads(torch_threads)
-        from ray_jobs import io as jio
         from ray_jobs.config import build_metric_for
+        from ray_jobs.storage import clients
 
         self.metric = build_metric_for(info.spec, info.params, info.cls, s3)
         self.signature = str(self.metric.signature())
@@ -173,7 +174,7 @@ class PartScorer:
         self.carried = [c for c in carried if c != "id"]
         self.batch_size = batch_size
         self.last = last
-        self.out_fs = jio.fsspec_filesystem(output, s3)
+        self.out_fs = clients.fsspec_filesystem(output, s3)
         self.caches: dict[str, Any] = {}
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -200,7 +201,7 @@ class PartScorer:
 
     def _score_unit(self, unit: dict[str, Any], payload: bytes) -> dict[str, Any]:
         from ray_jobs import incremental
-        from ray_jobs import io as jio
+        from ray_jobs.storage import writes
         from scoring.schema import output_table, rows_from_table
 
         table = pa.ipc.open_stream(io.BytesIO(payload)).read_all()
@@ -243,8 +244,11 @@ class PartScorer:
         metadata = incremental.part_metadata(
             unit["rel"], unit["etag"], unit["size"], self.signature, self.digest, unit["start"], unit["stop"], errors
         )
-        jio.put_atomic(self.out_fs, uri, jio.table_bytes(out, metadata))
+        data = writes.table_bytes(out, metadata)
+        writes.put_atomic(self.out_fs, uri, data)
         return {
+            "size": len(data),  # with md5, what verification checks against the output listing
+            "md5": hashlib.md5(data).hexdigest(),
             "label": self.label,
             "rel": unit["rel"],
             "start": unit["start"],
@@ -370,12 +374,12 @@ def run_units(config: JobConfig, plans: list[MetricPlan], carried: list[str]) ->
 
 
 def worker_failure(exc: BaseException) -> CtgscoreError:
-    """The ctgscore error a worker raised (a storage failure, say: `io.error_from_worker`
+    """The ctgscore error a worker raised (a storage failure, say: `worker_errors.error_from_worker`
     recovers it from Ray's wrapping), else a JobError with the last line of the worker's
     error."""
-    from ray_jobs import io as jio
+    from ray_jobs.storage import worker_errors
 
-    found = jio.error_from_worker(exc)
+    found = worker_errors.error_from_worker(exc)
     if found is not None:
         return found
     text = [line for line in str(exc).splitlines() if line.strip()]

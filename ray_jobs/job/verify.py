@@ -1,38 +1,68 @@
-"""Stage 5 (driver): rows out == rows in, from the committed parts' footers only.
+"""Stage 5 (driver): rows out == rows in, from the workers' reports and one listing of the
+output prefix; no part is read again.
 
-Parts kept from earlier runs were checked when planned; parts written this run are checked
-here: each footer must name this shard's bytes (etag, size), this metric's signature digest,
-its own row range, and hold one row per input row of that range.
+Parts kept from earlier runs were vouched for when planned (by the manifest's record of them
+or by their footers). A part written this run is accepted when its worker reported it for this
+row range (as many rows as the range), and the listing made after the commit shows an object
+of the size the worker wrote (and, on S3, the etag of the bytes it wrote: an object's ETag is
+the md5 of its bytes for a one-part PUT). The result also gives the record of every committed
+part that the manifest keeps for the next run's plan.
 """
 
 from __future__ import annotations
 
-from ray_jobs import incremental
-from ray_jobs import io as jio
+from dataclasses import dataclass, field
+from typing import Any
+
 from ray_jobs.job.commit import CommitResult
 from ray_jobs.job.errors import JobError
 from ray_jobs.job.plan import MetricPlan
+from ray_jobs.storage.listing import ListedFile
 
 
-def verify_metric(out_fs, plan: MetricPlan, committed: CommitResult) -> tuple[int, int]:
-    """Returns (rows out, error rows) over every covered shard."""
+@dataclass
+class Verified:
+    rows_out: int = 0
+    rows_error: int = 0
+    parts: dict[str, dict[str, Any]] = field(default_factory=dict)  # shard rel -> manifest record
+
+
+def verify_metric(plan: MetricPlan, committed: CommitResult, reports: list[dict], listed: dict[str, ListedFile]) -> Verified:
     label = plan.info.spec.label
-    rows_out = errors = 0
+    result = Verified()
     kept_errors = {uri: count for shard_plan in plan.shards.values() for _, uri, count in shard_plan.kept}
+    by_part = {report["part"]: report for report in reports if report.get("part")}
     for cover in committed.covers:
         shard = plan.shards[cover.rel].shard
+        record: dict[str, Any] = {
+            "input_etag": shard.info.etag, "input_size": shard.info.size, "digest": plan.info.digest, "parts": {},
+        }
         for part, uri in cover.parts:
+            found = listed.get(uri)
             if uri in cover.new:
-                footer = jio.read_footer_metadata(out_fs, uri)
-                if not incremental.part_is_complete(footer, shard.info.etag, shard.info.size, plan.info.digest, part.start, part.stop):
+                report = by_part.get(uri)
+                if report is None or found is None or not _matches(report, part.rows, found):
                     raise JobError(
                         f"metric {label}: part {uri} does not hold rows {part.start} to {part.stop} of {cover.uri} "
-                        f"for this signature (missing, unreadable or overwritten)"
+                        f"as its worker wrote them (missing or overwritten)"
                     )
-                errors += incremental.footer_errors(footer)
+                errors = int(report.get("errors", 0))
             else:
-                errors += kept_errors.get(uri, 0)
-            rows_out += part.rows
+                if found is None:
+                    raise JobError(f"metric {label}: kept part {uri} of {cover.uri} vanished during the run")
+                errors = kept_errors.get(uri, 0)
+            result.rows_error += errors
+            result.rows_out += part.rows
+            record["parts"][part.filename()] = {"rows": part.rows, "errors": errors, "size": found.size, "etag": found.etag}
         if sum(part.rows for part, _ in cover.parts) != cover.num_rows:
             raise JobError(f"metric {label}: {cover.uri}: output rows differ from its {cover.num_rows} input rows")
-    return rows_out, errors
+        result.parts[cover.rel] = record
+    return result
+
+
+def _matches(report: dict, rows: int, found: ListedFile) -> bool:
+    if report.get("rows") != rows or report.get("size") != found.size:
+        return False
+    uri_is_s3 = found.uri.startswith("s3://")
+    # a multipart upload's ETag is not an md5 of the bytes ("<md5>-<parts>"): size only then
+    return not uri_is_s3 or "-" in found.etag or report.get("md5") == found.etag

@@ -1,0 +1,129 @@
+"""Listings: the input shards and the output files under a prefix, each with its size and
+etag, from one paged LIST per prefix (no HEAD per object). A missing input raises
+`MissingInput`; an unreachable or forbidden store raises `StorageError` naming the bucket."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from ray_jobs.storage.failures import guarded
+from ray_jobs.storage.parallel import map_bounded
+from ray_jobs.storage.uris import bucket_of, fs_path, is_s3, to_uri
+from scoring.errors import InputError, StorageError
+
+
+class MissingInput(InputError, FileNotFoundError):
+    """The input folder, prefix or file does not exist."""
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    uri: str  # absolute local path or s3://bucket/key
+    rel: str  # path relative to the input prefix: names the output file
+    size: int
+    etag: str  # S3 ETag, or the md5 of a local file's bytes (what S3 reports for one-part uploads)
+
+
+@dataclass(frozen=True)
+class ListedFile:
+    uri: str
+    size: int
+    etag: str  # S3 ETag; for a local file its modification time (a rewrite changes it)
+
+
+def list_tree(fs, uri: str) -> dict[str, dict[str, Any]]:
+    """Every object under a prefix (path -> listing info), temp files included; {} when the
+    prefix holds nothing. On S3: one LIST of the prefix's top level, then each folder under
+    it (one per metric) listed in parallel, paged; a missing bucket raises `StorageError`."""
+    return guarded(uri, "list", lambda: _tree(fs, uri))
+
+
+def _tree(fs, uri: str) -> dict[str, dict[str, Any]]:
+    path = fs_path(uri).rstrip("/")
+    if not is_s3(uri):
+        return dict(fs.find(path, detail=True)) if fs.exists(path) else {}
+    fs.invalidate_cache()
+    try:
+        top = fs.ls(path, detail=True)
+    except FileNotFoundError:
+        require_bucket(fs, uri)
+        return {}
+    tree = {entry["name"]: entry for entry in top if entry.get("type") != "directory"}
+    folders = [entry["name"] for entry in top if entry.get("type") == "directory"]
+    for found in map_bounded(lambda folder: fs.find(folder, detail=True), folders):
+        tree.update(found)
+    return tree
+
+
+def require_bucket(fs, uri: str) -> None:
+    """A missing bucket is named instead of its key. A role allowed to use a prefix but not
+    to look at the bucket (403 here) is not refused: the operation that follows says whether
+    it may read or write."""
+    bucket = bucket_of(uri)
+    try:
+        fs.call_s3("head_bucket", Bucket=bucket)
+    except FileNotFoundError as exc:
+        raise StorageError(f"cannot use {uri}: bucket '{bucket}' does not exist") from exc
+    except PermissionError:
+        pass
+
+
+def _md5(fs, path: str) -> str:
+    digest = hashlib.md5()
+    with fs.open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def list_shards(uri: str, fs) -> list[ShardInfo]:
+    """Every `*.parquet` under a folder/prefix (recursive, sorted), with size and etag.
+    A single `.parquet` file is a one-shard dataset."""
+    return guarded(uri, "list input", lambda: _list_shards(uri, fs))
+
+
+def _list_shards(uri: str, fs) -> list[ShardInfo]:
+    root = fs_path(uri).rstrip("/")
+    entries = _tree(fs, uri)
+    if not entries or root in entries:
+        if is_s3(uri):
+            require_bucket(fs, uri)
+        if not fs.exists(root):
+            raise MissingInput(f"input {uri} does not exist")
+        if fs.isfile(root):
+            entries = {root: fs.info(root)}
+            root = root.rsplit("/", 1)[0]
+    shards = []
+    for path, info in sorted(entries.items()):
+        name = path.rsplit("/", 1)[-1]
+        if not name.endswith(".parquet") or name.startswith((".", "_")):
+            continue
+        rel = path[len(root) :].lstrip("/")
+        etag = str(info.get("ETag") or info.get("etag") or "").strip('"') if is_s3(uri) else ""
+        shards.append(ShardInfo(uri=to_uri(path, uri), rel=rel, size=int(info.get("size") or 0), etag=etag or _md5(fs, path)))
+    return shards
+
+
+def output_files(uri: str, tree: dict[str, dict[str, Any]]) -> list[ListedFile]:
+    """Committed output files of a listing under `uri` (temp files start with '.', so they
+    never count), sorted."""
+    prefix = fs_path(uri).rstrip("/") + "/"
+    found = []
+    for path, info in sorted(tree.items()):
+        name = path.rsplit("/", 1)[-1]
+        if path.startswith(prefix) and name.endswith(".parquet") and not name.startswith("."):
+            found.append(ListedFile(to_uri(path, uri), int(info.get("size") or 0), _stamp(info, uri)))
+    return found
+
+
+def list_outputs(fs, uri: str) -> list[ListedFile]:
+    """Committed output files under a prefix, from one listing."""
+    return output_files(uri, list_tree(fs, uri))
+
+
+def _stamp(info: dict[str, Any], uri: str) -> str:
+    if is_s3(uri):
+        return str(info.get("ETag") or info.get("etag") or "").strip('"')
+    return f"mtime:{float(info.get('mtime') or 0):.9f}"

@@ -1,0 +1,74 @@
+"""Reads: a Parquet file's footer in one ranged GET (its tail), whole Parquet files, JSON."""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ray_jobs.storage.failures import guarded, is_transient, storage_error
+from ray_jobs.storage.uris import fs_path
+
+# Parquet read through a Python file object (an fsspec handle, BytesIO) hands Arrow buffers
+# that wrap Python bytes; releasing one takes the GIL. Decoded on Arrow's thread pool, the last
+# release can happen on a pool thread after the read returned, and if the interpreter is
+# already finalising (a run that fails right after a check) that thread is killed inside a C++
+# destructor: `terminate called without an active exception`, exit code 134. Decoding on the
+# calling thread without pre-buffering keeps every such release on the caller.
+PYTHON_FILE_READS = {"use_threads": False, "pre_buffer": False}
+
+FOOTER_TAIL = 64 << 10  # bytes read from a file's end: a part's footer is a few KiB
+MAGIC = b"PAR1"
+
+Footer = tuple[int, dict[str, str]]
+
+
+def read_footer_metadata(fs, uri: str, size: int | None = None) -> Footer | None:
+    """(num_rows, key-value metadata) of a Parquet file, or None when the file is missing or
+    not valid Parquet. One ranged GET of the file's tail (a second one only for a footer over
+    64 KiB); `size` (from a listing) turns the suffix range into a plain one.
+    Unreachable storage (after retries) or a denied permission raises `StorageError`: an
+    output that cannot be read now is not the same as a bad one."""
+    try:
+        meta = _footer(fs, fs_path(uri), size)
+    except Exception as exc:  # noqa: BLE001 - an unreadable old output is simply not reused
+        if is_transient(exc) or isinstance(exc, PermissionError):
+            raise storage_error(exc, uri, "read footer of") from exc
+        return None
+    raw = meta.metadata or {}
+    return meta.num_rows, {k.decode(): v.decode() for k, v in raw.items() if not k.startswith(b"ARROW")}
+
+
+def _footer(fs, path: str, size: int | None):
+    start = max(0, size - FOOTER_TAIL) if size is not None else -FOOTER_TAIL
+    tail = fs.cat_file(path, start=start)
+    if len(tail) < 12 or tail[-4:] != MAGIC:
+        raise ValueError("not a Parquet file (no footer magic)")
+    length = struct.unpack("<I", tail[-8:-4])[0]
+    if length + 8 > len(tail):
+        tail = fs.cat_file(path)  # a footer longer than the tail: read the whole file
+        if length + 8 > len(tail):
+            raise ValueError("truncated Parquet footer")
+    return pq.read_metadata(pa.BufferReader(MAGIC + tail[-(length + 8) :]))
+
+
+def read_table(fs, uri: str, columns: list[str] | None = None) -> pa.Table:
+    """A whole Parquet file (or some columns), decoded on the calling thread."""
+
+    def run() -> pa.Table:
+        with fs.open(fs_path(uri), "rb") as handle:
+            return pq.read_table(io.BytesIO(handle.read()), columns=columns, **PYTHON_FILE_READS)
+
+    return guarded(uri, "read", run)
+
+
+def read_json(fs, uri: str) -> Any | None:
+    """A JSON object, or None when it is missing or unreadable."""
+    try:
+        return json.loads(fs.cat_file(fs_path(uri)))
+    except Exception:  # noqa: BLE001 - absent or unreadable: the caller falls back
+        return None

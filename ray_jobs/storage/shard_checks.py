@@ -1,0 +1,78 @@
+"""The footer check of one input shard, before any work starts (no rows read unless
+`read_ids`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow.parquet as pq
+
+from ray_jobs.storage.failures import is_transient, read_failure
+from ray_jobs.storage.listing import ShardInfo
+from ray_jobs.storage.reads import PYTHON_FILE_READS
+from ray_jobs.storage.uris import fs_path
+from scoring.schema import REQUIRED_COLUMNS, carried_columns, expected_input_type
+
+
+class BadShard(ValueError):
+    """A shard that cannot be used: unreadable, truncated, wrong column type, bad ids.
+    `transient` is True when storage failed (after retries) rather than the file itself:
+    the shard may be fine on the next run, so its committed output must be kept."""
+
+    def __init__(self, uri: str, reason: str, transient: bool = False):
+        super().__init__(f"{uri}: {reason}")
+        self.uri = uri
+        self.reason = reason
+        self.transient = transient
+
+
+@dataclass
+class ShardCheck:
+    info: ShardInfo
+    num_rows: int
+    columns: dict[str, str]  # column -> arrow type string
+    ids: list[str] = field(default_factory=list)
+
+
+def check_shard(info: ShardInfo, fs, needed: tuple[str, ...], read_ids: bool = True) -> ShardCheck:
+    """Schema check of one shard before any work starts: the footer must be readable, `id`
+    and `text` present, every column the job reads or carries (`needed`, `dataset`, `system`,
+    `doc_id`, `human_*`) must have its canonical type, and ids
+    must be non-null and unique within the shard. Raises `BadShard` naming file and field
+    (`transient=True` when storage, not the file, failed after retries)."""
+    path = fs_path(info.uri)
+    try:
+        with fs.open(path, "rb") as handle:
+            parquet = pq.ParquetFile(handle, pre_buffer=PYTHON_FILE_READS["pre_buffer"])
+            schema = parquet.schema_arrow
+            num_rows = parquet.metadata.num_rows
+            columns = {name: str(schema.field(name).type) for name in schema.names}
+            for column in REQUIRED_COLUMNS:
+                if column not in columns:
+                    raise BadShard(info.uri, f"missing required column '{column}' (has: {', '.join(schema.names)})")
+            carried = [c for c in carried_columns(columns) if c != "id"]
+            for column in dict.fromkeys([*needed, *carried]):
+                if column in columns:
+                    expected = expected_input_type(column, schema.field(column).type)
+                    if expected is not None:
+                        raise BadShard(
+                            info.uri, f"column '{column}' has type {schema.field(column).type}, expected {expected}"
+                        )
+            ids: list[str] = []
+            if read_ids:
+                id_column = parquet.read(columns=["id"], use_threads=PYTHON_FILE_READS["use_threads"]).column("id")
+                if id_column.null_count:
+                    row = id_column.to_pylist().index(None)
+                    raise BadShard(info.uri, f"row {row}: null field 'id' (every row needs an id)")
+                ids = id_column.to_pylist()
+                if len(set(ids)) != len(ids):
+                    seen: dict[str, int] = {}
+                    for row, value in enumerate(ids):
+                        if value in seen:
+                            raise BadShard(info.uri, f"rows {seen[value]} and {row}: duplicate id {value!r}")
+                        seen[value] = row
+    except BadShard:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any read failure names the shard
+        raise BadShard(info.uri, read_failure(exc, info.uri), transient=is_transient(exc)) from exc
+    return ShardCheck(info=info, num_rows=num_rows, columns=columns, ids=ids)

@@ -1,0 +1,122 @@
+"""Writes under an output prefix: whole objects atomically (readers see the old file or the
+new one, never a part), the write probe before any scoring, removal of temp files that
+crashed runs left, and removal of superseded outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import time
+import uuid
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ray_jobs.storage.failures import guarded, storage_error
+from ray_jobs.storage.listing import list_tree, require_bucket
+from ray_jobs.storage.uris import fs_path, is_s3, join, to_uri
+from scoring.errors import StorageError
+
+TEMP_MARKER = ".tmp-"  # temp objects are named `.<name>.tmp-<hex>`: hidden, never an output
+PROBE_NAME = ".ctgscore-probe"
+_TEMP_NAME = re.compile(r"^\..+\.tmp-[0-9a-z]+$")
+
+
+def table_bytes(table: pa.Table, metadata: dict[str, str] | None = None) -> bytes:
+    if metadata:
+        existing = table.schema.metadata or {}
+        table = table.replace_schema_metadata({**existing, **{k.encode(): v.encode() for k, v in metadata.items()}})
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
+
+
+def temp_name(name: str) -> str:
+    """The hidden temp name a file is written under before it is renamed into place."""
+    return f".{name}{TEMP_MARKER}{uuid.uuid4().hex[:8]}"
+
+
+def is_temp_name(name: str) -> bool:
+    return bool(_TEMP_NAME.match(name))
+
+
+def put_atomic(fs, uri: str, data: bytes) -> None:
+    """Write a whole object so readers see the old file or the new one, never a part:
+    local files go through a temp file + `os.replace` (the temp file is removed on any
+    failure); an S3 PUT is atomic by itself. Failures raise `StorageError` naming the path."""
+    if is_s3(uri):
+        guarded(uri, "write", lambda: fs.pipe_file(fs_path(uri), data))
+        return
+    target = pathlib.Path(fs_path(uri))
+    temp = target.with_name(temp_name(target.name))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(temp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, target)
+    except BaseException as exc:
+        try:
+            temp.unlink()
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            raise storage_error(exc, uri, "write") from exc
+        raise
+
+
+def put_json_atomic(fs, uri: str, value: Any) -> None:
+    put_atomic(fs, uri, (json.dumps(value, indent=2, sort_keys=True, default=str) + "\n").encode())
+
+
+def probe_writable(fs, uri: str) -> None:
+    """Before any scoring: create and delete a small probe object under the output prefix
+    (creating the local folder if needed). Raises `StorageError` naming the path or bucket:
+    missing bucket, read-only or full file system, permission denied, unreachable endpoint."""
+    probe = join(uri, temp_name(PROBE_NAME.lstrip(".")))
+    if is_s3(uri):
+        guarded(uri, "use output", lambda: require_bucket(fs, uri))
+    else:
+        guarded(uri, "create output folder", lambda: pathlib.Path(fs_path(uri)).mkdir(parents=True, exist_ok=True))
+    try:
+        put_atomic(fs, probe, b"ctgscore write probe\n")
+    except StorageError as exc:
+        raise StorageError(str(exc).replace(f"cannot write {probe}", f"output {uri} is not writable")) from exc
+    guarded(probe, "remove write probe", lambda: fs.rm(fs_path(probe)))
+
+
+def clean_leftovers(fs, uri: str, older_than_s: float = 0.0, tree: dict[str, dict[str, Any]] | None = None) -> list[str]:
+    """Remove temp files (`.<name>.tmp-<hex>`, write probes included) that crashed runs left
+    under an output prefix; returns the removed URIs. `older_than_s` spares younger ones
+    (for stores shared with a writer that is still running). `tree`: a listing of the prefix
+    already made (`listing.list_tree`), else one is made."""
+    tree = list_tree(fs, uri) if tree is None else tree
+
+    def run() -> list[str]:
+        removed = []
+        now = time.time()
+        for item, info in sorted(tree.items()):
+            if not is_temp_name(item.rsplit("/", 1)[-1]):
+                continue
+            if older_than_s and now - _mtime(info, now) < older_than_s:
+                continue
+            fs.rm(item)
+            removed.append(to_uri(item, uri))
+        return removed
+
+    return guarded(uri, "clean temp files under", run)
+
+
+def _mtime(info: dict, default: float) -> float:
+    value = info.get("mtime") or info.get("LastModified") or info.get("created")
+    if value is None:
+        return default
+    return value.timestamp() if hasattr(value, "timestamp") else float(value)
+
+
+def remove(fs, uri: str) -> None:
+    guarded(uri, "remove", lambda: fs.rm(fs_path(uri)))
