@@ -115,16 +115,6 @@ def test_meta_report_matches_scipy(tmp_path):
     assert found[0]["value"] == pytest.approx(stats.spearmanr(m1, human).statistic, abs=1e-12)
 
 
-def test_meta_job_entry_point_delegates(tmp_path):
-    path = tmp_path / "scores.parquet"
-    pq.write_table(pa.table({"id": ["a", "b", "c", "d"], "human_x": [1.0, 2.0, 3.0, 4.0],
-                             "m": [1.0, 3.0, 2.0, 4.0]}), path)
-    proc = run_cli(["--scores", path, "--output", tmp_path / "r", "--tasks", "0", "--resamples", "0"],
-                   module="ray_jobs.meta_eval")
-    assert proc.returncode == 0, proc.stderr
-    assert (tmp_path / "r" / "results.json").exists()
-
-
 def test_splits_writes_json(tmp_path):
     out = tmp_path / "splits.json"
     aspects = {"sentiment": ["Pos", "Neg"], "tense": ["Past", "Present"], "topic": ["a", "b"]}
