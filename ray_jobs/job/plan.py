@@ -23,6 +23,7 @@ from ray_jobs.config import (
     build_metric_for,
     metric_class_for,
     metric_params,
+    metric_pool,
 )
 from ray_jobs.job import layout
 from ray_jobs.job.errors import JobError
@@ -84,10 +85,11 @@ def describe_metric(config: JobConfig, spec: MetricSpec) -> MetricInfo:
     params = metric_params(config, spec)
     cls = metric_class_for(spec)
     _check_params(spec, params)
-    if config.pool.num_gpus:
+    pool = metric_pool(config, spec)
+    if pool.num_gpus:
         import ray
 
-        task = ray.remote(num_cpus=config.pool.num_cpus, num_gpus=config.pool.num_gpus, max_retries=0)(_describe)
+        task = ray.remote(num_cpus=pool.num_cpus, num_gpus=pool.num_gpus, max_retries=0)(_describe)
         try:
             described = ray.get(task.remote(spec, cls, params, config.s3, True))
         except Exception as exc:  # noqa: BLE001 - the task's error names the metric

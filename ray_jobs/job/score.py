@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sys
 import time
 import warnings
@@ -32,11 +33,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from ray_jobs.config import JobConfig, S3Config
+from ray_jobs.config import JobConfig, S3Config, metric_pool
 from ray_jobs.job import layout
 from ray_jobs.job.errors import JobError
-from ray_jobs.job.plan import MetricInfo, MetricPlan
-from scoring.errors import CtgscoreError
+from ray_jobs.job.plan import MetricInfo, MetricPlan, _device_of
+from scoring.errors import CtgscoreError, is_accelerator_error
 
 PAYLOAD = "_payload"
 REPORTS = "_reports"
@@ -137,6 +138,19 @@ def _one_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+ACCELERATOR_EXIT = 70
+
+
+def end_actor(label: str, unit: dict[str, Any], exc: BaseException) -> None:
+    """After an accelerator error every later CUDA call of this process fails: nothing of
+    the unit is written, the process exits, Ray restarts the actor (`pool.max_restarts`) and
+    retries the unit on it (`pool.max_task_retries`). Never a committed row error."""
+    print(f"ctgscore: metric {label}: accelerator error while scoring {unit['rel']} rows {unit['start']}-{unit['stop']} "
+          f"({type(exc).__name__}: {_one_line(exc)}); ending this actor so Ray restarts it and retries the unit",
+          file=sys.stderr, flush=True)
+    os._exit(ACCELERATOR_EXIT)
+
+
 class PartScorer:
     """Ray Data callable class for one metric: scores the units that need it and writes its
     parts; passes every unit on (without the payload after the last metric)."""
@@ -171,7 +185,9 @@ class PartScorer:
         self.output_columns = tuple(info.output_columns)
         self.output = output
         self.carried = [c for c in carried if c != "id"]
-        self.batch_size = batch_size
+        # on CUDA one scoring call takes the whole unit, so the engine's length sorting, token
+        # budgets and source de-duplication see every row of it (batch_size caps CPU calls only)
+        self.batch_size = None if str(_device_of(self.metric) or "cpu").startswith("cuda") else batch_size
         self.last = last
         self.out_fs = jio.fsspec_filesystem(output, s3)
         self.caches: dict[str, Any] = {}
@@ -190,6 +206,8 @@ class PartScorer:
             except (CtgscoreError, OSError):
                 raise  # storage: retried by Ray, then fails the job with its message
             except Exception as exc:  # noqa: BLE001 - outside any row: the shard counts as bad
+                if is_accelerator_error(exc):
+                    end_actor(self.label, unit, exc)  # does not return
                 report = {"label": self.label, "rel": unit["rel"], "uri": unit["uri"], "start": unit["start"],
                           "stop": unit["stop"], "rows": 0, "failed": f"scoring failed ({type(exc).__name__}: {_one_line(exc)})"}
             reports[index] = json.dumps(json.loads(reports[index]) + [report])
@@ -222,8 +240,9 @@ class PartScorer:
                 cached += 1
             else:
                 todo.append(index)
-        for begin in range(0, len(todo), self.batch_size):
-            chunk = todo[begin : begin + self.batch_size]
+        step = self.batch_size or max(len(todo), 1)
+        for begin in range(0, len(todo), step):
+            chunk = todo[begin : begin + step]
             for index, result in zip(chunk, self.metric.score_rows([rows[i] for i in chunk])):
                 results[index] = result
         carried = {c: [row.get(c) for row in rows] for c in self.carried}
@@ -309,13 +328,13 @@ def run_units(config: JobConfig, plans: list[MetricPlan], carried: list[str]) ->
     if not units:
         result["ended"] = time.perf_counter()
         return result
-    pool = config.pool
     ds = ray.data.from_items(units, override_num_blocks=len(units))
     ds = ds.map_batches(
         read_unit, batch_size=1, batch_format="pyarrow", fn_kwargs={"input_root": config.input, "s3": config.s3},
-        num_cpus=min(1.0, pool.num_cpus or 0.5),
+        num_cpus=min(1.0, config.pool.num_cpus or 0.5),
     )
     for position, plan in enumerate(active):
+        pool = metric_pool(config, plan.info.spec)
         with warnings.catch_warnings():
             # max_restarts/max_task_retries have no named parameter; Ray Data documents passing
             # them as extra kwargs, which warns about `ray_remote_args`
