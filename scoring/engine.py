@@ -405,14 +405,15 @@ class OutputHead:
         logit[label] - logsumexp(logits), in float32 (logsumexp as max + log(sum(exp(logits -
         max))), in place on the chunk). The real positions are indexed from the host-side
         lengths, so the loop bounds never wait for the device."""
-        owner_list = [row for row, length in enumerate(lengths) for _ in range(length)]
-        column_list = [column for length in lengths for column in range(length)]
-        owners = _to_device(torch.as_tensor(owner_list), hidden.device)
-        columns = _to_device(torch.as_tensor(column_list), hidden.device)
+        counts = torch.as_tensor(list(lengths))
+        total = int(sum(lengths))
+        owner_index = torch.repeat_interleave(torch.arange(len(lengths)), counts)
+        column_index = torch.arange(total) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+        owners, columns = _to_device(owner_index, hidden.device), _to_device(column_index, hidden.device)
         states, targets = hidden[owners, columns], labels[owners, columns]
-        token_logprobs = torch.empty(len(owner_list), dtype=torch.float32, device=hidden.device)
+        token_logprobs = torch.empty(total, dtype=torch.float32, device=hidden.device)
         weight, bias = self.vocabulary_major_weight(), self.bias()
-        for start in range(0, len(owner_list), self.positions_per_chunk):
+        for start in range(0, total, self.positions_per_chunk):
             stop = start + self.positions_per_chunk
             logits = self._logits(states[start:stop], weight)
             if bias is not None:

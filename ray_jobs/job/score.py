@@ -26,6 +26,7 @@ import io
 import json
 import os
 import sys
+import threading
 import time
 import warnings
 from collections import Counter
@@ -191,6 +192,10 @@ class PartScorer:
         self.last = last
         self.out_fs = jio.fsspec_filesystem(output, s3)
         self.caches: dict[str, Any] = {}
+        # GPU pools run two units at once in an actor (`overlap`): the device is used by one
+        # at a time, while the other decodes rows, builds, compresses and writes its part
+        self.device_lock = threading.Lock()
+        self.cache_lock = threading.Lock()
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         reports = batch.column(REPORTS).to_pylist()
@@ -225,7 +230,8 @@ class PartScorer:
         wanted = [c for c in table.column_names if c == "id" or c in self.read_columns or c in self.carried]
         rows, decode_errors = rows_from_table(table.select(wanted))
         ids = [row.get("id") for row in rows]
-        cache = self._cache(unit)
+        with self.cache_lock:
+            cache = self._cache(unit)
         keys = [self.metric.row_key(row) for row in rows]
         results: list[dict[str, Any] | None] = [None] * len(rows)
         todo = []
@@ -241,10 +247,11 @@ class PartScorer:
             else:
                 todo.append(index)
         step = self.batch_size or max(len(todo), 1)
-        for begin in range(0, len(todo), step):
-            chunk = todo[begin : begin + step]
-            for index, result in zip(chunk, self.metric.score_rows([rows[i] for i in chunk])):
-                results[index] = result
+        with self.device_lock:
+            for begin in range(0, len(todo), step):
+                chunk = todo[begin : begin + step]
+                for index, result in zip(chunk, self.metric.score_rows([rows[i] for i in chunk])):
+                    results[index] = result
         carried = {c: [row.get(c) for row in rows] for c in self.carried}
         out = output_table(ids, results, self.output_columns, self.signature, keys, carried)
         reasons: Counter = Counter()
@@ -314,11 +321,23 @@ class Progress:
             bar.close()
 
 
+def actor_pool(pool) -> Any:
+    """The actor pool of one metric. A GPU pool runs two calls per actor in threads (the
+    writer beside the GPU work: one unit's decode, part building, compression and PUT overlap
+    the other's forwards; `PartScorer.device_lock` keeps the device to one of them); a CPU
+    pool one call per actor, as its CPUs are all busy scoring."""
+    from ray.data import ActorPoolStrategy
+
+    if not pool.num_gpus:
+        return ActorPoolStrategy(min_size=pool.min_size, max_size=pool.max_size)
+    return ActorPoolStrategy(min_size=pool.min_size, max_size=pool.max_size, max_tasks_in_flight_per_actor=4,
+                             max_concurrent_calls_per_actor=2, enable_true_multi_threading=True)
+
+
 def run_units(config: JobConfig, plans: list[MetricPlan], carried: list[str]) -> dict[str, Any]:
     """Run the pipeline over every unit some metric needs. Returns per-label reports, the
     shards that failed while scoring ({uri: reason}), and timing for the steady-state rate."""
     import ray.data
-    from ray.data import ActorPoolStrategy
 
     active = [plan for plan in plans if plan.pending_rows or any(p.units for p in plan.shards.values())]
     read_columns = {plan.info.spec.label: plan.info.read_columns for plan in active}
@@ -352,7 +371,7 @@ def run_units(config: JobConfig, plans: list[MetricPlan], carried: list[str]) ->
                 },
                 batch_size=1,
                 batch_format="pyarrow",
-                compute=ActorPoolStrategy(min_size=pool.min_size, max_size=pool.max_size),
+                compute=actor_pool(pool),
                 num_cpus=pool.num_cpus,
                 num_gpus=pool.num_gpus or None,
                 max_restarts=pool.max_restarts,
