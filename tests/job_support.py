@@ -122,16 +122,17 @@ class SlowLengthMetric(RowMetric):
         self.delay = delay
         self.salt = salt
         if pid_dir:  # one file per scoring process: its Ray node id and GPU ids (empty outside Ray)
-            node, gpus = "", []
+            node, gpus, actor = "", [], ""
             try:
                 import ray
 
                 if ray.is_initialized():
-                    node, gpus = ray.get_runtime_context().get_node_id(), ray.get_gpu_ids()
+                    context = ray.get_runtime_context()
+                    node, gpus, actor = context.get_node_id(), ray.get_gpu_ids(), context.get_actor_id() or ""
             except Exception:  # noqa: BLE001 - outside a Ray worker
                 pass
             pathlib.Path(pid_dir).mkdir(parents=True, exist_ok=True)
-            (pathlib.Path(pid_dir) / str(os.getpid())).write_text(f"{node}\n{','.join(str(g) for g in gpus)}")
+            (pathlib.Path(pid_dir) / str(os.getpid())).write_text(f"{node}\n{','.join(str(g) for g in gpus)}\n{actor}")
 
     def signature(self) -> Signature:
         return Signature(self.name, "1", {"salt": self.salt})
@@ -373,6 +374,7 @@ def run_job_watching_nodes(config_path: str, address: str) -> None:
             done.wait(0.5)
 
     print("GPU_NODES_BEFORE", len([n for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU")]), flush=True)
+    print("JOB_START", time.time(), flush=True)
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
     try:

@@ -66,10 +66,10 @@ def test_gpu_pool_runs_only_on_the_gpu_node(tiny_models, tmp_path):
     # every process that built the GPU stand-in (describe task, scoring actors) ran on the GPU
     # node holding one GPU; the CPU-pool actors hold none (wherever Ray placed them)
     gpu_side = [p.read_text().split("\n") for p in gpu_pids.iterdir()]
-    assert len(gpu_side) >= 2 and {node for node, _ in gpu_side} == {nodes["gpu"]}
-    assert all(len(gpus.split(",")) == 1 and gpus for _, gpus in gpu_side)
+    assert len(gpu_side) >= 2 and {node for node, _, _ in gpu_side} == {nodes["gpu"]}
+    assert all(len(gpus.split(",")) == 1 and gpus for _, gpus, _ in gpu_side)
     cpu_side = [p.read_text().split("\n") for p in cpu_pids.iterdir()]
-    assert len(cpu_side) >= 2 and all(gpus == "" for _, gpus in cpu_side)
+    assert len(cpu_side) >= 2 and all(gpus == "" for _, gpus, _ in cpu_side)
     line = output.split("CUDA_ERROR ", 1)[1].splitlines()[0]
     assert line.startswith("ConfigError 2 ") and "device 'cuda' requested but CUDA is not available" in line
 

@@ -379,6 +379,7 @@ def run_units(config: JobConfig, plans: list[MetricPlan], carried: list[str]) ->
             )
     totals = {plan.info.spec.label: plan.pending_rows for plan in active}
     progress = Progress(totals, config.progress)
+    requested = request_gpu_pools([metric_pool(config, plan.info.spec) for plan in active])
     try:
         for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
             now = time.perf_counter()
@@ -403,8 +404,38 @@ def run_units(config: JobConfig, plans: list[MetricPlan], carried: list[str]) ->
         raise worker_failure(exc) from exc
     finally:
         progress.close()
+        if requested:
+            release_requests()
     result["ended"] = time.perf_counter()
     return result
+
+
+def request_gpu_pools(pools: list) -> bool:
+    """Ask the cluster autoscaler up front for every GPU actor the pools may run
+    (`max_size` bundles each). Ray Data grows an actor pool only onto resources the cluster
+    already has, and the autoscaler adds nodes only for pending demand, so a GPU pool on nodes
+    scaled from zero otherwise stays at its first replica (ray-project/ray#59144). Without an
+    autoscaler the request is a no-op."""
+    bundles = [{"CPU": pool.num_cpus, "GPU": pool.num_gpus} for pool in pools if pool.num_gpus for _ in range(pool.max_size)]
+    if not bundles:
+        return False
+    try:
+        from ray.autoscaler.sdk import request_resources
+
+        request_resources(bundles=bundles)
+    except Exception:  # noqa: BLE001 - best effort: the pools still run at their own pace
+        return False
+    return True
+
+
+def release_requests() -> None:
+    """Withdraw the up-front request, so idle GPU nodes go after the idle timeout."""
+    try:
+        from ray.autoscaler.sdk import request_resources
+
+        request_resources(bundles=[])
+    except Exception:  # noqa: BLE001 - best effort
+        pass
 
 
 def worker_failure(exc: BaseException) -> CtgscoreError:
