@@ -26,6 +26,7 @@ the metrics.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from typing import Callable, Sequence, TypeVar
 
@@ -99,13 +100,11 @@ def budget_batches(lengths: Sequence[int], order: Sequence[int], token_budget: i
 def _pad(sequences: Sequence[Sequence[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded ids and mask, built on the host (pinned for CUDA) and copied without
     waiting for the device."""
-    width = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for row, sequence in enumerate(sequences):
-        ids[row, : len(sequence)] = torch.as_tensor(list(sequence), dtype=torch.long)
-        mask[row, : len(sequence)] = 1
-    return _to_device(ids, device), _to_device(mask, device)
+    lengths = torch.as_tensor([len(s) for s in sequences])
+    real = torch.arange(int(lengths.max()))[None, :] < lengths[:, None]
+    ids = torch.full(real.shape, pad_id, dtype=torch.long)
+    ids[real] = torch.as_tensor(list(itertools.chain.from_iterable(sequences)), dtype=torch.long)  # one copy per batch
+    return _to_device(ids, device), _to_device(real.long(), device)
 
 
 def _to_device(tensor: torch.Tensor, device) -> torch.Tensor:
