@@ -18,6 +18,11 @@ driver is one small JSON report per unit and metric (rows, scored, reused, error
 examples), never rows. A unit whose file cannot be read is reported as such (its shard then
 counts as bad); a part that cannot be written fails the job (storage errors are not a
 property of the shard).
+
+Each metric has its own pool (`metrics[].pool` over the job's `pool`). A GPU pool runs two
+units per actor in threads, one on the device at a time (`actor_pool`), scores a whole unit
+per call, and is requested from the autoscaler up front (`request_gpu_pools`). An accelerator
+error ends the actor (`end_actor`): Ray restarts it and retries the unit.
 """
 
 from __future__ import annotations
@@ -192,7 +197,7 @@ class PartScorer:
         self.last = last
         self.out_fs = jio.fsspec_filesystem(output, s3)
         self.caches: dict[str, Any] = {}
-        # GPU pools run two units at once in an actor (`overlap`): the device is used by one
+        # GPU pools run two units at once in an actor (`actor_pool`): the device is used by one
         # at a time, while the other decodes rows, builds, compresses and writes its part
         self.device_lock = threading.Lock()
         self.cache_lock = threading.Lock()
