@@ -33,6 +33,7 @@ from __future__ import annotations
 import inspect
 import pathlib
 import re
+import types
 import typing
 from typing import Any, Literal
 
@@ -41,7 +42,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from scoring.errors import UsageError
 
 LABEL_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
-DTYPES = ("float32", "float16", "bfloat16")
 
 
 class ConfigError(UsageError):
@@ -170,8 +170,10 @@ def _field_at(loc: tuple):
 
 
 def _strip_optional(annotation):
+    """`X` for `X | None`, else the annotation itself."""
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    return args[0] if typing.get_origin(annotation) in (typing.Union, getattr(__import__("types"), "UnionType", None)) and len(args) == 1 else annotation
+    is_union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    return args[0] if is_union and len(args) == 1 else annotation
 
 
 def _expected(annotation) -> str:

@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Any
 
-from ray_jobs.config import ConfigError, JobConfig, load_config
+from ray_jobs.config import ConfigError, JobConfig, load_config, metric_pool
 from ray_jobs.job import check as check_stage
 from ray_jobs.job import layout
 from ray_jobs.job.commit import commit_metric
@@ -56,7 +56,7 @@ def run_job(config: JobConfig) -> dict[str, Any]:
 def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
     started_at = dt.datetime.now(dt.timezone.utc)
     t0 = time.perf_counter()
-    if config.pool.num_gpus:
+    if any(metric_pool(config, spec).num_gpus for spec in config.metrics):
         session.ensure()  # the metric is described on a GPU worker
         _check_local_gpus(config, session)
     infos = [describe_metric(config, spec) for spec in config.metrics]
@@ -240,8 +240,9 @@ def _check_local_gpus(config: JobConfig, session: RaySession) -> None:
         import ray
 
         gpus = ray.cluster_resources().get("GPU", 0)
-        if gpus < config.pool.num_gpus:  # a local Ray has no autoscaler: it would wait forever
-            raise ConfigError(f"'pool.num_gpus' is {config.pool.num_gpus} but this local Ray has {gpus:g} GPU(s)")
+        wanted = max(metric_pool(config, spec).num_gpus for spec in config.metrics)
+        if gpus < wanted:  # a local Ray has no autoscaler: it would wait forever
+            raise ConfigError(f"'pool.num_gpus' is {wanted:g} but this local Ray has {gpus:g} GPU(s)")
 
 
 def _check_pool_fits(config: JobConfig, session: RaySession) -> None:
@@ -252,7 +253,7 @@ def _check_pool_fits(config: JobConfig, session: RaySession) -> None:
     import ray
 
     cpus = ray.cluster_resources().get("CPU", 0)
-    needed = config.pool.min_size * config.pool.num_cpus * len(config.metrics)
+    needed = sum(metric_pool(config, spec).min_size * metric_pool(config, spec).num_cpus for spec in config.metrics)
     if cpus and needed > cpus - 0.5:
         raise ConfigError(
             f"pool.min_size x pool.num_cpus x {len(config.metrics)} metric(s) = {needed:g} CPUs leaves less than half "

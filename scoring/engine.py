@@ -11,7 +11,14 @@ Speed and safety, in one place:
 - `torch.inference_mode`; log-softmax in float32 whatever the model dtype;
 - on out-of-memory a batch is split in half and retried; a single item that still does not
   fit raises (never a silent exit, unlike the original BARTScore);
-- `stats` counts forward passes, so tests and benchmarks can check the sharing.
+- `stats` counts forward passes, so tests and benchmarks can check the sharing;
+- on CUDA: pinned host buffers copied with `non_blocking`, no host syncs inside the decoder
+  and output-layer loops (index tensors are built on the host from known lengths), results
+  kept on the device until the end of a call, the decode layout with the fewest forwards,
+  device-sized output-layer chunks with float32 accumulation, TF32 for float32 models.
+  On CPU the numbers and the work are those of the CPU-tuned path.
+- an accelerator error (device-side assert, illegal address: the CUDA context is lost) is
+  never caught here: it ends the process (`scoring.errors.is_accelerator_error`).
 
 Token ids in and out: tokenisation conventions (special tokens, truncation flags) belong to
 the metrics.
@@ -19,6 +26,7 @@ the metrics.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from typing import Callable, Sequence, TypeVar
 
@@ -43,21 +51,30 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 
 def run_splitting_on_oom(items: list[T], run: Callable[[list[T]], None], on_split: Callable[[], None] | None = None) -> None:
-    """Run `run(items)`; on out-of-memory, halve the batch and retry each half."""
-    try:
-        run(items)
-    except Exception as exc:  # noqa: BLE001 - only OOM is handled; everything else re-raises
-        if not is_out_of_memory(exc):
-            raise
-        if len(items) <= 1:
-            raise RuntimeError(f"out of memory on a single item ({exc}); lower max_length or use a larger device") from exc
+    """Run `run(items)`; on out-of-memory, halve the batch and retry each half.
+
+    The retry runs after the `except` block has ended, so the failed attempt's frames (and the
+    tensors they held) are gone before the halves run; only the error's text is kept."""
+    pending = [items]
+    while pending:
+        batch = pending.pop(0)
+        failure = None
+        try:
+            run(batch)
+        except Exception as exc:  # noqa: BLE001 - only OOM is handled; everything else re-raises
+            if not is_out_of_memory(exc):
+                raise
+            failure = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        if failure is None:
+            continue
+        if len(batch) <= 1:
+            raise RuntimeError(f"out of memory on a single item ({failure}); lower max_length or use a larger device")
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         if on_split:
             on_split()
-        middle = len(items) // 2
-        run_splitting_on_oom(items[:middle], run, on_split)
-        run_splitting_on_oom(items[middle:], run, on_split)
+        middle = len(batch) // 2
+        pending[:0] = [batch[:middle], batch[middle:]]
 
 
 def budget_batches(lengths: Sequence[int], order: Sequence[int], token_budget: int, max_items: int | None = None) -> list[list[int]]:
@@ -81,13 +98,50 @@ def budget_batches(lengths: Sequence[int], order: Sequence[int], token_budget: i
 
 
 def _pad(sequences: Sequence[Sequence[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for row, sequence in enumerate(sequences):
-        ids[row, : len(sequence)] = torch.as_tensor(list(sequence), dtype=torch.long)
-        mask[row, : len(sequence)] = 1
-    return ids.to(device), mask.to(device)
+    """Right-padded ids and mask, built on the host (pinned for CUDA) and copied without
+    waiting for the device."""
+    lengths = torch.as_tensor([len(s) for s in sequences])
+    real = torch.arange(int(lengths.max()))[None, :] < lengths[:, None]
+    ids = torch.full(real.shape, pad_id, dtype=torch.long)
+    ids[real] = torch.as_tensor(list(itertools.chain.from_iterable(sequences)), dtype=torch.long)  # one copy per batch
+    return _to_device(ids, device), _to_device(real.long(), device)
+
+
+def _to_device(tensor: torch.Tensor, device) -> torch.Tensor:
+    if torch.device(device).type != "cuda":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
+def _on_cuda(device) -> bool:
+    return torch.device(device).type == "cuda"
+
+
+def refuse_float16_for(model) -> None:
+    """PEGASUS activations exceed float16's range (NaN/inf NLLs): refuse that pairing."""
+    from scoring.errors import UsageError
+
+    if getattr(model.config, "model_type", None) == "pegasus" and next(model.parameters()).dtype == torch.float16:
+        raise UsageError("dtype float16 is refused for PEGASUS: its activations overflow float16 (inf/NaN scores); "
+                         "use bfloat16 or float32")
+
+
+def enable_tf32(model) -> None:
+    """float32 models on CUDA multiply in TF32 (tensor cores); bf16/fp16 models are unaffected."""
+    if _on_cuda(next(model.parameters()).device) and next(model.parameters()).dtype == torch.float32:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+
+def _collect(pending: list[tuple[list, torch.Tensor]], store: Callable[[object, float], None]) -> None:
+    """Move the per-chunk results kept on the device to the host in one copy, then store them."""
+    if not pending:
+        return
+    values = torch.cat([tensor.double() for _, tensor in pending]).cpu().tolist()
+    keys = [key for chunk_keys, _ in pending for key in chunk_keys]
+    for key, value in zip(keys, values):
+        store(key, value)
+    pending.clear()
 
 
 def _token_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -110,7 +164,11 @@ class Seq2SeqLikelihood:
         self.max_batch_items = max_batch_items
         self.device = next(model.parameters()).device
         self.decode_token_budget = min(self.token_budget, CPU_DECODE_TOKEN_BUDGET) if self.device.type == "cpu" else self.token_budget
+        self.on_cuda = _on_cuda(self.device)
+        refuse_float16_for(model)
+        enable_tf32(model)
         self.stats: Counter = Counter()
+        self._pending: list[tuple[list, torch.Tensor]] = []
         self.head = OutputHead.for_model(model)
         # rows of one source attend to its keys/values as one query sequence (same numbers)
         self.shared_source_attention = shared_source_attention.enable(model)
@@ -130,8 +188,17 @@ class Seq2SeqLikelihood:
         results: list[list[float]] = [[float("nan")] * len(t) for t in targets]
         order = sorted((i for i in range(len(sources)) if targets[i]), key=lambda i: -len(sources[i]))
         lengths = [len(s) for s in sources]
+        self._pending = []
+
+        def store(key, value):
+            i, j = key
+            results[i][j] = value
+
         for batch in budget_batches(lengths, order, self.token_budget, self.max_batch_items):
             run_splitting_on_oom(batch, lambda b: self._score_source_batch(b, sources, targets, results), self._count_split)
+            if not self.on_cuda:
+                _collect(self._pending, store)
+        _collect(self._pending, store)
         return results
 
     def _count_split(self) -> None:
@@ -143,10 +210,11 @@ class Seq2SeqLikelihood:
         self.stats["encoder_passes"] += 1
         self.stats["encoded_sources"] += len(batch)
         cross_kv = self._cross_attention_kv(encoder_states)
+        source_lengths = [len(sources[i]) for i in batch]
         for chunk_pairs in self._decode_plan(batch, targets, encoder_states.shape[1]):
             run_splitting_on_oom(
                 chunk_pairs,
-                lambda cp: self._decode_pairs(cp, encoder_states, attention_mask, cross_kv, targets, results),
+                lambda cp: self._decode_pairs(cp, encoder_states, attention_mask, cross_kv, targets, source_lengths),
                 self._count_split,
             )
 
@@ -171,6 +239,9 @@ class Seq2SeqLikelihood:
         by_length = [[pairs[p] for p in chunk] for chunk in budget_batches(pair_lengths, pair_order, self.decode_token_budget, self.max_batch_items)]
         if len(batch) == 1 or self.layout == "by_length":
             return by_length
+        def padded_tokens(chunks):
+            return sum(len(c) * max(len(targets[i][j]) for _, i, j in c) for c in chunks)
+
         by_slot = []
         for j in range(max(len(targets[i]) for i in batch)):
             slot = [(row, i, j) for row, i in enumerate(batch) if j < len(targets[i])]
@@ -179,9 +250,10 @@ class Seq2SeqLikelihood:
 
         if self.layout == "by_slot":
             return by_slot
-
-        def padded_tokens(chunks):
-            return sum(len(c) * max(len(targets[i][j]) for _, i, j in c) for c in chunks)
+        if self.on_cuda:
+            # a forward costs a launch-bound few ms whatever its size, a key/value gather about
+            # nothing: the layout with fewer forwards wins, then the one with less padding
+            return min((by_slot, by_length), key=lambda chunks: (len(chunks), padded_tokens(chunks)))
 
         copied = sum(len(c) for c in by_length if len({row for row, _, _ in c}) > 1) * source_width
         cost_by_length = padded_tokens(by_length) + copied / self.COPY_TOKENS_PER_DECODE_TOKEN
@@ -207,15 +279,16 @@ class Seq2SeqLikelihood:
         return projected
 
     @staticmethod
-    def _cache_for(cross_kv, rows: torch.Tensor, source_length: int | None = None):
+    def _cache_for(cross_kv, rows: list[int], rows_on_device: torch.Tensor, source_length: int | None = None):
         """An encoder-decoder cache whose cross-attention layers hold the projected source
         keys/values of these rows (a view, no copy, when every row is the same source, then cut
         to `source_length`, or when the rows are a contiguous run of the source batch), marked
-        as already computed so the decoder only reads them."""
+        as already computed so the decoder only reads them. `rows` is the host list (layout
+        decisions need no device sync), `rows_on_device` the same rows for the gather."""
         from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
-        first = int(rows[0])
-        contiguous = bool((rows == torch.arange(first, first + len(rows), device=rows.device)).all())
+        first = rows[0]
+        contiguous = rows == list(range(first, first + len(rows)))
         cross = DynamicCache()
         for layer_index, (keys, values) in enumerate(cross_kv):
             if source_length is not None:  # one source: broadcast its real positions over the rows
@@ -224,7 +297,7 @@ class Seq2SeqLikelihood:
             elif contiguous:  # a slice of the cached rows: a view, no copy
                 keys, values = keys[first : first + len(rows)], values[first : first + len(rows)]
             else:
-                keys, values = keys.index_select(0, rows), values.index_select(0, rows)
+                keys, values = keys.index_select(0, rows_on_device), values.index_select(0, rows_on_device)
             cross.update(keys[:, :, :0], values[:, :, :0], layer_index)  # initialise the layer
             cross.layers[layer_index].keys, cross.layers[layer_index].values = keys, values
         cache = EncoderDecoderCache(DynamicCache(), cross)
@@ -232,22 +305,24 @@ class Seq2SeqLikelihood:
             cache.is_updated[layer_index] = True
         return cache
 
-    def _decode_pairs(self, chunk_pairs, encoder_states, attention_mask, cross_kv, targets, results) -> None:
-        rows = torch.as_tensor([row for row, _, _ in chunk_pairs], device=self.device)
+    def _decode_pairs(self, chunk_pairs, encoder_states, attention_mask, cross_kv, targets, source_lengths) -> None:
+        row_list = [row for row, _, _ in chunk_pairs]
+        rows = _to_device(torch.as_tensor(row_list), self.device)
         labels_list = [targets[i][j] for _, i, j in chunk_pairs]
         labels, label_mask = _pad(labels_list, self.pad_id, self.device)
         decoder_inputs = torch.full_like(labels, self.pad_id)
         decoder_inputs[:, 0] = self.decoder_start_id
         decoder_inputs[:, 1:] = labels[:, :-1]
         if self.head is not None:
-            if cross_kv is not None and bool((rows == rows[0]).all()):
+            if cross_kv is not None and all(row == row_list[0] for row in row_list):
                 # one source for every row: its unpadded keys/values, no mask needed (padding
                 # positions would get exactly zero attention weight anyway)
-                source_length = int(attention_mask[rows[0]].sum())
-                cache = self._cache_for(cross_kv, rows, source_length)
-                states, source_mask = encoder_states[rows[:1], :source_length].expand(len(rows), -1, -1), None
+                source_length = source_lengths[row_list[0]]
+                cache = self._cache_for(cross_kv, row_list, rows, source_length)
+                first = row_list[0]
+                states, source_mask = encoder_states[first : first + 1, :source_length].expand(len(rows), -1, -1), None
             elif cross_kv is not None:
-                cache = self._cache_for(cross_kv, rows)
+                cache = self._cache_for(cross_kv, row_list, rows)
                 states, source_mask = encoder_states[:1].expand(len(rows), -1, -1), attention_mask.index_select(0, rows)
             else:
                 cache, states, source_mask = None, encoder_states.index_select(0, rows), attention_mask.index_select(0, rows)
@@ -257,10 +332,10 @@ class Seq2SeqLikelihood:
                 # with cached cross keys/values the states only give the mask its shape
                 encoder_hidden_states=states,
                 encoder_attention_mask=source_mask,
-                past_key_values=cache,
+                cache=cache,
                 use_cache=False,
             ).last_hidden_state
-            sums = self.head.target_logprob_sums(hidden, labels, label_mask)
+            sums = self.head.target_logprob_sums(hidden, labels, [len(t) for t in labels_list])
         else:
             from transformers.modeling_outputs import BaseModelOutput
 
@@ -273,9 +348,7 @@ class Seq2SeqLikelihood:
             sums = (_token_logprobs(logits, labels) * label_mask).sum(-1)
         self.stats["decoder_passes"] += 1
         self.stats["decoded_targets"] += len(chunk_pairs)
-        mean_nll = (-(sums / label_mask.sum(-1))).double().cpu().tolist()
-        for (_, i, j), value in zip(chunk_pairs, mean_nll):
-            results[i][j] = value
+        self._pending.append(([(i, j) for _, i, j in chunk_pairs], -(sums / label_mask.sum(-1))))
 
 
 class OutputHead:
@@ -290,12 +363,18 @@ class OutputHead:
     # with 1,024 positions x 50k vocabulary (200 MiB logits plus a 200 MiB temporary per chunk)
     # the logsumexp alone took 40 % of the head's time in a CPU profile.
     CHUNK_BYTES = 24 << 20
+    # On CUDA a chunk is sized for the device: float32 logits of this many bytes per chunk
+    # (about 2,600 positions of a 50k vocabulary), so the loop is a handful of large GEMMs.
+    CUDA_CHUNK_BYTES = 512 << 20
 
     def __init__(self, model):
         self.model = model
         self._weight_key = None
         self._weight = None
-        self.positions_per_chunk = max(1, self.CHUNK_BYTES // (4 * model.get_output_embeddings().weight.shape[0]))
+        vocabulary = model.get_output_embeddings().weight.shape[0]
+        self.on_cuda = _on_cuda(model.get_output_embeddings().weight.device)
+        chunk_bytes = self.CUDA_CHUNK_BYTES if self.on_cuda else self.CHUNK_BYTES
+        self.positions_per_chunk = max(1, chunk_bytes // (4 * vocabulary))
 
     def vocabulary_major_weight(self) -> torch.Tensor:
         """(hidden, vocabulary) copy of the output embedding: it multiplies 10-15 % faster on
@@ -320,17 +399,22 @@ class OutputHead:
             return None
         return cls(model)
 
-    def target_logprob_sums(self, hidden: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Per row: sum over real positions of log p(label) = logit[label] - logsumexp(logits),
-        in float32 (logsumexp as max + log(sum(exp(logits - max))), in place on the chunk)."""
-        positions = mask.bool()
-        states, targets = hidden[positions], labels[positions]
-        owners = torch.nonzero(positions, as_tuple=True)[0]
-        token_logprobs = torch.empty(len(targets), dtype=torch.float32, device=hidden.device)
+    def target_logprob_sums(self, hidden: torch.Tensor, labels: torch.Tensor, lengths: Sequence[int]) -> torch.Tensor:
+        """Per row: sum over its first `lengths[row]` positions of log p(label) =
+        logit[label] - logsumexp(logits), in float32 (logsumexp as max + log(sum(exp(logits -
+        max))), in place on the chunk). The real positions are indexed from the host-side
+        lengths, so the loop bounds never wait for the device."""
+        counts = torch.as_tensor(list(lengths))
+        total = int(sum(lengths))
+        owner_index = torch.repeat_interleave(torch.arange(len(lengths)), counts)
+        column_index = torch.arange(total) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+        owners, columns = _to_device(owner_index, hidden.device), _to_device(column_index, hidden.device)
+        states, targets = hidden[owners, columns], labels[owners, columns]
+        token_logprobs = torch.empty(total, dtype=torch.float32, device=hidden.device)
         weight, bias = self.vocabulary_major_weight(), self.bias()
-        for start in range(0, len(targets), self.positions_per_chunk):
+        for start in range(0, total, self.positions_per_chunk):
             stop = start + self.positions_per_chunk
-            logits = (states[start:stop] @ weight).float()
+            logits = self._logits(states[start:stop], weight)
             if bias is not None:
                 logits += bias
             picked = logits.gather(-1, targets[start:stop, None]).squeeze(-1)
@@ -339,6 +423,13 @@ class OutputHead:
             token_logprobs[start:stop] = picked - log_normaliser
         sums = torch.zeros(labels.shape[0], dtype=torch.float32, device=hidden.device)
         return sums.index_add_(0, owners, token_logprobs)
+
+    def _logits(self, states: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """float32 logits; on CUDA a half-precision GEMM accumulates into float32 directly
+        (no rounding of the logits to bf16/fp16 first)."""
+        if self.on_cuda and states.dtype in (torch.bfloat16, torch.float16):
+            return torch.mm(states, weight, out_dtype=torch.float32)
+        return (states @ weight).float()
 
 
 class CausalLikelihood:
@@ -350,7 +441,10 @@ class CausalLikelihood:
         self.token_budget = int(token_budget)
         self.max_batch_items = max_batch_items
         self.device = next(model.parameters()).device
+        self.on_cuda = _on_cuda(self.device)
+        enable_tf32(model)
         self.stats: Counter = Counter()
+        self._pending: list[tuple[list, torch.Tensor]] = []
 
     @torch.inference_mode()
     def sequence_nll(self, sequences: Sequence[Sequence[int]]) -> list[tuple[float, int]]:
@@ -361,16 +455,21 @@ class CausalLikelihood:
         results: list[tuple[float, int]] = [(float("nan"), 0)] * len(sequences)
         lengths = [len(s) for s in sequences]
         order = sorted(range(len(sequences)), key=lambda i: -lengths[i])
+        self._pending = []
+
+        def store(i, total):
+            results[i] = (total, len(sequences[i]) - 1)
+
         for batch in budget_batches(lengths, order, self.token_budget, self.max_batch_items):
-            run_splitting_on_oom(batch, lambda b: self._score_batch(b, sequences, results), lambda: self.stats.update(["oom_splits"]))
+            run_splitting_on_oom(batch, lambda b: self._score_batch(b, sequences), lambda: self.stats.update(["oom_splits"]))
+            if not self.on_cuda:
+                _collect(self._pending, store)
+        _collect(self._pending, store)
         return results
 
-    def _score_batch(self, batch: list[int], sequences, results) -> None:
+    def _score_batch(self, batch: list[int], sequences) -> None:
         input_ids, mask = _pad([sequences[i] for i in batch], self.pad_id, self.device)
         logits = self.model(input_ids=input_ids, attention_mask=mask).logits
         self.stats["forward_passes"] += 1
         logprobs = _token_logprobs(logits[:, :-1], input_ids[:, 1:]) * mask[:, 1:]
-        sums = (-logprobs.sum(-1)).double().cpu().tolist()
-        counts = mask[:, 1:].sum(-1).cpu().tolist()
-        for i, total, count in zip(batch, sums, counts):
-            results[i] = (total, int(count))
+        self._pending.append((list(batch), -logprobs.sum(-1)))

@@ -33,3 +33,21 @@ class InputError(CtgscoreError, ValueError):
 
 class StorageError(CtgscoreError, OSError):
     """Storage that cannot be read or written: the message names the path, bucket or key."""
+
+
+_ACCELERATOR_MARKERS = (
+    "cuda error", "device-side assert", "illegal memory access", "illegal address", "unspecified launch failure",
+    "cublas_status_", "cudnn_status_", "cudnn error", "nccl error", "uncorrectable ecc error",
+)
+
+
+def is_accelerator_error(exc: BaseException) -> bool:
+    """A failure of the accelerator itself (device-side assert, illegal memory access, lost
+    context): after one, every later CUDA call of the process fails too, so it is never a
+    property of the row being scored. Out-of-memory is not one (the engine splits the batch)."""
+    text = str(exc).lower()
+    if "out of memory" in text:
+        return False
+    if type(exc).__name__ == "AcceleratorError":  # torch >= 2.8 raises this for CUDA errors
+        return True
+    return isinstance(exc, RuntimeError) and any(marker in text for marker in _ACCELERATOR_MARKERS)

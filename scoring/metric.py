@@ -12,6 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Sequence
 
+from scoring.errors import is_accelerator_error
 from scoring.schema import ERROR, WARNING, carried_columns
 from scoring.signature import Signature, stable_hash
 
@@ -140,6 +141,8 @@ class RowMetric(ABC):
             self._score_bisecting(rows, rest, results)
             return
         except Exception as exc:  # noqa: BLE001 - any failure is isolated by bisection
+            if is_accelerator_error(exc):
+                raise  # the device is lost, not the row: the process must end (never a row error)
             if len(indices) == 1:
                 results[indices[0]] = self.empty_result(f"{type(exc).__name__}: {exc}")
                 return

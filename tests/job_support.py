@@ -121,16 +121,18 @@ class SlowLengthMetric(RowMetric):
     def __init__(self, delay: float = 0.0, pid_dir: str | None = None, salt: int = 0):
         self.delay = delay
         self.salt = salt
-        if pid_dir:  # one file per scoring process, holding its Ray node id (empty outside Ray)
-            node = ""
+        if pid_dir:  # one file per scoring process: its Ray node id and GPU ids (empty outside Ray)
+            node, gpus, actor = "", [], ""
             try:
                 import ray
 
-                node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+                if ray.is_initialized():
+                    context = ray.get_runtime_context()
+                    node, gpus, actor = context.get_node_id(), ray.get_gpu_ids(), context.get_actor_id() or ""
             except Exception:  # noqa: BLE001 - outside a Ray worker
                 pass
             pathlib.Path(pid_dir).mkdir(parents=True, exist_ok=True)
-            (pathlib.Path(pid_dir) / str(os.getpid())).write_text(node)
+            (pathlib.Path(pid_dir) / str(os.getpid())).write_text(f"{node}\n{','.join(str(g) for g in gpus)}\n{actor}")
 
     def signature(self) -> Signature:
         return Signature(self.name, "1", {"salt": self.salt})
@@ -398,6 +400,7 @@ def run_job_watching_nodes(config_path: str, address: str) -> None:
             done.wait(0.5)
 
     print("GPU_NODES_BEFORE", len([n for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU")]), flush=True)
+    print("JOB_START", time.time(), flush=True)
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
     try:
@@ -439,3 +442,23 @@ FAKE_AWS = {
     "AWS_DEFAULT_REGION": "us-east-1",
     "AWS_EC2_METADATA_DISABLED": "true",
 }
+
+
+class DeviceFaultMetric(SlowLengthMetric):
+    """`slow_length` whose first scoring call (once per `marker_dir`, across processes)
+    raises what PyTorch raises after a device-side assert: the process's CUDA context is lost."""
+
+    name = "device_fault"
+
+    def __init__(self, marker_dir: str, delay: float = 0.0):
+        super().__init__(delay=delay)
+        self.marker_dir = marker_dir
+
+    def score_valid(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        marker = pathlib.Path(self.marker_dir) / "fired"
+        try:
+            with open(marker, "x") as handle:
+                handle.write(str(os.getpid()))
+        except FileExistsError:
+            return super().score_valid(rows)
+        raise RuntimeError("CUDA error: device-side assert triggered\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.")

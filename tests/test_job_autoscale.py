@@ -1,7 +1,9 @@
 """Autoscaling, proven with Ray's fake multi-node provider: a head with 1 CPU and no GPU,
-a GPU worker type from 0 to 2 nodes. A leaderboard-refresh config (GPU pool of up to 2
-actors) makes the autoscaler add GPU workers from 0, the job finishes with every row once,
-and the workers go away after the idle timeout. The head is started here with its own
+a GPU worker type from 0 to 2 nodes. A leaderboard-refresh config (a per-metric GPU pool of
+up to 2 actors) makes the autoscaler add GPU workers from 0, the pool reaches its max_size
+(one scoring actor on each GPU worker), the job finishes with every row once, and the
+workers go away after the idle timeout. The ramp (seconds from job start until every GPU
+worker hosts a scoring actor) is printed and recorded as a test property. The head is started here with its own
 ports and temp dir (never `AutoscalingCluster.start()` or `ray stop`, which end every Ray on
 the machine) and only the processes this test started are stopped."""
 
@@ -43,14 +45,15 @@ def _port_outside_worker_range() -> int:
 
 @pytest.mark.slow
 @pytest.mark.timeout(420)
-def test_fake_autoscaler_adds_gpu_workers_from_zero_and_removes_them(tmp_path):
+def test_fake_autoscaler_adds_gpu_workers_from_zero_and_removes_them(tmp_path, record_property):
     make_corpus(tmp_path / "in", shards=8, rows=40)
     config = tmp_path / "leaderboard.yaml"
     config.write_text(yaml.safe_dump({
         "input": str(tmp_path / "in"), "output": str(tmp_path / "out"),
-        "metrics": [{"name": "slow_length", "params": {"delay": 0.02}}],
+        "metrics": [{"name": "slow_length", "params": {"delay": 0.08, "pid_dir": str(tmp_path / "pids")},
+                     "pool": {"min_size": 1, "max_size": 2, "num_cpus": 0.5, "num_gpus": 1}}],  # the bigger pool
         "batch_size": 10, "part_rows": 20, "progress": False,
-        "pool": {"min_size": 1, "max_size": 2, "num_cpus": 0.5, "num_gpus": 1},  # the bigger pool
+        "pool": {"min_size": 1, "max_size": 1, "num_cpus": 0.25, "num_gpus": 0},
     }))
     temp_dir = tempfile.mkdtemp(prefix="rja", dir="/tmp")
     port = _port_outside_worker_range()
@@ -79,6 +82,17 @@ def test_fake_autoscaler_adds_gpu_workers_from_zero_and_removes_them(tmp_path):
         assert int(output.split("PEAK_GPU_NODES ", 1)[1].split()[0]) >= 1  # the autoscaler added workers
         metrics = json.loads(output.split("MANIFEST ", 1)[1].splitlines()[0])["slow_length"]
         assert metrics["rows_in"] == metrics["rows_out"] == 320 and metrics["rows_scored"] == 320
+        # the GPU pool reached max_size: a scoring actor on each of the 2 GPU workers
+        started = float(output.split("JOB_START ", 1)[1].split()[0])
+        first_actor: dict[str, float] = {}
+        for path in (tmp_path / "pids").iterdir():
+            node, gpus, actor = path.read_text().split("\n")
+            if actor and gpus:
+                first_actor[node] = min(first_actor.get(node, float("inf")), path.stat().st_mtime)
+        assert len(first_actor) == 2, first_actor
+        ramp = max(first_actor.values()) - started
+        record_property("gpu_pool_ramp_s", round(ramp, 1))
+        print(f"GPU pool ramp: {ramp:.1f} s from job start until both GPU workers host a scoring actor")
         # idle GPU workers are removed after idle_timeout_minutes (0.2 min)
         deadline = time.time() + 120
         alive = alive_gpu_nodes(address)

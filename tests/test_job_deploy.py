@@ -23,7 +23,8 @@ def test_cluster_yaml_is_a_valid_ray_autoscaler_config():
     assert head["resources"] == {"CPU": 0}
     assert any("--num-cpus=0" in command for command in config["head_start_ray_commands"])
     workers = [t for name, t in config["available_node_types"].items() if name != config["head_node_type"]]
-    assert len(workers) == 1 and workers[0]["min_workers"] == 0 and workers[0]["max_workers"] >= 1
+    # GPU workers for the model metrics' pools, CPU workers for the rule metrics' pools: each from 0
+    assert len(workers) == 2 and all(w["min_workers"] == 0 and w["max_workers"] >= 1 for w in workers)
     assert config["docker"]["image"].startswith("rayproject/ray:2.60.0") and config["docker"]["image"].endswith("-gpu")
     assert config["idle_timeout_minutes"] > 0
     assert any("pip install" in c and "ctgscore" in c for c in config["setup_commands"])

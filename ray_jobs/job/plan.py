@@ -26,6 +26,7 @@ from ray_jobs.config import (
     build_metric_for,
     metric_class_for,
     metric_params,
+    metric_pool,
 )
 from ray_jobs.job import layout
 from ray_jobs.job.errors import JobError
@@ -89,10 +90,11 @@ def describe_metric(config: JobConfig, spec: MetricSpec) -> MetricInfo:
     params = metric_params(config, spec)
     cls = metric_class_for(spec)
     _check_params(spec, params)
-    if config.pool.num_gpus:
+    pool = metric_pool(config, spec)
+    if pool.num_gpus:
         import ray
 
-        task = ray.remote(num_cpus=config.pool.num_cpus, num_gpus=config.pool.num_gpus, max_retries=0)(_describe)
+        task = ray.remote(num_cpus=pool.num_cpus, num_gpus=pool.num_gpus, max_retries=0)(_describe)
         try:
             described = ray.get(task.remote(spec, cls, params, config.s3, True))
         except Exception as exc:  # noqa: BLE001 - the task's error names the metric
@@ -126,7 +128,7 @@ def _describe(spec: MetricSpec, cls: type, params: dict[str, Any], s3: S3Config,
         import ray
 
         described_on = {"node_id": ray.get_runtime_context().get_node_id(), "gpu_ids": ray.get_gpu_ids()}
-        device = _device_of(metric)
+        device = device_of(metric)
         if device is not None:
             described_on["device"] = device
     return {
@@ -148,7 +150,7 @@ def _check_params(spec: MetricSpec, params: dict[str, Any]) -> None:
         raise ConfigError(f"metric {spec.label!r}: {exc}") from exc
 
 
-def _device_of(metric) -> str | None:
+def device_of(metric) -> str | None:
     """The torch device a metric's model sits on, if it has one (metric.scorer.model...)."""
     for path in (("device",), ("scorer", "device"), ("scorer", "model", "device"), ("model", "device")):
         value = metric

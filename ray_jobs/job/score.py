@@ -18,6 +18,11 @@ driver is one small JSON report per unit and metric (rows, scored, reused, error
 examples), never rows. A unit whose file cannot be read is reported as such (its shard then
 counts as bad); a part that cannot be written fails the job (storage errors are not a
 property of the shard).
+
+Each metric has its own pool (`metrics[].pool` over the job's `pool`). A GPU pool runs two
+units per actor in threads, one on the device at a time (`actor_pool`), scores a whole unit
+per call, and is requested from the autoscaler up front (`request_gpu_pools`). An accelerator
+error ends the actor (`end_actor`): Ray restarts it and retries the unit.
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import sys
+import threading
 import time
 import warnings
 from collections import Counter
@@ -33,11 +40,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from ray_jobs.config import JobConfig, S3Config
+from ray_jobs.config import JobConfig, S3Config, metric_pool
 from ray_jobs.job import layout
 from ray_jobs.job.errors import JobError
-from ray_jobs.job.plan import MetricInfo, MetricPlan
-from scoring.errors import CtgscoreError
+from ray_jobs.job.plan import MetricInfo, MetricPlan, device_of
+from scoring.errors import CtgscoreError, is_accelerator_error
 
 PAYLOAD = "_payload"
 REPORTS = "_reports"
@@ -138,6 +145,19 @@ def _one_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+ACCELERATOR_EXIT = 70
+
+
+def end_actor(label: str, unit: dict[str, Any], exc: BaseException) -> None:
+    """After an accelerator error every later CUDA call of this process fails: nothing of
+    the unit is written, the process exits, Ray restarts the actor (`pool.max_restarts`) and
+    retries the unit on it (`pool.max_task_retries`). Never a committed row error."""
+    print(f"ctgscore: metric {label}: accelerator error while scoring {unit['rel']} rows {unit['start']}-{unit['stop']} "
+          f"({type(exc).__name__}: {_one_line(exc)}); ending this actor so Ray restarts it and retries the unit",
+          file=sys.stderr, flush=True)
+    os._exit(ACCELERATOR_EXIT)
+
+
 class PartScorer:
     """Ray Data callable class for one metric: scores the units that need it and writes its
     parts; passes every unit on (without the payload after the last metric)."""
@@ -172,10 +192,16 @@ class PartScorer:
         self.output_columns = tuple(info.output_columns)
         self.output = output
         self.carried = [c for c in carried if c != "id"]
-        self.batch_size = batch_size
+        # on CUDA one scoring call takes the whole unit, so the engine's length sorting, token
+        # budgets and source de-duplication see every row of it (batch_size caps CPU calls only)
+        self.batch_size = None if str(device_of(self.metric) or "cpu").startswith("cuda") else batch_size
         self.last = last
         self.out_fs = clients.fsspec_filesystem(output, s3)
         self.caches: dict[str, Any] = {}
+        # GPU pools run two units at once in an actor (`actor_pool`): the device is used by one
+        # at a time, while the other decodes rows, builds, compresses and writes its part
+        self.device_lock = threading.Lock()
+        self.cache_lock = threading.Lock()
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         reports = batch.column(REPORTS).to_pylist()
@@ -191,6 +217,8 @@ class PartScorer:
             except (CtgscoreError, OSError):
                 raise  # storage: retried by Ray, then fails the job with its message
             except Exception as exc:  # noqa: BLE001 - outside any row: the shard counts as bad
+                if is_accelerator_error(exc):
+                    end_actor(self.label, unit, exc)  # does not return
                 report = {"label": self.label, "rel": unit["rel"], "uri": unit["uri"], "start": unit["start"],
                           "stop": unit["stop"], "rows": 0, "failed": f"scoring failed ({type(exc).__name__}: {_one_line(exc)})"}
             reports[index] = json.dumps(json.loads(reports[index]) + [report])
@@ -208,7 +236,8 @@ class PartScorer:
         wanted = [c for c in table.column_names if c == "id" or c in self.read_columns or c in self.carried]
         rows, decode_errors = rows_from_table(table.select(wanted))
         ids = [row.get("id") for row in rows]
-        cache = self._cache(unit)
+        with self.cache_lock:
+            cache = self._cache(unit)
         keys = [self.metric.row_key(row) for row in rows]
         results: list[dict[str, Any] | None] = [None] * len(rows)
         todo = []
@@ -223,10 +252,12 @@ class PartScorer:
                 cached += 1
             else:
                 todo.append(index)
-        for begin in range(0, len(todo), self.batch_size):
-            chunk = todo[begin : begin + self.batch_size]
-            for index, result in zip(chunk, self.metric.score_rows([rows[i] for i in chunk])):
-                results[index] = result
+        step = self.batch_size or max(len(todo), 1)
+        with self.device_lock:
+            for begin in range(0, len(todo), step):
+                chunk = todo[begin : begin + step]
+                for index, result in zip(chunk, self.metric.score_rows([rows[i] for i in chunk])):
+                    results[index] = result
         carried = {c: [row.get(c) for row in rows] for c in self.carried}
         out = output_table(ids, results, self.output_columns, self.signature, keys, carried)
         reasons: Counter = Counter()
@@ -299,11 +330,23 @@ class Progress:
             bar.close()
 
 
+def actor_pool(pool) -> Any:
+    """The actor pool of one metric. A GPU pool runs two calls per actor in threads (the
+    writer beside the GPU work: one unit's decode, part building, compression and PUT overlap
+    the other's forwards; `PartScorer.device_lock` keeps the device to one of them); a CPU
+    pool one call per actor, as its CPUs are all busy scoring."""
+    from ray.data import ActorPoolStrategy
+
+    if not pool.num_gpus:
+        return ActorPoolStrategy(min_size=pool.min_size, max_size=pool.max_size)
+    return ActorPoolStrategy(min_size=pool.min_size, max_size=pool.max_size, max_tasks_in_flight_per_actor=4,
+                             max_concurrent_calls_per_actor=2, enable_true_multi_threading=True)
+
+
 def run_units(config: JobConfig, plans: list[MetricPlan], carried: list[str]) -> dict[str, Any]:
     """Run the pipeline over every unit some metric needs. Returns per-label reports, the
     shards that failed while scoring ({uri: reason}), and timing for the steady-state rate."""
     import ray.data
-    from ray.data import ActorPoolStrategy
 
     active = [plan for plan in plans if plan.pending_rows or any(p.units for p in plan.shards.values())]
     read_columns = {plan.info.spec.label: plan.info.read_columns for plan in active}
@@ -313,13 +356,13 @@ def run_units(config: JobConfig, plans: list[MetricPlan], carried: list[str]) ->
     if not units:
         result["ended"] = time.perf_counter()
         return result
-    pool = config.pool
     ds = ray.data.from_items(units, override_num_blocks=len(units))
     ds = ds.map_batches(
         read_unit, batch_size=1, batch_format="pyarrow", fn_kwargs={"input_root": config.input, "s3": config.s3},
-        num_cpus=min(1.0, pool.num_cpus or 0.5),
+        num_cpus=min(1.0, config.pool.num_cpus or 0.5),
     )
     for position, plan in enumerate(active):
+        pool = metric_pool(config, plan.info.spec)
         with warnings.catch_warnings():
             # max_restarts/max_task_retries have no named parameter; Ray Data documents passing
             # them as extra kwargs, which warns about `ray_remote_args`
@@ -337,7 +380,7 @@ def run_units(config: JobConfig, plans: list[MetricPlan], carried: list[str]) ->
                 },
                 batch_size=1,
                 batch_format="pyarrow",
-                compute=ActorPoolStrategy(min_size=pool.min_size, max_size=pool.max_size),
+                compute=actor_pool(pool),
                 num_cpus=pool.num_cpus,
                 num_gpus=pool.num_gpus or None,
                 max_restarts=pool.max_restarts,
@@ -345,6 +388,7 @@ def run_units(config: JobConfig, plans: list[MetricPlan], carried: list[str]) ->
             )
     totals = {plan.info.spec.label: plan.pending_rows for plan in active}
     progress = Progress(totals, config.progress)
+    requested = request_gpu_pools([metric_pool(config, plan.info.spec) for plan in active])
     try:
         for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
             now = time.perf_counter()
@@ -369,8 +413,38 @@ def run_units(config: JobConfig, plans: list[MetricPlan], carried: list[str]) ->
         raise worker_failure(exc) from exc
     finally:
         progress.close()
+        if requested:
+            release_requests()
     result["ended"] = time.perf_counter()
     return result
+
+
+def request_gpu_pools(pools: list) -> bool:
+    """Ask the cluster autoscaler up front for every GPU actor the pools may run
+    (`max_size` bundles each). Ray Data grows an actor pool only onto resources the cluster
+    already has, and the autoscaler adds nodes only for pending demand, so a GPU pool on nodes
+    scaled from zero otherwise stays at its first replica (ray-project/ray#59144). Without an
+    autoscaler the request is a no-op."""
+    bundles = [{"CPU": pool.num_cpus, "GPU": pool.num_gpus} for pool in pools if pool.num_gpus for _ in range(pool.max_size)]
+    if not bundles:
+        return False
+    try:
+        from ray.autoscaler.sdk import request_resources
+
+        request_resources(bundles=bundles)
+    except Exception:  # noqa: BLE001 - best effort: the pools still run at their own pace
+        return False
+    return True
+
+
+def release_requests() -> None:
+    """Withdraw the up-front request, so idle GPU nodes go after the idle timeout."""
+    try:
+        from ray.autoscaler.sdk import request_resources
+
+        request_resources(bundles=[])
+    except Exception:  # noqa: BLE001 - best effort
+        pass
 
 
 def worker_failure(exc: BaseException) -> CtgscoreError:

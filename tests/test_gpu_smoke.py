@@ -1,0 +1,90 @@
+"""CUDA smoke tests (marker `gpu`; skipped where torch sees no CUDA device): the engine's
+numbers on CUDA against CPU on the tiny models, bfloat16, out-of-memory halving that frees
+the failed attempt's device memory, and a real device-side assert recognised as an
+accelerator error. Run on a GPU machine: `pytest -m gpu`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
+
+SOURCES = ["The council approved the new budget after a long debate on Tuesday night.",
+           "Heavy rain closed the mountain road for the second time this week."] * 3
+TARGETS = ["The budget was approved.", "Rain closed the road again.", "A debate happened.",
+           "The road is open.", "Council meets Tuesday.", "It rained this week."]
+
+
+def _bart(tiny_models, device, dtype="float32"):
+    from scoring.bartscore import BARTScorer
+
+    return BARTScorer(tiny_models["bart"], device=device, dtype=dtype)
+
+
+def test_bartscore_on_cuda_matches_cpu(tiny_models):
+    cpu = _bart(tiny_models, "cpu").score(SOURCES, TARGETS)
+    cuda = _bart(tiny_models, "cuda").score(SOURCES, TARGETS)  # TF32 matmuls: close, not identical
+    assert max(abs(a - b) for a, b in zip(cpu, cuda)) < 1e-2
+
+
+def test_perplexity_on_cuda_matches_cpu(tiny_models):
+    from scoring.registry import build_metric
+
+    rows = [{"id": str(i), "text": text} for i, text in enumerate(TARGETS)]
+    cpu = build_metric("perplexity", {"model": tiny_models["gpt2"], "device": "cpu"}).score_rows(rows)
+    cuda = build_metric("perplexity", {"model": tiny_models["gpt2"], "device": "cuda"}).score_rows(rows)
+    for a, b in zip(cpu, cuda):
+        assert a["error"] is None and b["error"] is None
+        assert a["perplexity"] == pytest.approx(b["perplexity"], rel=1e-2)
+
+
+def test_bfloat16_on_cuda_stays_near_float32(tiny_models):
+    full = _bart(tiny_models, "cuda").score(SOURCES, TARGETS)
+    half = _bart(tiny_models, "cuda", "bfloat16").score(SOURCES, TARGETS)
+    assert all(torch.isfinite(torch.tensor(half)))
+    assert max(abs(a - b) for a, b in zip(full, half)) < 0.25  # nats per token, random weights
+
+
+def test_oom_halving_releases_the_failed_attempt_on_the_device():
+    from scoring.engine import run_splitting_on_oom
+
+    torch.cuda.empty_cache()
+    baseline = torch.cuda.memory_allocated()
+    at_retry = []
+
+    def run(batch):
+        if len(batch) < 8:
+            at_retry.append(torch.cuda.memory_allocated() - baseline)
+        activation = torch.empty(len(batch), 16 << 20, device="cuda")  # 64 MiB per item
+        if len(batch) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory (injected)")
+        del activation
+
+    run_splitting_on_oom(list(range(8)), run)
+    assert at_retry and max(at_retry) == 0  # nothing of an earlier attempt is still allocated
+
+
+def test_a_device_side_assert_is_an_accelerator_error():
+    code = textwrap.dedent("""
+        import torch
+        from scoring.errors import is_accelerator_error
+        values = torch.zeros(4, device="cuda")
+        try:
+            values[torch.tensor([10], device="cuda")] = 1.0
+            torch.cuda.synchronize()
+        except Exception as exc:
+            print("FATAL", is_accelerator_error(exc))
+        try:
+            torch.ones(2, device="cuda").sum().item()
+            print("AFTER ok")
+        except Exception as exc:
+            print("AFTER", is_accelerator_error(exc))
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "FATAL True" in done.stdout, done.stdout + done.stderr
+    assert "AFTER True" in done.stdout  # sticky: the context is lost for every later call
