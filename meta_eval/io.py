@@ -140,7 +140,7 @@ def _read_parquet_files(path: str) -> tuple[pd.DataFrame, dict]:
                 scores[col] = scores[col].astype(float).where(~error, np.nan)
         score_parts.append(scores)
         carried_parts.append(frame[[c for c in frame.columns if c not in score_cols
-                                    and c not in ("error", "warning", "signature", "row_key")]])
+                                    and c not in schema.META_COLUMNS]])
         errors.append(error)
         label = ",".join(score_cols) or "(no score columns)"
         signatures = sorted(map(str, frame["signature"].dropna().unique())) if "signature" in frame else []

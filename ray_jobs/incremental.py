@@ -30,8 +30,9 @@ from ray_jobs import io as jio
 META_PREFIX = "ctgscore."
 
 
-def part_metadata(rel: str, etag: str, size: int, signature: str, digest: str, start: int, stop: int, errors: int) -> dict[str, str]:
-    """Footer key-value metadata of one part."""
+def part_metadata(rel: str, etag: str, size: int, signature: str, digest: str, start: int, stop: int, errors: int,
+                  skipped: int = 0) -> dict[str, str]:
+    """Footer key-value metadata of one part (`skipped`: rows the metric does not apply to)."""
     return {
         META_PREFIX + "input": rel,
         META_PREFIX + "input_etag": etag,
@@ -42,6 +43,7 @@ def part_metadata(rel: str, etag: str, size: int, signature: str, digest: str, s
         META_PREFIX + "stop": str(stop),
         META_PREFIX + "rows": str(stop - start),
         META_PREFIX + "rows_error": str(errors),
+        META_PREFIX + "rows_skipped": str(skipped),
     }
 
 
@@ -63,6 +65,11 @@ def part_is_complete(footer: tuple[int, dict[str, str]] | None, etag: str, size:
 
 def footer_errors(footer: tuple[int, dict[str, str]]) -> int:
     value = footer[1].get(META_PREFIX + "rows_error")
+    return int(value) if value and value.isdigit() else 0
+
+
+def footer_skipped(footer: tuple[int, dict[str, str]]) -> int:
+    value = footer[1].get(META_PREFIX + "rows_skipped")
     return int(value) if value and value.isdigit() else 0
 
 

@@ -2,9 +2,16 @@
 
 A `RowMetric` wraps a pure scorer (e.g. `BARTScorer`) for canonical rows (see
 `docs/schema.md`). The CLI, the Ray job and tests all call `score_rows`, which
-guarantees: one output row per input row, in input order, each with its score columns filled
-or an `error` reason, never both lost. A batch that raises is bisected so one bad row cannot
-take its neighbours down.
+guarantees: one output row per input row, in input order, each with its score columns filled,
+a `skipped` reason or an `error` reason, never lost. A batch that raises is bisected so one bad
+row cannot take its neighbours down.
+
+The skipped-row rule: a metric applies to a row when every column it needs besides `text`
+(`applies_columns`: BARTScore's `source`/`references`, CTRLEval's `prefix`/`attribute`, ...) is
+present and not null (a list: not empty). A row it does not apply to (a CTRLEval row in a
+summarisation metric's input, say) gets null scores, a null `error` and a `skipped` reason
+("no references"); error-rate checks count errors only. A failure on a row the metric applies
+to (undecodable bytes, an empty text, a blank source) stays an `error`.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Sequence
 
-from scoring.schema import ERROR, WARNING, carried_columns
+from scoring.schema import ERROR, SKIPPED, TEXT, WARNING, carried_columns
 from scoring.signature import Signature, stable_hash
 
 if TYPE_CHECKING:
@@ -55,6 +62,20 @@ class RowMetric(ABC):
     def read_columns(self) -> tuple[str, ...]:
         return tuple(self.required_columns) + tuple(self.optional_columns)
 
+    def applies_columns(self) -> tuple[str, ...]:
+        """The columns a row needs for this metric to apply at all: the required ones besides
+        `text` (every row has a text; a row without the others is another task's row)."""
+        return tuple(column for column in self.required_columns if column != TEXT)
+
+    def skip_reason(self, row: dict[str, Any]) -> str | None:
+        """Why this metric does not apply to `row` ("no references"), or None when it does:
+        a needed column is absent, null or an empty list (module docstring)."""
+        for column in self.applies_columns():
+            value = row.get(column)
+            if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
+                return f"no {column}"
+        return None
+
     def validate(self, row: dict[str, Any]) -> str | None:
         """Reason this row cannot be scored, or None. Default: every required column is
         present, not null, and (for strings) not blank."""
@@ -83,10 +104,17 @@ class RowMetric(ABC):
             cached = self.__dict__["_signature_string"] = str(self.signature())
         return cached
 
-    def empty_result(self, error: str) -> dict[str, Any]:
+    def empty_result(self, error: str | None) -> dict[str, Any]:
         result: dict[str, Any] = {column: None for column in self.output_columns}
         result[ERROR] = error
         result[WARNING] = None
+        result[SKIPPED] = None
+        return result
+
+    def skipped_result(self, reason: str) -> dict[str, Any]:
+        """The result of a row this metric does not apply to: null scores, no error."""
+        result = self.empty_result(None)
+        result[SKIPPED] = reason
         return result
 
     def score_rows(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -94,6 +122,10 @@ class RowMetric(ABC):
         results: list[dict[str, Any] | None] = [None] * len(rows)
         valid_indices = []
         for index, row in enumerate(rows):
+            skip = self.skip_reason(row)
+            if skip is not None:
+                results[index] = self.skipped_result(skip)
+                continue
             reason = self.validate(row)
             if reason is not None:
                 results[index] = self.empty_result(reason)
@@ -155,6 +187,7 @@ class RowMetric(ABC):
             result = {column: values.get(column) for column in self.output_columns}
             result[ERROR] = None
             result[WARNING] = values.get(WARNING)
+            result[SKIPPED] = None
             results[index] = result
 
 
