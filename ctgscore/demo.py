@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as transformers_logging
 
     from ray_jobs.config import parse_config
-    from ray_jobs.score_corpus import run_job, summary_line
+    from ray_jobs.score_corpus import error_rate_exceeded, run_job, summary_line
     from scoring.errors import CtgscoreError
 
     transformers_logging.disable_progress_bar()
@@ -76,10 +76,15 @@ def main(argv: list[str] | None = None) -> int:
           f"read them as one table with ctgscore.load_scores({args.output!r})")
     for label, report in manifest["metrics"].items():
         print(f"  {label:<11} {report['rows_out']:>4} rows, {report['rows_error']:>3} with an error, "
-              f"signature {report['signature'][:90]}")
-    print("errors are rows a metric cannot read (e.g. SummEval rows have no CTRLEval prefix, CTRLEval rows no "
-          "BARTScore source); they stay in the output with their reason in the `error` column.")
+              f"{report.get('rows_skipped', 0):>3} skipped, signature {report['signature'][:80]}")
+    print("skipped rows are rows a metric does not apply to (SummEval rows have no CTRLEval prefix, CTRLEval rows "
+          "no BARTScore source): null scores, their reason in the `skipped` column, not errors.")
     print(f"manifest: {manifest['manifest']}")
+    problems = error_rate_exceeded(manifest)  # the exit code `ctgscore run` gives the same run
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if problems:
+        return 1
     if not args.no_report:
         from ctgscore.cli.main import main as ctgscore_main
 

@@ -44,6 +44,7 @@ class RowMetric(ABC):
     """
 
     name: str = ""
+    needs: str = ""  # what `ctgscore metrics` says a row needs, when it depends on parameters
     required_columns: tuple[str, ...] = ("text",)
     optional_columns: tuple[str, ...] = ()
     output_columns: tuple[str, ...] = ()
@@ -67,13 +68,31 @@ class RowMetric(ABC):
         `text` (every row has a text; a row without the others is another task's row)."""
         return tuple(column for column in self.required_columns if column != TEXT)
 
-    def skip_reason(self, row: dict[str, Any]) -> str | None:
-        """Why this metric does not apply to `row` ("no references"), or None when it does:
-        a needed column is absent, null or an empty list (module docstring)."""
+    def missing_column(self, row: dict[str, Any]) -> str | None:
+        """The first needed column (`applies_columns`) that `row` lacks: absent, null or an
+        empty list; None when the metric applies to the row."""
         for column in self.applies_columns():
             value = row.get(column)
             if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
-                return f"no {column}"
+                return column
+        return None
+
+    def skip_reason(self, row: dict[str, Any]) -> str | None:
+        """Why this metric does not apply to `row` ("no references"), or None when it does
+        (module docstring)."""
+        column = self.missing_column(row)
+        return None if column is None else f"no {column}"
+
+    def precheck(self, row: dict[str, Any], decode_error: str | None) -> dict[str, Any] | None:
+        """The result of a row that is not to be scored, or None: skipped when the metric does
+        not apply to it (even if another of its columns cannot be decoded), an error when one
+        of its values could not be decoded (`scoring.schema.rows_from_table`; a needed column
+        that is null only because its bytes are bad is an error, not a skip)."""
+        column = self.missing_column(row)
+        if column is not None and not (decode_error or "").startswith(f"{column} "):
+            return self.skipped_result(f"no {column}")
+        if decode_error is not None:
+            return self.empty_result(decode_error)
         return None
 
     def validate(self, row: dict[str, Any]) -> str | None:

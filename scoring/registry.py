@@ -150,6 +150,7 @@ class MetricInfo:
     source: str  # "builtin" or "plugin"
     doc: str = ""
     columns: list[str] = field(default_factory=list)  # input columns the metric reads
+    needs: str = ""  # the columns a row needs for the metric to apply (others are skipped)
     outputs: list[str] = field(default_factory=list)  # score columns (may depend on params)
     params: list[ParamInfo] = field(default_factory=list)
     problem: str | None = None  # a plugin that cannot be imported
@@ -179,6 +180,7 @@ def describe_metric(name: str) -> MetricInfo:
     return MetricInfo(
         name=name, target=target, source=source, doc=doc.split("\n\n")[0].replace("\n", " "),
         columns=list(getattr(cls, "required_columns", ())) + list(getattr(cls, "optional_columns", ())),
+        needs=getattr(cls, "needs", "") or ", ".join(getattr(cls, "required_columns", ())),
         outputs=list(getattr(cls, "output_columns", ()) or ()), params=params,
     )
 

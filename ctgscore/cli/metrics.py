@@ -1,5 +1,5 @@
 """`ctgscore metrics`: every registered metric (built-in and plugins) with the columns it reads,
-its score columns and its parameters with their defaults, read from the constructors."""
+the columns a row needs for it to apply, its score columns and its parameters with their defaults, read from the constructors."""
 
 from __future__ import annotations
 
@@ -38,6 +38,8 @@ def text_lines(infos) -> list[str]:
             lines.append(f"  {info.doc}")
         if info.columns:
             lines.append(f"  reads: {', '.join(info.columns)}")
+        if info.needs:
+            lines.append(f"  needs: {info.needs} (rows without them are skipped, not errors)")
         if info.outputs:
             lines.append(f"  scores: {', '.join(info.outputs)}")
         if info.params:

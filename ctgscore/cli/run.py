@@ -70,7 +70,7 @@ def handle(args: argparse.Namespace) -> int:
     problems = score_corpus.error_rate_exceeded(manifest)
     metrics = {
         label: {key: report.get(key) for key in ("rows_in", "rows_out", "rows_scored", "rows_cached", "rows_error",
-                                                 "error_reasons")}
+                                                 "rows_skipped", "error_reasons")}
         for label, report in manifest.get("metrics", {}).items()
     }
     summary = {"ok": not problems, "command": "run", "output": manifest.get("output") or getattr(config, "output", None),

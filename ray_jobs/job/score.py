@@ -213,12 +213,9 @@ class PartScorer:
         todo = []
         cached = 0
         for index, key in enumerate(keys):
-            if decode_errors[index] is not None:
-                results[index] = self.metric.empty_result(decode_errors[index])
-                continue
-            skip = self.metric.skip_reason(rows[index])  # a row the metric does not apply to
-            if skip is not None:
-                results[index] = self.metric.skipped_result(skip)
+            settled = self.metric.precheck(rows[index], decode_errors[index])  # skipped, or undecodable
+            if settled is not None:
+                results[index] = settled
                 continue
             hit = cache.get(key) if cache is not None else None
             if hit is not None:
