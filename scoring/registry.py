@@ -31,6 +31,9 @@ BUILTIN_METRICS: dict[str, str] = {
     "ctrleval": "scoring.ctrleval:CTRLEvalMetric",
     "perplexity": "scoring.perplexity:PerplexityMetric",
     "codi": "scoring.codi.metric:CodiMetric",
+    "bleu": "scoring.bleu:BLEUMetric",
+    "chrf": "scoring.bleu:CHRFMetric",
+    "rouge": "scoring.rouge:RougeMetric",
 }
 
 
