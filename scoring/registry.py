@@ -34,6 +34,7 @@ BUILTIN_METRICS: dict[str, str] = {
     "bleu": "scoring.bleu:BLEUMetric",
     "chrf": "scoring.bleu:CHRFMetric",
     "rouge": "scoring.rouge:RougeMetric",
+    "bertscore": "scoring.bertscore:BERTScoreMetric",
 }
 
 
