@@ -127,7 +127,8 @@ def report_markdown(result: MetaResult, images: dict[str, list[tuple[str, str]]]
     opts = result.options
     out = ["# Meta-evaluation report", "", f"Signature: `{result.signature}`", "",
            f"Input `{inp.source}`: {inp.rows_in} rows, {inp.rows_error} with an error in at least one metric run "
-           "(their scores on that run are excluded); "
+           "(their scores on that run are excluded), "
+           f"{inp.rows_skipped} skipped by a metric run that does not apply to them (not errors); "
            f"human aspects: {', '.join(inp.humans) or '–'}; metrics: {', '.join(inp.metrics)}.", "",
            sign_convention(result), "",
            f"Significance test: {TEST_NAMES[opts.significance]}, alpha {opts.alpha:g}.", ""]
