@@ -35,6 +35,7 @@ BUILTIN_METRICS: dict[str, str] = {
     "chrf": "scoring.bleu:CHRFMetric",
     "rouge": "scoring.rouge:RougeMetric",
     "bertscore": "scoring.bertscore:BERTScoreMetric",
+    "attribute_accuracy": "scoring.attribute_accuracy:AttributeAccuracyMetric",
 }
 
 
