@@ -128,3 +128,21 @@ def markdown_section(rows: list[CorpusRow]) -> str:
     for row in rows:
         lines.append(f"| {row.metric} | {row.dataset or ''} | {row.system or ''} | {row.rows} | {row.score:.4f} |")
     return "\n".join(lines) + "\n"
+
+
+def report_section(source: str, out_dir, paths: dict | None = None) -> str:
+    """The report's corpus BLEU/chrF section for a scores path ("" when no stored `bleu`/`chrf`
+    run is there); writes `corpus_bleu.json` into `out_dir` and records it in `paths`."""
+    import json
+    import pathlib
+
+    if not (str(source).endswith(".parquet") or pathlib.Path(str(source)).is_dir() or "://" in str(source)):
+        return ""
+    rows = read_corpus_scores(str(source))
+    if not rows:
+        return ""
+    path = pathlib.Path(out_dir) / "corpus_bleu.json"
+    path.write_text(json.dumps([row.__dict__ for row in rows], indent=1, allow_nan=False) + "\n")
+    if paths is not None:
+        paths["corpus_bleu"] = path
+    return "\n" + markdown_section(rows)

@@ -71,3 +71,50 @@ def test_baselines_skip_rows_without_references_and_sign_their_parameters(ragged
     assert build_metric("bleu", {"tokenize": "intl"}).signature().digest != bleu.signature().digest
     assert build_metric("rouge", {"use_stemmer": False}).signature().digest != build_metric("rouge").signature().digest
     assert build_metric("bleu").row_key(ragged_rows[0]) == bleu.row_key(ragged_rows[0])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_baselines_in_the_job_rescore_by_signature_and_reach_the_report(ray_local, sample_corpus, tmp_path):
+    """bleu and rouge through the job: skipped CTRLEval rows, a changed parameter re-scores
+    exactly that metric, and `ctgscore meta` compares them with humans and reports corpus BLEU
+    per system equal to sacreBLEU's corpus_bleu over that system's rows."""
+    import json
+
+    import sacrebleu
+
+    from ctgscore.cli.main import main
+    from ray_jobs.config import parse_config
+    from ray_jobs.score_corpus import run_job
+
+    (tmp_path / "in").mkdir()
+    for name in ("summeval-00000.parquet", "ctrleval_senti-00000.parquet"):
+        (tmp_path / "in" / name).write_bytes((sample_corpus / name).read_bytes())
+
+    def config(tokenize):
+        return parse_config({"input": str(tmp_path / "in"), "output": str(tmp_path / "out"), "progress": False,
+                             "metrics": [{"name": "bleu", "params": {"tokenize": tokenize}}, {"name": "rouge"}],
+                             "pool": {"min_size": 1, "max_size": 1, "num_cpus": 0.5}})
+
+    first = run_job(config("13a"))
+    summeval = pq.read_table(sample_corpus / "summeval-00000.parquet").to_pylist()
+    for label in ("bleu", "rouge"):
+        report = first["metrics"][label]
+        assert (report["rows_out"], report["rows_error"], report["rows_skipped"]) == (140, 0, 60)
+    second = run_job(config("intl"))
+    assert second["metrics"]["bleu"]["rows_scored"] == 140 and second["metrics"]["rouge"]["rows_scored"] == 0
+
+    code = main(["meta", "--scores", str(tmp_path / "out"), "--output", str(tmp_path / "report"), "--resamples", "50",
+                 "--tasks", "0", "--level", "sample", "--no-progress"])
+    assert code == 0
+    results = json.loads((tmp_path / "report" / "results.json").read_text())
+    assert {"bleu", "rouge1_f", "rougeL_f"} <= set(results["input"]["metrics"])
+    corpus = json.loads((tmp_path / "report" / "corpus_bleu.json").read_text())
+    system = summeval[0]["system"]
+    rows = [r for r in summeval if r["system"] == system]
+    width = max(len(r["references"]) for r in rows)
+    streams = [[r["references"][k] if k < len(r["references"]) else None for r in rows] for k in range(width)]
+    expected = sacrebleu.corpus_bleu([r["text"] for r in rows], streams, tokenize="intl").score
+    found = next(c for c in corpus if c["system"] == system and c["dataset"] == "summeval")
+    assert abs(found["score"] - expected) <= 1e-6 and found["rows"] == len(rows)
+    assert "Corpus BLEU / chrF per system" in (tmp_path / "report" / "report.md").read_text()
