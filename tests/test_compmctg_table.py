@@ -117,3 +117,31 @@ def test_results_table_equals_a_by_hand_computation(classifiers, tmp_path):
     combos = {tuple(c["combination"].values()): c["accuracy"] for c in per_combination(frame, ["sentiment", "tense"])}
     assert combos[("Positive", "Past")] == 1.0 and combos[("Negative", "Present")] == 0.0
     assert "### toy" in markdown_section(table) and "fewshot" in markdown_section(table)
+
+
+def test_cli_writes_the_table(classifiers, tmp_path):
+    import json
+
+    from ctgscore.cli.main import main
+
+    metric = build_metric("attribute_accuracy", {"classifiers": classifiers,
+                                                 "label_maps": {"sentiment": {"Positive": "pos", "Negative": "neg"}}})
+    rows = [dict(r, dataset="toy") for r in _rows()]
+    table = metric.output_table(rows)
+    pq.write_table(table, tmp_path / "scores.parquet")
+    dump = pa.table({"id": [r["id"] for r in rows],
+                     "attributes": pa.array([r["attributes"] for r in rows], type=pa.map_(pa.string(), pa.string()))})
+    pq.write_table(dump, tmp_path / "dump.parquet")
+    holdout = [[COMBOS[0], COMBOS[1], COMBOS[2]]]
+    (tmp_path / "holdout.json").write_text(json.dumps(_splits_json("holdout", holdout)))
+    (tmp_path / "few.json").write_text(json.dumps(_splits_json("fewshot", [[COMBOS[0], COMBOS[3]]])))
+    code = main(["compmctg", "--dump", str(tmp_path / "dump.parquet"), "--scores", str(tmp_path / "scores.parquet"),
+                 "--splits", f"toy={tmp_path / 'holdout.json'}", "--splits", f"toy={tmp_path / 'few.json'}",
+                 "-o", str(tmp_path / "table.json")])
+    assert code == 0
+    out = json.loads((tmp_path / "table.json").read_text())["datasets"]["toy"]
+    assert [p["protocol"] for p in out["protocols"]] == ["holdout"] and out["fewshot"][0]["protocol"] == "fewshot"
+    right = [float(s == "Positive") + float(t == "Past") for s, t in ROWS]
+    seen_rows = [i for i, c in enumerate(ROWS) if c in holdout[0]]
+    assert out["protocols"][0]["A_iid"] == pytest.approx(statistics.mean(right[i] / 2 for i in seen_rows))
+    assert (tmp_path / "table.md").read_text().startswith("## CompMCTG results")

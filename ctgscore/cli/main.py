@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "ctgscore.cli.meta",
     "ctgscore.cli.compare",
     "ctgscore.cli.splits",
+    "ctgscore.cli.compmctg",
     "ctgscore.cli.constraints",
     "ctgscore.cli.make_tiny_models",
 )
