@@ -364,6 +364,13 @@ def _estimate(from_counts, to_counts, compounds, divergence: float, alpha: float
     return _moved_divergence(from_counts, to_counts, compounds[combo], divergence, alpha, from_seen)
 
 
+def _shift(compounds, from_counts: dict[int, int], to_counts: dict[int, int]) -> None:
+    """Move one combo's compounds between count tables (keys stay, as in a Counter)."""
+    for k in compounds:
+        from_counts[k] = from_counts.get(k, 0) - 1
+        to_counts[k] = to_counts.get(k, 0) + 1
+
+
 def _carries(atoms, protected: set, combo: int) -> bool:
     return any(a in protected for a in atoms[combo])
 
@@ -414,17 +421,13 @@ def original_climb(universe: Universe, seen: list[int], unseen: list[int], alpha
         if out_pos is None:
             break
         outgoing = seen[out_pos]
-        for k in compounds[outgoing]:
-            seen_counts[k] = seen_counts.get(k, 0) - 1
-            unseen_counts[k] = unseen_counts.get(k, 0) + 1
+        _shift(compounds[outgoing], seen_counts, unseen_counts)
         in_pos = _scan(unseen, start_unseen, partial(_estimate, unseen_counts, seen_counts, compounds, divergence, alpha, False),
                        divergence, maximize=maximize)
         if in_pos is None:
             break
         incoming = unseen[in_pos]
-        for k in compounds[incoming]:
-            unseen_counts[k] = unseen_counts.get(k, 0) - 1
-            seen_counts[k] = seen_counts.get(k, 0) + 1
+        _shift(compounds[incoming], unseen_counts, seen_counts)
         seen[out_pos], unseen[in_pos] = incoming, outgoing
         start_seen, start_unseen = (out_pos + 1) % len(seen), (in_pos + 1) % len(unseen)
     return seen, unseen

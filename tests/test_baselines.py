@@ -8,15 +8,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from scoring.registry import build_metric
+from tests import baseline_support
 
 
 @pytest.fixture(scope="module")
 def ragged_rows(sample_corpus):
     """Real SummEval rows, each with 1 to 5 of its human references (ragged)."""
-    rows = pq.read_table(sample_corpus / "summeval-00000.parquet").slice(0, 30).to_pylist()
-    for index, row in enumerate(rows):
-        row["references"] = row["references"][: 1 + index % 5]
-    return rows
+    return baseline_support.ragged_rows(sample_corpus, 30, 5)
 
 
 @pytest.mark.parametrize("name, params", [("bleu", {}), ("chrf", {}), ("chrf", {"word_order": 2}), ("bleu", {"lowercase": True})])

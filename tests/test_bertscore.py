@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-import pyarrow.parquet as pq
 import pytest
 
 from scoring.registry import build_metric
+from tests import baseline_support
 
 
 @pytest.fixture(scope="module")
@@ -20,10 +20,7 @@ def tiny_roberta(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ragged_rows(sample_corpus):
-    rows = pq.read_table(sample_corpus / "summeval-00000.parquet").slice(0, 12).to_pylist()
-    for index, row in enumerate(rows):
-        row["references"] = row["references"][: 1 + index % 4]
-    return rows
+    return baseline_support.ragged_rows(sample_corpus, 12, 4)
 
 
 def _package(rows, model, layer, **kwargs):
