@@ -2,7 +2,7 @@
 the sample corpus in `data/sample/`, tiny models built into `.cache/tiny-models/` when missing),
 then a meta-evaluation report of the stored scores.
 
-Metrics: text_stats, the BLEU and ROUGE baselines, perplexity (tiny GPT-2), BARTScore s->h and
+Metrics: text_stats, the BLEU baseline, perplexity (tiny GPT-2), BARTScore s->h and
 h<->r (tiny BART) and CTRLEval coherence + consistency (tiny PEGASUS + its IWF table). Each metric
 skips the rows it does not apply to (CTRLEval rows have no references, SummEval rows no prefix). The tiny models are random:
 the demo shows the machinery (outputs, manifest, reuse on a second run), not meaningful scores.
@@ -27,8 +27,7 @@ def demo_config(cache_dir: pathlib.Path, output: pathlib.Path, sample: pathlib.P
         "output": str(output),
         "metrics": [
             {"name": "text_stats"},
-            {"name": "bleu"},  # baselines: sentence BLEU (corpus BLEU per system in the report) and ROUGE
-            {"name": "rouge"},
+            {"name": "bleu"},  # a baseline: sentence BLEU, and corpus BLEU per system in the report
             {"name": "perplexity", "params": {"model": models["gpt2"]}},
             {"name": "bartscore", "params": {"model": models["bart"], "directions": ["s_h", "r_h", "h_r"],
                                         "preprocess": "moses_detok"}},  # the original detokenises SummEval
@@ -40,7 +39,7 @@ def demo_config(cache_dir: pathlib.Path, output: pathlib.Path, sample: pathlib.P
         "dtype": "float32",
         "token_budget": 4096,
         "batch_size": 32,
-        # the six metrics' pools run side by side on one read: a fifth of a CPU per actor leaves
+        # the five metrics' pools run side by side on one read: a fifth of a CPU per actor leaves
         # room for Ray Data's read tasks on a 2-core machine
         "pool": {"min_size": 1, "max_size": 2, "num_cpus": 0.2},
         "ray": {"temp_dir": "/tmp/ctgscore-ray"},
