@@ -102,18 +102,25 @@ def averages(rows: Sequence[ProtocolRow]) -> dict[str, float | None]:
 
 
 def results_table(frame, splits: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
-    """The results table as JSON-ready data: per dataset, its protocol rows and averages.
+    """The results table as JSON-ready data: per dataset, its protocol rows, averages and the
+    accuracy per attribute combination.
     `splits` pairs a dataset name (rows with that `dataset`, or all rows when the frame has
     no dataset column) with a splits JSON."""
     datasets: dict[str, list[ProtocolRow]] = {}
+    combinations: dict[str, list[dict[str, Any]]] = {}
     for dataset, splits_json in splits:
-        part = frame[frame["dataset"] == dataset] if "dataset" in frame else frame
-        datasets.setdefault(dataset, []).append(protocol_row(part.reset_index(drop=True), dataset, splits_json))
+        part = (frame[frame["dataset"] == dataset] if "dataset" in frame else frame).reset_index(drop=True)
+        row = protocol_row(part, dataset, splits_json)
+        datasets.setdefault(dataset, []).append(row)
+        if dataset not in combinations and "attribute_accuracy" in part:
+            aspects = list(row.per_split[0]["accuracy_per_aspect_iid"]) if row.per_split else []
+            combinations[dataset] = per_combination(part, aspects) if aspects else []
     out = {}
     for dataset, rows in datasets.items():
         few = [asdict(r) for r in rows if r.protocol == "fewshot"]
         out[dataset] = {"protocols": [asdict(r) for r in rows if r.protocol != "fewshot"], "fewshot": few,
-                        "average": averages([r for r in rows if r.protocol in AVERAGED])}
+                        "average": averages([r for r in rows if r.protocol in AVERAGED]),
+                        "per_combination": combinations.get(dataset, [])}
     return {"datasets": out}
 
 

@@ -49,12 +49,15 @@ def part_metadata(rel: str, etag: str, size: int, signature: str, digest: str, s
 
 def part_is_complete(footer: tuple[int, dict[str, str]] | None, etag: str, size: int, digest: str, start: int, stop: int) -> bool:
     """A committed part is reusable as is when it was made from the same input bytes (etag,
-    size) by the same metric signature, for this row range, and holds one row per input row."""
+    size) by the same metric signature, for this row range, and holds one row per input row.
+    A part written before skipped rows were counted (no `rows_skipped` in its footer) is
+    scored again once, through the row cache: its rows a metric does not apply to were errors."""
     if footer is None:
         return False
     num_rows, meta = footer
     return (
-        meta.get(META_PREFIX + "input_etag") == etag
+        META_PREFIX + "rows_skipped" in meta
+        and meta.get(META_PREFIX + "input_etag") == etag
         and meta.get(META_PREFIX + "input_size") == str(size)
         and meta.get(META_PREFIX + "signature_digest") == digest
         and meta.get(META_PREFIX + "start") == str(start)

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 import torch
 
-from scoring.engine import DEFAULT_TOKEN_BUDGET, budget_batches, run_splitting_on_oom
+from scoring.engine import budget_batches, run_splitting_on_oom
 from scoring.errors import UsageError
 from scoring.metric import RowMetric
 from scoring.models import file_digest, load_pretrained, load_tokenizer, resolve_device, resolve_model
@@ -38,6 +38,9 @@ from scoring.params import check_model_args
 from scoring.signature import Signature, library_versions
 
 VERSION = "1"
+# an encoder pass holds no decoder state: larger batches than the likelihood engine's default
+# keep CPU matrix products efficient while length sorting keeps padding low
+BERTSCORE_TOKEN_BUDGET = 16384
 COLUMNS = ("bertscore_p", "bertscore_r", "bertscore_f")
 
 
@@ -97,7 +100,7 @@ class BERTScorer:
 
     def __init__(self, model: str = "roberta-large", layer: int | None = None, idf: str | dict | None = None,
                  baseline: str | None = None, device: str = "cpu", dtype: str = "float32", max_length: int | None = None,
-                 token_budget: int = DEFAULT_TOKEN_BUDGET, revision: str | None = None, cache_dir: str | None = None):
+                 token_budget: int = BERTSCORE_TOKEN_BUDGET, revision: str | None = None, cache_dir: str | None = None):
         from transformers import AutoModel
 
         check_model_args(dtype, device, token_budget, max_length)
@@ -233,7 +236,7 @@ class BERTScoreMetric(RowMetric):
 
     def __init__(self, model: str = "roberta-large", layer: int | None = None, idf: str | None = None,
                  baseline: str | None = None, dtype: str = "float32", device: str = "cpu", max_length: int | None = None,
-                 token_budget: int = DEFAULT_TOKEN_BUDGET, revision: str | None = None, cache_dir: str | None = None):
+                 token_budget: int = BERTSCORE_TOKEN_BUDGET, revision: str | None = None, cache_dir: str | None = None):
         self.scorer = BERTScorer(model, layer=layer, idf=idf, baseline=baseline, device=device, dtype=dtype,
                                  max_length=max_length, token_budget=token_budget, revision=revision, cache_dir=cache_dir)
 

@@ -145,3 +145,5 @@ def test_cli_writes_the_table(classifiers, tmp_path):
     seen_rows = [i for i, c in enumerate(ROWS) if c in holdout[0]]
     assert out["protocols"][0]["A_iid"] == pytest.approx(statistics.mean(right[i] / 2 for i in seen_rows))
     assert (tmp_path / "table.md").read_text().startswith("## CompMCTG results")
+    per_combination = {tuple(c["combination"].values()): c["accuracy"] for c in out["per_combination"]}
+    assert per_combination[("Positive", "Past")] == 1.0 and per_combination[("Negative", "Present")] == 0.0

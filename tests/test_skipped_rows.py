@@ -101,3 +101,12 @@ def test_mixed_dump_scores_every_applicable_row_and_skips_the_rest(ray_local, ti
     # a re-run reuses every part and still counts the skipped rows
     again = run_job(config)
     assert again["metrics"]["bartscore"]["rows_scored"] == 0 and again["metrics"]["bartscore"]["rows_skipped"] == 8
+
+
+def test_parts_from_before_skipped_rows_are_scored_again_once():
+    from ray_jobs import incremental
+
+    meta = incremental.part_metadata("a.parquet", "e1", 100, "sig", "d1", 0, 10, errors=4, skipped=3)
+    assert incremental.part_is_complete((10, meta), "e1", 100, "d1", 0, 10) and incremental.footer_skipped((10, meta)) == 3
+    old = {k: v for k, v in meta.items() if not k.endswith("rows_skipped")}  # written before the rule: skips were errors
+    assert not incremental.part_is_complete((10, old), "e1", 100, "d1", 0, 10)
