@@ -180,14 +180,31 @@ class BERTScorer:
             run_splitting_on_oom(batch, run)
         return embeddings, [self._weights(s) for s in ids], truncated  # type: ignore[return-value]
 
+    PAIRS_PER_CHUNK = 256
+
     @staticmethod
-    def greedy(hyp: torch.Tensor, hyp_w: torch.Tensor, ref: torch.Tensor, ref_w: torch.Tensor) -> tuple[float, float, float]:
-        """P, R, F of one candidate against one reference (module docstring)."""
-        sim = hyp @ ref.T
-        precision = float((sim.max(dim=1).values * hyp_w).sum() / hyp_w.sum())
-        recall = float((sim.max(dim=0).values * ref_w).sum() / ref_w.sum())
-        f = 2 * precision * recall / (precision + recall)
-        return precision, recall, (0.0 if math.isnan(f) else f)
+    def greedy(pairs: Sequence[tuple[int, int]], embeddings, weights) -> torch.Tensor:
+        """[P, R, F] per (candidate, reference) pair of sentence indices (module docstring),
+        pairs batched into one padded matrix product per chunk; padded positions never win a
+        maximum and weigh 0."""
+        from torch.nn.utils.rnn import pad_sequence
+
+        out = []
+        for start in range(0, len(pairs), BERTScorer.PAIRS_PER_CHUNK):
+            chunk = pairs[start : start + BERTScorer.PAIRS_PER_CHUNK]
+            hyp = pad_sequence([embeddings[c] for c, _ in chunk], batch_first=True)
+            ref = pad_sequence([embeddings[r] for _, r in chunk], batch_first=True)
+            hyp_w = pad_sequence([weights[c] for c, _ in chunk], batch_first=True)
+            ref_w = pad_sequence([weights[r] for _, r in chunk], batch_first=True)
+            hyp_real = pad_sequence([torch.ones(len(weights[c]), dtype=torch.bool) for c, _ in chunk], batch_first=True)
+            ref_real = pad_sequence([torch.ones(len(weights[r]), dtype=torch.bool) for _, r in chunk], batch_first=True)
+            sim = torch.bmm(hyp, ref.transpose(1, 2))
+            sim = sim.masked_fill(~(hyp_real[:, :, None] & ref_real[:, None, :]), -2.0)  # below any cosine
+            precision = (sim.max(dim=2).values * hyp_w).sum(dim=1) / hyp_w.sum(dim=1)
+            recall = (sim.max(dim=1).values * ref_w).sum(dim=1) / ref_w.sum(dim=1)
+            f = torch.nan_to_num(2 * precision * recall / (precision + recall), nan=0.0)
+            out.append(torch.stack([precision, recall, f], dim=1))
+        return torch.cat(out) if out else torch.zeros((0, 3))
 
     def score_with_flags(self, candidates: Sequence[str], references: Sequence[Sequence[str]]):
         """[(P, R, F)] per candidate (each the maximum over its references, rescaled when a
@@ -195,15 +212,16 @@ class BERTScorer:
         unique = list(dict.fromkeys([*candidates, *(r for group in references for r in group)]))
         where = {text: i for i, text in enumerate(unique)}
         embeddings, weights, truncated = self.embed(unique)
-        results, flags = [], []
+        pairs = [(where[c], where[r]) for c, group in zip(candidates, references) for r in group]
+        scores = self.greedy(pairs, embeddings, weights).double()
+        results, flags, offset = [], [], 0
         for candidate, group in zip(candidates, references):
-            c = where[candidate]
-            per_ref = [self.greedy(embeddings[c], weights[c], embeddings[where[r]], weights[where[r]]) for r in group]
-            best = [max(values) for values in zip(*per_ref)]
+            best = scores[offset : offset + len(group)].max(dim=0).values.tolist()
+            offset += len(group)
             if self.baseline is not None:
                 best = [(value - b) / (1 - b) for value, b in zip(best, self.baseline)]
             results.append(tuple(best))
-            flags.append(truncated[c] or any(truncated[where[r]] for r in group))
+            flags.append(truncated[where[candidate]] or any(truncated[where[r]] for r in group))
         return results, flags
 
     def score(self, candidates: Sequence[str], references: Sequence[Sequence[str]]) -> list[tuple[float, float, float]]:
