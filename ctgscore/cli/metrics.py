@@ -39,7 +39,8 @@ def text_lines(infos) -> list[str]:
         if info.columns:
             lines.append(f"  reads: {', '.join(info.columns)}")
         if info.needs:
-            lines.append(f"  needs: {info.needs} (rows without them are skipped, not errors)")
+            note = "" if info.needs == "text" else " (a row without a column besides text is skipped, not an error)"
+            lines.append(f"  needs: {info.needs}{note}")
         if info.outputs:
             lines.append(f"  scores: {', '.join(info.outputs)}")
         if info.params:
