@@ -2,8 +2,9 @@
 the sample corpus in `data/sample/`, tiny models built into `.cache/tiny-models/` when missing),
 then a meta-evaluation report of the stored scores.
 
-Metrics: text_stats, perplexity (tiny GPT-2), BARTScore s->h and h<->r (tiny BART) and
-CTRLEval coherence + consistency (tiny PEGASUS + its IWF table). The tiny models are random:
+Metrics: text_stats, the BLEU baseline, perplexity (tiny GPT-2), BARTScore s->h and
+h<->r (tiny BART) and CTRLEval coherence + consistency (tiny PEGASUS + its IWF table). Each metric
+skips the rows it does not apply to (CTRLEval rows have no references, SummEval rows no prefix). The tiny models are random:
 the demo shows the machinery (outputs, manifest, reuse on a second run), not meaningful scores.
 """
 
@@ -26,6 +27,7 @@ def demo_config(cache_dir: pathlib.Path, output: pathlib.Path, sample: pathlib.P
         "output": str(output),
         "metrics": [
             {"name": "text_stats"},
+            {"name": "bleu"},  # a baseline: sentence BLEU, and corpus BLEU per system in the report
             {"name": "perplexity", "params": {"model": models["gpt2"]}},
             {"name": "bartscore", "params": {"model": models["bart"], "directions": ["s_h", "r_h", "h_r"],
                                         "preprocess": "moses_detok"}},  # the original detokenises SummEval
@@ -37,9 +39,9 @@ def demo_config(cache_dir: pathlib.Path, output: pathlib.Path, sample: pathlib.P
         "dtype": "float32",
         "token_budget": 4096,
         "batch_size": 32,
-        # the four metrics' pools run side by side on one read: a quarter CPU per actor leaves
+        # the five metrics' pools run side by side on one read: a fifth of a CPU per actor leaves
         # room for Ray Data's read tasks on a 2-core machine
-        "pool": {"min_size": 1, "max_size": 2, "num_cpus": 0.25},
+        "pool": {"min_size": 1, "max_size": 2, "num_cpus": 0.2},
         "ray": {"temp_dir": "/tmp/ctgscore-ray"},
     }
 
@@ -59,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as transformers_logging
 
     from ray_jobs.config import parse_config
-    from ray_jobs.score_corpus import run_job, summary_line
+    from ray_jobs.score_corpus import error_rate_exceeded, run_job, summary_line
     from scoring.errors import CtgscoreError
 
     transformers_logging.disable_progress_bar()
@@ -76,10 +78,15 @@ def main(argv: list[str] | None = None) -> int:
           f"read them as one table with ctgscore.load_scores({args.output!r})")
     for label, report in manifest["metrics"].items():
         print(f"  {label:<11} {report['rows_out']:>4} rows, {report['rows_error']:>3} with an error, "
-              f"signature {report['signature'][:90]}")
-    print("errors are rows a metric cannot read (e.g. SummEval rows have no CTRLEval prefix, CTRLEval rows no "
-          "BARTScore source); they stay in the output with their reason in the `error` column.")
+              f"{report.get('rows_skipped', 0):>3} skipped, signature {report['signature'][:80]}")
+    print("skipped rows are rows a metric does not apply to (SummEval rows have no CTRLEval prefix, CTRLEval rows "
+          "no BARTScore source): null scores, their reason in the `skipped` column, not errors.")
     print(f"manifest: {manifest['manifest']}")
+    problems = error_rate_exceeded(manifest)  # the exit code `ctgscore run` gives the same run
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if problems:
+        return 1
     if not args.no_report:
         from ctgscore.cli.main import main as ctgscore_main
 

@@ -11,9 +11,10 @@ What it reads (local path or `s3://` prefix):
   `ctgscore score`): one run.
 
 What it returns: a pandas DataFrame with one row per `id`, the carried columns (`dataset`,
-`system`, `doc_id`, `human_*`), every run's score columns, and `error`: None, or the reasons of
-the runs that could not score the row (`label: reason; ...`). A score of a row its run could not
-score is NaN. A score column produced by several runs (two perplexity models, say) is named
+`system`, `doc_id`, `human_*`), every run's score columns, `error`: None, or the reasons of
+the runs that could not score the row (`label: reason; ...`), and `skipped`: None, or the runs
+that do not apply to the row (`bartscore: no references; ...`; not errors). A score of a row its
+run could not score or skipped is NaN. A score column produced by several runs (two perplexity models, say) is named
 `<label>.<column>`.
 """
 
@@ -180,7 +181,7 @@ def load_scores(path: str, metrics: Iterable[str] | None = None, *,
         for column in run.score_columns:
             counts[column] = counts.get(column, 0) + 1
     carried = None
-    scores, errors = [], []
+    scores, errors, skipped = [], [], []
     for run in runs:
         frame = run.frame
         failed = frame[schema.ERROR].notna() if schema.ERROR in frame else pd.Series(False, index=frame.index)
@@ -192,17 +193,17 @@ def load_scores(path: str, metrics: Iterable[str] | None = None, *,
         scores.append(part)
         if schema.ERROR in frame:
             errors.append(frame.loc[failed, schema.ERROR].map(lambda reason, label=run.label: f"{label}: {reason}"))
+        if schema.SKIPPED in frame:
+            left_out = frame[schema.SKIPPED].notna()
+            skipped.append(frame.loc[left_out, schema.SKIPPED].map(lambda reason, label=run.label: f"{label}: {reason}"))
         kept = frame[[c for c in frame.columns if schema.is_carried(c)]]
         carried = kept if carried is None else carried.combine_first(kept)
     wide = carried.join(scores, how="outer") if scores else carried
-    error = pd.Series(None, index=wide.index, dtype=object)
-    if errors:
-        joined = pd.concat(errors).groupby(level=0).agg("; ".join)
-        error.loc[joined.index] = joined
-    wide[schema.ERROR] = error.astype(object).where(error.notna(), None)
+    wide[schema.ERROR] = _joined_reasons(errors, wide.index)
+    wide[schema.SKIPPED] = _joined_reasons(skipped, wide.index)
     carried_order = [c for c in schema.carried_columns(carried.columns) if c != schema.ID]
     score_order = [c for part in scores for c in part.columns]
-    wide = wide[carried_order + score_order + [schema.ERROR]]
+    wide = wide[carried_order + score_order + [schema.ERROR, schema.SKIPPED]]
     wide.index.name = schema.ID
     return wide.reset_index().sort_values(schema.ID, kind="stable").reset_index(drop=True)
 
@@ -214,3 +215,14 @@ def run_files(path: str, metrics: Iterable[str] | None = None, *,
     fs, runs = _listed_runs(path, metrics, storage_options)
     local = "file" in (fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,))
     return [(label, [name if local else fs.unstrip_protocol(name) for name in files]) for label, files in runs]
+
+
+def _joined_reasons(reasons: list, index):
+    """One `label: reason; ...` string per id (None where no run gave a reason)."""
+    import pandas as pd
+
+    column = pd.Series(None, index=index, dtype=object)
+    if reasons:
+        joined = pd.concat(reasons).groupby(level=0).agg("; ".join)
+        column.loc[joined.index] = joined
+    return column.astype(object).where(column.notna(), None)

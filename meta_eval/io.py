@@ -77,6 +77,7 @@ class Table:
     source: str
     n_input_rows: int = 0
     n_error_rows: int = 0
+    n_skipped_rows: int = 0  # rows some metric run does not apply to (not errors)
     cat_columns: dict[str, str | None] = field(default_factory=dict)
     lower_is_better: set[str] = field(default_factory=lambda: set(LOWER_IS_BETTER))
     easy_pairs: list[tuple[str, str]] | None = None
@@ -124,7 +125,7 @@ def _read_parquet_files(path: str) -> tuple[pd.DataFrame, dict]:
         if "id" not in frame:
             raise InputError(f"{name}: missing required column 'id'")
         groups.setdefault(tuple(_score_columns(frame.columns)), []).append(frame)
-    carried_parts, score_parts, errors, runs = [], [], [], {}
+    carried_parts, score_parts, errors, skips, runs = [], [], [], [], {}
     for score_cols, parts in groups.items():
         frame = pd.concat(parts, ignore_index=True)
         dupes = frame["id"].duplicated()
@@ -140,17 +141,22 @@ def _read_parquet_files(path: str) -> tuple[pd.DataFrame, dict]:
                 scores[col] = scores[col].astype(float).where(~error, np.nan)
         score_parts.append(scores)
         carried_parts.append(frame[[c for c in frame.columns if c not in score_cols
-                                    and c not in ("error", "warning", "signature", "row_key")]])
+                                    and c not in schema.META_COLUMNS]])
         errors.append(error)
+        skipped = frame["skipped"].notna() if "skipped" in frame else pd.Series(False, index=frame.index)
+        skips.append(skipped)
         label = ",".join(score_cols) or "(no score columns)"
         signatures = sorted(map(str, frame["signature"].dropna().unique())) if "signature" in frame else []
-        runs[label] = {"rows": int(len(frame)), "rows_error": int(error.sum()), "signatures": signatures}
+        runs[label] = {"rows": int(len(frame)), "rows_error": int(error.sum()), "rows_skipped": int(skipped.sum()),
+                       "signatures": signatures}
     carried = carried_parts[0]
     for part in carried_parts[1:]:
         carried = carried.combine_first(part)
     merged = carried.join(score_parts, how="outer") if score_parts else carried
     any_error = pd.concat(errors, axis=1).fillna(False).astype(bool).any(axis=1)
     merged["error"] = any_error.reindex(merged.index, fill_value=False)
+    any_skipped = pd.concat(skips, axis=1).fillna(False).astype(bool).any(axis=1)
+    merged["skipped"] = any_skipped.reindex(merged.index, fill_value=False)
     merged = merged.reset_index().rename(columns={"index": "id"})
     return merged, runs
 
@@ -169,6 +175,7 @@ def read_scores(path: str, humans: list[str] | None = None, metrics: list[str] |
     frame, runs = _read_parquet_files(str(path))
     n_input = len(frame)
     n_error = int(frame.pop("error").sum())
+    n_skipped = int(frame.pop("skipped").sum())
     for col in ("doc_id", "system", "dataset"):
         if col in frame:
             frame[col] = frame[col].astype("object").where(frame[col].notna(), None)
@@ -177,7 +184,7 @@ def read_scores(path: str, humans: list[str] | None = None, metrics: list[str] |
         metrics = _score_columns(_numeric_columns(frame))
     _check_columns(frame, humans + metrics, str(path))
     return Table(frame=frame, humans=list(humans), metrics=list(metrics), source=str(path),
-                 n_input_rows=n_input, n_error_rows=n_error, runs=runs,
+                 n_input_rows=n_input, n_error_rows=n_error, n_skipped_rows=n_skipped, runs=runs,
                  cat_columns={h: None for h in humans}, lower_is_better=default_lower_is_better(metrics))
 
 

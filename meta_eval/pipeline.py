@@ -255,7 +255,8 @@ def run_meta(table: Table, opts: Options | None = None, runner: Runner | None = 
         metrics=tuple(table.metrics), lower_is_better=tuple(sorted(c for c in table.lower_is_better if c in frame)),
         datasets=tuple(datasets),
         runs=tuple(MetricRun(name, facts["rows"], facts["rows_error"], tuple(facts["signatures"]))
-                   for name, facts in table.runs.items()))
+                   for name, facts in table.runs.items()),
+        rows_skipped=table.n_skipped_rows)
     groups = []
     if has_datasets:
         for name, part in frame.groupby("dataset", sort=True):

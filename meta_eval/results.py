@@ -320,6 +320,7 @@ class InputSummary:
     lower_is_better: tuple[str, ...]
     datasets: tuple[str, ...]
     runs: tuple[MetricRun, ...] = ()
+    rows_skipped: int = 0  # rows some metric run does not apply to (their scores there are null, not errors)
 
 
 @dataclass

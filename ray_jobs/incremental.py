@@ -30,8 +30,9 @@ from ray_jobs.storage import reads
 META_PREFIX = "ctgscore."
 
 
-def part_metadata(rel: str, etag: str, size: int, signature: str, digest: str, start: int, stop: int, errors: int) -> dict[str, str]:
-    """Footer key-value metadata of one part."""
+def part_metadata(rel: str, etag: str, size: int, signature: str, digest: str, start: int, stop: int, errors: int,
+                  skipped: int = 0) -> dict[str, str]:
+    """Footer key-value metadata of one part (`skipped`: rows the metric does not apply to)."""
     return {
         META_PREFIX + "input": rel,
         META_PREFIX + "input_etag": etag,
@@ -42,17 +43,21 @@ def part_metadata(rel: str, etag: str, size: int, signature: str, digest: str, s
         META_PREFIX + "stop": str(stop),
         META_PREFIX + "rows": str(stop - start),
         META_PREFIX + "rows_error": str(errors),
+        META_PREFIX + "rows_skipped": str(skipped),
     }
 
 
 def part_is_complete(footer: tuple[int, dict[str, str]] | None, etag: str, size: int, digest: str, start: int, stop: int) -> bool:
     """A committed part is reusable as is when it was made from the same input bytes (etag,
-    size) by the same metric signature, for this row range, and holds one row per input row."""
+    size) by the same metric signature, for this row range, and holds one row per input row.
+    A part written before skipped rows were counted (no `rows_skipped` in its footer) is
+    scored again once, through the row cache: its rows a metric does not apply to were errors."""
     if footer is None:
         return False
     num_rows, meta = footer
     return (
-        meta.get(META_PREFIX + "input_etag") == etag
+        META_PREFIX + "rows_skipped" in meta
+        and meta.get(META_PREFIX + "input_etag") == etag
         and meta.get(META_PREFIX + "input_size") == str(size)
         and meta.get(META_PREFIX + "signature_digest") == digest
         and meta.get(META_PREFIX + "start") == str(start)
@@ -63,6 +68,11 @@ def part_is_complete(footer: tuple[int, dict[str, str]] | None, etag: str, size:
 
 def footer_errors(footer: tuple[int, dict[str, str]]) -> int:
     value = footer[1].get(META_PREFIX + "rows_error")
+    return int(value) if value and value.isdigit() else 0
+
+
+def footer_skipped(footer: tuple[int, dict[str, str]]) -> int:
+    value = footer[1].get(META_PREFIX + "rows_skipped")
     return int(value) if value and value.isdigit() else 0
 
 

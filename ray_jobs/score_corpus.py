@@ -177,6 +177,9 @@ def _settle_metric(config, plan: MetricPlan, committed, reports, listed, scored,
     first_at, ended = scored.get("first_at"), scored.get("ended")
     steady = scored["rows_after_first"] / (ended - first_at) if first_at and ended and ended > first_at else None
     scored_rows = rows_new - cache_hits
+    rows_skipped = sum(r.get("skipped", 0) for r in good_reports) + sum(
+        p.kept_skipped.get(uri, 0) for rel, p in plan.shards.items() if rel in covered for _, uri, _ in p.kept
+    )
     return {
         "metric": info.spec.name,
         "params": info.params,
@@ -188,6 +191,7 @@ def _settle_metric(config, plan: MetricPlan, committed, reports, listed, scored,
         "rows_scored": scored_rows,
         "rows_cached": rows_out - scored_rows,
         "rows_error": rows_error,
+        "rows_skipped": rows_skipped,
         "error_rate": round(rows_error / rows_out, 6) if rows_out else 0.0,
         "parts_written": len(good_reports),
         "parts_kept": sum(len(p.kept) for rel, p in plan.shards.items() if rel in covered),

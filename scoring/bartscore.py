@@ -224,6 +224,7 @@ class BARTScoreMetric(RowMetric):
     (module docstring; docs/metrics.md)."""
 
     name = "bartscore"
+    needs = "text; source for s_h; references for r_h, h_r, f"
 
     def __init__(
         self,

@@ -285,6 +285,7 @@ class CTRLEvalMetric(RowMetric):
     reads `prefix`, relevance reads `attribute` (the control label)."""
 
     name = "ctrleval"
+    needs = "text; prefix for consistency; attribute for relevance"
 
     def __init__(
         self,

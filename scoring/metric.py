@@ -2,9 +2,16 @@
 
 A `RowMetric` wraps a pure scorer (e.g. `BARTScorer`) for canonical rows (see
 `docs/schema.md`). The CLI, the Ray job and tests all call `score_rows`, which
-guarantees: one output row per input row, in input order, each with its score columns filled
-or an `error` reason, never both lost. A batch that raises is bisected so one bad row cannot
-take its neighbours down.
+guarantees: one output row per input row, in input order, each with its score columns filled,
+a `skipped` reason or an `error` reason, never lost. A batch that raises is bisected so one bad
+row cannot take its neighbours down.
+
+The skipped-row rule: a metric applies to a row when every column it needs besides `text`
+(`applies_columns`: BARTScore's `source`/`references`, CTRLEval's `prefix`/`attribute`, ...) is
+present and not null (a list: not empty). A row it does not apply to (a CTRLEval row in a
+summarisation metric's input, say) gets null scores, a null `error` and a `skipped` reason
+("no references"); error-rate checks count errors only. A failure on a row the metric applies
+to (undecodable bytes, an empty text, a blank source) stays an `error`.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Sequence
 
 from scoring.errors import is_accelerator_error
-from scoring.schema import ERROR, WARNING, carried_columns
+from scoring.schema import ERROR, SKIPPED, TEXT, WARNING, carried_columns
 from scoring.signature import Signature, stable_hash
 
 if TYPE_CHECKING:
@@ -38,6 +45,7 @@ class RowMetric(ABC):
     """
 
     name: str = ""
+    needs: str = ""  # what `ctgscore metrics` says a row needs, when it depends on parameters
     required_columns: tuple[str, ...] = ("text",)
     optional_columns: tuple[str, ...] = ()
     output_columns: tuple[str, ...] = ()
@@ -55,6 +63,38 @@ class RowMetric(ABC):
     # ----- shared behaviour -------------------------------------------------------------
     def read_columns(self) -> tuple[str, ...]:
         return tuple(self.required_columns) + tuple(self.optional_columns)
+
+    def applies_columns(self) -> tuple[str, ...]:
+        """The columns a row needs for this metric to apply at all: the required ones besides
+        `text` (every row has a text; a row without the others is another task's row)."""
+        return tuple(column for column in self.required_columns if column != TEXT)
+
+    def missing_column(self, row: dict[str, Any]) -> str | None:
+        """The first needed column (`applies_columns`) that `row` lacks: absent, null or an
+        empty list; None when the metric applies to the row."""
+        for column in self.applies_columns():
+            value = row.get(column)
+            if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
+                return column
+        return None
+
+    def skip_reason(self, row: dict[str, Any]) -> str | None:
+        """Why this metric does not apply to `row` ("no references"), or None when it does
+        (module docstring)."""
+        column = self.missing_column(row)
+        return None if column is None else f"no {column}"
+
+    def precheck(self, row: dict[str, Any], decode_error: str | None) -> dict[str, Any] | None:
+        """The result of a row that is not to be scored, or None: skipped when the metric does
+        not apply to it (even if another of its columns cannot be decoded), an error when one
+        of its values could not be decoded (`scoring.schema.rows_from_table`; a needed column
+        that is null only because its bytes are bad is an error, not a skip)."""
+        column = self.missing_column(row)
+        if column is not None and not (decode_error or "").startswith(f"{column} "):
+            return self.skipped_result(f"no {column}")
+        if decode_error is not None:
+            return self.empty_result(decode_error)
+        return None
 
     def validate(self, row: dict[str, Any]) -> str | None:
         """Reason this row cannot be scored, or None. Default: every required column is
@@ -84,10 +124,17 @@ class RowMetric(ABC):
             cached = self.__dict__["_signature_string"] = str(self.signature())
         return cached
 
-    def empty_result(self, error: str) -> dict[str, Any]:
+    def empty_result(self, error: str | None) -> dict[str, Any]:
         result: dict[str, Any] = {column: None for column in self.output_columns}
         result[ERROR] = error
         result[WARNING] = None
+        result[SKIPPED] = None
+        return result
+
+    def skipped_result(self, reason: str) -> dict[str, Any]:
+        """The result of a row this metric does not apply to: null scores, no error."""
+        result = self.empty_result(None)
+        result[SKIPPED] = reason
         return result
 
     def score_rows(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -95,6 +142,10 @@ class RowMetric(ABC):
         results: list[dict[str, Any] | None] = [None] * len(rows)
         valid_indices = []
         for index, row in enumerate(rows):
+            skip = self.skip_reason(row)
+            if skip is not None:
+                results[index] = self.skipped_result(skip)
+                continue
             reason = self.validate(row)
             if reason is not None:
                 results[index] = self.empty_result(reason)
@@ -158,6 +209,7 @@ class RowMetric(ABC):
             result = {column: values.get(column) for column in self.output_columns}
             result[ERROR] = None
             result[WARNING] = values.get(WARNING)
+            result[SKIPPED] = None
             results[index] = result
 
 

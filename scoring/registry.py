@@ -31,6 +31,11 @@ BUILTIN_METRICS: dict[str, str] = {
     "ctrleval": "scoring.ctrleval:CTRLEvalMetric",
     "perplexity": "scoring.perplexity:PerplexityMetric",
     "codi": "scoring.codi.metric:CodiMetric",
+    "bleu": "scoring.bleu:BLEUMetric",
+    "chrf": "scoring.bleu:CHRFMetric",
+    "rouge": "scoring.rouge:RougeMetric",
+    "bertscore": "scoring.bertscore:BERTScoreMetric",
+    "attribute_accuracy": "scoring.attribute_accuracy:AttributeAccuracyMetric",
 }
 
 
@@ -150,6 +155,7 @@ class MetricInfo:
     source: str  # "builtin" or "plugin"
     doc: str = ""
     columns: list[str] = field(default_factory=list)  # input columns the metric reads
+    needs: str = ""  # the columns a row needs for the metric to apply (others are skipped)
     outputs: list[str] = field(default_factory=list)  # score columns (may depend on params)
     params: list[ParamInfo] = field(default_factory=list)
     problem: str | None = None  # a plugin that cannot be imported
@@ -179,6 +185,7 @@ def describe_metric(name: str) -> MetricInfo:
     return MetricInfo(
         name=name, target=target, source=source, doc=doc.split("\n\n")[0].replace("\n", " "),
         columns=list(getattr(cls, "required_columns", ())) + list(getattr(cls, "optional_columns", ())),
+        needs=getattr(cls, "needs", "") or ", ".join(getattr(cls, "required_columns", ())),
         outputs=list(getattr(cls, "output_columns", ()) or ()), params=params,
     )
 

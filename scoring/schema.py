@@ -3,9 +3,9 @@
 Input (a generation dump, one or more Parquet shards): `id` and `text` are always required;
 the other canonical columns are optional and typed (see `docs/schema.md`). Output (one row per
 input row and metric run): `id`, the metric's float score columns, `error`, `warning`,
-`signature`, `row_key`, then the carried input columns (`dataset`, `system`, `doc_id`,
-`human_*`). Every writer (library, CLI, Ray job, CoDI) builds its output through
-`output_table`, so all outputs share one layout.
+`skipped` (why a row the metric does not apply to was left out), `signature`, `row_key`, then
+the carried input columns (`dataset`, `system`, `doc_id`, `human_*`). Every writer (library,
+CLI, Ray job, CoDI) builds its output through `output_table`, so all outputs share one layout.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ ID = "id"
 TEXT = "text"
 ERROR = "error"
 WARNING = "warning"
+SKIPPED = "skipped"
 SIGNATURE = "signature"
 ROW_KEY = "row_key"
 HUMAN_PREFIX = "human_"
@@ -28,7 +29,7 @@ STRING_COLUMNS = ("id", "dataset", "doc_id", "system", "source", "prefix", "attr
 LIST_COLUMNS = ("references",)  # list<string>
 MAP_COLUMNS = ("attributes",)  # map<string,string>
 CARRIED_COLUMNS = (ID, "dataset", "system", "doc_id")  # kept in every output row, for analysis
-META_COLUMNS = (ERROR, WARNING, SIGNATURE, ROW_KEY)  # per-row bookkeeping of a metric run
+META_COLUMNS = (ERROR, WARNING, SKIPPED, SIGNATURE, ROW_KEY)  # per-row bookkeeping of a metric run
 
 
 def is_human(name: str) -> bool:
@@ -80,7 +81,7 @@ def expected_input_type(column: str, dtype: "pa.DataType") -> str | None:
 
 
 def output_schema(score_columns: Sequence[str], carried: Sequence[str]) -> "pa.Schema":
-    """Arrow schema of one metric run's output: id, scores (float64), error, warning,
+    """Arrow schema of one metric run's output: id, scores (float64), error, warning, skipped,
     signature, row_key, then the carried columns (canonical order, `id` not repeated)."""
     import pyarrow as pa
 
@@ -111,7 +112,7 @@ def output_table(
 ) -> "pa.Table":
     """One metric run's output rows as an Arrow table with `output_schema`.
 
-    `results` are `RowMetric.score_rows` dicts (score columns, `error`, `warning`);
+    `results` are `RowMetric.score_rows` dicts (score columns, `error`, `warning`, `skipped`);
     `carried_values` maps carried column names to one value per row (absent columns are left
     out, so a shard without `system` has no `system` column)."""
     import pyarrow as pa
@@ -123,6 +124,7 @@ def output_table(
     columns += [_score_array([result.get(c) for result in results]) for c in score_columns]
     columns.append(pa.array([result.get(ERROR) for result in results], type=pa.string()))
     columns.append(pa.array([result.get(WARNING) for result in results], type=pa.string()))
+    columns.append(pa.array([result.get(SKIPPED) for result in results], type=pa.string()))
     columns.append(pa.array([signature] * len(ids), type=pa.string()))
     columns.append(pa.array(list(row_keys), type=pa.string()))
     for column in carried:

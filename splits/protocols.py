@@ -34,6 +34,7 @@ from splits.search import (
     ClimbProblem,
     exhaustive,
     n_subsets,
+    original_search,
     random_eligible_start,
     restart_rng,
     select_splits,
@@ -137,8 +138,8 @@ def build_splits(
     """Splits of `universe` under `protocol` (see the module docstring)."""
     if protocol not in PROTOCOLS:
         raise UsageError(f"protocol must be one of {list(PROTOCOLS)}, got {protocol!r}")
-    if search not in ("auto", "exhaustive", "climb"):
-        raise UsageError(f"search must be auto, exhaustive or climb, got {search!r}")
+    if search not in ("auto", "exhaustive", "climb", "original"):
+        raise UsageError(f"search must be auto, exhaustive, climb or original, got {search!r}")
     if duplicates not in DISTINCT:
         raise UsageError(f"duplicates must be one of {list(DISTINCT)}, got {duplicates!r}")
     if duplicates == "ordered" and search == "exhaustive":
@@ -188,7 +189,14 @@ def build_splits(
         use_exhaustive = search == "exhaustive" or (search == "auto" and space <= exhaustive_limit and duplicates == "sets")
         params.update(seen_size=k, max_splits=max_splits, decimals=decimals,
                       objective="max" if maximize else "min")
-        if use_exhaustive:
+        if search == "original":  # the original's draws, climb and kept lists (splits.search.original_search)
+            candidates, climbed = original_search(universe, k, seed, restarts, alpha, max_iters, maximize)
+            if not candidates:
+                raise SplitsInputError(f"none of {restarts} random draws of {k} seen combinations is eligible; draw more")
+            duplicates = "ordered"
+            params.update(search="original", draws=restarts, max_iters=max_iters, rng="python random.Random(seed).sample")
+            stats.update(eligible_draws=climbed, search_space=space)
+        elif use_exhaustive:
             sets, divs = exhaustive(universe, k, alpha)
             if not len(sets):
                 raise SplitsInputError(f"no eligible split with {k} seen combinations")

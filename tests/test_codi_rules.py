@@ -181,7 +181,7 @@ def test_error_rows(metric):
     out = metric.score_rows(rows)
     assert len(out) == len(rows)
     assert "unknown CoDI task 'poetry'" in out[0]["error"]
-    assert out[1]["error"] == "missing field 'constraint'"
+    assert out[1]["error"] is None and out[1]["skipped"] == "no constraint"  # not a CoDI row
     assert "not JSON" in out[2]["error"]
     assert "emotion_model" in out[3]["error"]  # needs a judge that is not configured
     assert "lacks 'label'" in out[4]["error"]

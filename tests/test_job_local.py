@@ -222,7 +222,9 @@ def test_bad_input_is_named_and_good_rows_come_out(ray_local, tiny_models, tmp_p
     errors = lambda label, name: [r["error"] for r in shard_rows(tmp_path / "out" / label, name)]  # noqa: E731
     assert errors("text_stats", "nulls.parquet")[:2] == ["null field 'text'", "empty field 'text'"]
     assert errors("text_stats", "no_prefix.parquet") == [None] * 4  # text_stats does not read prefix
-    assert errors("ctrleval", "no_prefix.parquet") == ["missing field 'prefix'"] * 4
+    assert errors("ctrleval", "no_prefix.parquet") == [None] * 4  # not CTRLEval consistency rows: skipped
+    assert [r["skipped"] for r in shard_rows(tmp_path / "out" / "ctrleval", "no_prefix.parquet")] == ["no prefix"] * 4
+    assert manifest["metrics"]["ctrleval"]["rows_skipped"] == 4
     assert any("no_prefix.parquet lacks column 'prefix' read by metric ctrleval" in n for n in manifest["schema_notes"])
     mismatch_errors = errors("ctrleval", "mismatch.parquet")
     assert [i for i, e in enumerate(mismatch_errors) if e] == [2, 4]

@@ -49,7 +49,7 @@ def test_round_trip_through_score_and_job_layout(tmp_path):
     frame = ctgscore.load_scores(str(out))
     assert list(frame["id"]) == IDS
     assert list(frame.columns) == ["id", "system", "doc_id", "human_q", "text_stats_words", "text_stats_dist1",
-                                   "text_stats_dist2", "text_stats_dist3", "m_value", "error"]
+                                   "text_stats_dist2", "text_stats_dist3", "m_value", "error", "skipped"]
     assert list(frame["human_q"]) == [1.0, 2.0, 3.0, 4.0, 5.0]
     assert list(frame["system"]) == ["A", "A", "B", "B", "B"]
     words = [float(len(t.split())) if t.strip() else math.nan for t in TEXTS]

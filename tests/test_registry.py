@@ -68,8 +68,8 @@ def test_builtins_are_registered():
 
 
 def test_unknown_metric_and_parameters_are_usage_errors():
-    with pytest.raises(UsageError, match=r"unknown metric 'bleu'; known metrics: .*bartscore.*text_stats"):
-        registry.build_metric("bleu")
+    with pytest.raises(UsageError, match=r"unknown metric 'bleurt'; known metrics: .*bartscore.*text_stats"):
+        registry.build_metric("bleurt")
     with pytest.raises(UsageError, match=r"metric 'text_stats' has no parameter 'lowercase'"):
         registry.build_metric("text_stats", {"lowercase": True})
     with pytest.raises(UsageError, match=r"metric 'perplexity' has no parameter 'temperature'; parameters: model"):

@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "ctgscore.cli.compare",
     "ctgscore.cli.leaderboard",
     "ctgscore.cli.splits",
+    "ctgscore.cli.compmctg",
     "ctgscore.cli.constraints",
     "ctgscore.cli.make_tiny_models",
 )

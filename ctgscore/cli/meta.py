@@ -148,9 +148,10 @@ def handle(args: argparse.Namespace) -> int:
     paths = report.write_report(results, output, fmt=args.format)
     elapsed = time.time() - started
     summary = {"ok": True, "command": "meta", "output": str(output), "rows": table.n_input_rows,
-               "error_rows": table.n_error_rows, "metrics": list(table.metrics), "humans": list(table.humans),
+               "error_rows": table.n_error_rows, "skipped_rows": table.n_skipped_rows, "metrics": list(table.metrics), "humans": list(table.humans),
                "files": {name: str(path) for name, path in paths.items()}, "wall_s": round(elapsed, 3)}
-    lines = [f"meta: {table.n_input_rows} rows ({table.n_error_rows} with an error in some metric run), "
+    lines = [f"meta: {table.n_input_rows} rows ({table.n_error_rows} with an error in some metric run, "
+             f"{table.n_skipped_rows} skipped by some metric run), "
              f"{len(table.metrics)} metrics x {len(table.humans)} human aspects, {elapsed:.1f} s -> {output}"]
     plots = [path for path in paths.values() if str(path).endswith(".png")]
     lines += [f"  {name}: {path}" for name, path in paths.items() if not str(path).endswith(".png")]

@@ -1,5 +1,5 @@
 """`ctgscore metrics`: every registered metric (built-in and plugins) with the columns it reads,
-its score columns and its parameters with their defaults, read from the constructors."""
+the columns a row needs for it to apply, its score columns and its parameters with their defaults, read from the constructors."""
 
 from __future__ import annotations
 
@@ -38,6 +38,9 @@ def text_lines(infos) -> list[str]:
             lines.append(f"  {info.doc}")
         if info.columns:
             lines.append(f"  reads: {', '.join(info.columns)}")
+        if info.needs:
+            note = "" if info.needs == "text" else " (a row without a column besides text is skipped, not an error)"
+            lines.append(f"  needs: {info.needs}{note}")
         if info.outputs:
             lines.append(f"  scores: {', '.join(info.outputs)}")
         if info.params:

@@ -82,9 +82,9 @@ def score_table(metric, table, chunk_rows: int = 256, progress: bool = True):
     with tqdm(total=table.num_rows, desc=metric.name, unit="row", disable=not progress, file=sys.stderr) as bar:
         for offset in range(0, table.num_rows, chunk_rows):
             rows, decode_errors = rows_from_table(table.slice(offset, chunk_rows))
-            clean = [i for i, e in enumerate(decode_errors) if e is None]
+            results = [metric.precheck(row, error) for row, error in zip(rows, decode_errors)]
+            clean = [i for i, result in enumerate(results) if result is None]
             scored = metric.score_rows([rows[i] for i in clean])
-            results = [metric.empty_result(e) if e is not None else None for e in decode_errors]
             for index, result in zip(clean, scored):
                 results[index] = result
             parts.append(metric.output_table(rows, results))
@@ -113,12 +113,13 @@ def handle(args: argparse.Namespace) -> int:
     result = score_table(metric, table, args.chunk_rows, progress=common.progress_bars(args))
     common.write_parquet_atomic(result, output)
     errors = result.num_rows - result.column("error").null_count
+    skipped = result.num_rows - result.column("skipped").null_count  # rows the metric does not apply to
     problem = common.error_rate_message(f"metric {metric.name}", errors, result.num_rows, args.max_error_rate)
     reasons = common.error_reasons(result)
     summary = {"ok": problem is None, "command": "score", "metric": metric.name, "output": str(output),
-               "rows": result.num_rows, "errors": errors, "error_reasons": reasons,
+               "rows": result.num_rows, "errors": errors, "skipped": skipped, "error_reasons": reasons,
                "max_error_rate": args.max_error_rate, "signature": metric.signature_string()}
-    lines = [f"score: {metric.name}: {result.num_rows} rows, {errors} with an error -> {output}"]
+    lines = [f"score: {metric.name}: {result.num_rows} rows, {errors} with an error, {skipped} skipped -> {output}"]
     if common.progress_enabled(args):  # --no-progress: the summary line only
         lines += common.reason_lines(reasons)
     common.emit(args, summary, lines)

@@ -42,7 +42,8 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-splits", type=int, default=None,
                         help="distinct optimal splits kept (default: CompMCTG count for known datasets, else 10)")
     parser.add_argument("--seen-size", type=int, default=None, help="override |seen| (acd/mindiv/random/fewshot)")
-    parser.add_argument("--search", choices=["auto", "exhaustive", "climb"], default="auto")
+    parser.add_argument("--search", choices=["auto", "exhaustive", "climb", "original"], default="auto",
+                        help="original: the CompMCTG code's seeded draws and climb (rebuilds the paper's splits)")
     parser.add_argument("--moves", choices=["coverage", "original"], default="coverage")
     parser.add_argument("--recombine", choices=["auto", "on", "off"], default="auto",
                         help="2-for-2 value-exchange moves when no single swap improves (auto: small seen sides)")

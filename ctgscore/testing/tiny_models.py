@@ -158,6 +158,29 @@ def build_gpt2(out_dir: pathlib.Path, seed: int = 0, sizes: dict | None = None) 
     return _save(model, tokenizer, out_dir)
 
 
+def build_roberta(out_dir: pathlib.Path, seed: int = 0, sizes: dict | None = None) -> pathlib.Path:
+    """Seeded random RoBERTa encoder (BERTScore's default family) with a byte-level BPE
+    tokenizer trained on the tiny corpus; not part of `build_tiny_models`."""
+    import torch
+    from transformers import RobertaConfig, RobertaModel, RobertaTokenizer
+
+    sizes = sizes or TINY_SIZES
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as work:
+        work_dir = pathlib.Path(work)
+        _train_byte_bpe(work_dir, corpus_lines(), 1000, ["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+        tokenizer = RobertaTokenizer.from_pretrained(str(work_dir), model_max_length=512)
+    torch.manual_seed(seed)
+    config = RobertaConfig(
+        vocab_size=len(tokenizer), hidden_size=sizes["d_model"], num_hidden_layers=sizes["layers"],
+        num_attention_heads=sizes["heads"], intermediate_size=sizes["ffn"], max_position_embeddings=514,
+        bos_token_id=0, pad_token_id=1, eos_token_id=2,
+    )
+    model = RobertaModel(config, add_pooling_layer=False)
+    _spread_weights(model, _weight_std(sizes))
+    return _save(model, tokenizer, out_dir)
+
+
 def build_tiny_models(cache_dir: str | pathlib.Path, force: bool = False) -> dict[str, str]:
     """Build (or reuse) the tiny PEGASUS, BART and GPT-2 and the tiny IWF table under
     `cache_dir`; returns their paths. Reuse is keyed by TINY_VERSION in `tiny.json`."""

@@ -82,6 +82,9 @@ def write_report(result: MetaResult, out_dir, fmt: str = "both") -> dict[str, pa
         paths["leaderboard_html"] = out / "leaderboard.html"
         paths["leaderboard_html"].write_text(leaderboard_html(comparisons))
     text = report_markdown(result, images)
+    from meta_eval.corpus_bleu import report_section  # corpus BLEU/chrF per system, from stored statistics
+
+    text += report_section(result.input.source, out, paths)
     if fmt in ("both", "md"):
         paths["md"] = out / "report.md"
         paths["md"].write_text(text)

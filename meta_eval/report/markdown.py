@@ -221,7 +221,8 @@ def report_markdown(result: MetaResult, images: dict[str, list[tuple[str, str]]]
     correction = getattr(opts, "correction", "none")
     out = ["# Meta-evaluation report", "",
            f"Input `{inp.source}`: {inp.rows_in} rows, {inp.rows_error} with an error in at least one metric run "
-           "(their scores on that run are excluded); "
+           "(their scores on that run are excluded), "
+           f"{inp.rows_skipped} skipped by a metric run that does not apply to them (not errors); "
            f"human aspects: {', '.join(inp.humans) or '–'}; metrics: {', '.join(inp.metrics)}.", "",
            sign_convention(result), "",
            f"Significance test: {TEST_NAMES[opts.significance]}, alpha {opts.alpha:g}, multiple-comparison "

@@ -93,7 +93,8 @@ def read_previous(out_fs, config: JobConfig) -> dict[str, Any] | None:
 
 def error_rate_exceeded(manifest: dict[str, Any], max_error_rate: float | None = None) -> list[str]:
     """One message per metric whose share of error rows is above `max_error_rate` (default:
-    the job config's, 0.1 unless set). Empty when every metric is within it."""
+    the job config's, 0.1 unless set). Empty when every metric is within it. Skipped rows
+    (rows a metric does not apply to) are not errors."""
     if max_error_rate is None:
         max_error_rate = float(manifest.get("config", {}).get("max_error_rate", 0.1))
     messages = []
@@ -118,6 +119,7 @@ def summary_line(manifest: dict[str, Any]) -> str:
         parts.append(
             f"{label}: {report['rows_in']} in -> {report['rows_out']} out, {report['rows_scored']} scored, "
             f"{report['rows_cached']} reused, {report['rows_error']} errors"
+            + (f", {report['rows_skipped']} skipped" if report.get("rows_skipped") else "")
         )
     notes = []
     if manifest["bad_shards"]:

@@ -62,6 +62,7 @@ class Shard:
 class ShardPlan:
     shard: Shard
     kept: list[tuple[layout.PartName, str, int]] = field(default_factory=list)  # (part, uri, errors)
+    kept_skipped: dict[str, int] = field(default_factory=dict)  # part uri -> rows the metric does not apply to
     units: list[tuple[int, int]] = field(default_factory=list)  # row ranges to score
     previous: list[str] = field(default_factory=list)  # older parts, same signature: the row cache
     superseded: list[str] = field(default_factory=list)  # removed once the shard's new cover is complete
@@ -291,6 +292,7 @@ def _plan_shard(config: JobConfig, info: MetricInfo, shard: Shard, files: list[s
         etag, size = shard.info.etag, shard.info.size
         if part.version == shard.version and incremental.part_is_complete(footer, etag, size, info.digest, part.start, part.stop):
             candidates.append((part, uri, incremental.footer_errors(footer)))
+            plan.kept_skipped[uri] = incremental.footer_skipped(footer)
             continue
         if incremental.footer_digest(footer) == info.digest:
             plan.previous.append(uri)

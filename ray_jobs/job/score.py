@@ -14,8 +14,8 @@ split or merged on the way. Each `PartScorer` actor builds its metric once, deco
 row cache of the unit's shard (its earlier parts, loaded once per shard in that actor),
 scores the rest in batches of `batch_size` (`RowMetric.score_rows`: one result per row,
 failing batches bisected), and writes the part atomically (`io.put_atomic`). What reaches the
-driver is one small JSON report per unit and metric (rows, scored, reused, errors, a few error
-examples), never rows. A unit whose file cannot be read is reported as such (its shard then
+driver is one small JSON report per unit and metric (rows, scored, reused, errors, skipped rows,
+a few error examples), never rows. A unit whose file cannot be read is reported as such (its shard then
 counts as bad); a part that cannot be written fails the job (storage errors are not a
 property of the shard).
 
@@ -243,8 +243,9 @@ class PartScorer:
         todo = []
         cached = 0
         for index, key in enumerate(keys):
-            if decode_errors[index] is not None:
-                results[index] = self.metric.empty_result(decode_errors[index])
+            settled = self.metric.precheck(rows[index], decode_errors[index])  # skipped, or undecodable
+            if settled is not None:
+                results[index] = settled
                 continue
             hit = cache.get(key) if cache is not None else None
             if hit is not None:
@@ -272,8 +273,10 @@ class PartScorer:
             if len(samples) < MAX_SAMPLES_PER_PART:
                 samples.append({"file": unit["uri"], "row": unit["start"] + index, "id": ids[index], "error": reason})
         errors = sum(reasons.values())
+        skipped = sum(1 for result in results if result.get("skipped"))
         metadata = incremental.part_metadata(
-            unit["rel"], unit["etag"], unit["size"], self.signature, self.digest, unit["start"], unit["stop"], errors
+            unit["rel"], unit["etag"], unit["size"], self.signature, self.digest, unit["start"], unit["stop"], errors,
+            skipped,
         )
         data = writes.table_bytes(out, metadata)
         writes.put_atomic(self.out_fs, uri, data)
@@ -288,6 +291,7 @@ class PartScorer:
             "rows": len(rows),
             "cached": cached,
             "errors": errors,
+            "skipped": skipped,
             "reasons": dict(reasons),
             "samples": samples,
         }

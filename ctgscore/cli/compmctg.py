@@ -1,0 +1,57 @@
+"""`ctgscore compmctg`: the CompMCTG results table (meta_eval/compmctg.py) from splits files and
+stored scores whose rows carry their attribute combination.
+
+    ctgscore compmctg --dump dump/ --scores out/ --splits Fyelp=fyelp_holdout.json --splits Fyelp=fyelp_acd.json -o table.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ctgscore.cli import common
+
+
+def register(subparsers, parent: argparse.ArgumentParser) -> None:
+    parser = subparsers.add_parser(
+        "compmctg", parents=[parent], help="CompMCTG results table (A_i, A_c, gap, perplexity) from splits and scores",
+        description="Per dataset, protocol and split: attribute accuracy on the in-distribution and compositional "
+                    "test combinations, the compositional gap and perplexity, with the paper's averages (Few-Shot "
+                    "apart). Writes OUTPUT (JSON) and OUTPUT with .md.",
+    )
+    parser.add_argument("--dump", required=True, help="the generation dump (file, folder or s3:// prefix) with `attributes`")
+    parser.add_argument("--scores", required=True, help="scores with attribute_accuracy_<aspect> (and perplexity) columns")
+    parser.add_argument("--splits", action="append", required=True, metavar="DATASET=FILE",
+                        help="a `ctgscore splits` JSON for the rows of DATASET (repeat per dataset and protocol)")
+    parser.add_argument("-o", "--output", required=True, help="output JSON file")
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    import pathlib
+
+    import ctgscore
+    from meta_eval.compmctg import markdown_section, results_table, scored_frame
+    from scoring.errors import InputError
+
+    output = common.check_output_file(args.output)
+    common.check_input_path(args.dump, "dump")
+    splits = []
+    for pair in args.splits:  # a dataset may come with several protocols: not a dict
+        dataset, path = next(iter(common.parse_assignments([pair], "--splits").items()))
+        try:
+            splits.append((dataset, json.loads(pathlib.Path(path).read_text())))
+        except (OSError, ValueError) as exc:
+            raise InputError(f"--splits {dataset}={path}: cannot read it as a splits JSON ({exc})") from None
+    frame = scored_frame(args.dump, ctgscore.load_scores(args.scores))
+    try:
+        table = results_table(frame, splits)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    output.write_text(json.dumps(table, indent=1, default=str) + "\n")
+    markdown = output.with_suffix(".md")
+    markdown.write_text(markdown_section(table))
+    summary = {"ok": True, "command": "compmctg", "output": str(output), "markdown": str(markdown),
+               "datasets": {name: data["average"] for name, data in table["datasets"].items()}}
+    common.emit(args, summary, [f"compmctg: {len(splits)} splits file(s), {len(table['datasets'])} dataset(s) -> {output}, {markdown}"])
+    return 0

@@ -1,0 +1,179 @@
+"""The CompMCTG results table (Zhong et al. 2024, Table 1) from splits and stored scores.
+
+Inputs: splits (`ctgscore splits` JSON, one per dataset and protocol) and a scored dump whose
+rows carry their attribute combination (`attributes`) and the `attribute_accuracy_<aspect>`
+columns of the `attribute_accuracy` metric (1 when the aspect's classifier predicts the gold
+value), optionally `perplexity`. For one split, the rows whose combination is seen are the
+in-distribution test set, those whose combination is unseen the compositional one:
+
+    A_i = mean over aspects a of mean over seen rows of acc_a,  A_c likewise over unseen rows,
+    G = (A_i - A_c) / A_i                                           (compositional gap)
+
+and perplexity is the mean over each side's rows. A protocol's A_i, A_c and perplexity are the
+means over its splits, its G is computed from those means. The averages follow the paper's
+Table 1: A_avg = mean of Original A_i and the Hold-Out and ACD A_i and A_c; P_avg likewise over
+perplexities; G_avg = mean of the Hold-Out and ACD gaps. Few-Shot is reported apart, never in
+the averages. Rows a score run skipped or could not score (null values) are left out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping, Sequence
+
+AVERAGED = ("original", "holdout", "acd")
+ATTR_PREFIX = "attr:"
+ACC_PREFIX = "attribute_accuracy_"
+
+
+def _mean(values) -> float | None:
+    kept = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    return sum(kept) / len(kept) if kept else None
+
+
+def _gap(a_i: float | None, a_c: float | None) -> float | None:
+    return (a_i - a_c) / a_i if a_i and a_c is not None else None
+
+
+@dataclass
+class ProtocolRow:
+    dataset: str
+    protocol: str
+    splits: int
+    A_iid: float | None
+    A_comp: float | None
+    gap: float | None
+    P_iid: float | None
+    P_comp: float | None
+    per_split: list[dict[str, Any]] = field(default_factory=list)
+
+
+def side_accuracy(frame, mask, aspects: Sequence[str]) -> tuple[float | None, dict[str, float | None]]:
+    """A over the masked rows: the mean over aspects of each aspect's mean accuracy."""
+    part = frame[mask]
+    per = {a: _mean(part[ACC_PREFIX + a].tolist()) if ACC_PREFIX + a in part else None for a in aspects}
+    return _mean(per.values()), per
+
+
+def protocol_row(frame, dataset: str, splits_json: Mapping[str, Any]) -> ProtocolRow:
+    """One dataset's protocol: per split A_i, A_c, G, perplexity, and their protocol values."""
+    signature = splits_json.get("signature") or {}
+    aspects = list(splits_json.get("aspects") or signature.get("aspects") or splits_json["splits"][0]["seen"][0])
+    missing = [a for a in aspects if ATTR_PREFIX + a not in frame]
+    if missing:
+        raise ValueError(f"dataset {dataset!r}: no attribute values for aspect(s) {missing} in the scored rows")
+    keys = list(zip(*(frame[ATTR_PREFIX + a].tolist() for a in aspects))) if len(frame) else []
+    per_split = []
+    for index, split in enumerate(splits_json["splits"]):
+        seen = {tuple(str(c[a]) for a in aspects) for c in split["seen"]}
+        unseen = {tuple(str(c[a]) for a in aspects) for c in split.get("unseen", [])}
+        is_seen = [tuple(map(str, k)) in seen for k in keys]
+        is_unseen = [tuple(map(str, k)) in unseen for k in keys]
+        a_i, per_i = side_accuracy(frame, is_seen, aspects)
+        a_c, per_c = side_accuracy(frame, is_unseen, aspects)
+        ppl = frame["perplexity"] if "perplexity" in frame else None
+        per_split.append({
+            "split": index, "divergence": split.get("divergence"), "rows_iid": sum(is_seen), "rows_comp": sum(is_unseen),
+            "A_iid": a_i, "A_comp": a_c, "gap": _gap(a_i, a_c), "accuracy_per_aspect_iid": per_i,
+            "accuracy_per_aspect_comp": per_c,
+            "P_iid": _mean(ppl[is_seen].tolist()) if ppl is not None else None,
+            "P_comp": _mean(ppl[is_unseen].tolist()) if ppl is not None else None,
+        })
+    a_i = _mean(s["A_iid"] for s in per_split)
+    a_c = _mean(s["A_comp"] for s in per_split)
+    return ProtocolRow(dataset, str(signature.get("protocol") or "unknown"), len(per_split), a_i, a_c, _gap(a_i, a_c),
+                       _mean(s["P_iid"] for s in per_split), _mean(s["P_comp"] for s in per_split), per_split)
+
+
+def averages(rows: Sequence[ProtocolRow]) -> dict[str, float | None]:
+    """Table 1's averages over Original, Hold-Out and ACD (Few-Shot apart; module docstring)."""
+    by = {row.protocol: row for row in rows}
+    a_values, p_values, gaps = [], [], []
+    if "original" in by:
+        a_values.append(by["original"].A_iid)
+        p_values.append(by["original"].P_iid)
+    for protocol in ("holdout", "acd"):
+        if protocol in by:
+            a_values += [by[protocol].A_iid, by[protocol].A_comp]
+            p_values += [by[protocol].P_iid, by[protocol].P_comp]
+            gaps.append(by[protocol].gap)
+    return {"A_avg": _mean(a_values), "P_avg": _mean(p_values), "G_avg": _mean(gaps)}
+
+
+def results_table(frame, splits: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
+    """The results table as JSON-ready data: per dataset, its protocol rows, averages and the
+    accuracy per attribute combination.
+    `splits` pairs a dataset name (rows with that `dataset`, or all rows when the frame has
+    no dataset column) with a splits JSON."""
+    datasets: dict[str, list[ProtocolRow]] = {}
+    combinations: dict[str, list[dict[str, Any]]] = {}
+    for dataset, splits_json in splits:
+        part = (frame[frame["dataset"] == dataset] if "dataset" in frame else frame).reset_index(drop=True)
+        row = protocol_row(part, dataset, splits_json)
+        datasets.setdefault(dataset, []).append(row)
+        if dataset not in combinations and "attribute_accuracy" in part:
+            aspects = list(row.per_split[0]["accuracy_per_aspect_iid"]) if row.per_split else []
+            combinations[dataset] = per_combination(part, aspects) if aspects else []
+    out = {}
+    for dataset, rows in datasets.items():
+        few = [asdict(r) for r in rows if r.protocol == "fewshot"]
+        out[dataset] = {"protocols": [asdict(r) for r in rows if r.protocol != "fewshot"], "fewshot": few,
+                        "average": averages([r for r in rows if r.protocol in AVERAGED]),
+                        "per_combination": combinations.get(dataset, [])}
+    return {"datasets": out}
+
+
+def per_combination(frame, aspects: Sequence[str]) -> list[dict[str, Any]]:
+    """Mean `attribute_accuracy` and rows per attribute combination (CompMCTG's breakdown)."""
+    columns = [ATTR_PREFIX + a for a in aspects]
+    usable = frame.dropna(subset=["attribute_accuracy"])
+    out = []
+    for key, group in usable.groupby(columns, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        out.append({"combination": dict(zip(aspects, key)), "rows": len(group),
+                    "accuracy": float(group["attribute_accuracy"].mean())})
+    return out
+
+
+def scored_frame(dump: str, scores, storage_options: Mapping[str, Any] | None = None):
+    """Stored scores (a DataFrame in `ctgscore.load_scores` layout, one row per id) joined by
+    id with the dump's attribute combinations, one `attr:<aspect>` column per aspect."""
+    import fsspec
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from scoring.attribute_accuracy import row_attributes
+
+    fs, root = fsspec.core.url_to_fs(str(dump), **dict(storage_options or {}))
+    files = sorted(p for p in fs.find(root) if p.endswith(".parquet")) if fs.isdir(root) else [root]
+    records = []
+    for name in files:
+        with fs.open(name, "rb") as handle:
+            table = pq.read_table(handle, columns=["id", "attributes"], use_threads=False, pre_buffer=False)
+        for row in table.to_pylist():
+            records.append({"id": row["id"], **{ATTR_PREFIX + k: str(v) for k, v in row_attributes(row).items()}})
+    attributes = pd.DataFrame.from_records(records, columns=None if records else ["id"])
+    return scores.merge(attributes, on="id", how="left")
+
+
+def markdown_section(table: Mapping[str, Any]) -> str:
+    """The report section: per dataset, one row per protocol, then the averages."""
+    def fmt(value, percent=True):
+        if value is None:
+            return "–"
+        return f"{100 * value:.2f}" if percent else f"{value:.2f}"
+
+    lines = ["## CompMCTG results", "",
+             "Attribute accuracy on the in-distribution (A_i) and compositional (A_c) test combinations, the "
+             "compositional gap G = (A_i − A_c) / A_i and perplexity; averages over Original, Hold-Out and ACD "
+             "(Few-Shot apart).", ""]
+    for dataset, data in table["datasets"].items():
+        lines += [f"### {dataset}", "", "| protocol | splits | A_i (%) | A_c (%) | G (%) | PPL i.d. | PPL comp |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for row in data["protocols"] + data["fewshot"]:
+            lines.append(f"| {row['protocol']} | {row['splits']} | {fmt(row['A_iid'])} | {fmt(row['A_comp'])} | "
+                         f"{fmt(row['gap'])} | {fmt(row['P_iid'], False)} | {fmt(row['P_comp'], False)} |")
+        avg = data["average"]
+        lines += ["", f"Average: A_avg {fmt(avg['A_avg'])} %, G_avg {fmt(avg['G_avg'])} %, P_avg {fmt(avg['P_avg'], False)}.", ""]
+    return "\n".join(lines)

@@ -1,0 +1,278 @@
+"""BERTScore (Zhang et al. 2020) on ctgscore's loader and length batching.
+
+For a candidate x̂ and a reference x, with contextual embeddings from layer `layer` of an
+encoder, L2-normalised:
+
+    P = sum_{j in x̂} w(x̂_j) max_{i in x} x_i·x̂_j / sum_j w(x̂_j)              (Eq. 3/4)
+    R = sum_{i in x} w(x_i) max_{j in x̂} x_i·x̂_j / sum_i w(x_i)
+    F = 2PR / (P + R)
+
+over every token of each sequence, special tokens included in the maxima. Weights w are 1
+(the start and end tokens 0), or idf weights idf(t) = log((M + 1) / (df(t) + 1)) over M
+reference documents (a token seen in none gets log(M + 1)), computed once with `idf_table` and
+passed as a file, so a row's score never depends on the rows scored beside it. With several
+references P, R and F each take their maximum over the references, as the bert-score package
+does. Baseline rescaling maps s to (s - b) / (1 - b) with b the row of a baseline file (columns
+LAYER, P, R, F; the row of the layer used). Sentences are tokenised as bert-score does (the
+stripped text with special tokens, a leading space for byte-level BPE tokenizers, truncated to
+the tokenizer's maximum length) so the numbers equal the package on the same model and layer.
+
+Models load through `scoring.models` (hub id, folder, `s3://`, safetensors only); encoder-
+decoder models use their encoder; layers above `layer` are dropped. Unique sentences are
+embedded once, longest first, in batches bounded by `token_budget` tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Sequence
+
+import torch
+
+from scoring.engine import budget_batches, run_splitting_on_oom
+from scoring.errors import UsageError
+from scoring.metric import RowMetric
+from scoring.models import file_digest, load_pretrained, load_tokenizer, resolve_device, resolve_model
+from scoring.params import check_model_args
+from scoring.signature import Signature, library_versions
+
+VERSION = "1"
+# an encoder pass holds no decoder state: larger batches than the likelihood engine's default
+# keep CPU matrix products efficient while length sorting keeps padding low
+BERTSCORE_TOKEN_BUDGET = 16384
+COLUMNS = ("bertscore_p", "bertscore_r", "bertscore_f")
+
+
+def _layer_list(model) -> tuple[Any, str]:
+    """The module holding the encoder's layer list and its attribute name."""
+    for owner_path, name in (("encoder", "layer"), ("", "layers"), ("transformer", "layer"), ("", "layer"), ("encoder", "block")):
+        owner = model
+        for part in filter(None, owner_path.split(".")):
+            owner = getattr(owner, part, None)
+        if owner is not None and isinstance(getattr(owner, name, None), torch.nn.ModuleList):
+            return owner, name
+    raise UsageError(f"model {type(model).__name__}: cannot find its layer list to pick a layer from")
+
+
+def _byte_level(tokenizer) -> bool:
+    """Whether bert-score would give this tokenizer a leading space (GPT-2 / RoBERTa BPE)."""
+    from transformers import GPT2Tokenizer, RobertaTokenizer
+
+    return isinstance(tokenizer, (GPT2Tokenizer, RobertaTokenizer))
+
+
+def encode_sentences(tokenizer, texts: Sequence[str], max_length: int) -> tuple[list[list[int]], list[bool]]:
+    """Token ids with special tokens, as bert-score encodes a sentence, plus truncation flags."""
+    out, truncated = [], []
+    kwargs = {"add_prefix_space": True} if _byte_level(tokenizer) else {}
+    for text in texts:
+        text = text.strip()
+        if not text:
+            out.append(tokenizer.build_inputs_with_special_tokens([]))
+            truncated.append(False)
+            continue
+        full = tokenizer.encode(text, add_special_tokens=True, **kwargs)
+        ids = tokenizer.encode(text, add_special_tokens=True, max_length=max_length, truncation=True, **kwargs)
+        out.append(ids)
+        truncated.append(len(full) > len(ids))
+    return out, truncated
+
+
+def idf_table(tokenizer, references: Sequence[str], max_length: int | None = None) -> dict[str, float]:
+    """idf(t) = log((M + 1) / (df(t) + 1)) over M reference documents; key "default" is the
+    weight of a token in none of them, log(M + 1)."""
+    limit = int(max_length or min(int(tokenizer.model_max_length), 100_000))
+    ids, _ = encode_sentences(tokenizer, references, limit)
+    counts: dict[int, int] = {}
+    for sentence in ids:
+        for token in set(sentence):
+            counts[token] = counts.get(token, 0) + 1
+    documents = len(references)
+    table = {str(token): math.log((documents + 1) / (count + 1)) for token, count in sorted(counts.items())}
+    table["default"] = math.log(documents + 1)
+    return table
+
+
+class BERTScorer:
+    """`BERTScorer(model, layer).score(candidates, references) -> (P, R, F)` per candidate,
+    references ragged (a list per candidate); the model is loaded once."""
+
+    def __init__(self, model: str = "roberta-large", layer: int | None = None, idf: str | dict | None = None,
+                 baseline: str | None = None, device: str = "cpu", dtype: str = "float32", max_length: int | None = None,
+                 token_budget: int = BERTSCORE_TOKEN_BUDGET, revision: str | None = None, cache_dir: str | None = None):
+        from transformers import AutoModel
+
+        check_model_args(dtype, device, token_budget, max_length)
+        self.source = resolve_model(model, revision=revision, cache_dir=cache_dir)
+        self.tokenizer = load_tokenizer(self.source)
+        loaded = load_pretrained(AutoModel, self.source, dtype=dtype, device=device)
+        encoder = loaded.get_encoder() if getattr(loaded.config, "is_encoder_decoder", False) else loaded
+        owner, name = _layer_list(encoder)
+        layers = getattr(owner, name)
+        self.layer = len(layers) if layer is None else int(layer)
+        if not 0 <= self.layer <= len(layers):
+            raise UsageError(f"layer: {layer} is outside 0..{len(layers)} for {model}")
+        setattr(owner, name, torch.nn.ModuleList(list(layers)[: self.layer]))
+        self.model = encoder
+        self.device = resolve_device(device)
+        self.dtype = dtype
+        self.token_budget = int(token_budget)
+        self.max_length = int(max_length or min(int(self.tokenizer.model_max_length), 100_000))
+        self.idf_source = idf
+        self.idf = self._load_idf(idf)
+        self.baseline_file = baseline
+        self.baseline = self._load_baseline(baseline) if baseline else None
+
+    def _load_idf(self, idf) -> dict[int, float] | None:
+        if idf is None or idf is False:
+            return None
+        if isinstance(idf, (str, bytes)) or hasattr(idf, "__fspath__"):
+            try:
+                with open(idf, encoding="utf-8") as handle:
+                    idf = json.load(handle)
+            except (OSError, ValueError) as exc:
+                raise UsageError(f"idf: cannot read {idf} as a JSON idf table ({exc})") from exc
+        if not isinstance(idf, dict) or "default" not in idf:
+            raise UsageError("idf: expected a table {token id: weight, 'default': weight} (scoring.bertscore.idf_table)")
+        return {(-1 if key == "default" else int(key)): float(value) for key, value in idf.items()}
+
+    def _load_baseline(self, path: str) -> tuple[float, float, float]:
+        import csv
+
+        try:
+            with open(path, encoding="utf-8") as handle:
+                rows = list(csv.DictReader(handle))
+            row = rows[self.layer]
+            return float(row["P"]), float(row["R"]), float(row["F"])
+        except (OSError, KeyError, IndexError, ValueError) as exc:
+            raise UsageError(f"baseline: {path} has no P,R,F row for layer {self.layer} ({exc})") from exc
+
+    def _weights(self, ids: list[int]) -> torch.Tensor:
+        if self.idf is None:
+            special = {self.tokenizer.cls_token_id, self.tokenizer.sep_token_id}
+            return torch.tensor([0.0 if t in special else 1.0 for t in ids])
+        default = self.idf[-1]
+        return torch.tensor([self.idf.get(t, default) for t in ids])
+
+    @torch.inference_mode()
+    def embed(self, sentences: Sequence[str]) -> tuple[list[torch.Tensor], list[torch.Tensor], list[bool]]:
+        """Normalised token embeddings, token weights and truncation flags per sentence."""
+        ids, truncated = encode_sentences(self.tokenizer, sentences, self.max_length)
+        embeddings: list[torch.Tensor | None] = [None] * len(ids)
+        order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+
+        def run(batch: list[int]) -> None:
+            width = max(len(ids[i]) for i in batch)
+            input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, index in enumerate(batch):
+                input_ids[row, : len(ids[index])] = torch.tensor(ids[index])
+                mask[row, : len(ids[index])] = 1
+            hidden = self.model(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device)).last_hidden_state
+            hidden = hidden.float()
+            hidden = hidden / hidden.norm(dim=-1, keepdim=True)
+            for row, index in enumerate(batch):
+                embeddings[index] = hidden[row, : len(ids[index])].cpu()
+
+        for batch in budget_batches([len(s) for s in ids], order, self.token_budget):
+            run_splitting_on_oom(batch, run)
+        return embeddings, [self._weights(s) for s in ids], truncated  # type: ignore[return-value]
+
+    PAIRS_PER_CHUNK = 256
+
+    @staticmethod
+    def greedy(pairs: Sequence[tuple[int, int]], embeddings, weights) -> torch.Tensor:
+        """[P, R, F] per (candidate, reference) pair of sentence indices (module docstring),
+        pairs batched into one padded matrix product per chunk; padded positions never win a
+        maximum and weigh 0."""
+        from torch.nn.utils.rnn import pad_sequence
+
+        out = []
+        for start in range(0, len(pairs), BERTScorer.PAIRS_PER_CHUNK):
+            chunk = pairs[start : start + BERTScorer.PAIRS_PER_CHUNK]
+            hyp = pad_sequence([embeddings[c] for c, _ in chunk], batch_first=True)
+            ref = pad_sequence([embeddings[r] for _, r in chunk], batch_first=True)
+            hyp_w = pad_sequence([weights[c] for c, _ in chunk], batch_first=True)
+            ref_w = pad_sequence([weights[r] for _, r in chunk], batch_first=True)
+            hyp_real = pad_sequence([torch.ones(len(weights[c]), dtype=torch.bool) for c, _ in chunk], batch_first=True)
+            ref_real = pad_sequence([torch.ones(len(weights[r]), dtype=torch.bool) for _, r in chunk], batch_first=True)
+            sim = torch.bmm(hyp, ref.transpose(1, 2))
+            sim = sim.masked_fill(~(hyp_real[:, :, None] & ref_real[:, None, :]), -2.0)  # below any cosine
+            precision = (sim.max(dim=2).values * hyp_w).sum(dim=1) / hyp_w.sum(dim=1)
+            recall = (sim.max(dim=1).values * ref_w).sum(dim=1) / ref_w.sum(dim=1)
+            f = torch.nan_to_num(2 * precision * recall / (precision + recall), nan=0.0)
+            out.append(torch.stack([precision, recall, f], dim=1))
+        return torch.cat(out) if out else torch.zeros((0, 3))
+
+    def score_with_flags(self, candidates: Sequence[str], references: Sequence[Sequence[str]]):
+        """[(P, R, F)] per candidate (each the maximum over its references, rescaled when a
+        baseline is set) and per-candidate truncation flags."""
+        unique = list(dict.fromkeys([*candidates, *(r for group in references for r in group)]))
+        where = {text: i for i, text in enumerate(unique)}
+        embeddings, weights, truncated = self.embed(unique)
+        pairs = [(where[c], where[r]) for c, group in zip(candidates, references) for r in group]
+        scores = self.greedy(pairs, embeddings, weights).double()
+        results, flags, offset = [], [], 0
+        for candidate, group in zip(candidates, references):
+            best = scores[offset : offset + len(group)].max(dim=0).values.tolist()
+            offset += len(group)
+            if self.baseline is not None:
+                best = [(value - b) / (1 - b) for value, b in zip(best, self.baseline)]
+            results.append(tuple(best))
+            flags.append(truncated[where[candidate]] or any(truncated[where[r]] for r in group))
+        return results, flags
+
+    def score(self, candidates: Sequence[str], references: Sequence[Sequence[str]]) -> list[tuple[float, float, float]]:
+        return self.score_with_flags(candidates, references)[0]
+
+    def signature_params(self) -> dict[str, Any]:
+        idf = "none"
+        if self.idf is not None:
+            idf = f"file:sha256:{file_digest(self.idf_source)}" if isinstance(self.idf_source, str) else "table"
+        return {
+            **self.source.identity(),
+            "layer": self.layer,
+            "idf": idf,
+            "baseline": f"sha256:{file_digest(self.baseline_file)}" if self.baseline_file else "none",
+            "dtype": self.dtype,
+            "max_length": self.max_length,
+            "tokenization": "bert-score",
+            "batching": f"length-sorted,token_budget={self.token_budget}",
+            **library_versions("torch", "transformers"),
+        }
+
+
+class BERTScoreMetric(RowMetric):
+    """BERTScore of `text` against `references`: columns `bertscore_p`, `bertscore_r`,
+    `bertscore_f`, each the best over the references (module docstring)."""
+
+    name = "bertscore"
+    required_columns = ("text", "references")
+    output_columns = COLUMNS
+
+    def __init__(self, model: str = "roberta-large", layer: int | None = None, idf: str | None = None,
+                 baseline: str | None = None, dtype: str = "float32", device: str = "cpu", max_length: int | None = None,
+                 token_budget: int = BERTSCORE_TOKEN_BUDGET, revision: str | None = None, cache_dir: str | None = None):
+        self.scorer = BERTScorer(model, layer=layer, idf=idf, baseline=baseline, device=device, dtype=dtype,
+                                 max_length=max_length, token_budget=token_budget, revision=revision, cache_dir=cache_dir)
+
+    def signature(self) -> Signature:
+        return Signature(self.name, VERSION, self.scorer.signature_params())
+
+    def validate(self, row: dict[str, Any]) -> str | None:
+        reason = super().validate(row)
+        if reason is None and any(not isinstance(r, str) or not r.strip() for r in row["references"]):
+            return "empty or null reference in 'references'"
+        return reason
+
+    def score_valid(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        scores, flags = self.scorer.score_with_flags([row["text"] for row in rows], [list(row["references"]) for row in rows])
+        results = []
+        for values, flag in zip(scores, flags):
+            result: dict[str, Any] = dict(zip(COLUMNS, values))
+            if flag:
+                result["warning"] = f"truncated to max_length={self.scorer.max_length} tokens"
+            results.append(result)
+        return results

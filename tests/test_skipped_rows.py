@@ -1,0 +1,112 @@
+"""Rows a metric does not apply to are skipped, not failed: the rule in `RowMetric`, the
+metric listing, and a mixed dump (SummEval and CTRLEval rows interleaved in two shards) scored
+by BARTScore and CTRLEval in one job."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from scoring.registry import build_metric, describe_metric
+
+
+def test_rule_skips_rows_without_needed_columns_and_keeps_real_failures():
+    metric = build_metric("text_stats")
+    assert metric.applies_columns() == ()  # reads only text: applies to every row
+    codi = describe_metric("codi")
+    assert "constraint" in codi.needs
+    rows = [
+        {"id": "a", "text": "fine text", "constraint": None},
+        {"id": "b", "text": "", "constraint": '{"task": "length"}'},
+    ]
+    from scoring.codi.metric import CodiMetric
+
+    out = CodiMetric().score_rows(rows)
+    assert out[0]["skipped"] == "no constraint" and out[0]["error"] is None and out[0]["codi_success"] is None
+    assert out[1]["skipped"] is None and out[1]["error"] is not None  # applicable: a failure stays an error
+
+
+def test_bartscore_and_ctrleval_declare_what_they_need(tiny_models):
+    bart = build_metric("bartscore", {"model": tiny_models["bart"], "directions": ["s_h", "h_r"]})
+    assert bart.applies_columns() == ("source", "references")
+    row = {"id": "x", "text": "a summary .", "source": "a source .", "references": []}
+    assert bart.score_rows([row])[0]["skipped"] == "no references"
+    row["references"] = ["a reference ."]
+    row["source"] = "   "  # present but blank: an error, not a skip
+    result = bart.score_rows([row])[0]
+    assert result["skipped"] is None and result["error"] == "empty field 'source'"
+    ctrl = build_metric("ctrleval", {"model": tiny_models["pegasus"], "iwf": tiny_models["iwf"], "aspects": ["coherence", "consistency"]})
+    assert ctrl.applies_columns() == ("prefix",)
+    info = describe_metric("bartscore")
+    assert "source" in info.needs and "references" in info.needs
+
+
+def _mixed_shards(sample_corpus, folder):
+    """Two shards, each interleaving SummEval and CTRLEval rows; one CTRLEval row of the first
+    shard has undecodable text bytes."""
+    summ = pq.read_table(sample_corpus / "summeval-00000.parquet").slice(0, 8).to_pylist()
+    ctrl = pq.read_table(sample_corpus / "ctrleval_senti-00000.parquet").slice(0, 8).to_pylist()
+    schema = pq.read_schema(sample_corpus / "summeval-00000.parquet")
+    folder.mkdir()
+    for shard in range(2):
+        rows = []
+        for i in range(4):
+            rows += [summ[shard * 4 + i], ctrl[shard * 4 + i]]
+        rows = [{k: row.get(k) for k in schema.names} for row in rows]
+        table = pa.Table.from_pylist(rows, schema=schema)
+        if shard == 0:
+            texts = [row["text"].encode() for row in rows]
+            texts[3] = b"Once upon a time caf\xe9 \xff"
+            table = table.set_column(schema.get_field_index("text"), "text", pa.array(texts).view(pa.string()))
+        pq.write_table(table, folder / f"mixed-{shard}.parquet")
+    return summ, ctrl
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_mixed_dump_scores_every_applicable_row_and_skips_the_rest(ray_local, tiny_models, sample_corpus, tmp_path):
+    from ray_jobs.config import parse_config
+    from ray_jobs.score_corpus import error_rate_exceeded, run_job, summary_line
+    from tests.job_support import shard_rows
+
+    _mixed_shards(sample_corpus, tmp_path / "in")
+    metrics = [
+        {"name": "bartscore", "params": {"model": tiny_models["bart"], "directions": ["s_h", "h_r"]}},
+        {"name": "ctrleval", "params": {"model": tiny_models["pegasus"], "iwf": tiny_models["iwf"],
+                                         "aspects": ["coherence", "consistency"]}},
+    ]
+    config = parse_config({"input": str(tmp_path / "in"), "output": str(tmp_path / "out"), "metrics": metrics,
+                           "batch_size": 8, "token_budget": 4096, "progress": False,
+                           "pool": {"min_size": 1, "max_size": 1, "num_cpus": 0.5}})
+    manifest = run_job(config)
+    assert error_rate_exceeded(manifest) == []  # exit 0 under the default max_error_rate
+    bart, ctrl = manifest["metrics"]["bartscore"], manifest["metrics"]["ctrleval"]
+    assert (bart["rows_out"], bart["rows_skipped"], bart["rows_error"]) == (16, 8, 0)
+    assert (ctrl["rows_out"], ctrl["rows_skipped"], ctrl["rows_error"]) == (16, 8, 1)
+    assert "8 skipped" in summary_line(manifest)
+    for shard in ("mixed-0.parquet", "mixed-1.parquet"):
+        for label, column, wanted in (("bartscore", "bartscore_s_h", "summeval"), ("ctrleval", "ctrleval_coherence", "ctrleval-senti")):
+            for row in shard_rows(tmp_path / "out" / label, shard):
+                if row["dataset"] != wanted:
+                    assert row["skipped"] in ("no source", "no prefix") and row["error"] is None and row[column] is None
+                elif row["error"] is None:
+                    assert row["skipped"] is None and row[column] is not None
+                else:  # the undecodable text of an applicable row stays an error
+                    assert shard == "mixed-0.parquet" and row["error"] == "text is not valid UTF-8"
+    import ctgscore
+
+    frame = ctgscore.load_scores(str(tmp_path / "out"))
+    assert frame["skipped"].notna().sum() == 16 and frame["error"].notna().sum() == 1
+    # a re-run reuses every part and still counts the skipped rows
+    again = run_job(config)
+    assert again["metrics"]["bartscore"]["rows_scored"] == 0 and again["metrics"]["bartscore"]["rows_skipped"] == 8
+
+
+def test_parts_from_before_skipped_rows_are_scored_again_once():
+    from ray_jobs import incremental
+
+    meta = incremental.part_metadata("a.parquet", "e1", 100, "sig", "d1", 0, 10, errors=4, skipped=3)
+    assert incremental.part_is_complete((10, meta), "e1", 100, "d1", 0, 10) and incremental.footer_skipped((10, meta)) == 3
+    old = {k: v for k, v in meta.items() if not k.endswith("rows_skipped")}  # written before the rule: skips were errors
+    assert not incremental.part_is_complete((10, old), "e1", 100, "d1", 0, 10)
