@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from transformers.utils import logging as transformers_logging
 
+    from ctgscore.cli.common import progress_bars
     from ray_jobs.config import parse_config
     from ray_jobs.score_corpus import error_rate_exceeded, run_job, summary_line
     from scoring.errors import CtgscoreError
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     transformers_logging.disable_progress_bar()
 
     data = demo_config(pathlib.Path(args.cache), pathlib.Path(args.output), pathlib.Path(args.input))
-    data["progress"] = not args.no_progress
+    data["progress"] = progress_bars(args)  # bars on a terminal only: a redirected log stays clean
     try:
         manifest = run_job(parse_config(data))
     except CtgscoreError as exc:

@@ -101,6 +101,7 @@ def test_mixed_dump_scores_every_applicable_row_and_skips_the_rest(ray_local, ti
     # a re-run reuses every part and still counts the skipped rows
     again = run_job(config)
     assert again["metrics"]["bartscore"]["rows_scored"] == 0 and again["metrics"]["bartscore"]["rows_skipped"] == 8
+    assert again["metrics"]["bartscore"]["footers_read"] == 0  # the count came from the manifest's part records
 
 
 def test_parts_from_before_skipped_rows_are_scored_again_once():

@@ -31,6 +31,7 @@ def verify_metric(plan: MetricPlan, committed: CommitResult, reports: list[dict]
     label = plan.info.spec.label
     result = Verified()
     kept_errors = {uri: count for shard_plan in plan.shards.values() for _, uri, count in shard_plan.kept}
+    kept_skipped = {uri: count for shard_plan in plan.shards.values() for uri, count in shard_plan.kept_skipped.items()}
     by_part = {report["part"]: report for report in reports if report.get("part")}
     for cover in committed.covers:
         shard = plan.shards[cover.rel].shard
@@ -47,13 +48,16 @@ def verify_metric(plan: MetricPlan, committed: CommitResult, reports: list[dict]
                         f"as its worker wrote them (missing or overwritten)"
                     )
                 errors = int(report.get("errors", 0))
+                skipped = int(report.get("skipped", 0))
             else:
                 if found is None:
                     raise JobError(f"metric {label}: kept part {uri} of {cover.uri} vanished during the run")
                 errors = kept_errors.get(uri, 0)
+                skipped = kept_skipped.get(uri, 0)
             result.rows_error += errors
             result.rows_out += part.rows
-            record["parts"][part.filename()] = {"rows": part.rows, "errors": errors, "size": found.size, "etag": found.etag}
+            record["parts"][part.filename()] = {"rows": part.rows, "errors": errors, "skipped": skipped,
+                                                "size": found.size, "etag": found.etag}
         if sum(part.rows for part, _ in cover.parts) != cover.num_rows:
             raise JobError(f"metric {label}: {cover.uri}: output rows differ from its {cover.num_rows} input rows")
         result.parts[cover.rel] = record
