@@ -145,7 +145,7 @@ def handle(args: argparse.Namespace) -> int:
     if not table.metrics:
         raise InputError(f"scores {args.scores}: no metric columns found (pass --metrics)")
     results = run_pipeline(table, args, pairs)
-    paths = report.write_report(results, output, fmt=args.format)
+    paths = report.write_report(results, output, fmt=args.format, scores=args.scores)
     elapsed = time.time() - started
     summary = {"ok": True, "command": "meta", "output": str(output), "rows": table.n_input_rows,
                "error_rows": table.n_error_rows, "skipped_rows": table.n_skipped_rows, "metrics": list(table.metrics), "humans": list(table.humans),

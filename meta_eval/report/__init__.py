@@ -51,8 +51,10 @@ def _figures(group: GroupResult):
                plots.win_fractions(group, chk, column))
 
 
-def write_report(result: MetaResult, out_dir, fmt: str = "both") -> dict[str, pathlib.Path]:
-    """Write every file; returns name -> path. `fmt`: "both" (default), "html" or "md" for the report text."""
+def write_report(result: MetaResult, out_dir, fmt: str = "both", scores: str | None = None) -> dict[str, pathlib.Path]:
+    """Write every file; returns name -> path. `fmt`: "both" (default), "html" or "md" for the report text.
+    `scores`: the scores path the result was computed from (the signature shows it shortened);
+    given, its stored BLEU/chrF statistics add the corpus-level section."""
     if fmt not in FORMATS:
         from scoring.errors import UsageError
 
@@ -82,9 +84,10 @@ def write_report(result: MetaResult, out_dir, fmt: str = "both") -> dict[str, pa
         paths["leaderboard_html"] = out / "leaderboard.html"
         paths["leaderboard_html"].write_text(leaderboard_html(comparisons))
     text = report_markdown(result, images)
-    from meta_eval.corpus_bleu import report_section  # corpus BLEU/chrF per system, from stored statistics
+    if scores is not None:
+        from meta_eval.corpus_bleu import report_section  # corpus BLEU/chrF per system, from stored statistics
 
-    text += report_section(result.input.source, out, paths)
+        text += report_section(str(scores), out, paths)
     if fmt in ("both", "md"):
         paths["md"] = out / "report.md"
         paths["md"].write_text(text)
