@@ -215,7 +215,7 @@ def summeval_ids(bpe) -> dict[str, tuple[list, list]]:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--baseline", default="ab48ccb", help="git revision of today's engine (default: main before issue 18)")
+    parser.add_argument("--baseline", default="ab48ccb", help="git revision of today's engine (default: the commit before the GPU path)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=str(RESULTS / "bench_feed.json"))
     args = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""Benchmark of the Ray scoring job (issue 3, acceptance 7), in one run:
+"""Benchmark of the Ray scoring job, in one run:
 
 A. steady-state rows/s of the Ray job over the in-process scorer's rows/s, same corpus, same
    model (perplexity on the tiny GPT-2; goal >= 0.8). "Steady state" starts at the first

@@ -1,4 +1,4 @@
-"""Benchmark of the job on object storage (issue 22): moto's S3 server behind a loopback proxy
+"""Benchmark of the job on object storage: moto's S3 server behind a loopback proxy
 that delays every request by a fixed latency (a stand-in for an object store's first-byte
 latency). 100 shards x 2,000 rows, parts of 200 rows, two metrics (text_stats under two
 labels: 2,000 parts). Measured in one run:

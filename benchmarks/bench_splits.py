@@ -1,4 +1,4 @@
-"""Benchmark (issue 5): time to reach D = 0.331 on Fyelp ACD (20 | 20 of 40 combinations).
+"""Benchmark: time to reach D = 0.331 on Fyelp ACD (20 | 20 of 40 combinations).
 
 Ours: restarts in batched blocks with incremental move evaluation (`splits.search`), fanned
 out as 2 Ray tasks on this 2-core machine (and, for reference, in one process). Baseline: a
