@@ -9,8 +9,8 @@ comparison does not need. Each measurement runs in a fresh subprocess that repor
 RSS (`resource.getrusage`): the compare (in-process partial aggregation, 1,000 bootstrap
 resamples, 10,000 randomisation trials, one score column) on each dump, and a plain
 `pyarrow.parquet.read_table` of the four columns the compare needs on the big dump. Targets:
-(driver peak RSS at 20M rows <= 1.2x that at 2M; the 20M compare within the 2M
-compare's time plus 3x the plain read).
+driver peak RSS at 20M rows <= 1.2x that at 2M; the 20M compare within the 2M
+compare's time plus 3x the plain read.
 """
 
 from __future__ import annotations
