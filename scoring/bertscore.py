@@ -19,7 +19,7 @@ the tokenizer's maximum length) so the numbers equal the package on the same mod
 
 Models load through `scoring.models` (hub id, folder, `s3://`, safetensors only); encoder-
 decoder models use their encoder; layers above `layer` are dropped. Unique sentences are
-embedded once, longest first, in batches bounded by `token_budget` tokens.
+embedded once, longest first, in length buckets of at most `token_budget` padded tokens.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import json
 import math
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 
 from scoring.engine import budget_batches, run_splitting_on_oom
@@ -41,7 +42,19 @@ VERSION = "1"
 # an encoder pass holds no decoder state: larger batches than the likelihood engine's default
 # keep CPU matrix products efficient while length sorting keeps padding low
 BERTSCORE_TOKEN_BUDGET = 16384
+# no sentence in an encoder batch is padded by more than this fraction of the batch's width:
+# CPU time follows padded tokens (and attention their square), so length buckets beat full budgets
+MAX_PADDING = 0.1
 COLUMNS = ("bertscore_p", "bertscore_r", "bertscore_f")
+
+
+def padded_batch(sequences: Sequence[Sequence[int]], lengths: np.ndarray, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """[n, longest] ids and attention mask built in one scatter from the concatenated ids."""
+    width = int(lengths.max()) if len(lengths) else 0
+    mask = np.arange(width)[None, :] < lengths[:, None]
+    input_ids = np.full(mask.shape, pad_id, dtype=np.int64)
+    input_ids[mask] = np.concatenate([np.asarray(s, dtype=np.int64) for s in sequences]) if len(sequences) else []
+    return torch.from_numpy(input_ids), torch.from_numpy(mask.astype(np.int64))
 
 
 def _layer_list(model) -> tuple[Any, str]:
@@ -63,20 +76,32 @@ def _byte_level(tokenizer) -> bool:
 
 
 def encode_sentences(tokenizer, texts: Sequence[str], max_length: int) -> tuple[list[list[int]], list[bool]]:
-    """Token ids with special tokens, as bert-score encodes a sentence, plus truncation flags."""
-    out, truncated = [], []
+    """Token ids with special tokens, as bert-score encodes a sentence (the stripped text,
+    right-truncated to `max_length` tokens with the special tokens kept), plus truncation
+    flags. Each text is tokenised once, in one batched call; truncation cuts the content ids."""
     kwargs = {"add_prefix_space": True} if _byte_level(tokenizer) else {}
-    for text in texts:
-        text = text.strip()
-        if not text:
-            out.append(tokenizer.build_inputs_with_special_tokens([]))
-            truncated.append(False)
-            continue
-        full = tokenizer.encode(text, add_special_tokens=True, **kwargs)
-        ids = tokenizer.encode(text, add_special_tokens=True, max_length=max_length, truncation=True, **kwargs)
-        out.append(ids)
-        truncated.append(len(full) > len(ids))
+    prefix, suffix = _special_tokens_around(tokenizer, kwargs)
+    stripped = [text.strip() for text in texts]
+    nonempty = [text for text in stripped if text]
+    encoded = tokenizer(nonempty, add_special_tokens=False, verbose=False, **kwargs)["input_ids"] if nonempty else []
+    content = iter(encoded)
+    room = max(max_length - len(prefix) - len(suffix), 0)
+    out, truncated = [], []
+    for text in stripped:
+        ids = next(content) if text else []
+        out.append(prefix + ids[:room] + suffix)
+        truncated.append(len(ids) > room)
     return out, truncated
+
+
+def _special_tokens_around(tokenizer, kwargs) -> tuple[list[int], list[int]]:
+    """The special tokens a single sentence gets before and after its content ids."""
+    bare = tokenizer.encode("a", add_special_tokens=False, **kwargs)
+    full = tokenizer.encode("a", add_special_tokens=True, **kwargs)
+    for start in range(len(full) - len(bare) + 1):
+        if full[start : start + len(bare)] == bare:
+            return full[:start], full[start + len(bare) :]
+    raise UsageError(f"tokenizer {type(tokenizer).__name__}: cannot locate a sentence's ids among its special tokens")
 
 
 def idf_table(tokenizer, references: Sequence[str], max_length: int | None = None) -> dict[str, float]:
@@ -157,54 +182,42 @@ class BERTScorer:
 
     @torch.inference_mode()
     def embed(self, sentences: Sequence[str]) -> tuple[list[torch.Tensor], list[torch.Tensor], list[bool]]:
-        """Normalised token embeddings, token weights and truncation flags per sentence."""
+        """Normalised token embeddings, token weights and truncation flags per sentence.
+        Sentences run longest first in batches of at most `token_budget` padded tokens in
+        which no sentence is padded by more than MAX_PADDING of its batch's width."""
         ids, truncated = encode_sentences(self.tokenizer, sentences, self.max_length)
         embeddings: list[torch.Tensor | None] = [None] * len(ids)
-        order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+        lengths = np.array([len(s) for s in ids], dtype=np.int64)
+        order = np.argsort(-lengths, kind="stable").tolist()
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
 
         def run(batch: list[int]) -> None:
-            width = max(len(ids[i]) for i in batch)
-            input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, index in enumerate(batch):
-                input_ids[row, : len(ids[index])] = torch.tensor(ids[index])
-                mask[row, : len(ids[index])] = 1
+            input_ids, mask = padded_batch([ids[i] for i in batch], lengths[batch], pad)
             hidden = self.model(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device)).last_hidden_state
             hidden = hidden.float()
-            hidden = hidden / hidden.norm(dim=-1, keepdim=True)
+            hidden = (hidden / hidden.norm(dim=-1, keepdim=True)).cpu()
             for row, index in enumerate(batch):
-                embeddings[index] = hidden[row, : len(ids[index])].cpu()
+                embeddings[index] = hidden[row, : lengths[index]]
 
-        for batch in budget_batches([len(s) for s in ids], order, self.token_budget):
+        for batch in budget_batches(lengths, order, self.token_budget, max_padding=MAX_PADDING):
             run_splitting_on_oom(batch, run)
         return embeddings, [self._weights(s) for s in ids], truncated  # type: ignore[return-value]
 
-    PAIRS_PER_CHUNK = 256
-
     @staticmethod
-    def greedy(pairs: Sequence[tuple[int, int]], embeddings, weights) -> torch.Tensor:
-        """[P, R, F] per (candidate, reference) pair of sentence indices (module docstring),
-        pairs batched into one padded matrix product per chunk; padded positions never win a
-        maximum and weigh 0."""
-        from torch.nn.utils.rnn import pad_sequence
-
-        out = []
-        for start in range(0, len(pairs), BERTScorer.PAIRS_PER_CHUNK):
-            chunk = pairs[start : start + BERTScorer.PAIRS_PER_CHUNK]
-            hyp = pad_sequence([embeddings[c] for c, _ in chunk], batch_first=True)
-            ref = pad_sequence([embeddings[r] for _, r in chunk], batch_first=True)
-            hyp_w = pad_sequence([weights[c] for c, _ in chunk], batch_first=True)
-            ref_w = pad_sequence([weights[r] for _, r in chunk], batch_first=True)
-            hyp_real = pad_sequence([torch.ones(len(weights[c]), dtype=torch.bool) for c, _ in chunk], batch_first=True)
-            ref_real = pad_sequence([torch.ones(len(weights[r]), dtype=torch.bool) for _, r in chunk], batch_first=True)
-            sim = torch.bmm(hyp, ref.transpose(1, 2))
-            sim = sim.masked_fill(~(hyp_real[:, :, None] & ref_real[:, None, :]), -2.0)  # below any cosine
-            precision = (sim.max(dim=2).values * hyp_w).sum(dim=1) / hyp_w.sum(dim=1)
-            recall = (sim.max(dim=1).values * ref_w).sum(dim=1) / ref_w.sum(dim=1)
-            f = torch.nan_to_num(2 * precision * recall / (precision + recall), nan=0.0)
-            out.append(torch.stack([precision, recall, f], dim=1))
-        return torch.cat(out) if out else torch.zeros((0, 3))
+    def greedy(candidate: int, references: Sequence[int], embeddings, weights) -> torch.Tensor:
+        """[P, R, F] of one candidate against each of its references (sentence indices), as
+        rows of a [k, 3] tensor (module docstring): one similarity matrix against all the
+        references side by side, then the maxima within each reference's columns."""
+        lengths = [len(weights[r]) for r in references]
+        sim = embeddings[candidate] @ torch.cat([embeddings[r] for r in references]).T
+        candidate_weights = weights[candidate]
+        best_per_candidate_token = torch.stack([block.amax(dim=1) for block in sim.split(lengths, dim=1)])
+        precision = (best_per_candidate_token * candidate_weights).sum(dim=1) / candidate_weights.sum()
+        weighted_best = sim.amax(dim=0) * torch.cat([weights[r] for r in references])
+        recall = torch.stack([block.sum() for block in weighted_best.split(lengths)]) / torch.stack(
+            [weights[r].sum() for r in references])
+        f = torch.nan_to_num(2 * precision * recall / (precision + recall), nan=0.0)
+        return torch.stack([precision, recall, f], dim=1)
 
     def score_with_flags(self, candidates: Sequence[str], references: Sequence[Sequence[str]]):
         """[(P, R, F)] per candidate (each the maximum over its references, rescaled when a
@@ -212,12 +225,10 @@ class BERTScorer:
         unique = list(dict.fromkeys([*candidates, *(r for group in references for r in group)]))
         where = {text: i for i, text in enumerate(unique)}
         embeddings, weights, truncated = self.embed(unique)
-        pairs = [(where[c], where[r]) for c, group in zip(candidates, references) for r in group]
-        scores = self.greedy(pairs, embeddings, weights).double()
-        results, flags, offset = [], [], 0
+        results, flags = [], []
         for candidate, group in zip(candidates, references):
-            best = scores[offset : offset + len(group)].max(dim=0).values.tolist()
-            offset += len(group)
+            scores = self.greedy(where[candidate], [where[r] for r in group], embeddings, weights).double()
+            best = scores.max(dim=0).values.tolist()
             if self.baseline is not None:
                 best = [(value - b) / (1 - b) for value, b in zip(best, self.baseline)]
             results.append(tuple(best))
@@ -239,7 +250,7 @@ class BERTScorer:
             "dtype": self.dtype,
             "max_length": self.max_length,
             "tokenization": "bert-score",
-            "batching": f"length-sorted,token_budget={self.token_budget}",
+            "batching": f"length-sorted,token_budget={self.token_budget},max_padding={MAX_PADDING}",
             **library_versions("torch", "transformers"),
         }
 

@@ -77,9 +77,12 @@ def run_splitting_on_oom(items: list[T], run: Callable[[list[T]], None], on_spli
         pending[:0] = [batch[:middle], batch[middle:]]
 
 
-def budget_batches(lengths: Sequence[int], order: Sequence[int], token_budget: int, max_items: int | None = None) -> list[list[int]]:
+def budget_batches(lengths: Sequence[int], order: Sequence[int], token_budget: int, max_items: int | None = None,
+                   max_padding: float | None = None) -> list[list[int]]:
     """Group indices (already in the desired order, longest first) so that
-    len(batch) * max(length in batch) <= token_budget (at least one item per batch)."""
+    len(batch) * max(length in batch) <= token_budget (at least one item per batch). With
+    `max_padding` (a fraction), an item shorter than (1 - max_padding) * the batch's longest
+    starts a new batch, so no row of a batch is padded by more than that fraction."""
     batches: list[list[int]] = []
     current: list[int] = []
     longest = 0
@@ -87,7 +90,8 @@ def budget_batches(lengths: Sequence[int], order: Sequence[int], token_budget: i
         length = max(int(lengths[index]), 1)
         new_longest = max(longest, length)
         too_many = max_items is not None and len(current) >= max_items
-        if current and (new_longest * (len(current) + 1) > token_budget or too_many):
+        too_short = max_padding is not None and length < (1.0 - max_padding) * longest
+        if current and (new_longest * (len(current) + 1) > token_budget or too_many or too_short):
             batches.append(current)
             current, new_longest = [], length
         current.append(index)

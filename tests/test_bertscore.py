@@ -60,3 +60,22 @@ def test_bertscore_idf_and_baseline_equal_the_package(tiny_roberta, ragged_rows,
     assert "idf:file:sha256:" in metric.signature_string()
     skipped = plain.score_rows([dict(ragged_rows[0], references=None)])[0]
     assert skipped["skipped"] == "no references" and skipped["error"] is None
+
+
+def test_sentences_are_encoded_once_as_bert_score_truncates_them(tiny_roberta, sample_corpus):
+    """One batched tokenizer call with truncation done on the content ids gives the ids and
+    flags of the tokenizer's own right truncation with special tokens kept."""
+    from scoring.bertscore import encode_sentences
+    from scoring.models import load_tokenizer, resolve_model
+
+    tokenizer = load_tokenizer(resolve_model(tiny_roberta))
+    texts = [row["source"] for row in baseline_support.ragged_rows(sample_corpus, 20, 1)] + ["  padded text  ", "Sunday. 'Just", "héllo wörld ✓"]
+    for max_length in (512, 40, 5):
+        ids, flags = encode_sentences(tokenizer, texts, max_length)
+        for text, got, flag in zip(texts, ids, flags):
+            full = tokenizer.encode(text.strip(), add_special_tokens=True, add_prefix_space=True, verbose=False)
+            expected = tokenizer.encode(text.strip(), add_special_tokens=True, add_prefix_space=True, max_length=max_length,
+                                        truncation=True)
+            assert got == expected
+            assert flag == (len(full) > len(expected))
+        assert any(flags) and len(max(ids, key=len)) == max_length

@@ -36,6 +36,16 @@ def test_budget_batches_respects_budget_and_keeps_everything():
     assert budget_batches([500], [0], token_budget=10) == [[0]]  # an oversized item still runs alone
 
 
+def test_budget_batches_caps_padding_per_batch():
+    lengths = [100, 95, 91, 89, 60, 58, 57, 20]
+    order = list(range(len(lengths)))  # already longest first
+    assert len(budget_batches(lengths, order, token_budget=10_000)) == 1
+    capped = budget_batches(lengths, order, token_budget=10_000, max_padding=0.1)
+    assert capped == [[0, 1, 2], [3], [4, 5, 6], [7]]
+    for batch in capped:
+        assert min(lengths[i] for i in batch) >= 0.9 * max(lengths[i] for i in batch)
+
+
 def _patch_forward(monkeypatch, module, wrapper):
     original = module.forward
     monkeypatch.setattr(module, "forward", lambda *args, **kwargs: wrapper(original, *args, **kwargs))
