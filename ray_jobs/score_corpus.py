@@ -136,8 +136,9 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
             if shard_plan.units or shard_plan.superseded
         } | {uri.rsplit("/", 1)[0] for result in committed.values() for uri in result.pruned}
         changed = any(scored["reports"].values()) or any(c.replaced or c.pruned for c in committed.values())
-        if changed:
-            tree = listing.relist(out_fs, config.output, tree, touched)
+        if changed:  # a few touched folders: those; many (a first run): the whole prefix, in fewer LISTs
+            few = len(touched) <= len(plans)
+            tree = listing.relist(out_fs, config.output, tree, touched) if few else listing.list_tree(out_fs, config.output)
         listed = {f.uri: f for f in listing.output_files(config.output, tree)}
     for plan in plans:
         label = plan.info.spec.label
