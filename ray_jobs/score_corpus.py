@@ -94,6 +94,8 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
         bad_ids, duplicates = checked.bad, checked.duplicates
         id_check = {"index": checked.index, "id_columns_read": checked.id_columns_read,
                     "index_written": checked.index_written}
+        if checked.unusable:
+            id_check["index_unusable"] = checked.unusable
         if bad_ids:
             failed = [{"file": uri, "rel": _rel(shards, uri), "error": reason} for uri, reason in bad_ids.items()]
             _refuse_bad(config, failed)

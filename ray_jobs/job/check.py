@@ -31,7 +31,7 @@ from typing import Any
 
 from ray_jobs.config import JobConfig, S3Config
 from ray_jobs.job.errors import JobError
-from ray_jobs.storage import reads, uris
+from ray_jobs.storage import failures, reads, uris
 
 INDEX_NAME = "_id_index.parquet"
 INDEX_KEY = "ctgscore.id_index"
@@ -53,6 +53,7 @@ class CheckResult:
     id_columns_read: int  # shards whose `id` column was read (checked, or read to confirm a hash hit)
     index_written: bool = False
     read: list[str] = field(default_factory=list)
+    unusable: str | None = None  # why an index that was there could not be used
 
 
 def index_uri(output: str) -> str:
@@ -92,12 +93,15 @@ def read_index_header(out_fs, output: str, tree: dict[str, dict] | None) -> dict
 def check_shards(shards: list, config: JobConfig, header: dict[str, Any] | None) -> CheckResult:
     """Check the ids of `shards` (the plan's `Shard`s): per shard, and across shards with the
     id index when `header` (`read_index_header`) is given and usable, else with every shard's ids."""
+    unusable = None
     if header is not None:
         try:
             return _check(shards, config, header)
-        except IndexUnusable:
-            pass
-    return _check(shards, config, None)
+        except IndexUnusable as exc:
+            unusable = failures.one_line(str(exc), 200)
+    result = _check(shards, config, None)
+    result.unusable = unusable
+    return result
 
 
 def _check(shards: list, config: JobConfig, header: dict[str, Any] | None) -> CheckResult:
@@ -241,7 +245,6 @@ def _index_schema():
 
 def _read_group(source: dict[str, Any], s3: S3Config, bucket: int):
     """This bucket's rows of the old index (shard numbers as the old index has them)."""
-    import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
     from ray_jobs.storage import clients
@@ -250,9 +253,9 @@ def _read_group(source: dict[str, Any], s3: S3Config, bucket: int):
     if not groups:
         return _index_schema().empty_table()
     fs = clients.arrow_filesystem(source["uri"], s3)
-    path = uris.fs_path(source["uri"])
-    target = pafs.FileInfo(path, pafs.FileType.File, size=source["size"]) if source["size"] is not None else path
-    with fs.open_input_file(target) as handle:
+    with fs.open_input_file(uris.fs_path(source["uri"])) as handle:
+        if source["size"] is not None and handle.size() != source["size"]:
+            raise ValueError(f"id index {source['uri']} changed during the run")
         table = pq.ParquetFile(handle).read_row_groups(groups)
     if table.schema.remove_metadata() != _index_schema():
         raise ValueError(f"id index {source['uri']}: unexpected columns {table.schema.names}")
@@ -287,8 +290,8 @@ def _merge_bucket(bucket: int, source: dict[str, Any] | None, input_root: str, s
     table = pa.concat_tables(parts).combine_chunks() if parts else schema.empty_table()
     counts = table.group_by("hash").aggregate([("shard", "count_distinct")])
     multi = counts.filter(pc.greater(counts.column("shard_count_distinct"), 1)).column("hash")
-    in_multi = pc.is_in(table.column("hash"), value_set=multi)
-    dup = pc.if_else(in_multi, table.column("dup_id"), pa.scalar(None, pa.string()))
+    in_multi = pc.is_in(table.column("hash").combine_chunks(), value_set=multi.combine_chunks())
+    dup = pc.if_else(in_multi, table.column("dup_id").combine_chunks(), pa.scalar(None, pa.string()))
     missing = pc.and_(in_multi, pc.is_null(dup))
     read: list[int] = []
     if pc.any(missing).as_py():
