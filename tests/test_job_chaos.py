@@ -138,7 +138,7 @@ def _output_ids(fs, prefix: str) -> list[str]:
     ids: list[str] = []
     for name in sorted(fs.find(prefix)):
         leaf = name.rsplit("/", 1)[-1]
-        if leaf.endswith(".parquet") and not leaf.startswith("."):
+        if leaf.endswith(".parquet") and not leaf.startswith((".", "_")):  # `_id_index.parquet` is no part
             with fs.open(name, "rb") as handle:
                 ids.extend(pq.read_table(handle, columns=["id"]).column("id").to_pylist())
     return ids
