@@ -4,7 +4,7 @@
     ray job submit --working-dir . -- python -m ray_jobs.score_corpus --config JOB.yaml
 
 `run_job` runs the stages of `ray_jobs/job/` in order: plan (driver: listings and footers)
--> check (workers: ids) -> score (workers: read once, every metric's pool in turn, each
+-> check (workers: ids, of the shards the id index does not know) -> score (workers: read once, every metric's pool in turn, each
 writes its own parts) -> commit (driver: which parts form each shard's output) -> verify
 (driver: rows out == rows in from footers) -> manifest (written last). The driver handles
 shards and parts, never rows. Layout and guarantees: `docs/job.md`.
@@ -81,15 +81,21 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
             writes.remove(out_fs, manifest_uri)  # no manifest while outputs may change
         plans = [plan_metric(out_fs, config, info, shards, tree, previous) for info in infos]
 
-    # 2. check: ids per shard and across shards, in the workers
-    pending = any(plan.pending_rows or any(p.units for p in plan.shards.values()) for plan in plans)
-    duplicates = _carried_duplicates(previous, shards) if not pending else None
+    # 2. check: ids per shard and across shards, in the workers; only the shards the id index
+    #    does not know are read (all of them without a usable index)
+    duplicates = _carried_duplicates(previous, shards)
+    id_check: dict[str, Any] = {"index": "not needed", "id_columns_read": 0, "index_written": False}
     if duplicates is None:
         session.ensure()
         _check_pool_fits(config, session)
-        bad_ids, duplicates = check_stage.check_shards(
-            [s.info.uri for s in shards], config.input, config.s3, sum(s.num_rows for s in shards)
-        )
+        with meter.waiting():
+            header = check_stage.read_index_header(out_fs, config.output, tree)
+        checked = check_stage.check_shards(shards, config, header)
+        bad_ids, duplicates = checked.bad, checked.duplicates
+        id_check = {"index": checked.index, "id_columns_read": checked.id_columns_read,
+                    "index_written": checked.index_written}
+        if checked.unusable:
+            id_check["index_unusable"] = checked.unusable
         if bad_ids:
             failed = [{"file": uri, "rel": _rel(shards, uri), "error": reason} for uri, reason in bad_ids.items()]
             _refuse_bad(config, failed)
@@ -124,9 +130,18 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
                                                 bad_uris, bad_rels, config.prune)
             for plan in plans
         }
+        # the folders this run wrote to or removed from are listed again; elsewhere the plan's listing stands
+        touched = {
+            layout.shard_dir(config.output, plan.info.spec.label, rel)
+            for plan in plans
+            for rel, shard_plan in plan.shards.items()
+            if shard_plan.units or shard_plan.superseded
+        } | {uri.rsplit("/", 1)[0] for result in committed.values() for uri in result.pruned}
         changed = any(scored["reports"].values()) or any(c.replaced or c.pruned for c in committed.values())
-        outputs = listing.list_outputs(out_fs, config.output) if changed else listing.output_files(config.output, tree)
-        listed = {f.uri: f for f in outputs}  # nothing written or removed: the plan's listing stands
+        if changed:  # a few touched folders: those; many (a first run): the whole prefix, in fewer LISTs
+            few = len(touched) <= len(plans)
+            tree = listing.relist(out_fs, config.output, tree, touched) if few else listing.list_tree(out_fs, config.output)
+        listed = {f.uri: f for f in listing.output_files(config.output, tree)}
     for plan in plans:
         label = plan.info.spec.label
         reports = scored["reports"].get(label, [])
@@ -152,6 +167,7 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
         started_at,
         time.perf_counter() - t0,
     )
+    manifest["id_check"] = id_check
     with meter.waiting():
         return write_manifest(out_fs, config, manifest, meter)
 

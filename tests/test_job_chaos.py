@@ -17,12 +17,12 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import pyarrow.parquet as pq
 import pytest
 
+from ctgscore.testing.proxy import LoopbackProxy
 from tests.job_support import (
     FAKE_AWS,
     child_env,
@@ -34,7 +34,7 @@ from tests.job_support import (
 )
 
 
-class ChaosProxy:
+class ChaosProxy(LoopbackProxy):
     """Loopback TCP proxy to `127.0.0.1:target`. Each chunk a client sends is, with probability
     `rate`, answered by a reset (RST) instead of being forwarded, or forwarded with the reply
     cut off after its first bytes (or, after `dead_after` chunks, every chunk is reset). At most
@@ -42,46 +42,12 @@ class ChaosProxy:
 
     def __init__(self, target: int, rate: float, seed: int = 0, max_faults: int = 10_000, lifetime_s: float = 600,
                  dead_after: int | None = None):
-        self.target, self.rate, self.max_faults, self.lifetime_s = target, rate, max_faults, lifetime_s
+        super().__init__(target, lifetime_s)
+        self.rate, self.max_faults = rate, max_faults
         self.dead_after = dead_after  # after this many chunks every chunk is reset: the endpoint "dies"
         self.random = random.Random(seed)
-        self.port = free_port()
         self.faults = {"reset": 0, "cut": 0}
         self.chunks = 0
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> "ChaosProxy":
-        self._thread.start()
-        self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(self._serve())
-
-    async def _serve(self) -> None:
-        self._stop = asyncio.Event()
-        server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
-        self._ready.set()
-        try:
-            await asyncio.wait_for(self._stop.wait(), self.lifetime_s)
-        except asyncio.TimeoutError:
-            pass
-        server.close()
-        pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
 
     def _fault(self) -> str | None:
         self.chunks += 1
@@ -101,7 +67,7 @@ class ChaosProxy:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         writer.transport.abort()
 
-    async def _handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+    async def handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         try:
             server_r, server_w = await asyncio.open_connection("127.0.0.1", self.target)
         except OSError:
@@ -172,7 +138,7 @@ def _output_ids(fs, prefix: str) -> list[str]:
     ids: list[str] = []
     for name in sorted(fs.find(prefix)):
         leaf = name.rsplit("/", 1)[-1]
-        if leaf.endswith(".parquet") and not leaf.startswith("."):
+        if leaf.endswith(".parquet") and not leaf.startswith((".", "_")):  # `_id_index.parquet` is no part
             with fs.open(name, "rb") as handle:
                 ids.extend(pq.read_table(handle, columns=["id"]).column("id").to_pylist())
     return ids

@@ -84,7 +84,9 @@ def test_s3_in_s3_out(moto_endpoint, tmp_path):
 
         fs.invalidate_cache()
         written = sorted(fs.find("ctg-output/scores"))
-        assert written[0] == "ctg-output/scores/manifest.json"  # beside the metric folder, not inside
+        assert written[0] == "ctg-output/scores/_id_index.parquet"  # the id index and the manifest beside the
+        written = written[1:]                                       # metric folder, not inside
+        assert written[0] == "ctg-output/scores/manifest.json"
         parts = written[1:]
         assert sorted({p.rsplit("/", 2)[1] for p in parts}) == [p.stem for p in local]
         assert all(p.startswith("ctg-output/scores/text_stats/") for p in parts) and len(parts) == 16  # 15 + 5 rows

@@ -57,6 +57,26 @@ def _tree(fs, uri: str) -> dict[str, dict[str, Any]]:
     return tree
 
 
+def relist(fs, uri: str, tree: dict[str, dict[str, Any]], folders) -> dict[str, dict[str, Any]]:
+    """`tree` (a listing of the prefix `uri`) with everything under `folders` listed again, the
+    folders in parallel: what the prefix holds now, when every write and removal since `tree`
+    was made happened in those folders."""
+    paths = sorted({fs_path(folder).rstrip("/") for folder in folders})
+    if not paths:
+        return tree
+
+    def run() -> dict[str, dict[str, Any]]:
+        if is_s3(uri):
+            fs.invalidate_cache()
+        inside = tuple(path + "/" for path in paths)
+        fresh = {path: info for path, info in tree.items() if not path.startswith(inside)}
+        for found in map_bounded(lambda path: fs.find(path, detail=True) if fs.exists(path) or is_s3(uri) else {}, paths):
+            fresh.update(found)
+        return fresh
+
+    return guarded(uri, "list", run)
+
+
 def require_bucket(fs, uri: str) -> None:
     """A missing bucket is named instead of its key. A role allowed to use a prefix but not
     to look at the bucket (403 here) is not refused: the operation that follows says whether

@@ -29,8 +29,8 @@ Footer = tuple[int, dict[str, str]]
 
 def read_footer_metadata(fs, uri: str, size: int | None = None) -> Footer | None:
     """(num_rows, key-value metadata) of a Parquet file, or None when the file is missing or
-    not valid Parquet. One ranged GET of the file's tail (a second one only for a footer over
-    64 KiB); `size` (from a listing) turns the suffix range into a plain one.
+    not valid Parquet. One ranged GET of the file's tail (a second one, of the footer alone,
+    only for a footer over 64 KiB); `size` (from a listing) turns the suffix range into a plain one.
     Unreachable storage (after retries) or a denied permission raises `StorageError`: an
     output that cannot be read now is not the same as a bad one."""
     try:
@@ -49,8 +49,10 @@ def _footer(fs, path: str, size: int | None):
     if len(tail) < 12 or tail[-4:] != MAGIC:
         raise ValueError("not a Parquet file (no footer magic)")
     length = struct.unpack("<I", tail[-8:-4])[0]
-    if length + 8 > len(tail):
-        tail = fs.cat_file(path)  # a footer longer than the tail: read the whole file
+    if length + 8 > len(tail):  # a footer longer than the tail: one more ranged GET, of the footer only
+        if size is not None and length + 8 > size:
+            raise ValueError("truncated Parquet footer")
+        tail = fs.cat_file(path, start=size - length - 8 if size is not None else -(length + 8))
         if length + 8 > len(tail):
             raise ValueError("truncated Parquet footer")
     return pq.read_metadata(pa.BufferReader(MAGIC + tail[-(length + 8) :]))
