@@ -47,13 +47,8 @@ def _filesystem(path: str, storage_options: Mapping[str, Any] | None):
     return fs, root.rstrip("/") or root
 
 
-def _is_data_file(name: str) -> bool:
-    base = posixpath.basename(name)
-    return base.endswith(".parquet") and not base.startswith((".", "_"))
-
-
 def _parquet_files(fs, folder: str) -> list[str]:
-    return sorted(p for p in fs.find(folder) if _is_data_file(p))
+    return sorted(p for p in fs.find(folder) if schema.is_data_file(p))
 
 
 def _read_manifest(fs, path: str) -> dict:

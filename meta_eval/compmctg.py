@@ -22,6 +22,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
+from scoring.schema import is_data_file
+
 AVERAGED = ("original", "holdout", "acd")
 ATTR_PREFIX = "attr:"
 ACC_PREFIX = "attribute_accuracy_"
@@ -146,7 +148,7 @@ def scored_frame(dump: str, scores, storage_options: Mapping[str, Any] | None = 
     from scoring.attribute_accuracy import row_attributes
 
     fs, root = fsspec.core.url_to_fs(str(dump), **dict(storage_options or {}))
-    files = sorted(p for p in fs.find(root) if p.endswith(".parquet")) if fs.isdir(root) else [root]
+    files = sorted(p for p in fs.find(root) if is_data_file(p)) if fs.isdir(root) else [root]
     records = []
     for name in files:
         with fs.open(name, "rb") as handle:

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
+from scoring.schema import is_data_file
+
 STAT_PREFIXES = {"bleu": "_bleu_stat_", "chrf": "_chrf_stat_"}
 _PARAMS = {
     "bleu": ("tokenize", "lowercase", "smooth_method", "smooth_value", "max_ngram_order", "effective_order"),
@@ -98,7 +100,7 @@ def read_corpus_scores(path: str, storage_options: dict | None = None) -> list[C
     import pyarrow.parquet as pq
 
     fs, root = fsspec.core.url_to_fs(str(path), **dict(storage_options or {}))
-    files = sorted(p for p in fs.find(root) if p.endswith(".parquet")) if fs.isdir(root) else [root]
+    files = sorted(p for p in fs.find(root) if is_data_file(p)) if fs.isdir(root) else [root]
     runs: dict[tuple[str, str, str], list] = {}
     for name in files:
         with fs.open(name, "rb") as handle:

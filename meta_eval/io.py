@@ -94,7 +94,7 @@ def _fs_and_paths(path: str, suffix: str) -> tuple[object, list[str]]:
 
     fs, root = fsspec.core.url_to_fs(path)
     if fs.isdir(root):
-        files = sorted(p for p in fs.find(root) if p.endswith(suffix))
+        files = sorted(p for p in fs.find(root) if p.endswith(suffix) and (suffix != ".parquet" or schema.is_data_file(p)))
         if not files:
             raise InputError(f"{path}: no *{suffix} files under this folder/prefix")
         return fs, files

@@ -55,6 +55,14 @@ def carried_type(name: str) -> "pa.DataType":
     return pa.float64() if is_human(name) else pa.string()
 
 
+def is_data_file(name: str) -> bool:
+    """Whether a path under a scores folder is a Parquet data file: names starting with "_"
+    or "." are the job's own bookkeeping (the id index) or temporary files, skipped as
+    Parquet dataset readers skip them."""
+    base = name.rstrip("/").rsplit("/", 1)[-1]
+    return base.endswith(".parquet") and not base.startswith((".", "_"))
+
+
 def is_score_column(name: str) -> bool:
     """Whether a column of an output table is a metric's score: not carried, not per-row
     bookkeeping, not internal (a leading underscore)."""
