@@ -118,8 +118,32 @@ class Ragged:
         values = np.fromiter(itertools.chain.from_iterable(sequences), dtype=np.int64, count=int(offsets[-1]))
         return cls(values, offsets)
 
+    @classmethod
+    def from_arrow(cls, array) -> "Ragged":
+        """A `list<int>` Arrow array (or chunked array) as it is: its offsets already index
+        its values buffer, slices included. A `list<list<int>>` array gives its inner
+        sequences, all rows' in order."""
+        if hasattr(array, "combine_chunks"):
+            array = array.combine_chunks()
+        if hasattr(array.type, "value_type") and hasattr(array.type.value_type, "value_type"):
+            array = array.flatten()
+        return cls(array.values.to_numpy(zero_copy_only=False), array.offsets.to_numpy(zero_copy_only=False))
+
+    def take(self, index: Sequence[int]) -> "Ragged":
+        """Sequences `index` (in that order) as a new Ragged."""
+        index = np.asarray(index, dtype=np.int64)
+        lengths = self.lengths[index]
+        offsets = np.zeros(len(index) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        within = np.arange(int(offsets[-1])) - np.repeat(offsets[:-1], lengths)
+        return Ragged(self.values[np.repeat(self.offsets[index], lengths) + within], offsets)
+
     def __len__(self) -> int:
         return len(self.lengths)
+
+    def key(self, k: int) -> bytes:
+        """Sequence k's ids as bytes (equal ids, equal keys)."""
+        return self.values[self.offsets[k] : self.offsets[k + 1]].tobytes()
 
     def padded(self, index: Sequence[int], pad_id: int, device, start_id: int | None = None) -> tuple[torch.Tensor, ...]:
         """Sequences `index`, right-padded: (ids, mask) as int64 tensors on `device`, plus the
@@ -513,13 +537,17 @@ class CausalLikelihood:
     @torch.inference_mode()
     def sequence_nll(self, sequences: Sequence[Sequence[int]]) -> list[tuple[float, int]]:
         """(sum of -log p(x_t | x_<t) over t >= 1, number of predicted tokens) per sequence."""
-        for i, sequence in enumerate(sequences):
-            if len(sequence) < 2:
-                raise ValueError(f"sequence {i} needs at least 2 tokens (BOS + one token)")
-        results: list[tuple[float, int]] = [(float("nan"), 0)] * len(sequences)
-        ragged = Ragged.from_lists(sequences)
+        return self.ragged_nll(Ragged.from_lists(sequences))
+
+    @torch.inference_mode()
+    def ragged_nll(self, ragged: Ragged) -> list[tuple[float, int]]:
+        """`sequence_nll` for ids in Arrow's list layout."""
         lengths = ragged.lengths.tolist()
-        order = sorted(range(len(sequences)), key=lambda i: -lengths[i])
+        for i, length in enumerate(lengths):
+            if length < 2:
+                raise ValueError(f"sequence {i} needs at least 2 tokens (BOS + one token)")
+        results: list[tuple[float, int]] = [(float("nan"), 0)] * len(lengths)
+        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
         self._pending = []
 
         def store(i, total):
