@@ -167,7 +167,7 @@ def _old_path_rows(metric, rows, part_rows, batch_size):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)
 def test_job_with_the_cpu_stage_writes_the_same_parts(ray_local, tiny_models, sample_corpus, tmp_path):
     from ray_jobs.config import build_metric_for, metric_params
     from ray_jobs.job import score

@@ -242,33 +242,43 @@ def prepare_unit(batch: pa.Table, info: MetricInfo, output: str, s3: S3Config, c
         try:
             table = pa.ipc.open_stream(io.BytesIO(payloads[index].as_py())).read_all()
             cache = _task_row_cache(output, s3, info, unit)
-            rows, keys, results, todo, cached = settle_rows(metric, table, set(info.read_columns), carried, cache)
-            valid, positions = [], []
-            for position, row_index in enumerate(todo):
-                skip = metric.skip_reason(rows[row_index])
-                reason = metric.validate(rows[row_index]) if skip is None else None
-                if skip is not None:
-                    results[row_index] = metric.skipped_result(skip)
-                elif reason is not None:
-                    results[row_index] = metric.empty_result(reason)
-                else:
-                    valid.append(row_index)
-                    positions.append(position)
-            ids, reasons = metric.prepare_rows([rows[i] for i in valid])
-            kept = []
-            for row_index, position, reason in zip(valid, positions, reasons):
-                if reason is None:
-                    kept.append((row_index, position))
-                else:
-                    results[row_index] = metric.empty_result(reason)
-            meta = {"keys": keys, "cached": cached, "rows": [r for r, _ in kept], "positions": [p for _, p in kept],
-                    "settled": {str(i): result for i, result in enumerate(results) if result is not None}}
+            ids, meta = prepare_table(metric, table, set(info.read_columns), carried, cache)
         except (CtgscoreError, OSError):
             raise  # storage: retried by Ray, then fails the job with its message
         except Exception as exc:  # noqa: BLE001 - outside any row: the shard counts as bad
             ids, meta = pa.table({}), {"failed": f"{type(exc).__name__}: {_one_line(exc)}"}
         prepared.append(prepared_payload(ids, meta))
     return batch.append_column(prepared_column(label), pa.array(prepared, type=pa.binary()))
+
+
+def prepare_table(metric, table: pa.Table, read_columns, carried, cache) -> tuple[pa.Table, dict[str, Any]]:
+    """The CPU stage's work on one unit's rows: settle them (`settle_rows`, then `validate`
+    as `score_rows` applies it) and prepare the rest (`RowMetric.prepare_rows`). Returns the
+    id columns and what the scoring actor needs besides them: every row's key, the settled
+    results, and per prepared row its unit row and its position among the rows left to score
+    (the `batch_size` chunks)."""
+    rows, keys, results, todo, cached = settle_rows(metric, table, read_columns, carried, cache)
+    valid, positions = [], []
+    for position, row_index in enumerate(todo):
+        skip = metric.skip_reason(rows[row_index])
+        reason = metric.validate(rows[row_index]) if skip is None else None
+        if skip is not None:
+            results[row_index] = metric.skipped_result(skip)
+        elif reason is not None:
+            results[row_index] = metric.empty_result(reason)
+        else:
+            valid.append(row_index)
+            positions.append(position)
+    ids, reasons = metric.prepare_rows([rows[i] for i in valid])
+    kept = []
+    for row_index, position, reason in zip(valid, positions, reasons):
+        if reason is None:
+            kept.append((row_index, position))
+        else:
+            results[row_index] = metric.empty_result(reason)
+    meta = {"keys": keys, "cached": cached, "rows": [r for r, _ in kept], "positions": [p for _, p in kept],
+            "settled": {str(i): result for i, result in enumerate(results) if result is not None}}
+    return ids, meta
 
 
 def prepared_payload(ids: pa.Table, meta: dict[str, Any]) -> bytes:
