@@ -74,7 +74,7 @@ def unit_payload() -> tuple[bytes, int]:
 def hf_tokenizer(bpe_dir: pathlib.Path):
     from transformers import BartTokenizerFast
 
-    return BartTokenizerFast(vocab_file=str(bpe_dir / "vocab.json"), merges_file=str(bpe_dir / "merges.txt"))
+    return BartTokenizerFast(vocab=str(bpe_dir / "vocab.json"), merges=str(bpe_dir / "merges.txt"))
 
 
 def cpu_stage_today(payload: bytes, metric, tokenizer) -> int:
@@ -293,6 +293,8 @@ def main(argv: list[str] | None = None) -> dict:
     bpe.save_model(str(bpe_dir))
     tokenizer = hf_tokenizer(bpe_dir)
     vocabulary = tiny_metric_folder(bpe_dir, folder)
+    if vocabulary != bpe.get_vocab_size():  # the BPE must really be loaded (not a tokenizer of special tokens only)
+        raise SystemExit(f"tokenizer has {vocabulary} tokens, the trained BPE {bpe.get_vocab_size()}")
     with without_weights():  # as the job's CPU stage builds it
         light = BARTScoreMetric(model=str(folder), directions=["s_h"], token_budget=16_384)
     light.pin_signature("bartscore-bench")
