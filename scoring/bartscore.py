@@ -21,17 +21,22 @@ and then averages over prompts (`prompt_order: references_first`, the original's
 from __future__ import annotations
 
 import statistics
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
 
 from scoring import preprocess as preprocessing
-from scoring.engine import DEFAULT_TOKEN_BUDGET, Seq2SeqLikelihood
+from scoring.engine import DEFAULT_TOKEN_BUDGET, Ragged, Seq2SeqLikelihood
 from scoring.errors import UsageError
 from scoring.metric import RowMetric
 from scoring.models import file_digest, load_pretrained, load_tokenizer, resolve_model
 from scoring.params import check_choice, check_model_args, check_positive_int, check_text_list, check_text_lists
 from scoring.resources import bartscore_prompt_path
 from scoring.signature import Signature, library_versions, stable_hash
-from scoring.text_encoding import encode_texts, read_lines
+from scoring.text_encoding import encode_ragged, encode_texts, id_lists, read_lines
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 VERSION = "1.1"
 DIRECTIONS = ("s_h", "r_h", "h_r", "f")
@@ -77,7 +82,7 @@ class BARTScorer:
         self.max_length = int(max_length)
         self.dtype = dtype
         self.state_dict_digest: str | None = None
-        self.engine = Seq2SeqLikelihood(
+        self.engine = None if self.model is None else Seq2SeqLikelihood(  # None: built to prepare ids only
             self.model,
             pad_id=self.tokenizer.pad_token_id,
             decoder_start_id=self.model.config.decoder_start_token_id,
@@ -141,6 +146,25 @@ class BARTScorer:
             source_flags.append(encoded_sources[u].truncated)
             target_flags.append([e.truncated for e in grouped[u][span]])
         return scores, source_flags, target_flags
+
+    def pair_scores(self, sources: Ragged, targets: Ragged) -> list[float]:
+        """score(source_k -> target_k) for token id pairs (ids as `encode_texts` gives them).
+        Pairs with equal source ids share one encoder pass, their targets decoded in pair
+        order (the grouping `score_shared` makes from texts)."""
+        self.engine.max_batch_items = None
+        unique: dict[bytes, int] = {}
+        firsts: list[int] = []
+        groups: list[list[int]] = []
+        for k in range(len(sources)):
+            key = sources.key(k)
+            u = unique.get(key)
+            if u is None:
+                u = unique[key] = len(firsts)
+                firsts.append(k)
+                groups.append([])
+            groups[u].append(k)
+        nll = self.engine.pair_nll(sources.take(firsts), targets, groups)
+        return [-value for value in nll]
 
     def score(self, srcs: Sequence[str], tgts: Sequence[str], batch_size: int | None = None) -> list[float]:
         """score(src_i -> tgt_i) per pair (the original `BARTScorer.score`)."""
@@ -264,7 +288,7 @@ class BARTScoreMetric(RowMetric):
         except (FileNotFoundError, TypeError) as exc:
             raise UsageError(f"prompts: {exc}") from exc
         self.scorer = BARTScorer(model, device=device, max_length=max_length, dtype=dtype, token_budget=token_budget, revision=revision, cache_dir=cache_dir)
-        if state_dict:
+        if state_dict and self.scorer.model is not None:
             self.scorer.load(state_dict)
         needs_references = any(d != "s_h" for d in directions)
         self.required_columns = ("text",) + (("source",) if "s_h" in directions else ()) + (("references",) if needs_references else ())
@@ -292,34 +316,87 @@ class BARTScoreMetric(RowMetric):
                 return "empty or null reference in 'references'"
         return reason
 
-    def _prompt_scores(self, sources: list[str], targets: list[list[str]]) -> tuple[list[list[list[float]]], list[bool]]:
-        """scores[i][j][p] = score(source_i -> target_ij) under prompt p (one entry per pair
-        without prompts), plus per-source 'anything truncated' flags."""
+    # ----- two stages: prepare (CPU) and score_prepared (device) -------------------------
+    def _groups(self) -> list[str]:
+        """The scoring passes the directions need: s->h, r->h (for r_h and F), h->r (h_r, F)."""
+        wanted = {"s_h": ("s_h",), "r_h": ("r_h", "f"), "h_r": ("h_r", "f")}
+        return [group for group, directions in wanted.items() if any(d in self.directions for d in directions)]
+
+    def _entries(self, group: str, source: str | None, text: str, references: list[str] | None) -> list[tuple[str, list[str]]]:
+        """(encoder text, decoder texts) of one row in one pass, before prompting."""
+        if group == "s_h":
+            return [(source, [text])]
+        if group == "r_h":
+            return [(reference, [text]) for reference in references]
+        return [(text, references)]
+
+    def _prompted(self, source: str, target: str) -> list[tuple[str, str]]:
+        """The (source, target) pairs one pair becomes under the prompt ensemble, in prompt order."""
         if not self.prompts:
-            scores, src_trunc, tgt_trunc = self.scorer.score_shared(sources, targets)
-            return [[[value] for value in row] for row in scores], [s or any(t) for s, t in zip(src_trunc, tgt_trunc)]
-        width = len(self.prompts)
+            return [(source, target)]
         if self.prompt_side == "decoder":
-            prompted = [[decoder_prompted(t, p) for t in group for p in self.prompts] for group in targets]
-            scores, src_trunc, tgt_trunc = self.scorer.score_shared(sources, prompted)
-            unfolded = [[row[k * width : (k + 1) * width] for k in range(len(group))] for row, group in zip(scores, targets)]
-            return unfolded, [s or any(t) for s, t in zip(src_trunc, tgt_trunc)]
-        flat_sources, flat_targets, owners = [], [], []
-        for i, (source, group) in enumerate(zip(sources, targets)):
-            for target in group:
-                for prompt in self.prompts:
-                    flat_sources.append(encoder_prompted(source, prompt))
-                    flat_targets.append([target])
-                    owners.append(i)
-        scores, src_trunc, tgt_trunc = self.scorer.score_shared(flat_sources, flat_targets)
-        unfolded: list[list[list[float]]] = [[] for _ in sources]
-        truncated = [False] * len(sources)
-        for start in range(0, len(flat_sources), width):
-            owner = owners[start]
-            unfolded[owner].append([scores[k][0] for k in range(start, start + width)])
-            span = range(start, start + width)
-            truncated[owner] = truncated[owner] or any(src_trunc[k] or tgt_trunc[k][0] for k in span)
-        return unfolded, truncated
+            return [(source, decoder_prompted(target, prompt)) for prompt in self.prompts]
+        return [(encoder_prompted(source, prompt), target) for prompt in self.prompts]
+
+    def prepare(self, rows: Sequence[dict[str, Any]]) -> "pa.Table":
+        """Per row and pass (`<pass>_source_ids`, `<pass>_target_ids`, `list<list<int32>>`):
+        the token ids of every (source, target) pair the row is scored on, in the order
+        (entry, target, prompt), and `truncated` when any of them was cut to `max_length`."""
+        import pyarrow as pa
+
+        clean = self._clean or (lambda text: text)
+        texts = [clean(row["text"]) for row in rows]
+        sources = [clean(row["source"]) for row in rows] if "s_h" in self.directions else [None] * len(rows)
+        references = ([[clean(r) for r in row["references"]] for row in rows] if "references" in self.required_columns
+                      else [None] * len(rows))
+        columns: dict[str, pa.Array] = {}
+        truncated = np.zeros(len(rows), dtype=bool)
+        for group in self._groups():
+            pair_sources, pair_targets, counts = [], [], []
+            for source, text, refs in zip(sources, texts, references):
+                pairs = [pair for encoder_text, decoder_texts in self._entries(group, source, text, refs)
+                         for target in decoder_texts for pair in self._prompted(encoder_text, target)]
+                pair_sources += [pair[0] for pair in pairs]
+                pair_targets += [pair[1] for pair in pairs]
+                counts.append(len(pairs))
+            row_offsets = np.zeros(len(rows) + 1, dtype=np.int32)
+            np.cumsum(counts, out=row_offsets[1:])
+            source_values, source_offsets, source_cut = encode_ragged(self.scorer.tokenizer, pair_sources, self.scorer.max_length)
+            target_values, target_offsets, target_cut = encode_ragged(self.scorer.tokenizer, pair_targets, self.scorer.max_length)
+            np.logical_or.at(truncated, np.repeat(np.arange(len(rows)), counts), source_cut | target_cut)
+            columns[f"{group}_source_ids"] = id_lists(source_values, source_offsets, row_offsets)
+            columns[f"{group}_target_ids"] = id_lists(target_values, target_offsets, row_offsets)
+        columns["truncated"] = pa.array(truncated, type=pa.bool_())
+        return pa.table(columns)
+
+    def score_prepared(self, table: "pa.Table") -> list[dict[str, Any]]:
+        width = len(self.prompts) if self.prompts else 1
+        passes: dict[str, list[list[list[float]]]] = {}  # pass -> [row][entry target][prompt]
+        for group in self._groups():
+            source_column = table.column(f"{group}_source_ids").combine_chunks()
+            scores = self.scorer.pair_scores(Ragged.from_arrow(source_column), Ragged.from_arrow(table.column(f"{group}_target_ids")))
+            bounds = source_column.offsets.to_numpy(zero_copy_only=False)
+            bounds = (bounds - bounds[0]).tolist()
+            passes[group] = [[scores[k : k + width] for k in range(bounds[i], bounds[i + 1], width)] for i in range(table.num_rows)]
+        results: list[dict[str, Any]] = [{} for _ in range(table.num_rows)]
+        if "s_h" in passes:
+            for i, row_scores in enumerate(passes["s_h"]):
+                results[i]["bartscore_s_h"] = statistics.fmean(row_scores[0])
+        if "references" in self.required_columns:
+            precision = passes.get("r_h", [[] for _ in results])  # [row][reference][prompt], score(r -> y)
+            recall = passes.get("h_r", [[] for _ in results])  # [row][reference][prompt], score(y -> r)
+            for i, result in enumerate(results):
+                if precision[i]:
+                    result["bartscore_r_h"] = self._reduce(precision[i])
+                if recall[i]:
+                    result["bartscore_h_r"] = self._reduce(recall[i])
+                if "f" in self.directions:
+                    if self.f_reference == "per_direction":
+                        result["bartscore_f"] = (result["bartscore_r_h"] + result["bartscore_h_r"]) / 2
+                    else:
+                        averaged = [[(p + r) / 2 for p, r in zip(ps, rs)] for ps, rs in zip(precision[i], recall[i])]
+                        result["bartscore_f"] = self._reduce(averaged)
+        return self._finish(results, table.column("truncated").to_pylist())
 
     def _reduce(self, per_reference: list[list[float]]) -> float:
         """One number from scores[reference][prompt]: aggregate over references (`agg`) and
@@ -331,46 +408,7 @@ class BARTScoreMetric(RowMetric):
         return aggregate([statistics.fmean(row) for row in per_reference])
 
     def score_valid(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        clean = self._clean or (lambda text: text)
-        results: list[dict[str, Any]] = [{} for _ in rows]
-        truncated = [False] * len(rows)
-        texts = [clean(row["text"]) for row in rows]
-        if "s_h" in self.directions:
-            scores, flags = self._prompt_scores([clean(row["source"]) for row in rows], [[t] for t in texts])
-            for i, row_scores in enumerate(scores):
-                results[i]["bartscore_s_h"] = statistics.fmean(row_scores[0])
-                truncated[i] |= flags[i]
-        if "references" not in self.required_columns:
-            return self._finish(results, truncated)
-        references = [[clean(r) for r in row["references"]] for row in rows]
-        precision: list[list[list[float]]] = [[] for _ in rows]  # [row][reference][prompt], score(r -> y)
-        recall: list[list[list[float]]] = [[] for _ in rows]  # [row][reference][prompt], score(y -> r)
-        if any(d in self.directions for d in ("r_h", "f")):
-            sources, owners = [], []
-            for i, group in enumerate(references):
-                sources += group
-                owners += [i] * len(group)
-            scores, flags = self._prompt_scores(sources, [[texts[i]] for i in owners])
-            for owner, row_scores, flag in zip(owners, scores, flags):
-                precision[owner].append(row_scores[0])
-                truncated[owner] |= flag
-        if any(d in self.directions for d in ("h_r", "f")):
-            scores, flags = self._prompt_scores(texts, references)
-            for i, row_scores in enumerate(scores):
-                recall[i] = row_scores
-                truncated[i] |= flags[i]
-        for i, result in enumerate(results):
-            if precision[i]:
-                result["bartscore_r_h"] = self._reduce(precision[i])
-            if recall[i]:
-                result["bartscore_h_r"] = self._reduce(recall[i])
-            if "f" in self.directions:
-                if self.f_reference == "per_direction":
-                    result["bartscore_f"] = (result["bartscore_r_h"] + result["bartscore_h_r"]) / 2
-                else:
-                    averaged = [[(p + r) / 2 for p, r in zip(ps, rs)] for ps, rs in zip(precision[i], recall[i])]
-                    result["bartscore_f"] = self._reduce(averaged)
-        return self._finish(results, truncated)
+        return self.score_prepared(self.prepare(rows))
 
     def _finish(self, results: list[dict[str, Any]], truncated: list[bool]) -> list[dict[str, Any]]:
         for result, flag in zip(results, truncated):

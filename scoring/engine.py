@@ -30,6 +30,7 @@ import itertools
 from collections import Counter
 from typing import Callable, Sequence, TypeVar
 
+import numpy as np
 import torch
 
 from scoring import shared_source_attention
@@ -101,14 +102,79 @@ def budget_batches(lengths: Sequence[int], order: Sequence[int], token_budget: i
     return batches
 
 
-def _pad(sequences: Sequence[Sequence[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded ids and mask, built on the host (pinned for CUDA) and copied without
-    waiting for the device."""
-    lengths = torch.as_tensor([len(s) for s in sequences])
-    real = torch.arange(int(lengths.max()))[None, :] < lengths[:, None]
-    ids = torch.full(real.shape, pad_id, dtype=torch.long)
-    ids[real] = torch.as_tensor(list(itertools.chain.from_iterable(sequences)), dtype=torch.long)  # one copy per batch
-    return _to_device(ids, device), _to_device(real.long(), device)
+class Ragged:
+    """Token id sequences in Arrow's list layout: one flat `values` array and `offsets` (n + 1,
+    int64), so sequence k is `values[offsets[k]:offsets[k + 1]]`. The metrics' prepared id
+    columns (`list<int32>`) arrive in this form without a per-row Python step."""
+
+    __slots__ = ("values", "offsets", "lengths")
+
+    def __init__(self, values, offsets):
+        self.values = np.asarray(values)
+        self.offsets = np.asarray(offsets, dtype=np.int64)
+        self.lengths = np.diff(self.offsets)
+
+    @classmethod
+    def from_lists(cls, sequences: Sequence[Sequence[int]]) -> "Ragged":
+        count = len(sequences)
+        offsets = np.zeros(count + 1, dtype=np.int64)
+        np.cumsum(np.fromiter((len(s) for s in sequences), dtype=np.int64, count=count), out=offsets[1:])
+        values = np.fromiter(itertools.chain.from_iterable(sequences), dtype=np.int64, count=int(offsets[-1]))
+        return cls(values, offsets)
+
+    @classmethod
+    def from_arrow(cls, array) -> "Ragged":
+        """A `list<int>` Arrow array (or chunked array) as it is: its offsets already index
+        its values buffer, slices included. A `list<list<int>>` array gives its inner
+        sequences, all rows' in order."""
+        if hasattr(array, "combine_chunks"):
+            array = array.combine_chunks()
+        if hasattr(array.type, "value_type") and hasattr(array.type.value_type, "value_type"):
+            array = array.flatten()
+        return cls(array.values.to_numpy(zero_copy_only=False), array.offsets.to_numpy(zero_copy_only=False))
+
+    def take(self, index: Sequence[int]) -> "Ragged":
+        """Sequences `index` (in that order) as a new Ragged."""
+        index = np.asarray(index, dtype=np.int64)
+        lengths = self.lengths[index]
+        offsets = np.zeros(len(index) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        within = np.arange(int(offsets[-1])) - np.repeat(offsets[:-1], lengths)
+        return Ragged(self.values[np.repeat(self.offsets[index], lengths) + within], offsets)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def key(self, k: int) -> bytes:
+        """Sequence k's ids as bytes (equal ids, equal keys)."""
+        return self.values[self.offsets[k] : self.offsets[k + 1]].tobytes()
+
+    def padded(self, index: Sequence[int], pad_id: int, device, start_id: int | None = None) -> tuple[torch.Tensor, ...]:
+        """Sequences `index`, right-padded: (ids, mask) as int64 tensors on `device`, plus the
+        decoder inputs (ids shifted right behind `start_id`) when it is given. Built with numpy
+        from the flat values in one host buffer (pinned on CUDA) and copied to the device in one
+        non-blocking copy."""
+        index = np.asarray(index, dtype=np.int64)
+        lengths = self.lengths[index]
+        width = int(lengths.max())
+        positions = np.arange(width)
+        real = positions[None, :] < lengths[:, None]
+        planes = 2 if start_id is None else 3
+        on_cuda = _on_cuda(device)
+        buffer = torch.empty((planes, len(index), width), dtype=torch.long, pin_memory=on_cuda)
+        host = buffer.numpy()
+        ids = host[0]
+        ids.fill(pad_id)
+        ids[real] = self.values[(self.offsets[index][:, None] + positions[None, :])[real]]
+        host[1] = real
+        if start_id is not None:
+            host[2, :, 0] = start_id
+            host[2, :, 1:] = ids[:, :-1]
+        if on_cuda:
+            buffer = buffer.to(device, non_blocking=True)
+        elif torch.device(device).type != "cpu":
+            buffer = buffer.to(device)
+        return tuple(buffer.unbind(0))
 
 
 def _to_device(tensor: torch.Tensor, device) -> torch.Tensor:
@@ -183,23 +249,39 @@ class Seq2SeqLikelihood:
         """For each source i and each of its targets j: -mean log p(target_j | source_i)."""
         if len(sources) != len(targets):
             raise ValueError(f"{len(sources)} sources but {len(targets)} target lists")
-        for i, (source, target_list) in enumerate(zip(sources, targets)):
-            if len(source) == 0:
-                raise ValueError(f"source {i} has no tokens")
-            for j, target in enumerate(target_list):
-                if len(target) == 0:
-                    raise ValueError(f"target {j} of source {i} has no tokens")
-        results: list[list[float]] = [[float("nan")] * len(t) for t in targets]
-        order = sorted((i for i in range(len(sources)) if targets[i]), key=lambda i: -len(sources[i]))
-        lengths = [len(s) for s in sources]
+        groups, position = [], 0
+        for target_list in targets:
+            groups.append(range(position, position + len(target_list)))
+            position += len(target_list)
+        nll = self.pair_nll(Ragged.from_lists(sources), Ragged.from_lists([t for ts in targets for t in ts]), groups)
+        return [nll[group.start : group.stop] for group in groups]
+
+    @torch.inference_mode()
+    def pair_nll(self, sources: Ragged, targets: Ragged, groups: Sequence[Sequence[int]]) -> list[float]:
+        """-mean log p(target k | source i) for every target k listed in `groups[i]` (each
+        target in one group), as a list indexed by target. Sources are encoded once for all
+        of their targets; `mean_nll` is this call on nested lists."""
+        if len(groups) != len(sources):
+            raise ValueError(f"{len(sources)} sources but {len(groups)} target lists")
+        source_lengths, target_lengths = sources.lengths.tolist(), targets.lengths.tolist()
+        if 0 in source_lengths or 0 in target_lengths:
+            for i, group in enumerate(groups):
+                if source_lengths[i] == 0:
+                    raise ValueError(f"source {i} has no tokens")
+                for j, k in enumerate(group):
+                    if target_lengths[k] == 0:
+                        raise ValueError(f"target {j} of source {i} has no tokens")
+        results = [float("nan")] * len(targets)
+        order = sorted((i for i in range(len(groups)) if len(groups[i])), key=lambda i: -source_lengths[i])
+        plan_lengths = [[target_lengths[k] for k in group] for group in groups]
         self._pending = []
+        batch_data = (sources, targets, groups, source_lengths, plan_lengths)
 
         def store(key, value):
-            i, j = key
-            results[i][j] = value
+            results[key] = value
 
-        for batch in budget_batches(lengths, order, self.token_budget, self.max_batch_items):
-            run_splitting_on_oom(batch, lambda b: self._score_source_batch(b, sources, targets, results), self._count_split)
+        for batch in budget_batches(source_lengths, order, self.token_budget, self.max_batch_items):
+            run_splitting_on_oom(batch, lambda b: self._score_source_batch(b, batch_data), self._count_split)
             if not self.on_cuda:
                 _collect(self._pending, store)
         _collect(self._pending, store)
@@ -208,17 +290,18 @@ class Seq2SeqLikelihood:
     def _count_split(self) -> None:
         self.stats["oom_splits"] += 1
 
-    def _score_source_batch(self, batch: list[int], sources, targets, results) -> None:
-        input_ids, attention_mask = _pad([sources[i] for i in batch], self.pad_id, self.device)
+    def _score_source_batch(self, batch: list[int], batch_data) -> None:
+        sources, targets, groups, source_lengths, plan_lengths = batch_data
+        input_ids, attention_mask = sources.padded(batch, self.pad_id, self.device)
         encoder_states = self.model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         self.stats["encoder_passes"] += 1
         self.stats["encoded_sources"] += len(batch)
         cross_kv = self._cross_attention_kv(encoder_states)
-        source_lengths = [len(sources[i]) for i in batch]
-        for chunk_pairs in self._decode_plan(batch, targets, encoder_states.shape[1]):
+        batch_lengths = [source_lengths[i] for i in batch]
+        for chunk_pairs in self._plan(batch, plan_lengths, encoder_states.shape[1]):
             run_splitting_on_oom(
                 chunk_pairs,
-                lambda cp: self._decode_pairs(cp, encoder_states, attention_mask, cross_kv, targets, source_lengths),
+                lambda cp: self._decode_pairs(cp, encoder_states, attention_mask, cross_kv, targets, groups, batch_lengths),
                 self._count_split,
             )
 
@@ -228,7 +311,12 @@ class Seq2SeqLikelihood:
     COPY_TOKENS_PER_DECODE_TOKEN = 16
 
     def _decode_plan(self, batch: list[int], targets, source_width: int) -> list[list[tuple[int, int, int]]]:
-        """Decoder chunks of (row in batch, source, target) for one encoded source batch.
+        """`_plan` for nested target sequences (`targets[i][j]`)."""
+        return self._plan(batch, [[len(t) for t in group] for group in targets], source_width)
+
+    def _plan(self, batch: list[int], lengths: Sequence[Sequence[int]], source_width: int) -> list[list[tuple[int, int, int]]]:
+        """Decoder chunks of (row in batch, source, target) for one encoded source batch;
+        `lengths[i][j]` is the length of target j of source i.
 
         Two layouts; the cheaper by padded decoder tokens plus key/value copies is used:
         - by length: all pairs sorted by target length and cut by the token budget (least
@@ -237,20 +325,21 @@ class Seq2SeqLikelihood:
           contiguous runs, so each chunk reads a slice of the cached keys/values without a
           copy (wins when targets are short next to their sources, e.g. CTRLEval label words).
         """
-        pairs = [(row, i, j) for row, i in enumerate(batch) for j in range(len(targets[i]))]
-        pair_lengths = [len(targets[i][j]) for _, i, j in pairs]
+        pairs = [(row, i, j) for row, i in enumerate(batch) for j in range(len(lengths[i]))]
+        pair_lengths = [lengths[i][j] for _, i, j in pairs]
         pair_order = sorted(range(len(pairs)), key=lambda p: -pair_lengths[p])
         by_length = [[pairs[p] for p in chunk] for chunk in budget_batches(pair_lengths, pair_order, self.decode_token_budget, self.max_batch_items)]
         if len(batch) == 1 or self.layout == "by_length":
             return by_length
+
         def padded_tokens(chunks):
-            return sum(len(c) * max(len(targets[i][j]) for _, i, j in c) for c in chunks)
+            return sum(len(c) * max(lengths[i][j] for _, i, j in c) for c in chunks)
 
         by_slot = []
-        for j in range(max(len(targets[i]) for i in batch)):
-            slot = [(row, i, j) for row, i in enumerate(batch) if j < len(targets[i])]
-            lengths = [len(targets[i][j]) for _, i, _ in slot]
-            by_slot += [[slot[k] for k in run] for run in budget_batches(lengths, range(len(slot)), self.decode_token_budget, self.max_batch_items)]
+        for j in range(max(len(lengths[i]) for i in batch)):
+            slot = [(row, i, j) for row, i in enumerate(batch) if j < len(lengths[i])]
+            slot_lengths = [lengths[i][j] for _, i, _ in slot]
+            by_slot += [[slot[k] for k in run] for run in budget_batches(slot_lengths, range(len(slot)), self.decode_token_budget, self.max_batch_items)]
 
         if self.layout == "by_slot":
             return by_slot
@@ -309,14 +398,11 @@ class Seq2SeqLikelihood:
             cache.is_updated[layer_index] = True
         return cache
 
-    def _decode_pairs(self, chunk_pairs, encoder_states, attention_mask, cross_kv, targets, source_lengths) -> None:
+    def _decode_pairs(self, chunk_pairs, encoder_states, attention_mask, cross_kv, targets: Ragged, groups, source_lengths) -> None:
         row_list = [row for row, _, _ in chunk_pairs]
         rows = _to_device(torch.as_tensor(row_list), self.device)
-        labels_list = [targets[i][j] for _, i, j in chunk_pairs]
-        labels, label_mask = _pad(labels_list, self.pad_id, self.device)
-        decoder_inputs = torch.full_like(labels, self.pad_id)
-        decoder_inputs[:, 0] = self.decoder_start_id
-        decoder_inputs[:, 1:] = labels[:, :-1]
+        keys = [groups[i][j] for _, i, j in chunk_pairs]
+        labels, label_mask, decoder_inputs = targets.padded(keys, self.pad_id, self.device, self.decoder_start_id)
         if self.head is not None:
             if cross_kv is not None and all(row == row_list[0] for row in row_list):
                 # one source for every row: its unpadded keys/values, no mask needed (padding
@@ -339,7 +425,7 @@ class Seq2SeqLikelihood:
                 cache=cache,
                 use_cache=False,
             ).last_hidden_state
-            sums = self.head.target_logprob_sums(hidden, labels, [len(t) for t in labels_list])
+            sums = self.head.target_logprob_sums(hidden, labels, targets.lengths[keys])
         else:
             from transformers.modeling_outputs import BaseModelOutput
 
@@ -352,7 +438,7 @@ class Seq2SeqLikelihood:
             sums = (_token_logprobs(logits, labels) * label_mask).sum(-1)
         self.stats["decoder_passes"] += 1
         self.stats["decoded_targets"] += len(chunk_pairs)
-        self._pending.append(([(i, j) for _, i, j in chunk_pairs], -(sums / label_mask.sum(-1))))
+        self._pending.append((keys, -(sums / label_mask.sum(-1))))
 
 
 class OutputHead:
@@ -408,11 +494,13 @@ class OutputHead:
         logit[label] - logsumexp(logits), in float32 (logsumexp as max + log(sum(exp(logits -
         max))), in place on the chunk). The real positions are indexed from the host-side
         lengths, so the loop bounds never wait for the device."""
-        counts = torch.as_tensor(list(lengths))
-        total = int(sum(lengths))
-        owner_index = torch.repeat_interleave(torch.arange(len(lengths)), counts)
-        column_index = torch.arange(total) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
-        owners, columns = _to_device(owner_index, hidden.device), _to_device(column_index, hidden.device)
+        counts = np.asarray(lengths, dtype=np.int64)
+        total = int(counts.sum())
+        starts = np.cumsum(counts) - counts
+        index = np.empty((2, total), dtype=np.int64)
+        index[0] = np.repeat(np.arange(len(counts)), counts)
+        index[1] = np.arange(total) - np.repeat(starts, counts)
+        owners, columns = _to_device(torch.from_numpy(index), hidden.device).unbind(0)
         states, targets = hidden[owners, columns], labels[owners, columns]
         token_logprobs = torch.empty(total, dtype=torch.float32, device=hidden.device)
         weight, bias = self.vocabulary_major_weight(), self.bias()
@@ -453,26 +541,31 @@ class CausalLikelihood:
     @torch.inference_mode()
     def sequence_nll(self, sequences: Sequence[Sequence[int]]) -> list[tuple[float, int]]:
         """(sum of -log p(x_t | x_<t) over t >= 1, number of predicted tokens) per sequence."""
-        for i, sequence in enumerate(sequences):
-            if len(sequence) < 2:
+        return self.ragged_nll(Ragged.from_lists(sequences))
+
+    @torch.inference_mode()
+    def ragged_nll(self, ragged: Ragged) -> list[tuple[float, int]]:
+        """`sequence_nll` for ids in Arrow's list layout."""
+        lengths = ragged.lengths.tolist()
+        for i, length in enumerate(lengths):
+            if length < 2:
                 raise ValueError(f"sequence {i} needs at least 2 tokens (BOS + one token)")
-        results: list[tuple[float, int]] = [(float("nan"), 0)] * len(sequences)
-        lengths = [len(s) for s in sequences]
-        order = sorted(range(len(sequences)), key=lambda i: -lengths[i])
+        results: list[tuple[float, int]] = [(float("nan"), 0)] * len(lengths)
+        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
         self._pending = []
 
         def store(i, total):
-            results[i] = (total, len(sequences[i]) - 1)
+            results[i] = (total, lengths[i] - 1)
 
         for batch in budget_batches(lengths, order, self.token_budget, self.max_batch_items):
-            run_splitting_on_oom(batch, lambda b: self._score_batch(b, sequences), lambda: self.stats.update(["oom_splits"]))
+            run_splitting_on_oom(batch, lambda b: self._score_batch(b, ragged), lambda: self.stats.update(["oom_splits"]))
             if not self.on_cuda:
                 _collect(self._pending, store)
         _collect(self._pending, store)
         return results
 
-    def _score_batch(self, batch: list[int], sequences) -> None:
-        input_ids, mask = _pad([sequences[i] for i in batch], self.pad_id, self.device)
+    def _score_batch(self, batch: list[int], sequences: Ragged) -> None:
+        input_ids, mask = sequences.padded(batch, self.pad_id, self.device)
         logits = self.model(input_ids=input_ids, attention_mask=mask).logits
         self.stats["forward_passes"] += 1
         logprobs = _token_logprobs(logits[:, :-1], input_ids[:, 1:]) * mask[:, 1:]

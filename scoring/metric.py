@@ -6,6 +6,12 @@ guarantees: one output row per input row, in input order, each with its score co
 a `skipped` reason or an `error` reason, never lost. A batch that raises is bisected so one bad
 row cannot take its neighbours down.
 
+Model metrics may split their work in two (`RowMetric.prepare` / `score_prepared`): the CPU
+side turns valid rows into an Arrow table of `int32` token id columns plus what scoring needs
+per row, the device side turns that table into results. Their `score_valid(rows)` is
+`score_prepared(prepare(rows))`, so every caller takes the one path; the Ray job runs the two
+halves in different stages (CPU tasks, then the metric's actors).
+
 The skipped-row rule: a metric applies to a row when every column it needs besides `text`
 (`applies_columns`: BARTScore's `source`/`references`, CTRLEval's `prefix`/`attribute`, ...) is
 present and not null (a list: not empty). A row it does not apply to (a CTRLEval row in a
@@ -59,6 +65,55 @@ class RowMetric(ABC):
         """Score rows that passed `validate`. Returns one dict per row with the output
         columns, optionally a `warning` string (e.g. truncation). May raise `RowError`
         naming the offending row (its index within `rows`)."""
+
+    # ----- optional two-stage protocol (module docstring) --------------------------------
+    def prepare(self, rows: Sequence[dict[str, Any]]) -> "pa.Table":
+        """CPU half: one table row per valid input row, token ids as `list<int32>` (or
+        `list<list<int32>>`) columns. Needs the tokenizer only, never the model's weights."""
+        raise NotImplementedError(f"metric {self.name} has no prepare step")
+
+    def score_prepared(self, table: "pa.Table") -> list[dict[str, Any]]:
+        """Device half: results (as `score_valid` returns them) for the rows of a `prepare`
+        table, in order. May raise `RowError` naming a row of the table."""
+        raise NotImplementedError(f"metric {self.name} has no prepare step")
+
+    @property
+    def supports_prepare(self) -> bool:
+        return type(self).prepare is not RowMetric.prepare
+
+    def prepare_rows(self, rows: Sequence[dict[str, Any]]) -> tuple["pa.Table", list[str | None]]:
+        """`prepare` that never loses a row: a row whose preparation fails gets the error
+        reason bisection would give it and is left out of the table (the others keep their
+        order). Returns the table and one reason (or None) per input row."""
+        import pyarrow as pa
+
+        try:
+            return self.prepare(rows), [None] * len(rows)
+        except Exception:  # noqa: BLE001 - isolate the failing rows, one at a time
+            pass
+        tables, reasons = [], []
+        for row in rows:
+            try:
+                tables.append(self.prepare([row]))
+                reasons.append(None)
+            except RowError as exc:
+                reasons.append(exc.reason)
+            except Exception as exc:  # noqa: BLE001 - that row's error
+                reasons.append(f"{type(exc).__name__}: {exc}")
+        table = pa.concat_tables(tables) if tables else self.prepare([])
+        return table, reasons
+
+    def score_prepared_rows(self, table: "pa.Table") -> list[dict[str, Any]]:
+        """Results for every row of a `prepare` table, failing rows bisected into their own
+        error results (as `score_rows` does for `score_valid`)."""
+        results: list[dict[str, Any] | None] = [None] * table.num_rows
+        self._bisect(lambda indices: self.score_prepared(table.take(indices)), list(range(table.num_rows)), results)
+        return results  # type: ignore[return-value]
+
+    def pin_signature(self, signature: str) -> None:
+        """Use `signature` (computed where the metric was fully built) for row keys: a
+        metric built for `prepare` only has no model to describe."""
+        self.__dict__["_signature_string"] = signature
 
     # ----- shared behaviour -------------------------------------------------------------
     def read_columns(self) -> tuple[str, ...]:
@@ -151,7 +206,7 @@ class RowMetric(ABC):
                 results[index] = self.empty_result(reason)
             else:
                 valid_indices.append(index)
-        self._score_bisecting(rows, valid_indices, results)
+        self._bisect(lambda indices: self.score_valid([rows[i] for i in indices]), valid_indices, results)
         return [result for result in results]  # type: ignore[misc]
 
     def output_schema(self, input_names) -> "pa.Schema":
@@ -180,16 +235,17 @@ class RowMetric(ABC):
         warning, the run's signature, each row's incremental key, carried input columns."""
         return self.output_table(rows).to_pylist()
 
-    def _score_bisecting(self, rows, indices: list[int], results: list) -> None:
+    def _bisect(self, score, indices: list[int], results: list) -> None:
+        """`score(indices)` (one result per index), bisecting failures down to single rows."""
         if not indices:
             return
         try:
-            scored = self.score_valid([rows[i] for i in indices])
+            scored = score(indices)
         except RowError as exc:
             bad = indices[exc.row_index]
             results[bad] = self.empty_result(exc.reason)
             rest = [i for i in indices if i != bad]
-            self._score_bisecting(rows, rest, results)
+            self._bisect(score, rest, results)
             return
         except Exception as exc:  # noqa: BLE001 - any failure is isolated by bisection
             if is_accelerator_error(exc):
@@ -198,8 +254,8 @@ class RowMetric(ABC):
                 results[indices[0]] = self.empty_result(f"{type(exc).__name__}: {exc}")
                 return
             middle = len(indices) // 2
-            self._score_bisecting(rows, indices[:middle], results)
-            self._score_bisecting(rows, indices[middle:], results)
+            self._bisect(score, indices[:middle], results)
+            self._bisect(score, indices[middle:], results)
             return
         if len(scored) != len(indices):
             raise RuntimeError(

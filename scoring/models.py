@@ -10,6 +10,8 @@ safetensors weights are accepted everywhere, and `trust_remote_code` is never se
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import fcntl
 import hashlib
 import json
@@ -262,8 +264,31 @@ def _check_hub_reachable(repo_id: str, revision: str | None) -> None:
         ) from exc
 
 
+_WEIGHTS_WANTED = contextvars.ContextVar("ctgscore_weights_wanted", default=True)
+
+
+@contextlib.contextmanager
+def without_weights():
+    """Inside this block `load_pretrained` returns None: metrics built here have their
+    tokenizer and configuration but no model (the CPU stage that only prepares token ids)."""
+    token = _WEIGHTS_WANTED.set(False)
+    try:
+        yield
+    finally:
+        _WEIGHTS_WANTED.reset(token)
+
+
+def load_config(source: ModelSource):
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(source.local_path, revision=source.revision if source.is_hub else None, trust_remote_code=False)
+
+
 def load_pretrained(model_class, source: ModelSource, dtype: str = "float32", device: str = "cpu"):
-    """Load weights (safetensors only, no remote code) in eval mode on `device`."""
+    """Load weights (safetensors only, no remote code) in eval mode on `device`; None inside
+    `without_weights()`."""
+    if not _WEIGHTS_WANTED.get():
+        return None
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()

@@ -12,11 +12,17 @@ averaging (docs/metrics.md, "Perplexity").
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from scoring.engine import DEFAULT_TOKEN_BUDGET, CausalLikelihood
+import numpy as np
+
+from scoring.engine import DEFAULT_TOKEN_BUDGET, CausalLikelihood, Ragged
 from scoring.metric import RowMetric
-from scoring.models import load_pretrained, load_tokenizer, resolve_model
+from scoring.models import load_config, load_pretrained, load_tokenizer, resolve_model
+from scoring.text_encoding import id_lists
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 from scoring.params import check_model_args, check_positive_int, check_text_list
 from scoring.signature import Signature, library_versions
 
@@ -43,30 +49,42 @@ class Perplexity:
         self.tokenizer = load_tokenizer(self.source)
         self.model = load_pretrained(AutoModelForCausalLM, self.source, dtype=dtype, device=device)
         self.dtype = dtype
-        positions = getattr(self.model.config, "max_position_embeddings", None) or getattr(self.model.config, "n_positions", 1024)
+        config = self.model.config if self.model is not None else load_config(self.source)  # no model: ids only
+        positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", 1024)
         self.max_length = int(max_length or positions)
         start = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else self.tokenizer.eos_token_id
         if start is None:
             raise ValueError(f"{model}: tokenizer has neither a BOS nor an EOS token to start from")
         self.start_id = int(start)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.start_id
-        self.engine = CausalLikelihood(self.model, pad_id=pad, token_budget=token_budget)
+        self.token_budget = int(token_budget)
+        self.engine = None if self.model is None else CausalLikelihood(self.model, pad_id=pad, token_budget=token_budget)
+
+    def encode(self, texts: Sequence[str]) -> tuple[list[list[int]], list[bool]]:
+        """Per text: [start] + its ids, cut to `max_length` (empty when the text has no
+        tokens), and whether it was cut."""
+        sequences, truncated = [], []
+        for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"] if texts else []:
+            sequence = [self.start_id] + list(ids) if ids else []
+            truncated.append(len(sequence) > self.max_length)
+            sequences.append(sequence[: self.max_length])
+        return sequences, truncated
+
+    def perplexities(self, sequences: Ragged) -> list[float]:
+        """Perplexity of each encoded sequence (`encode`); a sequence without tokens raises."""
+        for i, length in enumerate(sequences.lengths.tolist()):
+            if length == 0:
+                raise ValueError(f"row {i}: text has no tokens")
+        totals = self.engine.ragged_nll(sequences)
+        return [math.exp(total / count) for total, count in totals]
 
     def score_with_flags(self, texts: Sequence[str], batch_size: int | None = None) -> tuple[list[float], list[bool]]:
         texts = check_text_list("texts", texts)
         if not texts:
             return [], []
         self.engine.max_batch_items = check_positive_int("batch_size", batch_size, allow_none=True)
-        token_ids = self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-        sequences, truncated = [], []
-        for i, ids in enumerate(token_ids):
-            if not ids:
-                raise ValueError(f"row {i}: text has no tokens")
-            sequence = [self.start_id] + list(ids)
-            truncated.append(len(sequence) > self.max_length)
-            sequences.append(sequence[: self.max_length])
-        totals = self.engine.sequence_nll(sequences)
-        return [math.exp(total / count) for total, count in totals], truncated
+        sequences, truncated = self.encode(texts)
+        return self.perplexities(Ragged.from_lists(sequences)), truncated
 
     def score(self, texts: Sequence[str], batch_size: int | None = None) -> list[float]:
         """Perplexity per text (lower is better)."""
@@ -78,7 +96,7 @@ class Perplexity:
             "dtype": self.dtype,
             "max_length": self.max_length,
             "start_token": self.start_id,
-            "batching": f"length-sorted,token_budget={self.engine.token_budget}",
+            "batching": f"length-sorted,token_budget={self.token_budget}",
             **library_versions("torch", "transformers"),
         }
 
@@ -103,18 +121,41 @@ class PerplexityMetric(RowMetric):
             params["min_words"] = f"{self.min_words}(split on ' ')"
         return Signature(self.name, VERSION, params)
 
-    def score_valid(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        results: list[dict[str, Any]] = [{} for _ in rows]
+    def prepare(self, rows: Sequence[dict[str, Any]]) -> "pa.Table":
+        """`text_ids` (`list<int32>`: start token + text ids, cut to max_length; empty when
+        the text has no tokens), `truncated`, and `words` (for `min_words`)."""
+        import pyarrow as pa
+
+        sequences, truncated = self.scorer.encode([row["text"] for row in rows])
+        lengths = np.fromiter((len(s) for s in sequences), dtype=np.int64, count=len(sequences))
+        offsets = np.zeros(len(sequences) + 1, dtype=np.int32)
+        np.cumsum(lengths, out=offsets[1:])
+        values = np.fromiter((i for s in sequences for i in s), dtype=np.int32, count=int(offsets[-1]))
+        return pa.table({
+            "text_ids": id_lists(values, offsets),
+            "truncated": pa.array(truncated, type=pa.bool_()),
+            "words": pa.array([len(row["text"].split(" ")) for row in rows], type=pa.int32()),
+        })
+
+    def score_prepared(self, table: "pa.Table") -> list[dict[str, Any]]:
+        results: list[dict[str, Any]] = [{} for _ in range(table.num_rows)]
         scored = []
-        for i, row in enumerate(rows):
-            words = len(row["text"].split(" "))
+        for i, words in enumerate(table.column("words").to_pylist()):
             if self.min_words and words < self.min_words:
                 results[i] = {"perplexity": None, "warning": f"not scored: {words} words < min_words={self.min_words}"}
             else:
                 scored.append(i)
-        scores, flags = self.scorer.score_with_flags([rows[i]["text"] for i in scored])
-        for i, value, flag in zip(scored, scores, flags):
+        flags = table.column("truncated").to_pylist()
+        if scored:
+            self.scorer.engine.max_batch_items = None
+            scores = self.scorer.perplexities(Ragged.from_arrow(table.column("text_ids")).take(scored))
+        else:
+            scores = []
+        for i, value in zip(scored, scores):
             results[i]["perplexity"] = value
-            if flag:
+            if flags[i]:
                 results[i]["warning"] = f"truncated to max_length={self.scorer.max_length} tokens"
         return results
+
+    def score_valid(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        return self.score_prepared(self.prepare(rows))

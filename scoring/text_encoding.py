@@ -14,7 +14,12 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 TOKENIZATION_STYLES = ("slow", "fast")
 
@@ -48,6 +53,37 @@ def encode_texts(tokenizer, texts: Sequence[str], max_length: int, special_token
         else:
             encoded.append(Encoded(ids[:max_length], True))
     return encoded
+
+
+def encode_ragged(tokenizer, texts: Sequence[str], max_length: int, special_tokens: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`encode_texts` for many (often repeated) texts in Arrow's list layout: flat `int32` ids,
+    `int32` offsets (len(texts) + 1) and a truncated flag per text. Each distinct text is
+    tokenised once."""
+    unique: dict[str, int] = {}
+    owners = np.fromiter((unique.setdefault(text, len(unique)) for text in texts), dtype=np.int64, count=len(texts))
+    encoded = encode_texts(tokenizer, list(unique), max_length, special_tokens)
+    unique_lengths = np.fromiter((len(e.ids) for e in encoded), dtype=np.int64, count=len(encoded))
+    unique_offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum(unique_lengths, out=unique_offsets[1:])
+    unique_values = np.fromiter((i for e in encoded for i in e.ids), dtype=np.int32, count=int(unique_offsets[-1]))
+    truncated = np.fromiter((e.truncated for e in encoded), dtype=bool, count=len(encoded))[owners]
+    lengths = unique_lengths[owners]
+    offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    within = np.arange(int(offsets[-1])) - np.repeat(offsets[:-1], lengths)
+    values = unique_values[np.repeat(unique_offsets[owners], lengths) + within]
+    return values, offsets.astype(np.int32), truncated
+
+
+def id_lists(values: np.ndarray, offsets: np.ndarray, row_offsets: np.ndarray | None = None) -> "pa.Array":
+    """An Arrow `list<int32>` array of token id sequences (flat values + offsets), or, with
+    `row_offsets`, `list<list<int32>>`: sequences grouped per row."""
+    import pyarrow as pa
+
+    sequences = pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), pa.array(values, type=pa.int32()))
+    if row_offsets is None:
+        return sequences
+    return pa.ListArray.from_arrays(pa.array(row_offsets, type=pa.int32()), sequences)
 
 
 def slow_style_ids(tokenizer, texts: Sequence[str], add_eos: bool) -> list[list[int]]:

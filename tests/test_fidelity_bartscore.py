@@ -73,15 +73,27 @@ def test_metric_scores_detokenised_texts(tiny_models, summeval_rows):
 
 # ----- multi-reference F, by hand -------------------------------------------------------------
 class TableScorer:
-    """Stands in for BARTScorer.score_shared with hand-chosen scores per (source, target)."""
+    """Stands in for BARTScorer with hand-chosen scores per (source, target): each text is one
+    token id (`tokenizer`), `pair_scores` looks the pairs up by their texts."""
+
+    class Tokenizer:
+        eos_token_id = None
+
+        def __init__(self):
+            self.texts: list[str] = []
+
+        def __call__(self, texts, add_special_tokens=True):
+            self.texts += [text for text in dict.fromkeys(texts) if text not in self.texts]
+            return {"input_ids": [[self.texts.index(text)] for text in texts]}
 
     def __init__(self, table: dict[tuple[str, str], float]):
         self.table = table
         self.max_length = 1024
+        self.tokenizer = self.Tokenizer()
 
-    def score_shared(self, sources, targets, batch_size=None):
-        scores = [[self.table[(s, t)] for t in group] for s, group in zip(sources, targets)]
-        return scores, [False] * len(sources), [[False] * len(g) for g in targets]
+    def pair_scores(self, sources, targets):
+        texts = self.tokenizer.texts
+        return [self.table[(texts[s], texts[t])] for s, t in zip(sources.values.tolist(), targets.values.tolist())]
 
 
 def hand_metric(metric, table, **options):

@@ -5,15 +5,21 @@ A *unit* is one row range `[start, stop)` of one input shard (at most `part_rows
 Ray Data pipeline is
 
     from_items(units) -> map_batches(read_unit)                       one unit per batch
-                      -> map_batches(PartScorer, metric 1 pool) -> ... -> (metric k pool)
+                      -> [map_batches(prepare_unit, metric 1)]         CPU tasks, model metrics
+                      -> map_batches(PartScorer, metric 1 pool) -> ... -> (metric k)
 
 `read_unit` reads the unit's rows (only the row groups it overlaps, only the columns some
 metric reads or carries) and hands them on as one Arrow IPC payload, so a unit is never
-split or merged on the way. Each `PartScorer` actor builds its metric once, decodes the rows
-(`scoring.schema.rows_from_table`: an undecodable value is that row's error), looks up the
-row cache of the unit's shard (its earlier parts, loaded once per shard in that actor),
-scores the rest in batches of `batch_size` (`RowMetric.score_rows`: one result per row,
-failing batches bisected), and writes the part atomically (`io.put_atomic`). What reaches the
+split or merged on the way. The rows are then settled (`settle_rows`): decoded
+(`scoring.schema.rows_from_table`: an undecodable value is that row's error), keyed, looked
+up in the row cache of the unit's shard (its earlier parts), and validated. For a metric with
+the two-stage protocol (`RowMetric.prepare`: BARTScore, perplexity) that happens in
+`prepare_unit`, a stateless CPU task that also tokenises the rows left to score into `int32`
+id columns and hands them on as a second IPC payload (`prepared_column`); its `PartScorer`
+actor then only turns ids into scores (`score_prepared`) and writes the part. For the others
+the actor settles the rows itself and scores them with `RowMetric.score_rows`. Either way rows
+are scored in chunks of `batch_size` (one result per row, failing chunks bisected) and the part
+is written atomically (`io.put_atomic`). What reaches the
 driver is one small JSON report per unit and metric (rows, scored, reused, errors, skipped rows,
 a few error examples), never rows. A unit whose file cannot be read is reported as such (its shard then
 counts as bad); a part that cannot be written fails the job (storage errors are not a
@@ -35,7 +41,7 @@ import sys
 import threading
 import time
 import warnings
-from collections import Counter
+from collections import Counter, OrderedDict
 from typing import Any
 
 import pyarrow as pa
@@ -145,6 +151,151 @@ def _one_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def settle_rows(metric, table: pa.Table, read_columns, carried, cache) -> tuple[list[dict], list[str], list, list[int], int]:
+    """Decode a unit's rows and settle every row that needs no scoring: skipped, undecodable,
+    reused from the row cache (`cache`, or None), or invalid (`RowMetric.validate`, as
+    `score_rows` applies it). Returns the rows, their keys, the results so far (None where
+    still to score), the rows left to score and how many came from the cache."""
+    from scoring.schema import rows_from_table
+
+    wanted = [c for c in table.column_names if c == "id" or c in read_columns or c in carried]
+    rows, decode_errors = rows_from_table(table.select(wanted))
+    keys = [metric.row_key(row) for row in rows]
+    results: list[dict[str, Any] | None] = [None] * len(rows)
+    todo, cached = [], 0
+    for index, key in enumerate(keys):
+        settled = metric.precheck(rows[index], decode_errors[index])  # skipped, or undecodable
+        if settled is not None:
+            results[index] = settled
+            continue
+        hit = cache.get(key) if cache is not None else None
+        if hit is not None:
+            results[index] = hit
+            cached += 1
+        else:
+            todo.append(index)
+    return rows, keys, results, todo, cached
+
+
+class PreparationFailed(Exception):
+    """`prepare_unit` failed outside any row; the message is its cause."""
+
+
+def prepared_column(label: str) -> str:
+    return f"_prepared:{label}"
+
+
+_PREPARERS: dict[str, Any] = {}
+_ROW_CACHES: OrderedDict = OrderedDict()
+
+
+def _preparer(info: MetricInfo, s3: S3Config):
+    """The metric built without its model weights (tokenizer and configuration only), once
+    per worker process; row keys use the driver's signature."""
+    metric = _PREPARERS.get(info.digest)
+    if metric is None:
+        from ray_jobs.config import build_metric_for
+        from scoring.models import without_weights
+
+        with without_weights():
+            metric = build_metric_for(info.spec, info.params, info.cls, s3)
+        metric.pin_signature(info.signature)
+        _PREPARERS.clear()  # one metric per process at a time: tokenizers can be large
+        _PREPARERS[info.digest] = metric
+    return metric
+
+
+def _task_row_cache(output: str, s3: S3Config, info: MetricInfo, unit: dict[str, Any]):
+    """The unit's shard's row cache in this worker process (a small LRU: units of one shard
+    mostly arrive together)."""
+    from ray_jobs import incremental
+    from ray_jobs.storage import clients
+
+    previous = unit["previous"].get(info.spec.label) or []
+    if not previous:
+        return None
+    key = (output, info.spec.label, unit["rel"], tuple(previous))
+    if key in _ROW_CACHES:
+        _ROW_CACHES.move_to_end(key)
+        return _ROW_CACHES[key]
+    cache = incremental.load_row_cache(clients.fsspec_filesystem(output, s3), previous, tuple(info.output_columns))
+    _ROW_CACHES[key] = cache
+    while len(_ROW_CACHES) > CACHED_SHARDS_PER_ACTOR:
+        _ROW_CACHES.popitem(last=False)
+    return cache
+
+
+def prepare_unit(batch: pa.Table, info: MetricInfo, output: str, s3: S3Config, carried: list[str]) -> pa.Table:
+    """Ray Data task (the CPU stage of a model metric): settle each unit's rows
+    (`settle_rows`) and tokenise those left to score (`RowMetric.prepare_rows`) into the id
+    columns of an IPC payload (`prepared_payload`), added as `prepared_column(label)`."""
+    metric = _preparer(info, s3)
+    label = info.spec.label
+    read_errors = batch.column(READ_ERROR).to_pylist()
+    payloads = batch.column(PAYLOAD)
+    prepared = []
+    for index, text in enumerate(batch.column(UNIT).to_pylist()):
+        unit = json.loads(text)
+        if label not in unit["labels"] or read_errors[index] is not None:
+            prepared.append(None)
+            continue
+        try:
+            table = pa.ipc.open_stream(io.BytesIO(payloads[index].as_py())).read_all()
+            cache = _task_row_cache(output, s3, info, unit)
+            ids, meta = prepare_table(metric, table, set(info.read_columns), carried, cache)
+        except (CtgscoreError, OSError):
+            raise  # storage: retried by Ray, then fails the job with its message
+        except Exception as exc:  # noqa: BLE001 - outside any row: the shard counts as bad
+            ids, meta = pa.table({}), {"failed": f"{type(exc).__name__}: {_one_line(exc)}"}
+        prepared.append(prepared_payload(ids, meta))
+    return batch.append_column(prepared_column(label), pa.array(prepared, type=pa.binary()))
+
+
+def prepare_table(metric, table: pa.Table, read_columns, carried, cache) -> tuple[pa.Table, dict[str, Any]]:
+    """The CPU stage's work on one unit's rows: settle them (`settle_rows`, then `validate`
+    as `score_rows` applies it) and prepare the rest (`RowMetric.prepare_rows`). Returns the
+    id columns and what the scoring actor needs besides them: every row's key, the settled
+    results, and per prepared row its unit row and its position among the rows left to score
+    (the `batch_size` chunks)."""
+    rows, keys, results, todo, cached = settle_rows(metric, table, read_columns, carried, cache)
+    valid, positions = [], []
+    for position, row_index in enumerate(todo):
+        skip = metric.skip_reason(rows[row_index])
+        reason = metric.validate(rows[row_index]) if skip is None else None
+        if skip is not None:
+            results[row_index] = metric.skipped_result(skip)
+        elif reason is not None:
+            results[row_index] = metric.empty_result(reason)
+        else:
+            valid.append(row_index)
+            positions.append(position)
+    ids, reasons = metric.prepare_rows([rows[i] for i in valid])
+    kept = []
+    for row_index, position, reason in zip(valid, positions, reasons):
+        if reason is None:
+            kept.append((row_index, position))
+        else:
+            results[row_index] = metric.empty_result(reason)
+    meta = {"keys": keys, "cached": cached, "rows": [r for r, _ in kept], "positions": [p for _, p in kept],
+            "settled": {str(i): result for i, result in enumerate(results) if result is not None}}
+    return ids, meta
+
+
+def prepared_payload(ids: pa.Table, meta: dict[str, Any]) -> bytes:
+    """The id columns of the rows to score, with the unit's row keys and settled results in
+    the schema metadata, as one Arrow IPC stream."""
+    ids = ids.replace_schema_metadata({b"ctgscore": json.dumps(meta).encode()})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, ids.schema) as writer:
+        writer.write_table(ids)
+    return sink.getvalue().to_pybytes()
+
+
+def read_prepared(payload: bytes) -> tuple[pa.Table, dict[str, Any]]:
+    ids = pa.ipc.open_stream(io.BytesIO(payload)).read_all()
+    return ids, json.loads(ids.schema.metadata[b"ctgscore"])
+
+
 ACCELERATOR_EXIT = 70
 
 
@@ -171,6 +322,7 @@ class PartScorer:
         batch_size: int,
         torch_threads: int | None,
         last: bool,
+        prepared: bool = False,
     ):
         if torch_threads:
             import torch
@@ -196,6 +348,7 @@ class PartScorer:
         # budgets and source de-duplication see every row of it (batch_size caps CPU calls only)
         self.batch_size = None if str(device_of(self.metric) or "cpu").startswith("cuda") else batch_size
         self.last = last
+        self.prepared = prepared  # ids come from `prepare_unit`: this actor only scores and writes
         self.out_fs = clients.fsspec_filesystem(output, s3)
         self.caches: dict[str, Any] = {}
         # GPU pools run two units at once in an actor (`actor_pool`): the device is used by one
@@ -208,57 +361,69 @@ class PartScorer:
         units = batch.column(UNIT).to_pylist()
         read_errors = batch.column(READ_ERROR).to_pylist()
         payloads = batch.column(PAYLOAD)
+        prepared = batch.column(prepared_column(self.label)) if self.prepared else None
         for index, text in enumerate(units):
             unit = json.loads(text)
             if self.label not in unit["labels"] or read_errors[index] is not None:
                 continue
             try:
-                report = self._score_unit(unit, payloads[index].as_py())
+                report = self._score_unit(unit, payloads[index].as_py(), prepared[index].as_py() if prepared is not None else None)
             except (CtgscoreError, OSError):
                 raise  # storage: retried by Ray, then fails the job with its message
             except Exception as exc:  # noqa: BLE001 - outside any row: the shard counts as bad
                 if is_accelerator_error(exc):
                     end_actor(self.label, unit, exc)  # does not return
+                cause = str(exc) if isinstance(exc, PreparationFailed) else f"{type(exc).__name__}: {_one_line(exc)}"
                 report = {"label": self.label, "rel": unit["rel"], "uri": unit["uri"], "start": unit["start"],
-                          "stop": unit["stop"], "rows": 0, "failed": f"scoring failed ({type(exc).__name__}: {_one_line(exc)})"}
+                          "stop": unit["stop"], "rows": 0, "failed": f"scoring failed ({cause})"}
             reports[index] = json.dumps(json.loads(reports[index]) + [report])
         columns = {UNIT: batch.column(UNIT), READ_ERROR: batch.column(READ_ERROR), REPORTS: pa.array(reports, type=pa.string())}
         if not self.last:
             columns[PAYLOAD] = payloads
+            for name in batch.column_names:  # later metrics' prepared ids ride along
+                if name.startswith("_prepared:") and name != prepared_column(self.label):
+                    columns[name] = batch.column(name)
         return pa.table(columns)
 
-    def _score_unit(self, unit: dict[str, Any], payload: bytes) -> dict[str, Any]:
+    def _score_unit(self, unit: dict[str, Any], payload: bytes, prepared: bytes | None = None) -> dict[str, Any]:
         from ray_jobs import incremental
         from ray_jobs.storage import writes
-        from scoring.schema import output_table, rows_from_table
+        from scoring.schema import output_table
 
         table = pa.ipc.open_stream(io.BytesIO(payload)).read_all()
-        wanted = [c for c in table.column_names if c == "id" or c in self.read_columns or c in self.carried]
-        rows, decode_errors = rows_from_table(table.select(wanted))
+        step = self.batch_size
+        if prepared is None:
+            with self.cache_lock:
+                cache = self._cache(unit)
+            rows, keys, results, todo, cached = settle_rows(self.metric, table, self.read_columns, self.carried, cache)
+            step = step or max(len(todo), 1)
+            with self.device_lock:
+                for begin in range(0, len(todo), step):
+                    chunk = todo[begin : begin + step]
+                    for index, result in zip(chunk, self.metric.score_rows([rows[i] for i in chunk])):
+                        results[index] = result
+        else:
+            prepared_ids, meta = read_prepared(prepared)
+            if "failed" in meta:
+                raise PreparationFailed(meta["failed"])
+            rows, _ = _carried_rows(table, self.carried)
+            keys, cached = meta["keys"], meta["cached"]
+            results = [None] * len(rows)
+            for index, result in meta["settled"].items():
+                results[int(index)] = result
+            # the chunks `score_rows` would have seen: todo positions cut every `batch_size`
+            chunk_of = [position // step for position in meta["positions"]] if step else [0] * len(meta["rows"])
+            with self.device_lock:
+                begin = 0
+                while begin < len(chunk_of):
+                    end = begin
+                    while end < len(chunk_of) and chunk_of[end] == chunk_of[begin]:
+                        end += 1
+                    scored = self.metric.score_prepared_rows(prepared_ids.slice(begin, end - begin))
+                    for index, result in zip(meta["rows"][begin:end], scored):
+                        results[index] = result
+                    begin = end
         ids = [row.get("id") for row in rows]
-        with self.cache_lock:
-            cache = self._cache(unit)
-        keys = [self.metric.row_key(row) for row in rows]
-        results: list[dict[str, Any] | None] = [None] * len(rows)
-        todo = []
-        cached = 0
-        for index, key in enumerate(keys):
-            settled = self.metric.precheck(rows[index], decode_errors[index])  # skipped, or undecodable
-            if settled is not None:
-                results[index] = settled
-                continue
-            hit = cache.get(key) if cache is not None else None
-            if hit is not None:
-                results[index] = hit
-                cached += 1
-            else:
-                todo.append(index)
-        step = self.batch_size or max(len(todo), 1)
-        with self.device_lock:
-            for begin in range(0, len(todo), step):
-                chunk = todo[begin : begin + step]
-                for index, result in zip(chunk, self.metric.score_rows([rows[i] for i in chunk])):
-                    results[index] = result
         carried = {c: [row.get(c) for row in rows] for c in self.carried}
         out = output_table(ids, results, self.output_columns, self.signature, keys, carried)
         reasons: Counter = Counter()
@@ -308,6 +473,13 @@ class PartScorer:
                 self.caches.pop(next(iter(self.caches)))
             self.caches[unit["rel"]] = incremental.load_row_cache(self.out_fs, previous, self.output_columns)
         return self.caches[unit["rel"]]
+
+
+def _carried_rows(table: pa.Table, carried: list[str]) -> tuple[list[dict], list]:
+    """The id and carried columns of a unit's rows (what the part keeps besides scores)."""
+    from scoring.schema import rows_from_table
+
+    return rows_from_table(table.select([c for c in table.column_names if c == "id" or c in carried]))
 
 
 class Progress:
@@ -367,6 +539,12 @@ def run_units(config: JobConfig, plans: list[MetricPlan], carried: list[str]) ->
     )
     for position, plan in enumerate(active):
         pool = metric_pool(config, plan.info.spec)
+        two_stage = supports_prepare(plan.info)
+        if two_stage:
+            ds = ds.map_batches(
+                prepare_unit, batch_size=1, batch_format="pyarrow", num_cpus=min(1.0, config.pool.num_cpus or 0.5),
+                fn_kwargs={"info": plan.info, "output": config.output, "s3": config.s3, "carried": carried},
+            )
         with warnings.catch_warnings():
             # max_restarts/max_task_retries have no named parameter; Ray Data documents passing
             # them as extra kwargs, which warns about `ray_remote_args`
@@ -381,6 +559,7 @@ def run_units(config: JobConfig, plans: list[MetricPlan], carried: list[str]) ->
                     "batch_size": config.batch_size,
                     "torch_threads": pool.torch_threads,
                     "last": position == len(active) - 1,
+                    "prepared": two_stage,
                 },
                 batch_size=1,
                 batch_format="pyarrow",
@@ -421,6 +600,14 @@ def run_units(config: JobConfig, plans: list[MetricPlan], carried: list[str]) ->
             release_requests()
     result["ended"] = time.perf_counter()
     return result
+
+
+def supports_prepare(info: MetricInfo) -> bool:
+    """Whether the metric's class has the two-stage protocol (`RowMetric.prepare`)."""
+    from scoring.metric import RowMetric
+
+    cls = info.cls
+    return isinstance(cls, type) and issubclass(cls, RowMetric) and cls.prepare is not RowMetric.prepare
 
 
 def request_gpu_pools(pools: list) -> bool:
