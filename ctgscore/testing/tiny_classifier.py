@@ -52,7 +52,9 @@ def build_tiny_classifier(
 
     directory = pathlib.Path(directory)
     train_wordpiece(directory)
-    tokenizer = BertTokenizerFast(vocab_file=str(directory / "vocab.txt"), do_lower_case=True)
+    tokenizer = BertTokenizerFast(vocab=str(directory / "vocab.txt"), do_lower_case=True)
+    if tokenizer.vocab_size <= len(tokenizer.all_special_tokens):  # transformers ignores unknown keywords
+        raise RuntimeError(f"tiny classifier: the WordPiece vocabulary in {directory} was not loaded")
     tokenizer.model_max_length = max_positions
     common = dict(
         vocab_size=tokenizer.vocab_size,
