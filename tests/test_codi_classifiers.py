@@ -144,7 +144,8 @@ def test_batching_sorting_and_truncation_keep_results(models):
     classifier = clf.SequenceClassifier(models["random"], token_budget=64, batch_size=3)
     logits, truncated = classifier.logits(TEXTS)
     expected = _direct_logits(models["random"], TEXTS)
-    np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-5)
+    # batched, padded and sorted vs one text at a time: float noise only (logits here reach ~6)
+    np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-4)
     assert truncated == [i == 6 for i in range(len(TEXTS))]
     # bfloat16 is really used (results differ slightly) and stays close
     bf16_classifier = clf.SequenceClassifier(models["random"], dtype="bfloat16")
