@@ -31,7 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from scoring.engine import budget_batches, run_splitting_on_oom
+from scoring.engine import Ragged, budget_batches, run_splitting_on_oom
 from scoring.errors import UsageError
 from scoring.metric import RowMetric
 from scoring.models import file_digest, load_pretrained, load_tokenizer, resolve_device, resolve_model
@@ -46,15 +46,6 @@ BERTSCORE_TOKEN_BUDGET = 16384
 # CPU time follows padded tokens (and attention their square), so length buckets beat full budgets
 MAX_PADDING = 0.1
 COLUMNS = ("bertscore_p", "bertscore_r", "bertscore_f")
-
-
-def padded_batch(sequences: Sequence[Sequence[int]], lengths: np.ndarray, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """[n, longest] ids and attention mask built in one scatter from the concatenated ids."""
-    width = int(lengths.max()) if len(lengths) else 0
-    mask = np.arange(width)[None, :] < lengths[:, None]
-    input_ids = np.full(mask.shape, pad_id, dtype=np.int64)
-    input_ids[mask] = np.concatenate([np.asarray(s, dtype=np.int64) for s in sequences]) if len(sequences) else []
-    return torch.from_numpy(input_ids), torch.from_numpy(mask.astype(np.int64))
 
 
 def _layer_list(model) -> tuple[Any, str]:
@@ -187,13 +178,14 @@ class BERTScorer:
         which no sentence is padded by more than MAX_PADDING of its batch's width."""
         ids, truncated = encode_sentences(self.tokenizer, sentences, self.max_length)
         embeddings: list[torch.Tensor | None] = [None] * len(ids)
-        lengths = np.array([len(s) for s in ids], dtype=np.int64)
+        ragged = Ragged.from_lists(ids)
+        lengths = ragged.lengths
         order = np.argsort(-lengths, kind="stable").tolist()
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
 
         def run(batch: list[int]) -> None:
-            input_ids, mask = padded_batch([ids[i] for i in batch], lengths[batch], pad)
-            hidden = self.model(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device)).last_hidden_state
+            input_ids, mask = ragged.padded(batch, pad, self.device)
+            hidden = self.model(input_ids=input_ids, attention_mask=mask).last_hidden_state
             hidden = hidden.float()
             hidden = (hidden / hidden.norm(dim=-1, keepdim=True)).cpu()
             for row, index in enumerate(batch):
