@@ -12,6 +12,7 @@ from ray_jobs.storage.failures import guarded
 from ray_jobs.storage.parallel import map_bounded
 from ray_jobs.storage.uris import bucket_of, fs_path, is_s3, to_uri
 from scoring.errors import InputError, StorageError
+from scoring.schema import is_data_file
 
 
 class MissingInput(InputError, FileNotFoundError):
@@ -117,8 +118,7 @@ def _list_shards(uri: str, fs) -> list[ShardInfo]:
             root = root.rsplit("/", 1)[0]
     shards = []
     for path, info in sorted(entries.items()):
-        name = path.rsplit("/", 1)[-1]
-        if not name.endswith(".parquet") or name.startswith((".", "_")):
+        if not is_data_file(path):
             continue
         rel = path[len(root) :].lstrip("/")
         etag = str(info.get("ETag") or info.get("etag") or "").strip('"') if is_s3(uri) else ""
