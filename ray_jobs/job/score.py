@@ -186,7 +186,6 @@ def prepared_column(label: str) -> str:
 
 
 _PREPARERS: dict[str, Any] = {}
-_ROW_CACHES: OrderedDict = OrderedDict()
 
 
 def _preparer(info: MetricInfo, s3: S3Config):
@@ -205,30 +204,41 @@ def _preparer(info: MetricInfo, s3: S3Config):
     return metric
 
 
-def _task_row_cache(output: str, s3: S3Config, info: MetricInfo, unit: dict[str, Any]):
-    """The unit's shard's row cache in this worker process (a small LRU: units of one shard
-    mostly arrive together)."""
-    from ray_jobs import incremental
-    from ray_jobs.storage import clients
+class RowCaches:
+    """Row caches of the shards seen last (each shard's earlier parts of one metric), the
+    least recently used dropped beyond CACHED_SHARDS_PER_ACTOR: units of one shard mostly
+    arrive together."""
 
-    previous = unit["previous"].get(info.spec.label) or []
-    if not previous:
-        return None
-    key = (output, info.spec.label, unit["rel"], tuple(previous))
-    if key in _ROW_CACHES:
-        _ROW_CACHES.move_to_end(key)
-        return _ROW_CACHES[key]
-    cache = incremental.load_row_cache(clients.fsspec_filesystem(output, s3), previous, tuple(info.output_columns))
-    _ROW_CACHES[key] = cache
-    while len(_ROW_CACHES) > CACHED_SHARDS_PER_ACTOR:
-        _ROW_CACHES.popitem(last=False)
-    return cache
+    def __init__(self) -> None:
+        self.loaded: OrderedDict = OrderedDict()
+
+    def get(self, fs, label: str, output_columns, unit: dict[str, Any]):
+        """The row cache of the unit's shard for `label`, or None when it has no earlier parts."""
+        from ray_jobs import incremental
+
+        previous = unit["previous"].get(label) or []
+        if not previous:
+            return None
+        key = (label, unit["rel"], tuple(previous))
+        if key in self.loaded:
+            self.loaded.move_to_end(key)
+            return self.loaded[key]
+        cache = incremental.load_row_cache(fs, previous, tuple(output_columns))
+        self.loaded[key] = cache
+        while len(self.loaded) > CACHED_SHARDS_PER_ACTOR:
+            self.loaded.popitem(last=False)
+        return cache
+
+
+_ROW_CACHES = RowCaches()  # of this worker process, for `prepare_unit`
 
 
 def prepare_unit(batch: pa.Table, info: MetricInfo, output: str, s3: S3Config, carried: list[str]) -> pa.Table:
     """Ray Data task (the CPU stage of a model metric): settle each unit's rows
     (`settle_rows`) and tokenise those left to score (`RowMetric.prepare_rows`) into the id
     columns of an IPC payload (`prepared_payload`), added as `prepared_column(label)`."""
+    from ray_jobs.storage import clients
+
     metric = _preparer(info, s3)
     label = info.spec.label
     read_errors = batch.column(READ_ERROR).to_pylist()
@@ -241,7 +251,7 @@ def prepare_unit(batch: pa.Table, info: MetricInfo, output: str, s3: S3Config, c
             continue
         try:
             table = pa.ipc.open_stream(io.BytesIO(payloads[index].as_py())).read_all()
-            cache = _task_row_cache(output, s3, info, unit)
+            cache = _ROW_CACHES.get(clients.fsspec_filesystem(output, s3), label, info.output_columns, unit)
             ids, meta = prepare_table(metric, table, set(info.read_columns), carried, cache)
         except (CtgscoreError, OSError):
             raise  # storage: retried by Ray, then fails the job with its message
@@ -350,7 +360,7 @@ class PartScorer:
         self.last = last
         self.prepared = prepared  # ids come from `prepare_unit`: this actor only scores and writes
         self.out_fs = clients.fsspec_filesystem(output, s3)
-        self.caches: dict[str, Any] = {}
+        self.caches = RowCaches()
         # GPU pools run two units at once in an actor (`actor_pool`): the device is used by one
         # at a time, while the other decodes rows, builds, compresses and writes its part
         self.device_lock = threading.Lock()
@@ -394,7 +404,7 @@ class PartScorer:
         step = self.batch_size
         if prepared is None:
             with self.cache_lock:
-                cache = self._cache(unit)
+                cache = self.caches.get(self.out_fs, self.label, self.output_columns, unit)
             rows, keys, results, todo, cached = settle_rows(self.metric, table, self.read_columns, self.carried, cache)
             step = step or max(len(todo), 1)
             with self.device_lock:
@@ -460,20 +470,6 @@ class PartScorer:
             "reasons": dict(reasons),
             "samples": samples,
         }
-
-    def _cache(self, unit: dict[str, Any]):
-        """The row cache of the unit's shard (its earlier parts), loaded once per shard."""
-        from ray_jobs import incremental
-
-        previous = unit["previous"].get(self.label) or []
-        if not previous:
-            return None
-        if unit["rel"] not in self.caches:
-            if len(self.caches) >= CACHED_SHARDS_PER_ACTOR:
-                self.caches.pop(next(iter(self.caches)))
-            self.caches[unit["rel"]] = incremental.load_row_cache(self.out_fs, previous, self.output_columns)
-        return self.caches[unit["rel"]]
-
 
 def _carried_rows(table: pa.Table, carried: list[str]) -> tuple[list[dict], list]:
     """The id and carried columns of a unit's rows (what the part keeps besides scores)."""
