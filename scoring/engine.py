@@ -365,9 +365,10 @@ class Seq2SeqLikelihood:
         for layer in layers:
             attention = layer.encoder_attn
             shape = (*encoder_states.shape[:-1], -1, attention.head_dim)
-            # contiguous once here, so selecting rows per target chunk is a plain block copy
-            keys = attention.k_proj(encoder_states).view(shape).transpose(1, 2).contiguous()
-            values = attention.v_proj(encoder_states).view(shape).transpose(1, 2).contiguous()
+            # the (rows, heads, length, dim) views the layer itself would make: no copy here (a
+            # chunk of contiguous rows reads a slice of them, a mixed chunk gathers its rows)
+            keys = attention.k_proj(encoder_states).view(shape).transpose(1, 2)
+            values = attention.v_proj(encoder_states).view(shape).transpose(1, 2)
             projected.append((keys, values))
         return projected
 
