@@ -167,6 +167,10 @@ def test_bad_rows_get_their_errors_in_prepare_rows(metric, rows):
     assert staged == [direct[0], direct[2], direct[5]]
     assert [r["error"] for r in direct] == [None, "empty field 'text'", None, reasons[3], reasons[4], None]
     assert all(r[column] is not None for r in staged for column in metric.output_columns)
+    # every row bad: an empty table with the same columns, nothing to score
+    empty, bad_reasons = metric.prepare_rows(bad)
+    assert empty.num_rows == 0 and empty.schema == table.schema and bad_reasons == [reasons[1], reasons[3], reasons[4]]
+    assert metric.score_prepared_rows(empty) == []
 
 
 def test_truncation_flags_survive_the_stage_boundary(tiny_models, rows):
