@@ -21,17 +21,29 @@ Tokenisation (`tokenization`, docs/metrics.md): `slow` (default) gives the ids o
 sentencepiece `PegasusTokenizer` of transformers 4.4 that the original ran, which drops the
 whitespace next to `<mask_1>`; `fast` tokenises with the loaded tokenizer as is, which keeps
 that whitespace as an extra `▁` piece.
+
+Two halves (the two-stage protocol of `scoring.metric`). Every aspect is a set of evaluators
+per text (`Evaluators`): the CPU half (`CTRLEval.coherence_ids` / `consistency_ids` /
+`relevance_ids`; tokenizer and IWF table only, no weights) splits sentences, builds the masked
+sources and filled prompts, checks each row (no sentences, a text not starting with its
+prefix, an unknown label: `RowError`), tokenises and computes the NISF weights, which depend
+on the target ids only. The device half (`CTRLEval.weighted_scores` for Eq. 8 and 11,
+`relevance_scores` for Eq. 14-17) makes one engine call per aspect and applies the formulas.
+The text API (`coherence`, `consistency`, `relevance`, `score`) and `CTRLEvalMetric`
+(`prepare` -> an Arrow table of the evaluators' ids, `score_prepared`) both run these two
+halves, so their numbers are the same.
 """
 
 from __future__ import annotations
 
+import functools
 import pathlib
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from scoring.engine import DEFAULT_TOKEN_BUDGET, Seq2SeqLikelihood
+from scoring.engine import DEFAULT_TOKEN_BUDGET, Ragged, Seq2SeqLikelihood
 from scoring.errors import UsageError
 from scoring.iwf import load_iwf
 from scoring.metric import RowError, RowMetric
@@ -40,7 +52,10 @@ from scoring.params import check_choice, check_model_args, check_positive_int, c
 from scoring.resources import ctrleval_task_paths, resource_path
 from scoring.sentences import DEFAULT_SPLITTER, SPLITTER_IDS, SPLITTERS, split_sentences
 from scoring.signature import Signature, library_versions, stable_hash
-from scoring.text_encoding import TOKENIZATION_STYLES, encode_texts, read_lines
+from scoring.text_encoding import TOKENIZATION_STYLES, encode_ragged, id_lists, read_lines
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 VERSION = "1.1"
 MASK = "<mask_1>"
@@ -95,6 +110,62 @@ def _read_param_file(name: str, read, path):
         raise UsageError(f"{name}: {exc}") from exc
 
 
+@dataclass(frozen=True)
+class Evaluators:
+    """One aspect's evaluators for a list of texts, as token ids in Arrow's list layout (the
+    CPU half's output, the device half's input). Text i owns evaluators
+    `bounds[i]:bounds[i + 1]`; evaluator k is the pair (`sources[k]`, `targets[k]`) weighted
+    by `weights[k]` (NISF, coherence and consistency), or, for relevance (`targets` None),
+    filled prompt k decoded against every label word, with `labels[i]` the index of text i's
+    label among the verbaliser labels. `truncated[i]`: an id sequence of text i was cut."""
+
+    sources: Ragged
+    targets: Ragged | None
+    bounds: np.ndarray
+    truncated: np.ndarray
+    weights: np.ndarray | None = None
+    labels: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.bounds) - 1
+
+    def columns(self, aspect: str) -> dict[str, "pa.Array"]:
+        """The prepared table's columns of this aspect (`CTRLEvalMetric.prepare`)."""
+        import pyarrow as pa
+
+        columns = {f"{aspect}_source_ids": id_lists(self.sources.values, self.sources.offsets, self.bounds)}
+        if self.targets is not None:
+            columns[f"{aspect}_target_ids"] = id_lists(self.targets.values, self.targets.offsets, self.bounds)
+        if self.weights is not None:
+            columns[f"{aspect}_weights"] = pa.ListArray.from_arrays(pa.array(self.bounds, type=pa.int32()), pa.array(self.weights, type=pa.float64()))
+        if self.labels is not None:
+            columns[f"{aspect}_label"] = pa.array(self.labels, type=pa.int32())
+        return columns
+
+    @classmethod
+    def from_table(cls, table: "pa.Table", aspect: str) -> "Evaluators":
+        """The evaluators of `aspect` from a prepared table (or a slice of one)."""
+        names = set(table.column_names)
+        source_column = table.column(f"{aspect}_source_ids").combine_chunks()
+        bounds = source_column.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+        targets = weights = labels = None
+        if f"{aspect}_target_ids" in names:
+            targets = Ragged.from_arrow(table.column(f"{aspect}_target_ids"))
+        if f"{aspect}_weights" in names:
+            weights = table.column(f"{aspect}_weights").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+        if f"{aspect}_label" in names:
+            labels = table.column(f"{aspect}_label").to_numpy()
+        truncated = table.column("truncated").to_numpy(zero_copy_only=False)
+        return cls(Ragged.from_arrow(source_column), targets, bounds - bounds[0], truncated, weights, labels)
+
+
+def _bounds(counts: Sequence[int]) -> np.ndarray:
+    """Offsets (len(counts) + 1) of consecutive groups of these sizes."""
+    bounds = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(np.asarray(counts, dtype=np.int64), out=bounds[1:])
+    return bounds
+
+
 def masked_source(sentences: Sequence[str], index: int) -> str:
     """The coherence source for sentence `index`: the original's
     `' '.join(before) + ' <mask_1> ' + ' '.join(after)`, edge spaces included."""
@@ -137,7 +208,7 @@ class CTRLEval:
         self.verbalizer = _read_param_file("verbalizers", Verbalizer.from_file, verbalizers) if verbalizers else None
         self.source = resolve_model(model, revision=revision, cache_dir=cache_dir)
         self.tokenizer = load_tokenizer(self.source)
-        self.model = load_pretrained(AutoModelForSeq2SeqLM, self.source, dtype=dtype, device=device)
+        self.model = load_pretrained(AutoModelForSeq2SeqLM, self.source, dtype=dtype, device=device)  # None: ids only
         if len(self.iwf) < len(self.tokenizer):
             raise UsageError(f"iwf: table {iwf} has {len(self.iwf)} entries but the tokenizer of {model} has {len(self.tokenizer)} ids")
         if MASK not in self.tokenizer.get_vocab():
@@ -145,53 +216,57 @@ class CTRLEval:
         self.prompt_files = (prompts, verbalizers)
         self.dtype = dtype
         self.max_length = int(max_length)
-        self.engine = Seq2SeqLikelihood(
+        self.engine = None if self.model is None else Seq2SeqLikelihood(  # None: built to prepare ids only
             self.model, pad_id=self.tokenizer.pad_token_id, decoder_start_id=self.model.config.decoder_start_token_id,
             token_budget=token_budget,
         )
 
-    # ----- helpers ----------------------------------------------------------------------
-    def _isf(self, ids: Sequence[int]) -> float:
-        """ISF (Eq. 6): max IWF over the token ids."""
-        return float(max(self.iwf[i] for i in ids))
+    # ----- ids: the CPU half (tokenizer and IWF table only) -------------------------------
+    def _encode(self, texts: Sequence[str], eos: bool) -> tuple[Ragged, np.ndarray]:
+        """Token ids (in the configured `tokenization` style, cut to `max_length`) and a
+        truncated flag per text."""
+        values, offsets, cut = encode_ragged(self.tokenizer, texts, self.max_length, special_tokens=eos, style=self.tokenization)
+        return Ragged(values, offsets), cut
 
-    def _encode(self, texts: Sequence[str], eos: bool):
-        return encode_texts(self.tokenizer, texts, self.max_length, special_tokens=eos, style=self.tokenization)
+    def _evaluators(self, sources: list[str], targets: list[str], counts: list[int], target_eos: bool, what: str) -> Evaluators:
+        """Evaluators of the weighted aspects: pair k = (sources[k], targets[k]), `counts[i]`
+        pairs per text, each weighted by the NISF of its target within its text."""
+        bounds = _bounds(counts)
+        source_ids, source_cut = self._encode(sources, eos=True)
+        target_ids, target_cut = self._encode(targets, eos=target_eos)
+        owners = np.repeat(np.arange(len(counts)), counts)
+        empty = np.flatnonzero(target_ids.lengths == 0)
+        if len(empty):
+            raise RowError(int(owners[empty[0]]), f"{what} has no tokens")
+        truncated = np.zeros(len(counts), dtype=bool)
+        np.logical_or.at(truncated, owners, source_cut | target_cut)
+        # ISF (Eq. 6) per target: the max IWF over its ids; NISF (Eq. 7) within each text
+        isf = np.maximum.reduceat(self.iwf[target_ids.values], target_ids.offsets[:-1]) if len(target_ids) else np.zeros(0)
+        weights = np.fromiter(
+            (w for i in range(len(counts)) for w in nisf_weights(isf[bounds[i] : bounds[i + 1]].tolist())),
+            dtype=np.float64, count=len(target_ids),
+        )
+        return Evaluators(source_ids, target_ids, bounds, truncated, weights=weights)
 
-    # ----- aspects ----------------------------------------------------------------------
-    def coherence(self, texts: Sequence[str]) -> tuple[list[float], list[bool]]:
-        """Eq. 2-4, 8. Returns scores and per-text truncation flags."""
-        sources, targets, owners = [], [], []
+    def coherence_ids(self, texts: Sequence[str]) -> Evaluators:
+        """Coherence evaluators (Eq. 2-4): per sentence, its masked source and the sentence
+        with `</s>`. A text without sentences raises RowError."""
+        sources, targets, counts = [], [], []
         for i, text in enumerate(texts):
             sentences = split_sentences(text, self.sentence_splitter)
             if not sentences:
                 raise RowError(i, "text has no sentences")
-            for j, sentence in enumerate(sentences):
-                sources.append(masked_source(sentences, j))
-                targets.append(sentence)
-                owners.append(i)
-        if not sources:
-            return [], []
-        encoded_sources = self._encode(sources, eos=True)
-        encoded_targets = self._encode(targets, eos=True)
-        nll = self.engine.mean_nll([e.ids for e in encoded_sources], [[e.ids] for e in encoded_targets])
-        per_text: list[list[tuple[float, float]]] = [[] for _ in texts]
-        truncated = [False] * len(texts)
-        for owner, row, source, target in zip(owners, nll, encoded_sources, encoded_targets):
-            per_text[owner].append((self._isf(target.ids), -row[0]))
-            truncated[owner] |= source.truncated or target.truncated
-        scores = []
-        for evaluators in per_text:
-            weights = nisf_weights([isf for isf, _ in evaluators])
-            scores.append(sum(w * lm for w, (_, lm) in zip(weights, evaluators)))
-        return scores, truncated
+            sources += [masked_source(sentences, j) for j in range(len(sentences))]
+            targets += sentences
+            counts.append(len(sentences))
+        return self._evaluators(sources, targets, counts, target_eos=True, what="a sentence")
 
-    def consistency(self, texts: Sequence[str], prefixes: Sequence[str]) -> tuple[list[float], list[bool]]:
-        """Eq. 9-11. A text that does not start with its prefix raises RowError."""
+    def consistency_ids(self, texts: Sequence[str], prefixes: Sequence[str]) -> Evaluators:
+        """Consistency evaluators (Eq. 9-10): (X + " <mask_1>", R) and ("<mask_1> " + R, X),
+        targets without `</s>`. A text that does not start with its prefix, or has nothing
+        after it, raises RowError."""
         if len(texts) != len(prefixes):
             raise ValueError(f"{len(texts)} texts but {len(prefixes)} prefixes")
-        if not texts:
-            return [], []
         sources, targets = [], []
         for i, (text, prefix) in enumerate(zip(texts, prefixes)):
             if not text.startswith(prefix):
@@ -201,42 +276,86 @@ class CTRLEval:
                 raise RowError(i, "text has nothing after its prefix")
             sources += [f"{prefix} {MASK}", f"{MASK} {remainder}"]
             targets += [remainder, prefix]
-        encoded_sources = self._encode(sources, eos=True)
-        encoded_targets = self._encode(targets, eos=False)
-        nll = self.engine.mean_nll([e.ids for e in encoded_sources], [[e.ids] for e in encoded_targets])
-        scores, truncated = [], []
-        for i in range(len(texts)):
-            s1, s2 = -nll[2 * i][0], -nll[2 * i + 1][0]
-            w_remainder, w_prefix = nisf_weights([self._isf(encoded_targets[2 * i].ids), self._isf(encoded_targets[2 * i + 1].ids)])
-            scores.append(w_remainder * s1 + w_prefix * s2)
-            truncated.append(any(e.truncated for e in encoded_sources[2 * i : 2 * i + 2] + encoded_targets[2 * i : 2 * i + 2]))
-        return scores, truncated
+        return self._evaluators(sources, targets, [2] * len(texts), target_eos=False, what="the prefix or the text after it")
 
-    def relevance(self, texts: Sequence[str], labels: Sequence[str]) -> tuple[list[float], list[bool]]:
-        """Eq. 12-17: one encoder pass per (text, prompt), all label words decoded against it."""
+    def relevance_ids(self, texts: Sequence[str], labels: Sequence[str]) -> Evaluators:
+        """Relevance sources (Eq. 12-13): each prompt filled with the text, with `</s>`; the
+        label words are the scorer's (`label_words`). A label that is not a verbaliser label
+        raises RowError."""
         if self.prompts is None or self.verbalizer is None:
             raise ValueError("attribute relevance needs prompts and verbalizers")
         if len(texts) != len(labels):
             raise ValueError(f"{len(texts)} texts but {len(labels)} labels")
-        if not texts:
-            return [], []
         label_names = self.verbalizer.labels
         for i, label in enumerate(labels):
             if label not in label_names:
                 raise RowError(i, f"label {label!r} is not one of the verbaliser labels {list(label_names)}")
-        words = [word for row in self.verbalizer.rows for word in row]
-        word_ids = [e.ids for e in self._encode(words, eos=False)]
         filled = [p.replace("<gen_result>", text).replace("<mask_token>", MASK) for text in texts for p in self.prompts]
-        encoded_sources = self._encode(filled, eos=True)
-        nll = self.engine.mean_nll([e.ids for e in encoded_sources], [word_ids] * len(filled))
-        n_prompts, n_rows, n_labels = len(self.prompts), len(self.verbalizer.rows), len(label_names)
-        scores, truncated = [], []
-        for i, label in enumerate(labels):
-            block = np.asarray(nll[i * n_prompts : (i + 1) * n_prompts], dtype=np.float64)
-            s = np.exp(-block).reshape(n_prompts * n_rows, n_labels)  # evaluators x labels
-            scores.append(relevance_from_likelihoods(s, label_names.index(label)))
-            truncated.append(any(e.truncated for e in encoded_sources[i * n_prompts : (i + 1) * n_prompts]))
-        return scores, truncated
+        source_ids, source_cut = self._encode(filled, eos=True)
+        counts = [len(self.prompts)] * len(texts)
+        truncated = np.zeros(len(texts), dtype=bool)
+        np.logical_or.at(truncated, np.repeat(np.arange(len(texts)), counts), source_cut)
+        label_index = np.fromiter((label_names.index(label) for label in labels), dtype=np.int32, count=len(labels))
+        return Evaluators(source_ids, None, _bounds(counts), truncated, labels=label_index)
+
+    @functools.cached_property
+    def label_words(self) -> Ragged:
+        """The ids of every label word of every verbaliser row (row-major, no `</s>`),
+        decoded against each relevance source."""
+        words = [word for row in self.verbalizer.rows for word in row]
+        return self._encode(words, eos=False)[0]
+
+    # ----- scores: the device half -------------------------------------------------------
+    def _lm_scores(self, evaluators: Evaluators) -> list[float]:
+        """lm_score of every (source, target) pair: one engine call, one target per source."""
+        groups = [range(k, k + 1) for k in range(len(evaluators.sources))]
+        return [-value for value in self.engine.pair_nll(evaluators.sources, evaluators.targets, groups)]
+
+    def weighted_scores(self, evaluators: Evaluators) -> list[float]:
+        """Coherence (Eq. 8) and consistency (Eq. 11): per text, sum over its evaluators of
+        NISF * lm_score."""
+        if len(evaluators) == 0:
+            return []
+        lm = self._lm_scores(evaluators)
+        weights, bounds = evaluators.weights.tolist(), evaluators.bounds.tolist()
+        return [sum(w * s for w, s in zip(weights[a:b], lm[a:b])) for a, b in zip(bounds[:-1], bounds[1:])]
+
+    def relevance_scores(self, evaluators: Evaluators) -> list[float]:
+        """Eq. 14-17: every label word decoded against each filled prompt (one encoder pass
+        per prompt), s(e, l) = exp(-mean NLL), then `relevance_from_likelihoods` per text."""
+        if len(evaluators) == 0:
+            return []
+        words = self.label_words
+        n_sources, n_words = len(evaluators.sources), len(words)
+        targets = words.take(np.tile(np.arange(n_words), n_sources))
+        groups = [range(k * n_words, (k + 1) * n_words) for k in range(n_sources)]
+        nll = np.asarray(self.engine.pair_nll(evaluators.sources, targets, groups), dtype=np.float64).reshape(n_sources, n_words)
+        n_labels, bounds = len(self.verbalizer.labels), evaluators.bounds.tolist()
+        scores = []
+        for i, label_index in enumerate(evaluators.labels.tolist()):
+            s = np.exp(-nll[bounds[i] : bounds[i + 1]]).reshape(-1, n_labels)  # evaluators (prompt x verbaliser row) x labels
+            scores.append(relevance_from_likelihoods(s, label_index))
+        return scores
+
+    def aspect_scores(self, aspect: str, evaluators: Evaluators) -> list[float]:
+        """Scores of one aspect (coherence / consistency / relevance) from its evaluators."""
+        return self.relevance_scores(evaluators) if aspect == "relevance" else self.weighted_scores(evaluators)
+
+    # ----- aspects (text API) ------------------------------------------------------------
+    def coherence(self, texts: Sequence[str]) -> tuple[list[float], list[bool]]:
+        """Eq. 2-4, 8. Returns scores and per-text truncation flags."""
+        evaluators = self.coherence_ids(texts)
+        return self.weighted_scores(evaluators), evaluators.truncated.tolist()
+
+    def consistency(self, texts: Sequence[str], prefixes: Sequence[str]) -> tuple[list[float], list[bool]]:
+        """Eq. 9-11. A text that does not start with its prefix raises RowError."""
+        evaluators = self.consistency_ids(texts, prefixes)
+        return self.weighted_scores(evaluators), evaluators.truncated.tolist()
+
+    def relevance(self, texts: Sequence[str], labels: Sequence[str]) -> tuple[list[float], list[bool]]:
+        """Eq. 12-17: one encoder pass per (text, prompt), all label words decoded against it."""
+        evaluators = self.relevance_ids(texts, labels)
+        return self.relevance_scores(evaluators), evaluators.truncated.tolist()
 
     def score(self, aspect: str, data: Sequence[str], prefix: Sequence[str] | None = None, label: Sequence[str] | None = None, batch_size: int | None = None) -> list[float]:
         """Score texts on one aspect (coherence / consistency / relevance, or coh / cons /
@@ -330,21 +449,48 @@ class CTRLEvalMetric(RowMetric):
     def signature(self) -> Signature:
         return Signature(self.name, VERSION, {**self.scorer.signature_params(), "aspects": list(self.aspects)})
 
-    def score_valid(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    # ----- two stages: prepare (CPU) and score_prepared (device) -------------------------
+    def _evaluators_of(self, aspect: str, rows: Sequence[dict[str, Any]]) -> Evaluators:
         texts = [row["text"] for row in rows]
-        results: list[dict[str, Any]] = [{} for _ in rows]
-        truncated = [False] * len(rows)
+        if aspect == "coherence":
+            return self.scorer.coherence_ids(texts)
+        if aspect == "consistency":
+            return self.scorer.consistency_ids(texts, [row["prefix"] for row in rows])
+        return self.scorer.relevance_ids(texts, [row["attribute"] for row in rows])
+
+    def prepare(self, rows: Sequence[dict[str, Any]]) -> "pa.Table":
+        """Per chosen aspect (`Evaluators.columns`): `<aspect>_source_ids`
+        (`list<list<int32>>`, one id sequence per evaluator of the row); for coherence and
+        consistency `<aspect>_target_ids` (`list<list<int32>>`, aligned with the sources) and
+        `<aspect>_weights` (`list<float64>`, NISF per evaluator); for relevance
+        `relevance_label` (`int32`, the row's label among the verbaliser labels; the label
+        word ids are the scorer's own). Then `truncated` (`bool`): any of the row's ids were
+        cut to `max_length`. A row that cannot be scored (no sentences, a text not starting
+        with its prefix, an unknown label) raises RowError, in aspect order."""
+        import pyarrow as pa
+
+        columns: dict[str, pa.Array] = {}
+        truncated = np.zeros(len(rows), dtype=bool)
         for aspect in self.aspects:
-            if aspect == "coherence":
-                scores, flags = self.scorer.coherence(texts)
-            elif aspect == "consistency":
-                scores, flags = self.scorer.consistency(texts, [row["prefix"] for row in rows])
-            else:
-                scores, flags = self.scorer.relevance(texts, [row["attribute"] for row in rows])
-            for i, (value, flag) in enumerate(zip(scores, flags)):
-                results[i][f"ctrleval_{aspect}"] = value
-                truncated[i] |= flag
-        for i, flag in enumerate(truncated):
+            evaluators = self._evaluators_of(aspect, rows)
+            columns.update(evaluators.columns(aspect))
+            truncated |= evaluators.truncated
+        columns["truncated"] = pa.array(truncated, type=pa.bool_())
+        return pa.table(columns)
+
+    def score_prepared(self, table: "pa.Table") -> list[dict[str, Any]]:
+        """One engine call per aspect over the whole table (`CTRLEval.aspect_scores`)."""
+        results: list[dict[str, Any]] = [{} for _ in range(table.num_rows)]
+        if not results:
+            return results
+        self.scorer.engine.max_batch_items = None
+        for aspect in self.aspects:
+            for result, value in zip(results, self.scorer.aspect_scores(aspect, Evaluators.from_table(table, aspect))):
+                result[f"ctrleval_{aspect}"] = value
+        for result, flag in zip(results, table.column("truncated").to_pylist()):
             if flag:
-                results[i]["warning"] = f"truncated to max_length={self.scorer.max_length} tokens"
+                result["warning"] = f"truncated to max_length={self.scorer.max_length} tokens"
         return results
+
+    def score_valid(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        return self.score_prepared(self.prepare(rows))

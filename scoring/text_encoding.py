@@ -55,13 +55,14 @@ def encode_texts(tokenizer, texts: Sequence[str], max_length: int, special_token
     return encoded
 
 
-def encode_ragged(tokenizer, texts: Sequence[str], max_length: int, special_tokens: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def encode_ragged(tokenizer, texts: Sequence[str], max_length: int, special_tokens: bool = True,
+                  style: str = "fast") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`encode_texts` for many (often repeated) texts in Arrow's list layout: flat `int32` ids,
     `int32` offsets (len(texts) + 1) and a truncated flag per text. Each distinct text is
     tokenised once."""
     unique: dict[str, int] = {}
     owners = np.fromiter((unique.setdefault(text, len(unique)) for text in texts), dtype=np.int64, count=len(texts))
-    encoded = encode_texts(tokenizer, list(unique), max_length, special_tokens)
+    encoded = encode_texts(tokenizer, list(unique), max_length, special_tokens, style=style)
     unique_lengths = np.fromiter((len(e.ids) for e in encoded), dtype=np.int64, count=len(encoded))
     unique_offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
     np.cumsum(unique_lengths, out=unique_offsets[1:])

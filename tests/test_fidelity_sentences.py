@@ -54,6 +54,7 @@ def test_ctrleval_signature_names_the_splitter_and_uses_it(tiny_models, monkeypa
         scorer = CTRLEval(tiny_models["pegasus"], iwf=tiny_models["iwf"], sentence_splitter=splitter)
         assert scorer.signature_params()["sentence_splitter"] == signature
         seen = []
-        monkeypatch.setattr(scorer.engine, "mean_nll", lambda sources, targets, seen=seen: seen.extend(sources) or [[1.0] for _ in sources])
+        monkeypatch.setattr(scorer.engine, "pair_nll", lambda sources, targets, groups, seen=seen: seen.extend(
+            sources.values[a:b].tolist() for a, b in zip(sources.offsets[:-1], sources.offsets[1:])) or [1.0] * len(targets))
         scorer.coherence([text])
         assert len(seen) == n_sources  # one masked source per sentence

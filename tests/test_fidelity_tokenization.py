@@ -100,7 +100,8 @@ def test_ctrleval_uses_the_slow_style_by_default(tiny_models, monkeypatch):
         scorer = CTRLEval(tiny_models["pegasus"], iwf=tiny_models["iwf"], tokenization=style)
         assert scorer.signature_params()["tokenization"] == style
         seen = []
-        monkeypatch.setattr(scorer.engine, "mean_nll", lambda sources, targets, seen=seen: seen.extend(sources) or [[1.0] for _ in sources])
+        monkeypatch.setattr(scorer.engine, "pair_nll", lambda sources, targets, groups, seen=seen: seen.extend(
+            sources.values[a:b].tolist() for a, b in zip(sources.offsets[:-1], sources.offsets[1:])) or [1.0] * len(targets))
         scorer.coherence([text])
         space_id = scorer.tokenizer.convert_tokens_to_ids("▁")
         mask_id = scorer.tokenizer.convert_tokens_to_ids(MASK)

@@ -13,7 +13,7 @@ metric reads or carries) and hands them on as one Arrow IPC payload, so a unit i
 split or merged on the way. The rows are then settled (`settle_rows`): decoded
 (`scoring.schema.rows_from_table`: an undecodable value is that row's error), keyed, looked
 up in the row cache of the unit's shard (its earlier parts), and validated. For a metric with
-the two-stage protocol (`RowMetric.prepare`: BARTScore, perplexity) that happens in
+the two-stage protocol (`RowMetric.prepare`: BARTScore, CTRLEval, perplexity) that happens in
 `prepare_unit`, a stateless CPU task that also tokenises the rows left to score into `int32`
 id columns and hands them on as a second IPC payload (`prepared_column`); its `PartScorer`
 actor then only turns ids into scores (`score_prepared`) and writes the part. For the others
