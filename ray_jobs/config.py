@@ -62,6 +62,8 @@ class PoolConfig(_Section):
     torch_threads: int | None = Field(None, gt=0)  # torch.set_num_threads in each actor (Ray sets 1 for <1 CPU)
     max_restarts: int = Field(3, ge=0)  # a killed scoring actor is restarted this many times
     max_task_retries: int = Field(3, ge=0)  # its in-flight batches are retried on the restarted actor
+    # a unit's device work running longer than this ends the actor (a hung kernel); Ray retries the unit
+    unit_timeout_s: float | None = Field(None, gt=0)
 
 
 class MetricPool(_Section):
@@ -74,6 +76,7 @@ class MetricPool(_Section):
     torch_threads: int | None = Field(None, gt=0)
     max_restarts: int | None = Field(None, ge=0)
     max_task_retries: int | None = Field(None, ge=0)
+    unit_timeout_s: float | None = Field(None, gt=0)
 
 
 class MetricSpec(_Section):

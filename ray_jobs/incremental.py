@@ -31,7 +31,7 @@ META_PREFIX = "ctgscore."
 
 
 def part_metadata(rel: str, etag: str, size: int, signature: str, digest: str, start: int, stop: int, errors: int,
-                  skipped: int = 0) -> dict[str, str]:
+                  skipped: int = 0, retry: int = 0) -> dict[str, str]:
     """Footer key-value metadata of one part (`skipped`: rows the metric does not apply to)."""
     return {
         META_PREFIX + "input": rel,
@@ -44,6 +44,7 @@ def part_metadata(rel: str, etag: str, size: int, signature: str, digest: str, s
         META_PREFIX + "rows": str(stop - start),
         META_PREFIX + "rows_error": str(errors),
         META_PREFIX + "rows_skipped": str(skipped),
+        META_PREFIX + "rows_retry": str(retry),  # errors that are no property of the row (OOM on one row)
     }
 
 
@@ -51,12 +52,15 @@ def part_is_complete(footer: tuple[int, dict[str, str]] | None, etag: str, size:
     """A committed part is reusable as is when it was made from the same input bytes (etag,
     size) by the same metric signature, for this row range, and holds one row per input row.
     A part written before skipped rows were counted (no `rows_skipped` in its footer) is
-    scored again once, through the row cache: its rows a metric does not apply to were errors."""
+    scored again once, through the row cache: its rows a metric does not apply to were errors.
+    A part holding rows marked for retry (`rows_retry`: out of memory on a single row) is scored
+    again too: its good rows come from the row cache, the retry rows are scored anew."""
     if footer is None:
         return False
     num_rows, meta = footer
     return (
         META_PREFIX + "rows_skipped" in meta
+        and meta.get(META_PREFIX + "rows_retry", "0") == "0"
         and meta.get(META_PREFIX + "input_etag") == etag
         and meta.get(META_PREFIX + "input_size") == str(size)
         and meta.get(META_PREFIX + "signature_digest") == digest

@@ -208,6 +208,7 @@ def _settle_metric(config, plan: MetricPlan, committed, reports, listed, scored,
         "rows_cached": rows_out - scored_rows,
         "rows_error": rows_error,
         "rows_skipped": rows_skipped,
+        "rows_retry": sum(r.get("retry", 0) for r in good_reports),  # errors the next run scores again (single-row OOM)
         "error_rate": round(rows_error / rows_out, 6) if rows_out else 0.0,
         "parts_written": len(good_reports),
         "parts_kept": sum(len(p.kept) for rel, p in plan.shards.items() if rel in covered),

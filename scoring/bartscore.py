@@ -29,6 +29,7 @@ from scoring import preprocess as preprocessing
 from scoring.engine import DEFAULT_TOKEN_BUDGET, Ragged, Seq2SeqLikelihood
 from scoring.errors import UsageError
 from scoring.metric import RowMetric
+from scoring.model_limits import limits_for, raise_row_error
 from scoring.models import file_digest, load_pretrained, load_tokenizer, resolve_model
 from scoring.params import check_choice, check_model_args, check_positive_int, check_text_list, check_text_lists
 from scoring.resources import bartscore_prompt_path
@@ -78,6 +79,9 @@ class BARTScorer:
         check_model_args(dtype, device, token_budget, max_length)
         self.source = resolve_model(checkpoint, revision=revision, cache_dir=cache_dir)
         self.tokenizer = load_tokenizer(self.source)
+        # what the embedding and position tables can index, from the config (no weights)
+        self.limits = limits_for(self.source)
+        self.limits.check_max_length(max_length)
         self.model = load_pretrained(AutoModelForSeq2SeqLM, self.source, dtype=dtype, device=device)
         self.max_length = int(max_length)
         self.dtype = dtype
@@ -134,6 +138,8 @@ class BARTScorer:
             merged[u].extend(group)
         encoded_sources = encode_texts(self.tokenizer, unique_sources, self.max_length)
         encoded_targets = encode_texts(self.tokenizer, [t for group in merged for t in group], self.max_length)
+        self.limits.check_sequences([e.ids for e in encoded_sources], "source")
+        self.limits.check_sequences([e.ids for e in encoded_targets], "target")
         grouped, position = [], 0
         for group in merged:
             grouped.append(encoded_targets[position : position + len(group)])
@@ -363,7 +369,11 @@ class BARTScoreMetric(RowMetric):
             np.cumsum(counts, out=row_offsets[1:])
             source_values, source_offsets, source_cut = encode_ragged(self.scorer.tokenizer, pair_sources, self.scorer.max_length)
             target_values, target_offsets, target_cut = encode_ragged(self.scorer.tokenizer, pair_targets, self.scorer.max_length)
-            np.logical_or.at(truncated, np.repeat(np.arange(len(rows)), counts), source_cut | target_cut)
+            owners = np.repeat(np.arange(len(rows)), counts)
+            np.logical_or.at(truncated, owners, source_cut | target_cut)
+            # ids the device cannot index are this row's error here, never a device-side assert
+            raise_row_error(self.scorer.limits, source_values, source_offsets, owners, f"{group} source")
+            raise_row_error(self.scorer.limits, target_values, target_offsets, owners, f"{group} target")
             columns[f"{group}_source_ids"] = id_lists(source_values, source_offsets, row_offsets)
             columns[f"{group}_target_ids"] = id_lists(target_values, target_offsets, row_offsets)
         columns["truncated"] = pa.array(truncated, type=pa.bool_())

@@ -34,6 +34,7 @@ import torch
 from scoring.engine import Ragged, budget_batches, run_splitting_on_oom
 from scoring.errors import UsageError
 from scoring.metric import RowMetric
+from scoring.model_limits import limits_for
 from scoring.models import file_digest, load_pretrained, load_tokenizer, resolve_device, resolve_model
 from scoring.params import check_model_args
 from scoring.signature import Signature, library_versions
@@ -122,6 +123,8 @@ class BERTScorer:
         check_model_args(dtype, device, token_budget, max_length)
         self.source = resolve_model(model, revision=revision, cache_dir=cache_dir)
         self.tokenizer = load_tokenizer(self.source)
+        self.limits = limits_for(self.source)  # embedding and position sizes, from the config
+        self.limits.check_max_length(max_length)
         loaded = load_pretrained(AutoModel, self.source, dtype=dtype, device=device)
         encoder = loaded.get_encoder() if getattr(loaded.config, "is_encoder_decoder", False) else loaded
         owner, name = _layer_list(encoder)
@@ -134,7 +137,7 @@ class BERTScorer:
         self.device = resolve_device(device)
         self.dtype = dtype
         self.token_budget = int(token_budget)
-        self.max_length = int(max_length or min(int(self.tokenizer.model_max_length), 100_000))
+        self.max_length = int(max_length or min(int(self.tokenizer.model_max_length), self.limits.positions or 100_000, 100_000))
         self.idf_source = idf
         self.idf = self._load_idf(idf)
         self.baseline_file = baseline
@@ -177,6 +180,7 @@ class BERTScorer:
         Sentences run longest first in batches of at most `token_budget` padded tokens in
         which no sentence is padded by more than MAX_PADDING of its batch's width."""
         ids, truncated = encode_sentences(self.tokenizer, sentences, self.max_length)
+        self.limits.check_sequences(ids, "sentence")
         embeddings: list[torch.Tensor | None] = [None] * len(ids)
         ragged = Ragged.from_lists(ids)
         lengths = ragged.lengths

@@ -47,6 +47,7 @@ from scoring.engine import DEFAULT_TOKEN_BUDGET, Ragged, Seq2SeqLikelihood
 from scoring.errors import UsageError
 from scoring.iwf import load_iwf
 from scoring.metric import RowError, RowMetric
+from scoring.model_limits import limits_for, raise_row_error
 from scoring.models import file_digest, load_pretrained, load_tokenizer, resolve_model
 from scoring.params import check_choice, check_model_args, check_positive_int, check_text_list
 from scoring.resources import ctrleval_task_paths, resource_path
@@ -208,6 +209,8 @@ class CTRLEval:
         self.verbalizer = _read_param_file("verbalizers", Verbalizer.from_file, verbalizers) if verbalizers else None
         self.source = resolve_model(model, revision=revision, cache_dir=cache_dir)
         self.tokenizer = load_tokenizer(self.source)
+        self.limits = limits_for(self.source)  # embedding and position sizes, from the config
+        self.limits.check_max_length(max_length)
         self.model = load_pretrained(AutoModelForSeq2SeqLM, self.source, dtype=dtype, device=device)  # None: ids only
         if len(self.iwf) < len(self.tokenizer):
             raise UsageError(f"iwf: table {iwf} has {len(self.iwf)} entries but the tokenizer of {model} has {len(self.tokenizer)} ids")
@@ -238,6 +241,8 @@ class CTRLEval:
         empty = np.flatnonzero(target_ids.lengths == 0)
         if len(empty):
             raise RowError(int(owners[empty[0]]), f"{what} has no tokens")
+        raise_row_error(self.limits, source_ids.values, source_ids.offsets, owners, f"{what} (source)")
+        raise_row_error(self.limits, target_ids.values, target_ids.offsets, owners, what)
         truncated = np.zeros(len(counts), dtype=bool)
         np.logical_or.at(truncated, owners, source_cut | target_cut)
         # ISF (Eq. 6) per target: the max IWF over its ids; NISF (Eq. 7) within each text
@@ -293,6 +298,7 @@ class CTRLEval:
         filled = [p.replace("<gen_result>", text).replace("<mask_token>", MASK) for text in texts for p in self.prompts]
         source_ids, source_cut = self._encode(filled, eos=True)
         counts = [len(self.prompts)] * len(texts)
+        raise_row_error(self.limits, source_ids.values, source_ids.offsets, np.repeat(np.arange(len(texts)), counts), "prompted text")
         truncated = np.zeros(len(texts), dtype=bool)
         np.logical_or.at(truncated, np.repeat(np.arange(len(texts)), counts), source_cut)
         label_index = np.fromiter((label_names.index(label) for label in labels), dtype=np.int32, count=len(labels))
@@ -303,7 +309,9 @@ class CTRLEval:
         """The ids of every label word of every verbaliser row (row-major, no `</s>`),
         decoded against each relevance source."""
         words = [word for row in self.verbalizer.rows for word in row]
-        return self._encode(words, eos=False)[0]
+        ids = self._encode(words, eos=False)[0]
+        self.limits.check_sequences([ids.values[ids.offsets[k]:ids.offsets[k + 1]] for k in range(len(ids))], "label word")
+        return ids
 
     # ----- scores: the device half -------------------------------------------------------
     def _lm_scores(self, evaluators: Evaluators) -> list[float]:

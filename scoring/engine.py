@@ -15,7 +15,8 @@ Speed and safety, in one place:
 - on CUDA: pinned host buffers copied with `non_blocking`, no host syncs inside the decoder
   and output-layer loops (index tensors are built on the host from known lengths), results
   kept on the device until the end of a call, the decode layout with the fewest forwards,
-  device-sized output-layer chunks with float32 accumulation, TF32 for float32 models.
+  device-sized output-layer chunks with float32 accumulation. float32 means float32: TF32 is
+  never switched on (it rounded tiny-BART scores by 0.025 nats against the CPU on an H200).
   On CPU the numbers and the work are those of the CPU-tuned path.
 - an accelerator error (device-side assert, illegal address: the CUDA context is lost) is
   never caught here: it ends the process (`scoring.errors.is_accelerator_error`).
@@ -34,6 +35,7 @@ import numpy as np
 import torch
 
 from scoring import shared_source_attention
+from scoring.errors import is_out_of_memory
 
 T = TypeVar("T")
 
@@ -43,12 +45,6 @@ DEFAULT_TOKEN_BUDGET = 4096
 # threshold, so they reuse heap pages instead of faulting in fresh ones: the ensemble benchmark
 # ran ~15 % faster than with 8,192-token decoder chunks. GPUs use the full token budget.
 CPU_DECODE_TOKEN_BUDGET = 2048
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    if isinstance(exc, torch.OutOfMemoryError):
-        return True
-    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
 
 
 def run_splitting_on_oom(items: list[T], run: Callable[[list[T]], None], on_split: Callable[[], None] | None = None) -> None:
@@ -196,18 +192,23 @@ def refuse_float16_for(model) -> None:
                          "use bfloat16 or float32")
 
 
-def enable_tf32(model) -> None:
-    """float32 models on CUDA multiply in TF32 (tensor cores); bf16/fp16 models are unaffected."""
+def require_ieee_float32(model) -> None:
+    """float32 models on CUDA multiply in IEEE float32, not TF32 (10-bit mantissa): TF32 made
+    tiny-BART scores differ from the CPU's by 0.025 nats on an H200. A process that switched TF32
+    on globally gets a one-line error rather than silently rounded scores; use bfloat16 for speed."""
+    from scoring.errors import UsageError
+
     if _on_cuda(next(model.parameters()).device) and next(model.parameters()).dtype == torch.float32:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        if torch.backends.cuda.matmul.allow_tf32:
+            raise UsageError("dtype float32 on CUDA with TF32 matmuls switched on in this process "
+                             "(torch.backends.cuda.matmul.allow_tf32): switch it off, or use dtype bfloat16")
 
 
 def _collect(pending: list[tuple[list, torch.Tensor]], store: Callable[[object, float], None]) -> None:
     """Move the per-chunk results kept on the device to the host in one copy, then store them."""
     if not pending:
         return
-    values = torch.cat([tensor.double() for _, tensor in pending]).cpu().tolist()
+    values = torch.cat([tensor.double() for _, tensor in pending]).tolist()  # the one device-to-host read
     keys = [key for chunk_keys, _ in pending for key in chunk_keys]
     for key, value in zip(keys, values):
         store(key, value)
@@ -236,7 +237,7 @@ class Seq2SeqLikelihood:
         self.decode_token_budget = min(self.token_budget, CPU_DECODE_TOKEN_BUDGET) if self.device.type == "cpu" else self.token_budget
         self.on_cuda = _on_cuda(self.device)
         refuse_float16_for(model)
-        enable_tf32(model)
+        require_ieee_float32(model)
         self.stats: Counter = Counter()
         self._pending: list[tuple[list, torch.Tensor]] = []
         self.head = OutputHead.for_model(model)
@@ -446,9 +447,17 @@ class OutputHead:
     """The LM head applied only where it is needed: on real (non-pad) target positions, a
     chunk of positions at a time, so the full [batch, length, vocabulary] logits tensor is
     never built. Only for architectures whose logits are exactly `lm_head(h) +
-    final_logits_bias` (BART, PEGASUS, mBART, Marian); others use the model's own forward."""
+    final_logits_bias` (BART, PEGASUS, mBART, Marian) or `lm_head(h)` (GPT-2, Llama-like causal
+    models); others use the model's own forward.
+
+    One pass over each chunk's float32 logits after the GEMM writes them: no bias pass when
+    `final_logits_bias` is zero (checked when its weights change, not per call), and the
+    log-normaliser log sum_v exp(z_v) = m + log sum_v exp(z_v - m), m = max_v z_v, as one fused
+    reduction on CUDA (a compiled `logsumexp`; eager `torch.logsumexp` where compiling is not
+    possible) and in place on the chunk on CPU (no temporary: docs/gpu.md)."""
 
     ARCHITECTURES = ("bart", "mbart", "pegasus", "marian")
+    CAUSAL_ARCHITECTURES = ("gpt2", "llama", "mistral", "qwen2")
     # Logits of one chunk stay below glibc's largest mmap threshold (32 MiB), so the allocator
     # reuses heap memory between chunks instead of mapping (and page-faulting) fresh pages:
     # with 1,024 positions x 50k vocabulary (200 MiB logits plus a 200 MiB temporary per chunk)
@@ -462,10 +471,13 @@ class OutputHead:
         self.model = model
         self._weight_key = None
         self._weight = None
+        self._bias_key = None
+        self._bias = None
         vocabulary = model.get_output_embeddings().weight.shape[0]
         self.on_cuda = _on_cuda(model.get_output_embeddings().weight.device)
         chunk_bytes = self.CUDA_CHUNK_BYTES if self.on_cuda else self.CHUNK_BYTES
         self.positions_per_chunk = max(1, chunk_bytes // (4 * vocabulary))
+        self.bias()  # read the bias once now (a host read), not inside a scoring call
 
     def vocabulary_major_weight(self) -> torch.Tensor:
         """(hidden, vocabulary) copy of the output embedding: it multiplies 10-15 % faster on
@@ -479,14 +491,34 @@ class OutputHead:
         return self._weight
 
     def bias(self) -> torch.Tensor | None:
+        """`final_logits_bias` in float32, or None when there is none or it is all zeros (as in
+        the published BART and PEGASUS checkpoints): then no pass adds it. Re-checked only when
+        the bias tensor is replaced or changed in place (e.g. a state dict loaded on top)."""
         bias = getattr(self.model, "final_logits_bias", None)
-        return bias.reshape(-1).float() if bias is not None else None
+        if bias is None:
+            return None
+        key = (bias.data_ptr(), bias._version)
+        if key != self._bias_key:
+            self._bias = bias.reshape(-1).float() if bool(bias.detach().any()) else None
+            self._bias_key = key
+        return self._bias
 
     @classmethod
     def for_model(cls, model) -> "OutputHead | None":
         if getattr(model.config, "model_type", None) not in cls.ARCHITECTURES:
             return None
         if model.get_output_embeddings() is None or not hasattr(model, "get_decoder"):
+            return None
+        return cls(model)
+
+    @classmethod
+    def for_causal_model(cls, model) -> "OutputHead | None":
+        """The head of a causal LM whose logits are `lm_head(base_model(x))` exactly (no bias,
+        scaling or soft-capping), or None."""
+        if getattr(model.config, "model_type", None) not in cls.CAUSAL_ARCHITECTURES:
+            return None
+        head = model.get_output_embeddings()
+        if head is None or getattr(head, "bias", None) is not None or getattr(model, "base_model", model) is model:
             return None
         return cls(model)
 
@@ -511,11 +543,16 @@ class OutputHead:
             if bias is not None:
                 logits += bias
             picked = logits.gather(-1, targets[start:stop, None]).squeeze(-1)
-            peak = logits.amax(dim=-1, keepdim=True)
-            log_normaliser = logits.sub_(peak).exp_().sum(dim=-1).log_() + peak.squeeze(-1)
-            token_logprobs[start:stop] = picked - log_normaliser
+            token_logprobs[start:stop] = picked - self._log_normaliser(logits)
         sums = torch.zeros(labels.shape[0], dtype=torch.float32, device=hidden.device)
         return sums.index_add_(0, owners, token_logprobs)
+
+    def _log_normaliser(self, logits: torch.Tensor) -> torch.Tensor:
+        """log sum_v exp(logits[:, v]) per row, float32; may overwrite `logits`."""
+        if self.on_cuda:
+            return fused_logsumexp(logits)
+        peak = logits.amax(dim=-1, keepdim=True)
+        return logits.sub_(peak).exp_().sum(dim=-1).log_() + peak.squeeze(-1)
 
     def _logits(self, states: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """float32 logits; on CUDA a half-precision GEMM accumulates into float32 directly
@@ -523,6 +560,29 @@ class OutputHead:
         if self.on_cuda and states.dtype in (torch.bfloat16, torch.float16):
             return torch.mm(states, weight, out_dtype=torch.float32)
         return (states @ weight).float()
+
+
+_COMPILED_LOGSUMEXP: list = []  # [] not tried yet, [fn] compiled, [None] compiling failed
+
+
+def _logsumexp_last(logits: torch.Tensor) -> torch.Tensor:
+    return torch.logsumexp(logits, dim=-1)
+
+
+def fused_logsumexp(logits: torch.Tensor) -> torch.Tensor:
+    """`torch.logsumexp(logits, -1)` compiled once (dynamic row count) into one fused reduction
+    that reads the logits once; eager when compiling fails here (no Triton, say)."""
+    if not _COMPILED_LOGSUMEXP:
+        try:
+            compiled = torch.compile(_logsumexp_last, dynamic=True)
+            result = compiled(logits)
+        except Exception:  # noqa: BLE001 - a missing compiler only costs speed
+            _COMPILED_LOGSUMEXP.append(None)
+            return torch.logsumexp(logits, dim=-1)
+        _COMPILED_LOGSUMEXP.append(compiled)
+        return result
+    compiled = _COMPILED_LOGSUMEXP[0]
+    return compiled(logits) if compiled is not None else torch.logsumexp(logits, dim=-1)
 
 
 class CausalLikelihood:
@@ -535,9 +595,11 @@ class CausalLikelihood:
         self.max_batch_items = max_batch_items
         self.device = next(model.parameters()).device
         self.on_cuda = _on_cuda(self.device)
-        enable_tf32(model)
+        require_ieee_float32(model)
         self.stats: Counter = Counter()
         self._pending: list[tuple[list, torch.Tensor]] = []
+        # real positions only, float32 chunks: never the [batch, length, vocabulary] logits
+        self.head = OutputHead.for_causal_model(model)
 
     @torch.inference_mode()
     def sequence_nll(self, sequences: Sequence[Sequence[int]]) -> list[tuple[float, int]]:
@@ -567,6 +629,13 @@ class CausalLikelihood:
 
     def _score_batch(self, batch: list[int], sequences: Ragged) -> None:
         input_ids, mask = sequences.padded(batch, self.pad_id, self.device)
+        if self.head is not None:
+            hidden = self.model.base_model(input_ids=input_ids, attention_mask=mask).last_hidden_state
+            self.stats["forward_passes"] += 1
+            # position t predicts token t + 1: a sequence of n tokens has n - 1 predictions
+            sums = self.head.target_logprob_sums(hidden[:, :-1], input_ids[:, 1:], sequences.lengths[batch] - 1)
+            self._pending.append((list(batch), -sums))
+            return
         logits = self.model(input_ids=input_ids, attention_mask=mask).logits
         self.stats["forward_passes"] += 1
         logprobs = _token_logprobs(logits[:, :-1], input_ids[:, 1:]) * mask[:, 1:]

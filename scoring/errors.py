@@ -35,8 +35,18 @@ class StorageError(CtgscoreError, OSError):
     """Storage that cannot be read or written: the message names the path, bucket or key."""
 
 
+# a row error that is no property of the row (out of memory on a single row): the part holding
+# it is scored again by the next run, and the job's summary counts these rows apart
+RETRY_PREFIX = "retry next run: "
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """CUDA (caching allocator, cuBLAS/cudaMalloc) or host out-of-memory, by type or text."""
+    return type(exc).__name__ == "OutOfMemoryError" or (isinstance(exc, (RuntimeError, MemoryError)) and "out of memory" in str(exc).lower())
+
+
 _ACCELERATOR_MARKERS = (
-    "cuda error", "device-side assert", "illegal memory access", "illegal address", "unspecified launch failure",
+    "cuda error", "cuda driver error", "device-side assert", "illegal memory access", "illegal address", "unspecified launch failure",
     "cublas_status_", "cudnn_status_", "cudnn error", "nccl error", "uncorrectable ecc error",
 )
 
@@ -48,6 +58,8 @@ def is_accelerator_error(exc: BaseException) -> bool:
     text = str(exc).lower()
     if "out of memory" in text:
         return False
-    if type(exc).__name__ == "AcceleratorError":  # torch >= 2.8 raises this for CUDA errors
+    # by type: torch >= 2.8 raises AcceleratorError for CUDA runtime errors (a subclass, too)
+    if any(cls.__name__ == "AcceleratorError" for cls in type(exc).__mro__):
         return True
+    # by text: RuntimeError("CUDA error: ..."), c10's "CUDA driver error: ..." (driver API), cuBLAS/cuDNN
     return isinstance(exc, RuntimeError) and any(marker in text for marker in _ACCELERATOR_MARKERS)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Sequence
 
-from scoring.errors import is_accelerator_error
+from scoring.errors import RETRY_PREFIX, is_accelerator_error, is_out_of_memory
 from scoring.schema import ERROR, SKIPPED, TEXT, WARNING, carried_columns
 from scoring.signature import Signature, stable_hash
 
@@ -87,10 +87,19 @@ class RowMetric(ABC):
         order). Returns the table and one reason (or None) per input row."""
         import pyarrow as pa
 
-        try:
-            return self.prepare(rows), [None] * len(rows)
-        except Exception:  # noqa: BLE001 - isolate the failing rows, one at a time
-            pass
+        # a RowError names its row: that row is set aside and the rest prepared again (a few
+        # bad rows in a unit cost a few passes, not one per row)
+        reasons: list[str | None] = [None] * len(rows)
+        kept = list(range(len(rows)))
+        for _ in range(8):
+            try:
+                table = self.prepare([rows[i] for i in kept])
+            except RowError as exc:
+                reasons[kept.pop(exc.row_index)] = exc.reason
+                continue
+            except Exception:  # noqa: BLE001 - isolate the failing rows, one at a time
+                break
+            return table, reasons
         tables, reasons = [], []
         for row in rows:
             try:
@@ -236,38 +245,49 @@ class RowMetric(ABC):
         return self.output_table(rows).to_pylist()
 
     def _bisect(self, score, indices: list[int], results: list) -> None:
-        """`score(indices)` (one result per index), bisecting failures down to single rows."""
-        if not indices:
-            return
-        try:
-            scored = score(indices)
-        except RowError as exc:
-            bad = indices[exc.row_index]
-            results[bad] = self.empty_result(exc.reason)
-            rest = [i for i in indices if i != bad]
-            self._bisect(score, rest, results)
-            return
-        except Exception as exc:  # noqa: BLE001 - any failure is isolated by bisection
-            if is_accelerator_error(exc):
-                raise  # the device is lost, not the row: the process must end (never a row error)
-            if len(indices) == 1:
-                results[indices[0]] = self.empty_result(f"{type(exc).__name__}: {exc}")
-                return
-            middle = len(indices) // 2
-            self._bisect(score, indices[:middle], results)
-            self._bisect(score, indices[middle:], results)
-            return
-        if len(scored) != len(indices):
-            raise RuntimeError(
-                f"metric {self.name} returned {len(scored)} results for {len(indices)} rows"
-            )
-        for index, values in zip(indices, scored):
-            result = {column: values.get(column) for column in self.output_columns}
-            result[ERROR] = None
-            result[WARNING] = values.get(WARNING)
-            result[SKIPPED] = None
-            results[index] = result
+        """`score(indices)` (one result per index), bisecting failures down to single rows.
 
+        Nothing is re-scored inside an `except` block: only the failure's text leaves it, so the
+        failed attempt's frames (and the device tensors they hold) are freed before the halves
+        run. An out-of-memory on a single row is no property of the row: its error is marked
+        `RETRY_PREFIX`, so the job does not keep it for good (the next run scores it again)."""
+        pending = [indices]
+        while pending:
+            indices = pending.pop()
+            if not indices:
+                continue
+            bad_row, failure = None, None
+            try:
+                scored = score(indices)
+            except RowError as exc:
+                bad_row, failure = indices[exc.row_index], exc.reason
+            except Exception as exc:  # noqa: BLE001 - any failure is isolated by bisection
+                if is_accelerator_error(exc):
+                    raise  # the device is lost, not the row: the process must end (never a row error)
+                failure = f"{type(exc).__name__}: {exc}"
+                if is_out_of_memory(exc):
+                    failure = RETRY_PREFIX + failure
+            if bad_row is not None:
+                results[bad_row] = self.empty_result(failure)
+                pending.append([i for i in indices if i != bad_row])
+                continue
+            if failure is not None:
+                if len(indices) == 1:
+                    results[indices[0]] = self.empty_result(failure)
+                else:
+                    middle = len(indices) // 2
+                    pending += [indices[middle:], indices[:middle]]  # the first half runs first
+                continue
+            if len(scored) != len(indices):
+                raise RuntimeError(
+                    f"metric {self.name} returned {len(scored)} results for {len(indices)} rows"
+                )
+            for index, values in zip(indices, scored):
+                result = {column: values.get(column) for column in self.output_columns}
+                result[ERROR] = None
+                result[WARNING] = values.get(WARNING)
+                result[SKIPPED] = None
+                results[index] = result
 
 def _jsonable(value: Any) -> Any:
     if hasattr(value, "tolist"):

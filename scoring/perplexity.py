@@ -18,6 +18,7 @@ import numpy as np
 
 from scoring.engine import DEFAULT_TOKEN_BUDGET, CausalLikelihood, Ragged
 from scoring.metric import RowMetric
+from scoring.model_limits import ModelLimits, raise_row_error
 from scoring.models import load_config, load_pretrained, load_tokenizer, resolve_model
 from scoring.text_encoding import id_lists
 
@@ -47,11 +48,12 @@ class Perplexity:
         check_model_args(dtype, device, token_budget, max_length)
         self.source = resolve_model(model, revision=revision, cache_dir=cache_dir)
         self.tokenizer = load_tokenizer(self.source)
+        # embedding and position sizes from the config, before (or without) the weights
+        self.limits = ModelLimits.from_config(load_config(self.source), model.rstrip("/").rsplit("/", 1)[-1])
+        self.limits.check_max_length(max_length)
         self.model = load_pretrained(AutoModelForCausalLM, self.source, dtype=dtype, device=device)
         self.dtype = dtype
-        config = self.model.config if self.model is not None else load_config(self.source)  # no model: ids only
-        positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", 1024)
-        self.max_length = int(max_length or positions)
+        self.max_length = int(max_length or self.limits.positions or 1024)
         start = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else self.tokenizer.eos_token_id
         if start is None:
             raise ValueError(f"{model}: tokenizer has neither a BOS nor an EOS token to start from")
@@ -84,6 +86,7 @@ class Perplexity:
             return [], []
         self.engine.max_batch_items = check_positive_int("batch_size", batch_size, allow_none=True)
         sequences, truncated = self.encode(texts)
+        self.limits.check_sequences(sequences, "text")
         return self.perplexities(Ragged.from_lists(sequences)), truncated
 
     def score(self, texts: Sequence[str], batch_size: int | None = None) -> list[float]:
@@ -131,6 +134,7 @@ class PerplexityMetric(RowMetric):
         offsets = np.zeros(len(sequences) + 1, dtype=np.int32)
         np.cumsum(lengths, out=offsets[1:])
         values = np.fromiter((i for s in sequences for i in s), dtype=np.int32, count=int(offsets[-1]))
+        raise_row_error(self.scorer.limits, values, offsets, np.arange(len(rows)), "text")
         return pa.table({
             "text_ids": id_lists(values, offsets),
             "truncated": pa.array(truncated, type=pa.bool_()),

@@ -9,7 +9,11 @@ row-by-row attention, with the source's keys/values read once instead of once pe
 
 Plugged in through transformers' `AttentionInterface` as "ctgscore_sdpa": every other call
 (self-attention, encoder, batches of several sources) goes to the library's own SDPA function
-unchanged. Masks are built exactly as for "sdpa".
+unchanged. Masks are built as for "sdpa" but never skipped (`sdpa_mask_without_skips`):
+transformers decides whether a mask can be dropped by reading the padding mask back to the
+host (`padding_mask.all()`), one device sync per encoder forward and two or three per decoder
+forward. Always materialising the boolean mask from the known shapes costs a small mask
+tensor and keeps the CPU free to run ahead of the GPU (docs/gpu.md, "No host sync").
 """
 
 from __future__ import annotations
@@ -42,16 +46,26 @@ def shared_source_sdpa(module, query, key, value, attention_mask, **kwargs):
     return output.reshape(rows, length, heads, dim), weights
 
 
+def sdpa_mask_without_skips(*args, **kwargs):
+    """transformers' SDPA mask with both skip checks off: built from shapes and the padding
+    mask by indexing alone, it never inspects the mask's values (no device-to-host read)."""
+    from transformers.masking_utils import sdpa_mask
+
+    kwargs["allow_is_causal_skip"] = False
+    kwargs["allow_is_bidirectional_skip"] = False
+    return sdpa_mask(*args, **kwargs)
+
+
 def enable(model) -> bool:
     """Switch `model` from "sdpa" to the shared-source variant (same numbers). False when the
     model uses another attention implementation or cannot switch; then nothing changes."""
     from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 
     if getattr(model.config, "_attn_implementation", None) != "sdpa":
         return getattr(model.config, "_attn_implementation", None) == NAME
     AttentionInterface.register(NAME, shared_source_sdpa)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask_without_skips)
     try:
         model.set_attn_implementation(NAME)
     except (KeyError, ValueError, AttributeError):

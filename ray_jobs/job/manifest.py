@@ -120,6 +120,7 @@ def summary_line(manifest: dict[str, Any]) -> str:
             f"{label}: {report['rows_in']} in -> {report['rows_out']} out, {report['rows_scored']} scored, "
             f"{report['rows_cached']} reused, {report['rows_error']} errors"
             + (f", {report['rows_skipped']} skipped" if report.get("rows_skipped") else "")
+            + (f", {report['rows_retry']} to retry next run" if report.get("rows_retry") else "")
         )
     notes = []
     if manifest["bad_shards"]:

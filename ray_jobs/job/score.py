@@ -47,7 +47,7 @@ from typing import Any
 import pyarrow as pa
 
 from ray_jobs.config import JobConfig, S3Config, metric_pool
-from ray_jobs.job import layout
+from ray_jobs.job import device_guard, layout
 from ray_jobs.job.errors import JobError
 from ray_jobs.job.plan import MetricInfo, MetricPlan, device_of
 from scoring.errors import CtgscoreError, is_accelerator_error
@@ -333,6 +333,8 @@ class PartScorer:
         torch_threads: int | None,
         last: bool,
         prepared: bool = False,
+        num_gpus: float = 0,  # issue 29: the pool's GPUs (device_guard.require_cuda)
+        unit_timeout_s: float | None = None,  # issue 29: device_guard.Watchdog
     ):
         if torch_threads:
             import torch
@@ -349,6 +351,8 @@ class PartScorer:
                 f"(worker {self.signature!r}, driver {info.signature!r}): different library or model versions"
             )
         self.label = info.spec.label
+        device_guard.require_cuda(device_of(self.metric), num_gpus)  # issue 29: a GPU pool never scores on the CPU
+        self.watchdog = device_guard.Watchdog(unit_timeout_s, self.label)  # issue 29: a hung call ends the actor
         self.digest = info.digest
         self.read_columns = set(info.read_columns)
         self.output_columns = tuple(info.output_columns)
@@ -407,7 +411,7 @@ class PartScorer:
                 cache = self.caches.get(self.out_fs, self.label, self.output_columns, unit)
             rows, keys, results, todo, cached = settle_rows(self.metric, table, self.read_columns, self.carried, cache)
             step = step or max(len(todo), 1)
-            with self.device_lock:
+            with self.device_lock, self.watchdog.guard(f"{unit['rel']} rows {unit['start']}-{unit['stop']}"):  # issue 29
                 for begin in range(0, len(todo), step):
                     chunk = todo[begin : begin + step]
                     for index, result in zip(chunk, self.metric.score_rows([rows[i] for i in chunk])):
@@ -423,7 +427,7 @@ class PartScorer:
                 results[int(index)] = result
             # the chunks `score_rows` would have seen: todo positions cut every `batch_size`
             chunk_of = [position // step for position in meta["positions"]] if step else [0] * len(meta["rows"])
-            with self.device_lock:
+            with self.device_lock, self.watchdog.guard(f"{unit['rel']} rows {unit['start']}-{unit['stop']}"):  # issue 29
                 begin = 0
                 while begin < len(chunk_of):
                     end = begin
@@ -449,9 +453,10 @@ class PartScorer:
                 samples.append({"file": unit["uri"], "row": unit["start"] + index, "id": ids[index], "error": reason})
         errors = sum(reasons.values())
         skipped = sum(1 for result in results if result.get("skipped"))
+        retry = device_guard.retry_rows(results)  # issue 29: single-row OOMs, scored again next run
         metadata = incremental.part_metadata(
             unit["rel"], unit["etag"], unit["size"], self.signature, self.digest, unit["start"], unit["stop"], errors,
-            skipped,
+            skipped, retry,
         )
         data = writes.table_bytes(out, metadata)
         writes.put_atomic(self.out_fs, uri, data)
@@ -467,6 +472,7 @@ class PartScorer:
             "cached": cached,
             "errors": errors,
             "skipped": skipped,
+            "retry": retry,  # issue 29
             "reasons": dict(reasons),
             "samples": samples,
         }
@@ -556,6 +562,8 @@ def run_units(config: JobConfig, plans: list[MetricPlan], carried: list[str]) ->
                     "torch_threads": pool.torch_threads,
                     "last": position == len(active) - 1,
                     "prepared": two_stage,
+                    "num_gpus": pool.num_gpus,  # issue 29 (device_guard)
+                    "unit_timeout_s": pool.unit_timeout_s,  # issue 29 (device_guard)
                 },
                 batch_size=1,
                 batch_format="pyarrow",

@@ -112,6 +112,9 @@ class SequenceClassifier:
         self.token_budget = int(token_budget)
         self.batch_size = int(batch_size)
         self.tokenizer = load_tokenizer(self.source)
+        from scoring.model_limits import limits_for
+
+        self.limits = limits_for(self.source)  # embedding rows, from the config (max_length is clamped below)
         self.model = load_pretrained(AutoModelForSequenceClassification, self.source, dtype=dtype, device=device)
         config = self.model.config
         self.id2label = {int(k): str(v) for k, v in config.id2label.items()}
@@ -159,6 +162,7 @@ class SequenceClassifier:
             )["input_ids"]
             cut_iter = iter(cut)
             full = [next(cut_iter) if flag else ids for ids, flag in zip(full, truncated)]
+        self.limits.check_sequences(full, "text")
         out = np.zeros((len(texts), len(self.id2label)), dtype=np.float32)
         from scoring.engine import run_splitting_on_oom
 

@@ -1,0 +1,69 @@
+"""No host sync inside a scoring call except the final collect (docs/gpu.md): with the engine
+planning as on CUDA, `pair_nll` reads the device back once per call. Every read that waits for
+a CUDA stream (`Tensor.__bool__`, `.item`, `.tolist`, `.cpu`, `int()`, `float()`) is counted
+on CPU, where the same Python runs."""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+
+import pytest
+import torch
+
+from scoring.engine import Ragged
+
+READS = ("__bool__", "item", "tolist", "cpu", "__int__", "__float__")
+
+
+@contextlib.contextmanager
+def counted_reads():
+    seen: list[str] = []
+    saved = {name: getattr(torch.Tensor, name) for name in READS}
+
+    def wrap(name, original):
+        def read(self, *args, **kwargs):
+            frame = traceback.extract_stack(limit=2)[0]
+            seen.append(f"{name} at {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}")
+            return original(self, *args, **kwargs)
+        return read
+
+    for name, original in saved.items():
+        setattr(torch.Tensor, name, wrap(name, original))
+    try:
+        yield seen
+    finally:
+        for name, original in saved.items():
+            setattr(torch.Tensor, name, original)
+
+
+def _engine(tiny_models, name):
+    from scoring.bartscore import BARTScorer
+    from scoring.ctrleval import CTRLEval
+
+    if name == "bart":
+        scorer = BARTScorer(tiny_models["bart"], token_budget=256)
+    else:
+        scorer = CTRLEval(tiny_models["pegasus"], iwf=tiny_models["iwf"], token_budget=256)
+    engine = scorer.engine
+    engine.on_cuda = True  # plan and collect as on CUDA: one engine call, one collect
+    return scorer, engine
+
+
+@pytest.mark.parametrize("name", ["bart", "pegasus"])
+@pytest.mark.parametrize("shape", ["distinct", "grouped"])
+def test_one_device_read_per_call(tiny_models, name, shape):
+    scorer, engine = _engine(tiny_models, name)
+    tokenizer = scorer.tokenizer
+    sources = [f"Source number {i} talks about the council and its budget " + "word " * (i % 7) for i in range(12)]
+    targets = [f"Target {k} is a summary " + "x " * (k % 5) for k in range(36 if shape == "grouped" else 12)]
+    per_source = len(targets) // len(sources)
+    source_ids = Ragged.from_lists([tokenizer(s)["input_ids"] for s in sources])
+    target_ids = Ragged.from_lists([tokenizer(t)["input_ids"] for t in targets])
+    groups = [range(i * per_source, (i + 1) * per_source) for i in range(len(sources))]
+    with counted_reads() as seen:
+        nll = engine.pair_nll(source_ids, target_ids, groups)
+    assert engine.stats["encoder_passes"] >= 2 and engine.stats["decoder_passes"] >= 2  # several forwards in the call
+    assert len(seen) == 1 and seen[0].startswith("tolist at engine.py"), seen
+    engine.on_cuda = False
+    assert nll == pytest.approx(engine.pair_nll(source_ids, target_ids, groups), abs=1e-5)
