@@ -11,7 +11,7 @@ export RAY_AUTH_MODE := disabled
 export RAY_USAGE_STATS_ENABLED := 0
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test test-quick lint bench clean
+.PHONY: install demo test test-quick lint bench gpu-check clean
 
 install: $(STAMP)
 
@@ -36,6 +36,13 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run_all
+
+# On the GPU machine, from the repository root, nothing installed: `make gpu-check PY=python3 OUT=$$OUT`
+# (PYTHONPATH=. is set here). Dry run on a CPU: `make gpu-check GPU_CHECK_FLAGS="--device cpu --tiny"`.
+OUT ?= out/gpu-check
+GPU_CHECK_FLAGS ?=
+gpu-check:
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PY) -m benchmarks.gpu_check --out $(OUT) $(GPU_CHECK_FLAGS)
 
 clean:
 	rm -rf out .cache

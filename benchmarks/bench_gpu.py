@@ -15,11 +15,24 @@ layers, d 1280): speed only, never quality. Lengths are real token counts of Sum
 Workloads: BART s->h with distinct sources (every pair its own document) and grouped by
 document (16 summaries share one encoder pass); PEGASUS text -> prefix (CTRLEval lengths);
 GPT-2 perplexity of CTRLEval texts. Each runs through the engine and through plain forwards
-(length-sorted, the same token budget), in bfloat16 and float32, and reports pairs/s and
-MFU = 2 x parameters x tokens / time / the device's bf16 dense peak (encoder parameters x
-source tokens + decoder parameters x target tokens for seq2seq; tokens actually processed,
-so a shared source counts once). A `torch.profiler` summary of one engine call follows.
-Results go to `benchmarks/results/bench_gpu-<device>.json`.
+(length-sorted, the same token budget), in bfloat16 and float32, and reports pairs/s (the
+median of `--repeats` >= 3 timed runs after a warm-up, min and max beside it), peak device
+memory, host reads per engine call (`ctgscore.testing.host_reads`: each is a stream sync on
+CUDA) and MFU = useful FLOPs / time / the device's bf16 dense peak, where (per real token,
+a shared source counted once, no credit for padding; d = width, V = vocabulary, L = layers):
+
+    encoder, per source of S tokens:  2 * P_enc * S + 4 * L_enc * S^2 * d        (linears + QK^T, AV)
+    cross K/V projections, per source: 2 * P_kv * S                             (once per source)
+    decoder, per target of T tokens:  2 * (P_dec - P_kv) * T + 2 * L_dec * T^2 * d  (causal: half of 4 T^2 d)
+                                      + 4 * L_dec * T * S * d + 2 * d * V * T   (cross-attention, output layer)
+    causal LM, per text of T tokens:  2 * P_layers * T + 2 * L * T^2 * d + 2 * d * V * T
+
+P_enc, P_dec, P_layers count the parameters of the transformer layers only (no token or
+position embeddings, which are lookups, not multiplications); P_kv is the decoder's
+cross-attention key/value projections. The pre-issue-29 figure (2 x all parameters x tokens:
+embeddings counted, the output layer twice, K/V per target token) is kept as `mfu_old`.
+A `torch.profiler` summary of one engine call follows. Results go to
+`benchmarks/results/bench_gpu-<device>.json`.
 """
 
 from __future__ import annotations
@@ -38,6 +51,7 @@ if str(REPO) not in sys.path:
 
 import torch  # noqa: E402
 
+from ctgscore.testing.host_reads import counted_reads  # noqa: E402
 from scoring.engine import CausalLikelihood, Seq2SeqLikelihood, budget_batches  # noqa: E402
 
 LENGTHS = REPO / "benchmarks" / "gpu_lengths.json"
@@ -87,6 +101,38 @@ def parameter_split(model) -> tuple[int, int]:
     encoder = sum(p.numel() for p in model.get_encoder().parameters())
     decoder = sum(p.numel() for p in model.get_decoder().parameters()) + model.get_output_embeddings().weight.numel()
     return encoder, decoder
+
+
+def _layer_parameters(stack) -> int:
+    return sum(p.numel() for layer in stack.layers for p in layer.parameters()) if hasattr(stack, "layers") else \
+        sum(p.numel() for block in stack.h for p in block.parameters())
+
+
+def useful_flops(model, sources, targets) -> float:
+    """FLOPs of the formula in the module docstring for these sources (each once) and their
+    targets (`targets[i]`: the targets of source i); `sources` is None for a causal model,
+    whose `targets` are then the texts."""
+    config = model.config
+    width = getattr(config, "d_model", None) or config.n_embd
+    vocabulary = model.get_output_embeddings().weight.shape[0]
+    head = 2 * width * vocabulary
+    if sources is None:
+        layers, stack = config.n_layer, model.transformer
+        params = _layer_parameters(stack)
+        return float(sum(2 * params * len(t) + 2 * layers * len(t) ** 2 * width + head * len(t) for t in targets))
+    encoder, decoder = model.get_encoder(), model.get_decoder()
+    enc_layers, dec_layers = len(encoder.layers), len(decoder.layers)
+    p_enc, p_dec = _layer_parameters(encoder), _layer_parameters(decoder)
+    p_kv = sum(p.numel() for layer in decoder.layers for proj in (layer.encoder_attn.k_proj, layer.encoder_attn.v_proj)
+               for p in proj.parameters())
+    total = 0.0
+    for source, group in zip(sources, targets):
+        s = len(source)
+        total += 2 * p_enc * s + 4 * enc_layers * s * s * width + 2 * p_kv * s
+        for target in group:
+            t = len(target)
+            total += 2 * (p_dec - p_kv) * t + 2 * dec_layers * t * t * width + 4 * dec_layers * t * s * width + head * t
+    return total
 
 
 def workloads(rows: int, vocab: int, max_length: int = 1024, seed: int = 0) -> dict[str, dict]:
@@ -146,13 +192,28 @@ def plain_causal(model, texts, token_budget: int, device: str) -> None:
             model(input_ids=ids, attention_mask=(ids != 0).long()).logits.float().log_softmax(-1)
 
 
-def timed(run, device: str) -> tuple[float, object]:
-    run()  # warm-up (allocator, kernels, autotuning)
+def timed(run, device: str, repeats: int = 3) -> tuple[list[float], object, int | None]:
+    """(seconds of each of `repeats` timed runs after one warm-up, the last result, peak
+    device memory in bytes over the timed runs or None on CPU)."""
+    run()  # warm-up (allocator, kernels, autotuning, compiling)
     synchronize(device)
-    start = time.perf_counter()
-    result = run()
-    synchronize(device)
-    return time.perf_counter() - start, result
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = run()
+        synchronize(device)
+        seconds.append(time.perf_counter() - start)
+    peak = torch.cuda.max_memory_allocated() if device.startswith("cuda") else None
+    return seconds, result, peak
+
+
+def host_reads_per_call(run) -> int:
+    """Device-to-host reads (stream syncs on CUDA) during one call."""
+    with counted_reads() as seen:
+        run()
+    return len(seen)
 
 
 def measure(args) -> dict:
@@ -176,7 +237,7 @@ def measure(args) -> dict:
             if model_name == "gpt2":
                 engine = CausalLikelihood(model, pad_id=0, token_budget=args.token_budget)
                 tokens = sum(len(t) for t in work["texts"])
-                cases = [("ctrleval-ppl", len(work["texts"]), 2 * decoder_params * tokens,
+                cases = [("ctrleval-ppl", len(work["texts"]), (2 * decoder_params * tokens, useful_flops(model, None, work["texts"])),
                           lambda e=engine, w=work: e.sequence_nll(w["texts"]),
                           lambda m=model, w=work: plain_causal(m, w["texts"], args.token_budget, device))]
             else:
@@ -186,21 +247,30 @@ def measure(args) -> dict:
                 for case in names:
                     sources, targets = work[case]["sources"], work[case]["targets"]
                     pairs = sum(len(t) for t in targets)
-                    flops = 2 * (encoder_params * sum(len(s) for s in sources)
-                                 + decoder_params * sum(len(t) for ts in targets for t in ts))
+                    flops = (2 * (encoder_params * sum(len(s) for s in sources)
+                                  + decoder_params * sum(len(t) for ts in targets for t in ts)),
+                             useful_flops(model, sources, targets))
                     cases.append((f"{'s->h ' + case if model_name == 'bart' else 'ctrleval ' + case}", pairs, flops,
                                   lambda s=sources, t=targets, e=engine: e.mean_nll(s, t),
                                   lambda s=sources, t=targets, m=model: plain_seq2seq(m, s, t, args.token_budget, device)))
-            for case, pairs, flops, run_engine, run_plain in cases:
+            for case, pairs, (flops_old, flops), run_engine, run_plain in cases:
                 results = {}
                 for mode, run in (("engine", run_engine), ("plain", run_plain)):
-                    seconds, results[mode] = timed(run, device)
+                    runs, results[mode], memory = timed(run, device, args.repeats)
+                    seconds = sorted(runs)[len(runs) // 2]
                     mfu = flops / seconds / peak if peak else None
                     entry = {"model": model_name, "dtype": dtype_name, "case": case, "mode": mode, "pairs": pairs,
-                             "seconds": seconds, "pairs_per_s": pairs / seconds, "mfu": mfu}
+                             "seconds": seconds, "seconds_runs": runs, "pairs_per_s": pairs / seconds,
+                             "pairs_per_s_min_max": [pairs / max(runs), pairs / min(runs)], "useful_flops": flops,
+                             "mfu": mfu, "mfu_old": flops_old / seconds / peak if peak else None, "peak_memory_bytes": memory}
+                    if mode == "engine":
+                        entry["host_reads_per_call"] = host_reads_per_call(run)
                     report["runs"].append(entry)
+                    reads = f"  host reads/call {entry['host_reads_per_call']}" if mode == "engine" else ""
+                    memory_text = f"  peak {memory / 2**30:.1f} GiB" if memory is not None else ""
                     print(f"{model_name:8s} {dtype_name:9s} {case:22s} {mode:6s} {pairs / seconds:10.1f} pairs/s"
-                          f"  MFU {'%.1f%%' % (100 * mfu) if mfu is not None else 'n/a'}", flush=True)
+                          f" (median of {len(runs)})  MFU {'%.1f%%' % (100 * mfu) if mfu is not None else 'n/a'}"
+                          f"{memory_text}{reads}", flush=True)
                 if model_name != "gpt2":  # the engine's NLLs are the plain forwards' NLLs
                     engine_nll = [v for row in results["engine"] for v in row]
                     gap = max(abs(a - b) for a, b in zip(engine_nll, results["plain"]))
@@ -236,10 +306,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rows", type=int, default=None, help="rows per workload (default 1,600; 16 with --tiny)")
     parser.add_argument("--dtypes", nargs="+", default=["bfloat16", "float32"])
     parser.add_argument("--token-budget", type=int, default=16_384)
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per case (the median is reported; >= 3)")
     parser.add_argument("--peak-tflops", type=float, default=None, help="bf16 dense peak of this device, TFLOP/s")
     parser.add_argument("--out", default=None, help="result JSON (default benchmarks/results/bench_gpu-<device>.json)")
     args = parser.parse_args(argv)
     args.rows = args.rows or (16 if args.tiny else 1600)
+    args.repeats = max(args.repeats, 3)
     report = measure(args)
     out = pathlib.Path(args.out) if args.out else RESULTS / f"bench_gpu-{'tiny-' if args.tiny else ''}{args.device.replace(':', '')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

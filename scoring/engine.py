@@ -179,6 +179,11 @@ def _to_device(tensor: torch.Tensor, device) -> torch.Tensor:
     return tensor.pin_memory().to(device, non_blocking=True)
 
 
+def _version_of(tensor: torch.Tensor) -> int:
+    """In-place change counter of a tensor (-1 for inference tensors, which keep none)."""
+    return -1 if tensor.is_inference() else tensor._version
+
+
 def _on_cuda(device) -> bool:
     return torch.device(device).type == "cuda"
 
@@ -310,6 +315,9 @@ class Seq2SeqLikelihood:
     # about as much as decoding 1/COPY_TOKENS_PER_DECODE_TOKEN of a target token (measured on
     # CPU with bart-base shapes; the choice below only needs the order of magnitude).
     COPY_TOKENS_PER_DECODE_TOKEN = 16
+    # On CUDA a mixed-source decoder chunk gathers at most this many source tokens' keys/values
+    # per token of the budget (32,768-token budget, BART-large bf16: <= 6.4 GB gathered)
+    GATHERED_SOURCE_TOKENS_PER_BUDGET_TOKEN = 2
 
     def _decode_plan(self, batch: list[int], targets, source_width: int) -> list[list[tuple[int, int, int]]]:
         """`_plan` for nested target sequences (`targets[i][j]`)."""
@@ -329,7 +337,14 @@ class Seq2SeqLikelihood:
         pairs = [(row, i, j) for row, i in enumerate(batch) for j in range(len(lengths[i]))]
         pair_lengths = [lengths[i][j] for _, i, j in pairs]
         pair_order = sorted(range(len(pairs)), key=lambda p: -pair_lengths[p])
-        by_length = [[pairs[p] for p in chunk] for chunk in budget_batches(pair_lengths, pair_order, self.decode_token_budget, self.max_batch_items)]
+        length_items = self.max_batch_items
+        if self.on_cuda and len(batch) > 1:
+            # a chunk mixing sources gathers every row's cross keys/values (rows x source width
+            # x 2 x layers x d): bound those gathered source tokens like the token budget, or a
+            # chunk of short targets against long sources can ask for tens of GB
+            gather_rows = max(1, self.GATHERED_SOURCE_TOKENS_PER_BUDGET_TOKEN * self.token_budget // max(source_width, 1))
+            length_items = min(length_items or gather_rows, gather_rows)
+        by_length = [[pairs[p] for p in chunk] for chunk in budget_batches(pair_lengths, pair_order, self.decode_token_budget, length_items)]
         if len(batch) == 1 or self.layout == "by_length":
             return by_length
 
@@ -484,7 +499,7 @@ class OutputHead:
         CPU than the transposed view (measured with MKL, 50k vocabulary). Rebuilt whenever the
         model's weight is replaced or changed in place (e.g. a state dict loaded on top)."""
         weight = self.model.get_output_embeddings().weight
-        key = (weight.data_ptr(), weight._version, weight.dtype)
+        key = (weight.data_ptr(), _version_of(weight), weight.dtype)
         if key != self._weight_key:
             self._weight = weight.detach().t().contiguous()
             self._weight_key = key
@@ -497,7 +512,7 @@ class OutputHead:
         bias = getattr(self.model, "final_logits_bias", None)
         if bias is None:
             return None
-        key = (bias.data_ptr(), bias._version)
+        key = (bias.data_ptr(), _version_of(bias))
         if key != self._bias_key:
             self._bias = bias.reshape(-1).float() if bool(bias.detach().any()) else None
             self._bias_key = key

@@ -34,3 +34,21 @@ def test_bench_gpu_tiny_on_cpu_runs_standalone(tmp_path):
     assert len(gaps) == 6 and max(gaps) < 1e-3
     assert "Self CPU time total" in report["profile"]
     assert "pairs/s" in done.stdout and "MFU n/a" in done.stdout  # no peak known for a CPU
+
+
+def test_useful_flops_match_the_hand_count_for_bart_large():
+    """BART-large, one source of 500 tokens and one target of 60 (docs/gpu.md): encoder
+    linears 151.2 + encoder attention 12.3 + cross K/V 25.2 + decoder linears 21.2 + decoder
+    attention 1.6 + output layer 6.2 = 217.7 GFLOP, counted by hand from d = 1,024, FFN 4,096,
+    12 + 12 layers and V = 50,265; embeddings are not multiplications."""
+    import torch
+    import transformers
+
+    from benchmarks.bench_gpu import SIZES, useful_flops
+
+    with torch.device("meta"):
+        model = transformers.BartForConditionalGeneration(transformers.BartConfig(**SIZES["large"]["bart"]))
+    flops = useful_flops(model, [[5] * 500], [[[7] * 60]])
+    assert flops == pytest.approx(217.7e9, rel=0.005)
+    everything = 2 * sum(p.numel() for p in model.parameters()) * 560
+    assert everything > 1.05 * flops  # the old count, with embeddings, reads high

@@ -5,36 +5,10 @@ on CPU, where the same Python runs."""
 
 from __future__ import annotations
 
-import contextlib
-import traceback
-
 import pytest
-import torch
 
+from ctgscore.testing.host_reads import counted_reads
 from scoring.engine import Ragged
-
-READS = ("__bool__", "item", "tolist", "cpu", "__int__", "__float__")
-
-
-@contextlib.contextmanager
-def counted_reads():
-    seen: list[str] = []
-    saved = {name: getattr(torch.Tensor, name) for name in READS}
-
-    def wrap(name, original):
-        def read(self, *args, **kwargs):
-            frame = traceback.extract_stack(limit=2)[0]
-            seen.append(f"{name} at {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}")
-            return original(self, *args, **kwargs)
-        return read
-
-    for name, original in saved.items():
-        setattr(torch.Tensor, name, wrap(name, original))
-    try:
-        yield seen
-    finally:
-        for name, original in saved.items():
-            setattr(torch.Tensor, name, original)
 
 
 def _engine(tiny_models, name):
@@ -67,3 +41,19 @@ def test_one_device_read_per_call(tiny_models, name, shape):
     assert len(seen) == 1 and seen[0].startswith("tolist at engine.py"), seen
     engine.on_cuda = False
     assert nll == pytest.approx(engine.pair_nll(source_ids, target_ids, groups), abs=1e-5)
+
+
+def test_gathered_cross_keys_values_count_in_the_chunk_budget(tiny_models):
+    """On CUDA a decoder chunk that mixes sources gathers each row's source keys/values: the
+    plan bounds rows x source width by twice the token budget (short targets against long
+    sources would otherwise gather without limit)."""
+    _, engine = _engine(tiny_models, "bart")
+    width = 200
+    lengths = [[3] * 16 for _ in range(8)]  # 128 three-token targets of 8 long sources
+    for chunk in engine._plan(list(range(8)), lengths, width):
+        rows = [row for row, _, _ in chunk]
+        if len(set(rows)) > 1 and rows != list(range(rows[0], rows[0] + len(rows))):  # not a slice: a gather
+            assert len(chunk) * width <= 2 * engine.token_budget
+    engine.layout = "by_length"  # every chunk mixes sources
+    assert all(len(chunk) * width <= 2 * engine.token_budget for chunk in engine._plan(list(range(8)), lengths, width))
+    assert sum(len(chunk) for chunk in engine._plan(list(range(8)), lengths, width)) == 128

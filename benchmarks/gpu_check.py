@@ -1,0 +1,201 @@
+"""`make gpu-check`: everything the first GPU machine should measure, in one command and one
+folder (flat, at most 8 files):
+
+    python3 -m benchmarks.gpu_check --out DIR                 # on the GPU (about 5 minutes on an H200)
+    python3 -m benchmarks.gpu_check --out DIR --device cpu --tiny   # dry run (the test suite)
+
+1. `bench_gpu.py` (honest MFU, median of 3 runs, peak memory, host reads per call) ->
+   `bench_gpu.json`, `bench_gpu.log`;
+2. `pytest -m gpu tests/test_gpu_smoke.py` -> `pytest_gpu.log`;
+3. end to end on real rows (`data/sample`: SummEval for BARTScore s->h, CTRLEval texts for
+   CTRLEval coherence on PEGASUS), tiny models and, without `--tiny`, large-config random
+   models (BART-large and PEGASUS-large sizes with the tiny tokenizers): the Ray job when Ray
+   is importable (and `--no-ray` is not given), else the same rows through the two stages the
+   job's actor runs (`prepare_rows` on a metric built without weights, then
+   `score_prepared_rows` on the device) -> `end_to_end.json`, `end_to_end.log`;
+4. `summary.json`: what ran, where, how long, and each step's outcome.
+
+Needs only the repository on PYTHONPATH, torch, transformers, tokenizers, sentencepiece,
+pyarrow and pytest: no install, no download.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "data" / "sample"
+LARGE = {"d_model": 1024, "layers": 12, "heads": 16, "ffn": 4096}
+LARGE_PEGASUS = {"d_model": 1024, "layers": 16, "heads": 16, "ffn": 4096}
+
+
+def _rows(limit: int) -> tuple[list[dict], list[dict]]:
+    import pyarrow.parquet as pq
+
+    summeval = [row for f in sorted(SAMPLE.glob("summeval-*.parquet")) for row in pq.read_table(f).to_pylist()]
+    ctrleval = [row for f in sorted(SAMPLE.glob("ctrleval_*.parquet")) for row in pq.read_table(f).to_pylist()]
+    return summeval[:limit], ctrleval[:limit]
+
+
+def _models(work: pathlib.Path, tiny: bool) -> dict[str, dict]:
+    """{label: (metric, params)} for the tiny models and, unless tiny, large-config ones."""
+    from ctgscore.testing import tiny_models
+
+    paths = tiny_models.build_tiny_models(work / "tiny")
+    models = {"bart-tiny": ("bartscore", {"model": paths["bart"], "directions": ["s_h"]}),
+              "pegasus-tiny": ("ctrleval", {"model": paths["pegasus"], "iwf": paths["iwf"], "aspects": ["coherence"]})}
+    if not tiny:
+        bart = tiny_models.build_bart(work / "bart-large-config", seed=2, sizes=LARGE)
+        pegasus = tiny_models.build_pegasus(work / "pegasus-large-config", seed=1, sizes=LARGE_PEGASUS)
+        models["bart-large-config"] = ("bartscore", {"model": str(bart), "directions": ["s_h"]})
+        models["pegasus-large-config"] = ("ctrleval", {"model": str(pegasus), "iwf": paths["iwf"], "aspects": ["coherence"]})
+    return models
+
+
+def _two_stage(metric_name: str, params: dict, rows: list[dict]) -> list[dict]:
+    """The job actor's path without Ray: ids prepared by a weightless metric, scored on the device."""
+    from scoring.models import without_weights
+    from scoring.registry import build_metric
+
+    with without_weights():
+        light = build_metric(metric_name, params)
+    full = build_metric(metric_name, params)
+    todo = [i for i, row in enumerate(rows) if light.precheck(row, None) is None and light.validate(row) is None]
+    table, reasons = light.prepare_rows([rows[i] for i in todo])
+    scored = iter(full.score_prepared_rows(table))
+    results = [light.precheck(row, None) or light.empty_result(light.validate(row)) for row in rows]
+    for i, reason in zip(todo, reasons):
+        results[i] = light.empty_result(reason) if reason is not None else next(scored)
+    return results
+
+
+def _ray_job(metric_name: str, params: dict, rows: list[dict], work: pathlib.Path, device: str) -> dict:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ray_jobs.config import parse_config
+    from ray_jobs.score_corpus import run_job
+
+    folder = work / f"job-{metric_name}-{abs(hash(params['model'])) % 10_000}"
+    (folder / "in").mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), folder / "in" / "rows.parquet")
+    gpus = 1 if device.startswith("cuda") else 0
+    config = parse_config({"input": str(folder / "in"), "output": str(folder / "out"), "progress": False,
+                           "pool": {"min_size": 1, "max_size": 1, "num_cpus": 0.5, "num_gpus": gpus},
+                           "metrics": [{"name": metric_name, "params": params}]})
+    return run_job(config)["metrics"][metric_name]
+
+
+def end_to_end(out: pathlib.Path, device: str, tiny: bool, rows: int, use_ray: bool) -> dict:
+    report: dict = {"device": device, "path": None, "runs": []}
+    summeval, ctrleval = _rows(rows)
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
+        work = pathlib.Path(tmp)
+        models = _models(work, tiny)
+        ray_ok = use_ray
+        if use_ray:
+            try:
+                import ray  # noqa: F401
+            except ImportError:
+                ray_ok = False
+        report["path"] = "ray job (ray_jobs.score_corpus.run_job)" if ray_ok else "two stages without Ray (prepare_rows -> score_prepared_rows)"
+        print(f"end to end: {report['path']} on {device}", flush=True)
+        for label, (metric_name, params) in models.items():
+            data = summeval if metric_name == "bartscore" else ctrleval
+            params = {**params, "device": device, "dtype": "bfloat16" if device.startswith("cuda") else "float32"}
+            start = time.perf_counter()
+            if ray_ok:
+                summary = _ray_job(metric_name, params, data, work, device)
+                entry = {"rows": summary["rows_out"], "errors": summary["rows_error"], "retry": summary.get("rows_retry", 0)}
+            else:
+                results = _two_stage(metric_name, params, data)
+                errors = [r["error"] for r in results if r["error"]]
+                score_columns = [c for c in results[0] if c.startswith(("bartscore_", "ctrleval_"))] if results else []
+                values = [r[c] for r in results for c in score_columns if r[c] is not None]
+                entry = {"rows": len(results), "errors": len(errors), "error_samples": errors[:3],
+                         "finite_scores": sum(1 for v in values if v == v and abs(v) != float("inf")), "scores": len(values)}
+            entry.update(model=label, metric=metric_name, dtype=params["dtype"], seconds=round(time.perf_counter() - start, 3))
+            entry["rows_per_s"] = round(entry["rows"] / entry["seconds"], 1) if entry["seconds"] else None
+            report["runs"].append(entry)
+            print(json.dumps(entry), flush=True)
+    return report
+
+
+def _step(name: str, log: pathlib.Path, run) -> dict:
+    """Run one step with its output in `log`; its outcome (never raises)."""
+    start = time.perf_counter()
+    buffer = io.StringIO()
+    outcome: dict = {"step": name}
+    try:
+        with contextlib.redirect_stdout(buffer):
+            outcome["result"] = run()
+        outcome["ok"] = True
+    except BaseException as exc:  # noqa: BLE001 - one step failing must not lose the others' numbers
+        outcome["ok"] = False
+        outcome["error"] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+    log.write_text(buffer.getvalue() + (f"\nerror: {outcome['error']}\n" if not outcome["ok"] else ""))
+    outcome["seconds"] = round(time.perf_counter() - start, 1)
+    print(f"gpu-check: {name}: {'ok' if outcome['ok'] else outcome['error']} ({outcome['seconds']} s)", flush=True)
+    return outcome
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="benchmark, GPU tests and an end-to-end run, into one folder")
+    parser.add_argument("--out", required=True, help="folder for everything measured (created; flat, <= 8 files)")
+    parser.add_argument("--device", default=None, help="cuda (default when available) or cpu")
+    parser.add_argument("--tiny", action="store_true", help="tiny models and few rows only (the dry run)")
+    parser.add_argument("--rows", type=int, default=None, help="real rows per metric (default 300; 24 with --tiny)")
+    parser.add_argument("--no-ray", action="store_true", help="end to end through the two stages even when Ray is importable")
+    parser.add_argument("--skip-pytest", action="store_true", help="leave out `pytest -m gpu`")
+    args = parser.parse_args(argv)
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    rows = args.rows or (24 if args.tiny else 300)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    steps = []
+
+    from benchmarks import bench_gpu
+
+    bench_args = ["--device", device, "--out", str(out / "bench_gpu.json")]
+    bench_args += ["--tiny", "--rows", "8", "--repeats", "3"] if args.tiny else ["--rows", "800", "--repeats", "3", "--token-budget", "32768"]
+    steps.append(_step("bench_gpu", out / "bench_gpu.log", lambda: bool(bench_gpu.main(bench_args))))
+    if not args.skip_pytest:
+        def pytest_gpu():
+            done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-m", "gpu", "tests/test_gpu_smoke.py"],
+                                  cwd=REPO, capture_output=True, text=True, timeout=600,
+                                  env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})
+            print(done.stdout[-20000:] + done.stderr[-5000:])
+            last = (done.stdout.strip().splitlines() or [""])[-1]
+            if done.returncode not in (0, 5):  # 5: nothing collected/all deselected
+                raise RuntimeError(f"pytest -m gpu exited {done.returncode}: {last}")
+            return last
+        steps.append(_step("pytest -m gpu", out / "pytest_gpu.log", pytest_gpu))
+    e2e = _step("end to end", out / "end_to_end.log", lambda: end_to_end(out, device, args.tiny, rows, not args.no_ray))
+    if e2e.get("ok"):
+        (out / "end_to_end.json").write_text(json.dumps(e2e["result"], indent=1) + "\n")
+    steps.append({k: v for k, v in e2e.items() if k != "result"})
+    summary = {"device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu", "torch": torch.__version__,
+               "tiny": args.tiny, "rows": rows, "steps": steps}
+    import transformers
+
+    summary["transformers"] = transformers.__version__
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(f"gpu-check: wrote {sorted(p.name for p in out.iterdir())} to {out}")
+    return 0 if all(step.get("ok") for step in steps) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

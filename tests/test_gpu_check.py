@@ -1,0 +1,41 @@
+"""`make gpu-check` in its dry mode (`--device cpu --tiny`): every step runs, everything lands
+in one flat folder of at most 8 files, the end-to-end rows come out scored."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_gpu_check_dry_run_on_cpu(tmp_path):
+    out = tmp_path / "gpu-check"
+    # as on the GPU machine: `make gpu-check PY=<interpreter>` from the root, nothing but PYTHONPATH
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HOME": str(tmp_path), "PYTHONPATH": ""}
+    import sys
+
+    done = subprocess.run(["make", "-s", "gpu-check", f"PY={sys.executable}", f"OUT={out}",
+                           "GPU_CHECK_FLAGS=--device cpu --tiny --no-ray"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=880)
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    files = sorted(p.name for p in out.iterdir())
+    assert all(p.is_file() for p in out.iterdir()) and len(files) <= 8
+    assert {"summary.json", "bench_gpu.json", "bench_gpu.log", "pytest_gpu.log", "end_to_end.json"} <= set(files)
+    summary = json.loads((out / "summary.json").read_text())
+    assert [s["step"] for s in summary["steps"]] == ["bench_gpu", "pytest -m gpu", "end to end"]
+    assert all(s["ok"] for s in summary["steps"]), summary
+    bench = json.loads((out / "bench_gpu.json").read_text())
+    engine = [r for r in bench["runs"] if r["mode"] == "engine"]
+    assert all(len(r["seconds_runs"]) >= 3 and r["host_reads_per_call"] >= 1 for r in engine)
+    e2e = json.loads((out / "end_to_end.json").read_text())
+    assert e2e["path"].startswith("two stages")
+    assert {r["model"] for r in e2e["runs"]} == {"bart-tiny", "pegasus-tiny"}
+    for run in e2e["runs"]:
+        assert run["rows"] == 24 and run["errors"] < run["rows"] and run["finite_scores"] == run["scores"] > 0
