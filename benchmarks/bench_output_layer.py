@@ -27,20 +27,14 @@ if str(REPO) not in sys.path:
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from scoring.engine import CausalLikelihood, OutputHead, Ragged, _to_device, _token_logprobs  # noqa: E402
+from scoring.engine import CausalLikelihood, OutputHead, Ragged, _token_logprobs, real_positions  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "bench_output_layer.json"
 
 
 def old_target_logprob_sums(head: OutputHead, hidden, labels, lengths) -> torch.Tensor:
-    """The pre-issue-29 `OutputHead.target_logprob_sums`, as it was."""
-    counts = np.asarray(lengths, dtype=np.int64)
-    total = int(counts.sum())
-    starts = np.cumsum(counts) - counts
-    index = np.empty((2, total), dtype=np.int64)
-    index[0] = np.repeat(np.arange(len(counts)), counts)
-    index[1] = np.arange(total) - np.repeat(starts, counts)
-    owners, columns = _to_device(torch.from_numpy(index), hidden.device).unbind(0)
+    """The pre-issue-29 `OutputHead.target_logprob_sums`, as it was (the same real positions)."""
+    owners, columns, total = real_positions(lengths, hidden.device)
     states, targets = hidden[owners, columns], labels[owners, columns]
     token_logprobs = torch.empty(total, dtype=torch.float32, device=hidden.device)
     weight = head.vocabulary_major_weight()

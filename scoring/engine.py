@@ -458,6 +458,19 @@ class Seq2SeqLikelihood:
         self._pending.append((keys, -(sums / label_mask.sum(-1))))
 
 
+def real_positions(lengths: Sequence[int], device) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(row, column) index tensors on `device` of the first `lengths[row]` positions of every
+    row, built on the host (no device read), and their count."""
+    counts = np.asarray(lengths, dtype=np.int64)
+    total = int(counts.sum())
+    starts = np.cumsum(counts) - counts
+    index = np.empty((2, total), dtype=np.int64)
+    index[0] = np.repeat(np.arange(len(counts)), counts)
+    index[1] = np.arange(total) - np.repeat(starts, counts)
+    owners, columns = _to_device(torch.from_numpy(index), device).unbind(0)
+    return owners, columns, total
+
+
 class OutputHead:
     """The LM head applied only where it is needed: on real (non-pad) target positions, a
     chunk of positions at a time, so the full [batch, length, vocabulary] logits tensor is
@@ -542,13 +555,7 @@ class OutputHead:
         logit[label] - logsumexp(logits), in float32 (logsumexp as max + log(sum(exp(logits -
         max))), in place on the chunk). The real positions are indexed from the host-side
         lengths, so the loop bounds never wait for the device."""
-        counts = np.asarray(lengths, dtype=np.int64)
-        total = int(counts.sum())
-        starts = np.cumsum(counts) - counts
-        index = np.empty((2, total), dtype=np.int64)
-        index[0] = np.repeat(np.arange(len(counts)), counts)
-        index[1] = np.arange(total) - np.repeat(starts, counts)
-        owners, columns = _to_device(torch.from_numpy(index), hidden.device).unbind(0)
+        owners, columns, total = real_positions(lengths, hidden.device)
         states, targets = hidden[owners, columns], labels[owners, columns]
         token_logprobs = torch.empty(total, dtype=torch.float32, device=hidden.device)
         weight, bias = self.vocabulary_major_weight(), self.bias()

@@ -137,3 +137,30 @@ def test_cli_refuses_max_length_and_scores_around_the_bad_row(bart_with_512_posi
     assert [r["id"] for r in out] == [r["id"] for r in data], proc.stderr
     assert f"token id {rows}" in out[3]["error"] and f"({rows} embedding rows)" in out[3]["error"]
     assert all(r["error"] is None and r["bartscore_s_h"] is not None for r in out[:3])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_ray_job_scores_around_the_bad_row_and_refuses_max_length(ray_local, bart_with_an_extra_id, bart_with_512_positions, tmp_path):
+    from ray_jobs.config import parse_config
+    from ray_jobs.score_corpus import run_job
+    from tests.job_support import shard_rows
+
+    folder, rows = bart_with_an_extra_id
+    data = _rows(6)
+    data[4]["source"] = f"A source holding {EXTRA} in the middle."
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.Table.from_pylist(data), tmp_path / "in" / "rows.parquet")
+
+    def job(model, out):
+        return parse_config({"input": str(tmp_path / "in"), "output": str(tmp_path / out), "part_rows": 4, "progress": False,
+                             "pool": {"min_size": 1, "max_size": 1, "num_cpus": 0.5},
+                             "metrics": [{"name": "bartscore", "params": {"model": model, "directions": ["s_h"]}}]})
+
+    report = run_job(job(folder, "out"))["metrics"]["bartscore"]
+    assert report["rows_out"] == 6 and report["rows_error"] == 1 and report["rows_retry"] == 0
+    out = shard_rows(tmp_path / "out" / "bartscore", "rows.parquet")
+    assert out[4]["error"] == f"s_h source: token id {rows} is outside the vocabulary of bart ({rows} embedding rows)"
+    assert all(r["error"] is None and r["bartscore_s_h"] < 0 for i, r in enumerate(out) if i != 4)
+    with pytest.raises(UsageError, match="max_length 1024 is past the position table of bart .512 positions"):
+        run_job(job(bart_with_512_positions, "refused"))
