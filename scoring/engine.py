@@ -593,18 +593,22 @@ def _logsumexp_last(logits: torch.Tensor) -> torch.Tensor:
 
 def fused_logsumexp(logits: torch.Tensor) -> torch.Tensor:
     """`torch.logsumexp(logits, -1)` compiled once (dynamic row count) into one fused reduction
-    that reads the logits once; eager when compiling fails here (no Triton, say)."""
+    that reads the logits once; eager from the first time compiling or running the compiled
+    function fails here (no Triton, say). Out-of-memory and accelerator errors are the
+    caller's (the batch is split, or the process ends)."""
+    from scoring.errors import is_accelerator_error
+
     if not _COMPILED_LOGSUMEXP:
-        try:
-            compiled = torch.compile(_logsumexp_last, dynamic=True)
-            result = compiled(logits)
-        except Exception:  # noqa: BLE001 - a missing compiler only costs speed
-            _COMPILED_LOGSUMEXP.append(None)
-            return torch.logsumexp(logits, dim=-1)
-        _COMPILED_LOGSUMEXP.append(compiled)
-        return result
+        _COMPILED_LOGSUMEXP.append(torch.compile(_logsumexp_last, dynamic=True))
     compiled = _COMPILED_LOGSUMEXP[0]
-    return compiled(logits) if compiled is not None else torch.logsumexp(logits, dim=-1)
+    if compiled is not None:
+        try:
+            return compiled(logits)
+        except Exception as exc:  # noqa: BLE001 - a compiler that fails only costs speed
+            if is_out_of_memory(exc) or is_accelerator_error(exc):
+                raise
+            _COMPILED_LOGSUMEXP[0] = None
+    return torch.logsumexp(logits, dim=-1)
 
 
 class CausalLikelihood:
@@ -622,6 +626,7 @@ class CausalLikelihood:
         self._pending: list[tuple[list, torch.Tensor]] = []
         # real positions only, float32 chunks: never the [batch, length, vocabulary] logits
         self.head = OutputHead.for_causal_model(model)
+        shared_source_attention.enable(model)  # its mask function never reads the mask back (no sync)
 
     @torch.inference_mode()
     def sequence_nll(self, sequences: Sequence[Sequence[int]]) -> list[tuple[float, int]]:

@@ -47,12 +47,15 @@ def shared_source_sdpa(module, query, key, value, attention_mask, **kwargs):
 
 
 def sdpa_mask_without_skips(*args, **kwargs):
-    """transformers' SDPA mask with both skip checks off: built from shapes and the padding
-    mask by indexing alone, it never inspects the mask's values (no device-to-host read)."""
+    """transformers' SDPA mask with both skip checks off whenever there is a padding mask:
+    built from shapes and the padding mask by indexing alone, it never inspects the mask's
+    values (no device-to-host read). Without a padding mask the checks read nothing from the
+    device, so they keep deciding (no mask at all for a bidirectional call)."""
     from transformers.masking_utils import sdpa_mask
 
-    kwargs["allow_is_causal_skip"] = False
-    kwargs["allow_is_bidirectional_skip"] = False
+    if kwargs.get("attention_mask") is not None or (len(args) > 6 and args[6] is not None):
+        kwargs["allow_is_causal_skip"] = False
+        kwargs["allow_is_bidirectional_skip"] = False
     return sdpa_mask(*args, **kwargs)
 
 

@@ -122,3 +122,12 @@ def test_pair_nll_never_syncs_before_the_final_collect(tiny_models, monkeypatch)
     finally:
         torch.cuda.set_sync_debug_mode(0)
     assert len(nll) == len(TARGETS) * 3 and all(value > 0 for value in nll)
+
+
+def test_fused_logsumexp_on_cuda_equals_the_eager_one():
+    from scoring.engine import fused_logsumexp
+
+    for rows in (1, 37, 2048):
+        logits = torch.randn(rows, 50_265, device="cuda") * 8
+        got, want = fused_logsumexp(logits.clone()), torch.logsumexp(logits.double(), dim=-1).float()
+        assert torch.allclose(got, want, rtol=1e-6, atol=1e-5)

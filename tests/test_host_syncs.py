@@ -57,3 +57,19 @@ def test_gathered_cross_keys_values_count_in_the_chunk_budget(tiny_models):
     engine.layout = "by_length"  # every chunk mixes sources
     assert all(len(chunk) * width <= 2 * engine.token_budget for chunk in engine._plan(list(range(8)), lengths, width))
     assert sum(len(chunk) for chunk in engine._plan(list(range(8)), lengths, width)) == 128
+
+
+def test_perplexity_reads_the_device_once_per_call(tiny_models):
+    from scoring.perplexity import Perplexity
+
+    scorer = Perplexity(tiny_models["gpt2"], token_budget=128)
+    engine = scorer.engine
+    engine.on_cuda = True
+    sequences, _ = scorer.encode([f"Text number {i} " + "and more words " * (i % 6) for i in range(20)])
+    ragged = Ragged.from_lists(sequences)
+    with counted_reads() as seen:
+        totals = engine.ragged_nll(ragged)
+    assert engine.stats["forward_passes"] >= 2
+    assert len(seen) == 1 and seen[0].startswith("tolist at engine.py"), seen
+    engine.on_cuda = False
+    assert [t for t, _ in totals] == pytest.approx([t for t, _ in engine.ragged_nll(ragged)], rel=1e-5)

@@ -76,3 +76,28 @@ def test_perplexity_reads_real_positions_only_and_matches_the_model(tiny_models)
         want = -torch.log_softmax(logits[:-1], -1).gather(-1, torch.tensor(sequence[1:])[:, None]).sum().item()
         assert count == len(sequence) - 1
         assert total == pytest.approx(want, rel=1e-5, abs=1e-4)
+
+
+def test_fused_logsumexp_falls_back_to_eager_when_the_compiler_fails(monkeypatch):
+    from scoring import engine
+
+    def broken_compile(function, dynamic=None):
+        def run(logits):
+            raise RuntimeError("no working Triton here")
+        return run
+
+    monkeypatch.setattr(engine, "_COMPILED_LOGSUMEXP", [])
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    logits = torch.randn(7, 300)
+    assert torch.equal(engine.fused_logsumexp(logits), torch.logsumexp(logits, dim=-1))
+    assert engine._COMPILED_LOGSUMEXP == [None]  # not tried again
+
+    def out_of_memory(function, dynamic=None):
+        def run(logits):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return run
+
+    monkeypatch.setattr(engine, "_COMPILED_LOGSUMEXP", [])
+    monkeypatch.setattr(torch, "compile", out_of_memory)
+    with pytest.raises(torch.OutOfMemoryError):  # the caller splits the batch
+        engine.fused_logsumexp(logits)
