@@ -73,6 +73,7 @@ class BARTScorer:
         token_budget: int = DEFAULT_TOKEN_BUDGET,
         revision: str | None = None,
         cache_dir: str | None = None,
+        compile: bool = False,
     ):
         from transformers import AutoModelForSeq2SeqLM
 
@@ -91,7 +92,9 @@ class BARTScorer:
             pad_id=self.tokenizer.pad_token_id,
             decoder_start_id=self.model.config.decoder_start_token_id,
             token_budget=token_budget,
+            compile_layers=bool(compile),
         )
+        self.compile = bool(compile)
 
     # ----- loading ----------------------------------------------------------------------
     def load(self, path: str) -> None:
@@ -227,6 +230,8 @@ class BARTScorer:
         }
         if self.state_dict_digest:
             params["state_dict"] = f"sha256:{self.state_dict_digest}"
+        if self.compile:  # only when set: default signatures (and their stored scores) stay as they were
+            params["compile"] = "regional torch.compile of the layers (CUDA)"
         return params
 
 
@@ -273,7 +278,10 @@ class BARTScoreMetric(RowMetric):
         max_length: int = 1024,
         token_budget: int = DEFAULT_TOKEN_BUDGET,
         cache_dir: str | None = None,
+        compile: bool = False,
     ):
+        """`compile: true` compiles each encoder and decoder layer with `torch.compile` on CUDA
+        (off by default; ignored on CPU; docs/gpu.md)."""
         if isinstance(directions, str):
             directions = [directions]
         directions = tuple(directions)
@@ -293,7 +301,8 @@ class BARTScoreMetric(RowMetric):
             self.prompts = load_prompts(prompts) or None
         except (FileNotFoundError, TypeError) as exc:
             raise UsageError(f"prompts: {exc}") from exc
-        self.scorer = BARTScorer(model, device=device, max_length=max_length, dtype=dtype, token_budget=token_budget, revision=revision, cache_dir=cache_dir)
+        self.scorer = BARTScorer(model, device=device, max_length=max_length, dtype=dtype, token_budget=token_budget, revision=revision, cache_dir=cache_dir,
+                                 compile=compile)
         if state_dict and self.scorer.model is not None:
             self.scorer.load(state_dict)
         needs_references = any(d != "s_h" for d in directions)

@@ -190,6 +190,7 @@ class CTRLEval:
         cache_dir: str | None = None,
         sentence_splitter: str = DEFAULT_SPLITTER,
         tokenization: str = "slow",
+        compile: bool = False,
     ):
         from transformers import AutoModelForSeq2SeqLM
 
@@ -221,8 +222,9 @@ class CTRLEval:
         self.max_length = int(max_length)
         self.engine = None if self.model is None else Seq2SeqLikelihood(  # None: built to prepare ids only
             self.model, pad_id=self.tokenizer.pad_token_id, decoder_start_id=self.model.config.decoder_start_token_id,
-            token_budget=token_budget,
+            token_budget=token_budget, compile_layers=bool(compile),
         )
+        self.compile = bool(compile)
 
     # ----- ids: the CPU half (tokenizer and IWF table only) -------------------------------
     def _encode(self, texts: Sequence[str], eos: bool) -> tuple[Ragged, np.ndarray]:
@@ -398,6 +400,7 @@ class CTRLEval:
             "iwf": f"sha256:{file_digest(self.iwf_path)}",
             "sentence_splitter": SPLITTER_IDS[self.sentence_splitter],
             "tokenization": self.tokenization,
+            **({"compile": "regional torch.compile of the layers (CUDA)"} if self.compile else {}),
             "batching": f"length-sorted,token_budget={self.engine.token_budget},decode_token_budget={self.engine.decode_token_budget}",
             **library_versions("torch", "transformers"),
         }
@@ -430,6 +433,7 @@ class CTRLEvalMetric(RowMetric):
         cache_dir: str | None = None,
         sentence_splitter: str = DEFAULT_SPLITTER,
         tokenization: str = "slow",
+        compile: bool = False,
     ):
         if isinstance(aspects, str):
             aspects = [aspects]
@@ -449,7 +453,7 @@ class CTRLEvalMetric(RowMetric):
             raise UsageError("relevance needs `task` (sentiment/topic) or `prompts` and `verbalizers` files")
         self.scorer = CTRLEval(model, iwf=iwf, prompts=prompts, verbalizers=verbalizers, device=device, dtype=dtype,
                                max_length=max_length, token_budget=token_budget, revision=revision, cache_dir=cache_dir,
-                               sentence_splitter=sentence_splitter, tokenization=tokenization)
+                               sentence_splitter=sentence_splitter, tokenization=tokenization, compile=compile)
         self.required_columns = ("text",) + (("prefix",) if "consistency" in self.aspects else ()) + (
             ("attribute",) if "relevance" in self.aspects else ())
         self.output_columns = tuple(f"ctrleval_{a}" for a in self.aspects)

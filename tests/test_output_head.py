@@ -101,3 +101,12 @@ def test_fused_logsumexp_falls_back_to_eager_when_the_compiler_fails(monkeypatch
     monkeypatch.setattr(torch, "compile", out_of_memory)
     with pytest.raises(torch.OutOfMemoryError):  # the caller splits the batch
         engine.fused_logsumexp(logits)
+
+
+def test_compile_is_off_by_default_cuda_only_and_named_in_the_signature_only_when_set(tiny_models):
+    from scoring.bartscore import BARTScoreMetric
+
+    plain = BARTScoreMetric(model=tiny_models["bart"], directions=["s_h"])
+    asked = BARTScoreMetric(model=tiny_models["bart"], directions=["s_h"], compile=True)
+    assert plain.scorer.engine.compiled_layers == 0 and asked.scorer.engine.compiled_layers == 0  # CPU: not compiled
+    assert "compile" not in plain.signature().params and "compile" in asked.signature().params
