@@ -216,7 +216,7 @@ def host_reads_per_call(run) -> int:
     return len(seen)
 
 
-def measure(args) -> dict:
+def measure(args, save=lambda report: None) -> dict:
     device = args.device
     size = "tiny" if args.tiny else "large"
     peak = args.peak_tflops * 1e12 if args.peak_tflops else None
@@ -266,6 +266,7 @@ def measure(args) -> dict:
                     if mode == "engine":
                         entry["host_reads_per_call"] = host_reads_per_call(run)
                     report["runs"].append(entry)
+                    save(report)
                     reads = f"  host reads/call {entry['host_reads_per_call']}" if mode == "engine" else ""
                     memory_text = f"  peak {memory / 2**30:.1f} GiB" if memory is not None else ""
                     print(f"{model_name:8s} {dtype_name:9s} {case:22s} {mode:6s} {pairs / seconds:10.1f} pairs/s"
@@ -312,10 +313,14 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     args.rows = args.rows or (16 if args.tiny else 1600)
     args.repeats = max(args.repeats, 3)
-    report = measure(args)
     out = pathlib.Path(args.out) if args.out else RESULTS / f"bench_gpu-{'tiny-' if args.tiny else ''}{args.device.replace(':', '')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1) + "\n")
+
+    def save(report: dict) -> None:  # after every case: a run cut short keeps its numbers
+        out.write_text(json.dumps(report, indent=1) + "\n")
+
+    report = measure(args, save)
+    save(report)
     print(f"wrote {out}")
     return report
 

@@ -4,16 +4,19 @@ folder (flat, at most 8 files):
     python3 -m benchmarks.gpu_check --out DIR                 # on the GPU (about 5 minutes on an H200)
     python3 -m benchmarks.gpu_check --out DIR --device cpu --tiny   # dry run (the test suite)
 
-1. `bench_gpu.py` (honest MFU, median of 3 runs, peak memory, host reads per call) ->
-   `bench_gpu.json`, `bench_gpu.log`;
-2. `pytest -m gpu tests/test_gpu_smoke.py` -> `pytest_gpu.log`;
+1. `pytest -m gpu tests/test_gpu_smoke.py` -> `pytest_gpu.log`;
+2. `bench_gpu.py` (honest MFU, median of 3 runs, peak memory, host reads per call; 640 rows
+   per workload at a 32,768-token budget) -> `bench_gpu.json` (rewritten after every case),
+   `bench_gpu.log`;
 3. end to end on real rows (`data/sample`: SummEval for BARTScore s->h, CTRLEval texts for
    CTRLEval coherence on PEGASUS), tiny models and, without `--tiny`, large-config random
    models (BART-large and PEGASUS-large sizes with the tiny tokenizers): the Ray job when Ray
    is importable (and `--no-ray` is not given), else the same rows through the two stages the
    job's actor runs (`prepare_rows` on a metric built without weights, then
    `score_prepared_rows` on the device) -> `end_to_end.json`, `end_to_end.log`;
-4. `summary.json`: what ran, where, how long, and each step's outcome.
+4. `summary.json` (rewritten after every step): what ran, where, how long, each step's outcome.
+
+Logs are written as the steps run (and echoed), so a run cut short keeps what it measured.
 
 Needs only the repository on PYTHONPATH, torch, transformers, tokenizers, sentencepiece,
 pyarrow and pytest: no install, no download.
@@ -130,19 +133,35 @@ def end_to_end(out: pathlib.Path, device: str, tiny: bool, rows: int, use_ray: b
     return report
 
 
+class _Tee(io.TextIOBase):
+    """Writes to the console and to a log file as it goes (a run cut short keeps its log)."""
+
+    def __init__(self, console, log):
+        self.console, self.log = console, log
+
+    def write(self, text: str) -> int:
+        self.console.write(text)
+        self.log.write(text)
+        self.log.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        self.console.flush()
+
+
 def _step(name: str, log: pathlib.Path, run) -> dict:
-    """Run one step with its output in `log`; its outcome (never raises)."""
+    """Run one step with its output in `log` (and on the console); its outcome (never raises)."""
     start = time.perf_counter()
-    buffer = io.StringIO()
     outcome: dict = {"step": name}
-    try:
-        with contextlib.redirect_stdout(buffer):
-            outcome["result"] = run()
-        outcome["ok"] = True
-    except BaseException as exc:  # noqa: BLE001 - one step failing must not lose the others' numbers
-        outcome["ok"] = False
-        outcome["error"] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
-    log.write_text(buffer.getvalue() + (f"\nerror: {outcome['error']}\n" if not outcome["ok"] else ""))
+    with open(log, "w") as handle:
+        try:
+            with contextlib.redirect_stdout(_Tee(sys.stdout, handle)):
+                outcome["result"] = run()
+            outcome["ok"] = True
+        except BaseException as exc:  # noqa: BLE001 - one step failing must not lose the others' numbers
+            outcome["ok"] = False
+            outcome["error"] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+            handle.write(f"\nerror: {outcome['error']}\n")
     outcome["seconds"] = round(time.perf_counter() - start, 1)
     print(f"gpu-check: {name}: {'ok' if outcome['ok'] else outcome['error']} ({outcome['seconds']} s)", flush=True)
     return outcome
@@ -165,13 +184,15 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    steps = []
+    steps: list[dict] = []
+    import transformers
 
-    from benchmarks import bench_gpu
+    summary = {"device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu", "torch": torch.__version__,
+               "transformers": transformers.__version__, "tiny": args.tiny, "rows": rows, "steps": steps}
 
-    bench_args = ["--device", device, "--out", str(out / "bench_gpu.json")]
-    bench_args += ["--tiny", "--rows", "8", "--repeats", "3"] if args.tiny else ["--rows", "800", "--repeats", "3", "--token-budget", "32768"]
-    steps.append(_step("bench_gpu", out / "bench_gpu.log", lambda: bool(bench_gpu.main(bench_args))))
+    def save_summary() -> None:  # after every step: a run cut short keeps what it measured
+        (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+
     if not args.skip_pytest:
         def pytest_gpu():
             done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-m", "gpu", "tests/test_gpu_smoke.py"],
@@ -183,16 +204,19 @@ def main(argv: list[str] | None = None) -> int:
                 raise RuntimeError(f"pytest -m gpu exited {done.returncode}: {last}")
             return last
         steps.append(_step("pytest -m gpu", out / "pytest_gpu.log", pytest_gpu))
+        save_summary()
+
+    from benchmarks import bench_gpu
+
+    bench_args = ["--device", device, "--out", str(out / "bench_gpu.json")]
+    bench_args += ["--tiny", "--rows", "8", "--repeats", "3"] if args.tiny else ["--rows", "640", "--repeats", "3", "--token-budget", "32768"]
+    steps.append(_step("bench_gpu", out / "bench_gpu.log", lambda: bool(bench_gpu.main(bench_args))))
+    save_summary()
     e2e = _step("end to end", out / "end_to_end.log", lambda: end_to_end(out, device, args.tiny, rows, not args.no_ray))
     if e2e.get("ok"):
         (out / "end_to_end.json").write_text(json.dumps(e2e["result"], indent=1) + "\n")
     steps.append({k: v for k, v in e2e.items() if k != "result"})
-    summary = {"device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu", "torch": torch.__version__,
-               "tiny": args.tiny, "rows": rows, "steps": steps}
-    import transformers
-
-    summary["transformers"] = transformers.__version__
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    save_summary()
     print(f"gpu-check: wrote {sorted(p.name for p in out.iterdir())} to {out}")
     return 0 if all(step.get("ok") for step in steps) else 1
 

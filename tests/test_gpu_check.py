@@ -29,7 +29,7 @@ def test_gpu_check_dry_run_on_cpu(tmp_path):
     assert all(p.is_file() for p in out.iterdir()) and len(files) <= 8
     assert {"summary.json", "bench_gpu.json", "bench_gpu.log", "pytest_gpu.log", "end_to_end.json"} <= set(files)
     summary = json.loads((out / "summary.json").read_text())
-    assert [s["step"] for s in summary["steps"]] == ["bench_gpu", "pytest -m gpu", "end to end"]
+    assert [s["step"] for s in summary["steps"]] == ["pytest -m gpu", "bench_gpu", "end to end"]
     assert all(s["ok"] for s in summary["steps"]), summary
     bench = json.loads((out / "bench_gpu.json").read_text())
     engine = [r for r in bench["runs"] if r["mode"] == "engine"]
