@@ -314,6 +314,7 @@ def run_on_gpu_cluster(config_path: str, cuda_config_path: str, temp_dir: str) -
     from ray_jobs.score_corpus import run_job
 
     os.environ["RAY_TMPDIR"] = temp_dir
+    os.environ["CTGSCORE_SIMULATED_GPUS"] = "1"  # logical GPUs without CUDA: GPU pools may score on the CPU
     os.makedirs(os.path.join(temp_dir, "ray"), exist_ok=True)
     cluster = Cluster(
         initialize_head=True,

@@ -94,13 +94,18 @@ def test_accelerator_errors_by_type_and_by_driver_text():
         Failing(fail).score_rows([{"id": "a", "text": "x"}, {"id": "b", "text": "y"}])
 
 
-def test_a_gpu_pool_without_cuda_fails_with_one_line():
+def test_a_gpu_pool_without_cuda_fails_with_one_line(monkeypatch):
+    monkeypatch.delenv(device_guard.SIMULATED_GPUS, raising=False)
     with pytest.raises(device_guard.NoCudaInGpuPool) as caught:
         device_guard.require_cuda("cpu", 1, cuda_available=False)
     assert "\n" not in str(caught.value) and "refusing to score on the CPU" in str(caught.value)
     with pytest.raises(device_guard.NoCudaInGpuPool):
         device_guard.require_cuda("cpu", 1, cuda_available=True)  # `device: auto` resolved to the CPU
+    with pytest.raises(device_guard.NoCudaInGpuPool):
+        device_guard.require_cuda("auto", 1, cuda_available=False)
     device_guard.require_cuda("cuda", 1, cuda_available=True)
+    device_guard.require_cuda("auto", 1, cuda_available=True)
+    device_guard.require_cuda(None, 1, cuda_available=False)  # a rule metric in a GPU pool has no model
     device_guard.require_cuda("cpu", 0, cuda_available=False)
 
 

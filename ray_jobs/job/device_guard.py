@@ -23,6 +23,9 @@ from typing import Any, Sequence
 from scoring.errors import RETRY_PREFIX, CtgscoreError
 
 HANG_EXIT = 71
+# a cluster whose GPUs are logical only (a CPU machine simulating a GPU cluster, in tests) sets
+# this to "1" so its GPU pools may score on the CPU; never set on a real cluster
+SIMULATED_GPUS = "CTGSCORE_SIMULATED_GPUS"
 
 
 class NoCudaInGpuPool(CtgscoreError):
@@ -31,14 +34,16 @@ class NoCudaInGpuPool(CtgscoreError):
 
 def require_cuda(device: str | None, num_gpus: float | None, cuda_available: bool | None = None) -> None:
     """Raise one line when the pool gives this actor GPUs but the metric's model is not on
-    CUDA (no CUDA device visible, or `device` resolved to the CPU)."""
-    if not num_gpus:
+    CUDA (no CUDA device visible, or `device` resolved to the CPU). A metric without a model
+    (`device` None: a rule metric in a GPU pool) is left alone; `auto` (a model loaded later,
+    CoDI-Eval's classifiers) needs a visible CUDA device."""
+    if not num_gpus or device is None or os.environ.get(SIMULATED_GPUS) == "1":
         return
     if cuda_available is None:
         import torch
 
         cuda_available = torch.cuda.is_available()
-    if not cuda_available or not str(device or "cpu").startswith("cuda"):
+    if not cuda_available or not (str(device).startswith("cuda") or device == "auto"):
         raise NoCudaInGpuPool(
             f"this actor of a GPU pool (num_gpus={num_gpus}) finds no CUDA device (model on {device or 'cpu'}, "
             f"torch.cuda.is_available()={cuda_available}); refusing to score on the CPU"
