@@ -265,9 +265,15 @@ def measure(args, save=lambda report: None) -> dict:
                              "mfu": mfu, "mfu_old": flops_old / seconds / peak if peak else None, "peak_memory_bytes": memory}
                     if mode == "engine":
                         entry["host_reads_per_call"] = host_reads_per_call(run)
+                        stats = getattr(engine, "stats", {})
+                        if stats.get("decoder_tokens_real"):  # decoder tokens computed per real one (1.0: no padding)
+                            entry["decoder_padding"] = stats["decoder_tokens_padded"] / stats["decoder_tokens_real"]
+                        stats.clear()
                     report["runs"].append(entry)
                     save(report)
                     reads = f"  host reads/call {entry['host_reads_per_call']}" if mode == "engine" else ""
+                    if "decoder_padding" in entry:
+                        reads += f"  decoder tokens/real {entry['decoder_padding']:.2f}"
                     memory_text = f"  peak {memory / 2**30:.1f} GiB" if memory is not None else ""
                     print(f"{model_name:8s} {dtype_name:9s} {case:22s} {mode:6s} {pairs / seconds:10.1f} pairs/s"
                           f" (median of {len(runs)})  MFU {'%.1f%%' % (100 * mfu) if mfu is not None else 'n/a'}"

@@ -475,6 +475,9 @@ class Seq2SeqLikelihood:
             sums = (_token_logprobs(logits, labels) * label_mask).sum(-1)
         self.stats["decoder_passes"] += 1
         self.stats["decoded_targets"] += len(chunk_pairs)
+        chunk_lengths = targets.lengths[keys]  # host-known: padded vs real decoder tokens
+        self.stats["decoder_tokens_real"] += int(chunk_lengths.sum())
+        self.stats["decoder_tokens_padded"] += len(keys) * int(chunk_lengths.max())
         self._pending.append((keys, -(sums / label_mask.sum(-1))))
 
 

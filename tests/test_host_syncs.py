@@ -73,3 +73,13 @@ def test_perplexity_reads_the_device_once_per_call(tiny_models):
     assert len(seen) == 1 and seen[0].startswith("tolist at engine.py"), seen
     engine.on_cuda = False
     assert [t for t, _ in totals] == pytest.approx([t for t, _ in engine.ragged_nll(ragged)], rel=1e-5)
+
+
+def test_decoder_padding_is_counted_from_host_lengths(tiny_models):
+    _, engine = _engine(tiny_models, "bart")
+    engine.stats.clear()
+    sources = Ragged.from_lists([[0, 10, 11, 12, 2]])
+    targets = Ragged.from_lists([[0, 20, 2], [0, 21, 22, 23, 24, 2]])
+    engine.pair_nll(sources, targets, [range(0, 2)])
+    assert engine.stats["decoder_passes"] == 1  # one chunk: both targets padded to 6
+    assert (engine.stats["decoder_tokens_real"], engine.stats["decoder_tokens_padded"]) == (9, 12)
