@@ -279,10 +279,20 @@ def leaderboard_csv(rows: Iterable[LeaderboardRow]) -> str:
     return buffer.getvalue()
 
 
-def comparisons_json(comparisons: Sequence[SystemComparison]) -> str:
-    """Comparisons and the leaderboard as one JSON document."""
-    return json.dumps({"comparisons": to_json_dict(list(comparisons)),
-                       "leaderboard": to_json_dict(leaderboard(comparisons))}, indent=1, allow_nan=False)
+LEADERBOARD_FORMAT = "ctgscore-leaderboard/1"
+
+
+def leaderboard_document(comparisons: Sequence[SystemComparison], **extra) -> dict:
+    """The one leaderboard JSON document: what the meta report, `compare -o x.json` and
+    `leaderboard` write, and what `--previous` reads. `format` names this layout; `leaderboard`
+    holds one row per (dataset, column, system); `extra` adds keys (refresh time, job)."""
+    return {"format": LEADERBOARD_FORMAT, "comparisons": to_json_dict(list(comparisons)),
+            "leaderboard": to_json_dict(leaderboard(comparisons)), **extra}
+
+
+def comparisons_json(comparisons: Sequence[SystemComparison], **extra) -> str:
+    """`leaderboard_document` as JSON text."""
+    return json.dumps(leaderboard_document(comparisons, **extra), indent=1, allow_nan=False)
 
 
 def comparison_markdown(comparisons: Sequence[SystemComparison], digits: int = 4) -> str:

@@ -203,11 +203,16 @@ def write_parquet_atomic(table, path: pathlib.Path) -> None:
 
 
 def check_input_path(path: str, what: str = "input") -> None:
-    """A local input must exist (s3:// inputs are checked where they are read)."""
+    """A local input must exist (s3:// inputs are checked where they are read). A path that is
+    not there is a mistake in the command line: a usage error (exit 2)."""
     if "://" not in path and not os.path.exists(path):
-        from scoring.errors import InputError
+        raise UsageError(f"{what} {path}: no such file or folder")
 
-        raise InputError(f"{what} {path}: no such file or folder")
+
+def visible_columns(names) -> list[str]:
+    """The column names a message may list: internal ones (a leading underscore, such as
+    BLEU's `_bleu_stat_*` sufficient statistics) are left out."""
+    return [str(n) for n in names if not str(n).startswith("_")]
 
 
 # ----- error rate -------------------------------------------------------------------------

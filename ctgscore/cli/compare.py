@@ -100,7 +100,8 @@ def plan_columns(path: str, columns: list[str] | None):
         raise InputError(f"scores {path}: no numeric score columns to compare on")
     missing = [c for c in columns if c not in named]
     if missing:
-        raise InputError(f"scores {path}: no column {missing[0]!r} (score columns: {', '.join(numeric) or 'none'})")
+        raise UsageError(f"--columns: scores {path} have no column {missing[0]!r} "
+                         f"(score columns: {', '.join(numeric) or 'none'})")
     wanted: dict[str, list] = {}
     for out in columns:
         label, name, _ = named[out]
@@ -160,7 +161,7 @@ def compare_scores(path: str, columns: list[str] | None, lower_is_better: list[s
     if systems:
         unknown = [s for s in systems if s not in acc.systems]
         if unknown:
-            raise InputError(f"--systems: {', '.join(map(repr, unknown))} not found in {path} "
+            raise UsageError(f"--systems: {', '.join(map(repr, unknown))} not found in {path} "
                              f"(systems: {', '.join(acc.all_systems()) or 'none'})")
     lower = lower_is_better if lower_is_better is not None else [
         c for c in columns if c.split(".")[-1].startswith("perplexity")]
@@ -192,14 +193,14 @@ def handle(args: argparse.Namespace) -> int:
         output.write_text(text, encoding="utf-8")
     board = compare.leaderboard(comparisons)
     summary = {"ok": True, "command": "compare", "output": str(output) if output else None, "format": fmt,
-               "rows": acc.rows, "error_rows": acc.error_rows, "cells": acc.n_cells,
+               "rows": acc.input_rows, "rows_read": acc.rows, "error_rows": acc.error_rows, "cells": acc.n_cells,
                "leaderboard": to_json_dict(board), "comparisons": to_json_dict(list(comparisons)), "skipped": skipped}
     if output is None:
         lines = [text.rstrip("\n")]
     else:
         lines = [f"compare: {len(comparisons)} of {len(datasets) * len(columns)} comparisons "
                  f"({len(datasets)} dataset{'s' if len(datasets) > 1 else ''} x {len(columns)} "
-                 f"column{'s' if len(columns) > 1 else ''}: {', '.join(columns)}) from {acc.rows} rows -> {output}"]
+                 f"column{'s' if len(columns) > 1 else ''}: {', '.join(columns)}) from {acc.input_rows} rows -> {output}"]
         for comp in comparisons:
             ranking = ", ".join(f"{s.rank}. {s.system} {s.mean:.4g}" for s in comp.systems)
             lines.append(f"  {comp.dataset} / {comp.column}: {ranking}")
@@ -209,14 +210,20 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def read_previous(path: str) -> dict:
-    """A previous refresh's leaderboard JSON (`-o board.json` or the leaderboard command's)."""
+    """A previous leaderboard JSON (`meta_eval.compare.leaderboard_document`: the meta report's
+    `leaderboard.json`, `compare -o board.json` or the leaderboard command's). A file that is
+    not there is a usage error (exit 2); one that is not a leaderboard is an input error."""
     import json
+    import os
 
+    if not os.path.isfile(path):
+        raise UsageError(f"--previous {path}: no such file")
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
     except (OSError, json.JSONDecodeError) as exc:
         raise InputError(f"--previous {path}: cannot read it as JSON ({exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("leaderboard"), list):
-        raise InputError(f"--previous {path}: not a leaderboard JSON (no 'leaderboard' list)")
+        raise InputError(f"--previous {path}: not a leaderboard JSON (no 'leaderboard' list; write one with "
+                         "`ctgscore compare -o board.json`, `ctgscore leaderboard` or `ctgscore meta`)")
     return data

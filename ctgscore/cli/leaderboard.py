@@ -88,9 +88,9 @@ def handle(args: argparse.Namespace) -> int:
     now = dt.datetime.now(dt.timezone.utc)
     scored = {label: {"rows_scored": r.get("rows_scored"), "rows_cached": r.get("rows_cached")}
               for label, r in manifest.get("metrics", {}).items()}
-    document = json.loads(compare.comparisons_json(comparisons))
-    document.update({"refreshed": now.isoformat(timespec="seconds"), "scores": str(scores), "job": scored})
-    text = json.dumps(document, indent=1)
+    document = compare.leaderboard_document(comparisons, refreshed=now.isoformat(timespec="seconds"),
+                                            scores=str(scores), job=scored)
+    text = json.dumps(document, indent=1, allow_nan=False)
     (out / "board.html").write_text(compare_cli.render(comparisons, "html", previous), encoding="utf-8")
     board_json.write_text(text, encoding="utf-8")
     history = out / "history"
@@ -98,7 +98,7 @@ def handle(args: argparse.Namespace) -> int:
     (history / f"{now.strftime('%Y%m%dT%H%M%SZ')}.json").write_text(text, encoding="utf-8")
     leaders = {f"{c.dataset}/{c.column}": c.systems[0].system for c in comparisons}
     with open(out / "history.jsonl", "a", encoding="utf-8") as handle_:
-        handle_.write(json.dumps({"refreshed": document["refreshed"], "job": scored, "rows": acc.rows,
+        handle_.write(json.dumps({"refreshed": document["refreshed"], "job": scored, "rows": acc.input_rows,
                                   "leaders": leaders}) + "\n")
     rows_scored = sum(v["rows_scored"] or 0 for v in scored.values())
     rows_cached = sum(v["rows_cached"] or 0 for v in scored.values())

@@ -12,7 +12,7 @@ import json
 import pathlib
 
 from meta_eval.compare import leaderboard as leaderboard_rows
-from meta_eval.compare import leaderboard_csv
+from meta_eval.compare import comparisons_json, leaderboard_csv
 from meta_eval.report import plots
 from meta_eval.report.html import render
 from meta_eval.report.leaderboard import leaderboard_html
@@ -80,7 +80,7 @@ def write_report(result: MetaResult, out_dir, fmt: str = "both", scores: str | N
         paths["leaderboard_csv"] = out / "leaderboard.csv"
         paths["leaderboard_csv"].write_text(leaderboard_csv(rows))
         paths["leaderboard_json"] = out / "leaderboard.json"
-        paths["leaderboard_json"].write_text(json.dumps(to_json_dict(rows), indent=1, allow_nan=False) + "\n")
+        paths["leaderboard_json"].write_text(comparisons_json(comparisons) + "\n")  # the format --previous reads
         paths["leaderboard_html"] = out / "leaderboard.html"
         paths["leaderboard_html"].write_text(leaderboard_html(comparisons))
     text = report_markdown(result, images)
