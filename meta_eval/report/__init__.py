@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import pathlib
 
-from meta_eval.compare import leaderboard as leaderboard_rows
 from meta_eval.compare import comparisons_json, leaderboard_csv
+from meta_eval.compare import leaderboard as leaderboard_rows
 from meta_eval.report import plots
 from meta_eval.report.html import render
 from meta_eval.report.leaderboard import leaderboard_html
