@@ -266,6 +266,43 @@ def leaderboard(comparisons: Iterable[SystemComparison]) -> list[LeaderboardRow]
             for c in comparisons for s in c.systems]
 
 
+def decisive_test(comp: SystemComparison) -> str:
+    """The test whose p-value decides every `better` mark of `comp`: the paired bootstrap when it
+    ran, else approximate randomisation (`compare_units`)."""
+    return "bootstrap" if any(p.p_bootstrap is not None for p in comp.pairs) else "randomization"
+
+
+def decisive_p(pair: SystemPair, test: str) -> float | None:
+    """The pair's p-value from the deciding test (`decisive_test`)."""
+    return pair.p_bootstrap if test == "bootstrap" else pair.p_randomization
+
+
+TEST_NAMES = {"bootstrap": "paired bootstrap", "randomization": "approximate randomisation"}
+
+
+def significance_clusters(comp: SystemComparison) -> dict[str, int]:
+    """System -> cluster number (1 = top), as the WMT metrics task draws significance clusters:
+    walk the systems in rank order; a system starts a new cluster when its `better` mark
+    separates it from any system already in the current cluster, else it joins that cluster.
+    Clusters are therefore runs of consecutive ranks."""
+    separated = {frozenset((p.a, p.b)) for p in comp.pairs if p.better is not None}
+    clusters: dict[str, int] = {}
+    current: list[str] = []
+    number = 0
+    for score in comp.systems:
+        if not current or any(frozenset((score.system, other)) in separated for other in current):
+            number += 1
+            current = []
+        current.append(score.system)
+        clusters[score.system] = number
+    return clusters
+
+
+CLUSTER_DEFINITION = ("Clusters are drawn as in the WMT metrics task: going down the ranking, a system opens a new "
+                      "cluster when it is significantly different from any system already in the current cluster, "
+                      "so each cluster is a run of consecutive ranks and the leading group is cluster 1.")
+
+
 LEADERBOARD_FIELDS = ("dataset", "column", "system", "mean", "low", "high", "rank", "n_units", "lower_is_better")
 
 
@@ -308,11 +345,18 @@ def comparison_markdown(comparisons: Sequence[SystemComparison], digits: int = 4
                                   [[s.rank, s.system, s.mean, s.interval.low, s.interval.high] for s in comp.systems],
                                   digits))
         level = f"{100 * comp.pairs[0].ci_diff.level:g}%" if comp.pairs else "95%"
-        out.append("The pair interval is the bootstrap test inverted: it excludes 0 exactly when the pair is "
-                   "significant (– where there are too few resamples for any p below alpha).\n")
-        out.append(markdown_table(["A", "B", "mean A - mean B", f"{level} low", f"{level} high", "p (bootstrap)",
-                                   "p (randomization)", "better"],
-                                  [[p.a, p.b, p.diff, p.ci_diff.low, p.ci_diff.high, p.p_bootstrap, p.p_randomization,
+        test = decisive_test(comp)
+        other = [t for t in TESTS if t != test and any(decisive_p(p, t) is not None for p in comp.pairs)]
+        out.append(f"The {TEST_NAMES[test]} decides every mark: `better` names a system exactly when its p is below "
+                   "alpha, and the pair interval is that test inverted, so it excludes 0 exactly then "
+                   "(– where there are too few resamples for any p below alpha).\n")
+        out.append(markdown_table(["A", "B", "mean A - mean B", f"{level} low", f"{level} high", f"p ({test})",
+                                   "better"],
+                                  [[p.a, p.b, p.diff, p.ci_diff.low, p.ci_diff.high, decisive_p(p, test),
                                     p.better or "no significant difference"] for p in comp.pairs], digits))
+        for name in other:  # shown apart: it decides nothing
+            out.append(f"The {TEST_NAMES[name]} for reference (it decides no mark):\n")
+            out.append(markdown_table(["A", "B", f"p ({name})"], [[p.a, p.b, decisive_p(p, name)] for p in comp.pairs],
+                                      digits))
         out.append(f"`{comp.signature}`\n")
     return "\n".join(out)

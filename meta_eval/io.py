@@ -191,10 +191,10 @@ def read_scores(path: str, humans: list[str] | None = None, metrics: list[str] |
 def _check_columns(frame: pd.DataFrame, columns: list[str], source: str) -> None:
     for col in columns:
         if col not in frame:
-            from scoring.errors import UsageError  # a column the command line names that is not there
-
             have = [str(c) for c in frame.columns if not str(c).startswith("_")]  # internal columns stay out
-            raise UsageError(f"{source}: column {col!r} not found (have: {', '.join(have)})")
+            error = InputError(f"{source}: column {col!r} not found (have: {', '.join(have)})")
+            error.missing_column = col  # the CLI makes a column the user named a usage error
+            raise error
         if not pd.api.types.is_numeric_dtype(frame[col]):
             bad = frame[col][pd.to_numeric(frame[col], errors="coerce").isna() & frame[col].notna()]
             where = f"row {bad.index[0]}: {bad.iloc[0]!r}" if len(bad) else f"dtype {frame[col].dtype}"

@@ -12,6 +12,7 @@ import argparse
 import pathlib
 
 from ctgscore.cli import common
+from meta_eval.defaults import DEFAULT_RESAMPLES
 from scoring.errors import InputError, UsageError
 
 TESTS = ["bootstrap", "randomization"]
@@ -31,7 +32,8 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
                         help="systems to compare (default: all; at least two)")
     parser.add_argument("--unit", default="doc_id", help="column that pairs rows across systems (default doc_id)")
     parser.add_argument("--tests", nargs="+", default=TESTS, choices=TESTS, help="significance tests to run")
-    parser.add_argument("--resamples", type=int, default=1000, help="paired bootstrap resamples")
+    parser.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES,
+                        help=f"paired bootstrap resamples (default {DEFAULT_RESAMPLES}, as meta)")
     parser.add_argument("--trials", type=int, default=10000, help="approximate randomisation trials")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level for `better`")

@@ -19,6 +19,7 @@ import json
 from ctgscore.cli import common
 from ctgscore.cli import compare as compare_cli
 from ctgscore.cli import run as run_cli
+from meta_eval.defaults import DEFAULT_RESAMPLES
 from scoring.errors import InputError, UsageError
 
 
@@ -38,7 +39,8 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
     parser.add_argument("--unit", default="doc_id", help="column that pairs rows across systems (default doc_id)")
     parser.add_argument("--lower-is-better", nargs="*", default=None, metavar="COLUMN",
                         help="columns where lower is better (default: perplexity columns)")
-    parser.add_argument("--resamples", type=int, default=1000, help="paired bootstrap resamples")
+    parser.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES,
+                        help=f"paired bootstrap resamples (default {DEFAULT_RESAMPLES}, as meta)")
     parser.add_argument("--trials", type=int, default=10000, help="approximate randomisation trials")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level")
