@@ -32,6 +32,9 @@ def _figures(group: GroupResult):
     for block in group.significance:
         name = f"significance_{safe_name(block.human.removeprefix('human_'))}_{block.level}.png"
         yield name, f"{group.name}: significance, {block.human}, {block.level} level", plots.significance(group, block)
+    for comp in group.systems:
+        yield (f"leaderboard_{safe_name(comp.column)}.png", f"{group.name}: leaderboard, {comp.column}",
+               plots.leaderboard(comp))
     chk = group.checklist
     if chk is None:
         return
