@@ -18,7 +18,8 @@ from ctgscore.cli import common
 from scoring.errors import CtgscoreError, InputError, UsageError
 
 LEVELS = ["sample", "document", "system"]
-METHODS = ["pearson", "spearman", "kendall", "pairwise_accuracy"]
+RESAMPLED = ["pearson", "spearman", "kendall", "pairwise_accuracy"]  # meta_eval.correlation.RESAMPLED
+METHODS = RESAMPLED + ["soft_pairwise_accuracy", "tie_calibrated_accuracy"]  # meta_eval.correlation.METHODS
 RAY_WORK = 100_000 * 1000  # `--tasks auto`: Ray tasks from rows x resamples >= this, this process below
 AUTO_TASKS = 2
 
@@ -47,7 +48,7 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
     parser.add_argument("--level", nargs="+", default=["sample"], choices=LEVELS,
                         help="bootstrap level(s): rows (sample) or documents (document, system) are resampled")
     parser.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS, help="correlations to report")
-    parser.add_argument("--boot-method", default="spearman", choices=METHODS,
+    parser.add_argument("--boot-method", default="spearman", choices=RESAMPLED,
                         help="correlation the significance test compares (pairwise_accuracy: document/system level)")
     parser.add_argument("--significance", default="bootstrap", choices=["bootstrap", "bartscore_subsample", "perm_both"],
                         help="metric-vs-metric test: paired bootstrap (two-sided), the BARTScore paper's 80%% "
