@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 
+MAX_PAIRS = 20_000_000  # acc_eq over more row pairs than this is not computed (NaN): memory
 EXACT_UNITS = 12  # up to this many units the permutation test enumerates all 2^n sign flips
 _SALT = 0x5350  # separates the SPA permutation stream from other seeded streams
 
@@ -68,9 +69,7 @@ def soft_pairwise_accuracy(metric: np.ndarray, human: np.ndarray, trials: int = 
 
 
 def unit_pairs(groups) -> tuple[np.ndarray, np.ndarray]:
-    """Indices (a, b), a < b, of every pair of rows in the same group (None: all rows one group)."""
-    if groups is None:
-        return np.triu_indices(0, k=1)
+    """Indices (a, b), a < b, of every pair of rows in the same group."""
     codes = np.unique(np.asarray(groups, dtype=object).astype(str), return_inverse=True)[1]
     order = np.argsort(codes, kind="stable")
     bounds = np.flatnonzero(np.diff(codes[order])) + 1
@@ -89,8 +88,13 @@ def tie_calibrated_accuracy(metric, human, groups=None) -> tuple[float, float]:
     None: every pair of rows). acc_eq(eps) = (C(eps) + T_hm(eps)) / N, C the pairs both order the
     same way with the metric's difference above eps, T_hm the pairs both tie (human difference 0,
     metric difference at most eps); eps ranges over 0 and every |metric difference|, and the
-    smallest eps of the largest accuracy is returned. (NaN, NaN) without pairs."""
+    smallest eps of the largest accuracy is returned. (NaN, NaN) without pairs, or with more
+    than `MAX_PAIRS`."""
     metric, human = np.asarray(metric, float), np.asarray(human, float)
+    sizes = np.unique(np.asarray(groups, dtype=object).astype(str), return_counts=True)[1] if groups is not None \
+        else np.array([len(metric)])
+    if int((sizes * (sizes - 1) // 2).sum()) > MAX_PAIRS:
+        return math.nan, math.nan  # e.g. a large dump without documents: every row paired with every row
     if groups is None:
         a, b = np.triu_indices(len(metric), k=1)
     else:

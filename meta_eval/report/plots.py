@@ -221,7 +221,7 @@ def leaderboard(comp):
     plt = _plt()
     clusters = significance_clusters(comp)
     systems = list(comp.systems)
-    fig, ax = plt.subplots(figsize=(7.0, 1.2 + 0.32 * len(systems)), dpi=DPI)
+    fig, ax = plt.subplots(figsize=(7.0, max(3.2, 1.2 + 0.32 * len(systems))), dpi=DPI)
     for k, score in enumerate(systems):
         color = CLUSTER_COLORS[(clusters[score.system] - 1) % len(CLUSTER_COLORS)]
         low, high = score.interval.low, score.interval.high
