@@ -107,7 +107,9 @@ def handle(args: argparse.Namespace) -> int:
     summary = {"ok": not problems, "command": "leaderboard", "output": str(out), "page": str(out / "board.html"),
                "job": scored, "errors": problems, "previous": previous is not None, "skipped": skipped,
                "leaderboard": document["leaderboard"]}
-    lines = [f"leaderboard: scored {rows_scored} new or changed rows ({rows_cached} reused); "
+    rows_in = (manifest.get("input") or {}).get("rows")
+    per_metric = f", summed over {len(scored)} metrics of {rows_in} input rows" if len(scored) > 1 and rows_in else ""
+    lines = [f"leaderboard: scored {rows_scored} new or changed rows ({rows_cached} reused{per_metric}); "
              f"{len(comparisons)} comparisons ({', '.join(columns)}) -> {out / 'board.html'}"]
     lines += _changes(comparisons, previous)
     lines += [f"  skipped: {reason}" for reason in skipped]
