@@ -20,7 +20,10 @@ per-sentence statistics).
   pair's comes from one (trials x systems) product of swap signs and per-unit means.
 * Ranks: by mean, best first (lowest first for lower-is-better columns), equal means share the
   smaller rank. A pair's `better` names the system whose mean is better when the bootstrap
-  p-value (the randomisation p-value when the bootstrap is off) is below `alpha`.
+  p-value (the randomisation p-value when the bootstrap is off) is below `alpha`: one test
+  decides every mark (`decisive_test`).
+* Significance clusters (`significance_clusters`): runs of consecutive ranks, as the WMT
+  metrics task draws them.
 
 Blocks of resamples and of trials run through a runner (`meta_eval.runner`), so the answer is the
 same in-process and on any number of Ray tasks. `system_comparison` takes rows (a DataFrame);

@@ -166,9 +166,9 @@ def _leaderboard(group: GroupResult) -> list[str]:
         return []
     return ["### Systems compared (leaderboard)", "",
             "Per column: mean over the documents every system has, 95% bootstrap interval, rank (best first); "
-            "pairs with the two-sided paired-bootstrap and approximate-randomisation p-values. "
-            "The same leaderboard as a page (ranks, leading group, significance matrix): "
-            "`leaderboard.html`, beside this report.", ""] + folded(
+            "every pair with the two-sided paired-bootstrap p-value, the one test that decides its mark "
+            "(approximate randomisation apart, for reference). The same leaderboard as a page (ranks, "
+            "significance clusters, matrix, sortable tables): `leaderboard.html`, beside this report.", ""] + folded(
         f"{len(group.systems)} columns, {sum(len(c.pairs) for c in group.systems)} system pairs",
         [comparison_markdown(group.systems)])
 
