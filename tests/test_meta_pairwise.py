@@ -120,3 +120,35 @@ def test_both_measures_appear_in_the_correlation_table_at_their_levels():
     acc = found[("sample", "tie_calibrated_accuracy")]
     expected, eps = naive_acc_eq(frame["m"].to_numpy(), frame["human_x"].to_numpy(), frame["doc_id"].to_numpy())
     assert acc.value == pytest.approx(expected) and acc.epsilon == pytest.approx(eps)
+
+
+def test_meta_reports_both_beside_the_correlations(tmp_path):
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ctgscore.testing.cli import run_cli
+
+    rng = np.random.default_rng(3)
+    docs, systems = 8, ["A", "B", "C", "D"]
+    human = rng.integers(1, 5, size=docs * len(systems)).astype(float)
+    path = tmp_path / "scores.parquet"
+    pq.write_table(pa.table({
+        "id": [f"r{k}" for k in range(len(human))], "doc_id": [str(k // len(systems)) for k in range(len(human))],
+        "system": systems * docs, "human_quality": human, "m1": human + rng.normal(0, 1, len(human)),
+        "m2": rng.normal(size=len(human)), "error": [None] * len(human)}), path)
+    out = tmp_path / "report"
+    proc = run_cli(["meta", "-s", path, "-o", out, "--tasks", "0", "--resamples", "20", "--no-checklist"])
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((out / "results.json").read_text())
+    found = {(c["metric"], c["level"], c["method"]): c for c in results["groups"][0]["correlations"]}
+    grid = pd.read_parquet(path).pivot_table(index="doc_id", columns="system", values=["m1", "human_quality"])
+    spa = found[("m1", "system", "soft_pairwise_accuracy")]["value"]
+    assert spa == pytest.approx(soft_pairwise_accuracy(grid["m1"].to_numpy(), grid["human_quality"].to_numpy()))
+    frame = pd.read_parquet(path)
+    expected, eps = naive_acc_eq(frame["m1"].to_numpy(), human, frame["doc_id"].to_numpy())
+    acc = found[("m1", "sample", "tie_calibrated_accuracy")]
+    assert acc["value"] == pytest.approx(expected) and acc["epsilon"] == pytest.approx(eps)
+    report = (out / "report.md").read_text()
+    assert "system soft_pairwise_accuracy" in report and "sample tie_calibrated_accuracy" in report
