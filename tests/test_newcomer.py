@@ -85,3 +85,14 @@ def test_an_unchanged_demo_rerun_reuses_scores_and_report(demo):
     proc = run_cli(["-o", demo, "--no-progress"], module="ctgscore.demo", cwd=REPO, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert " 0 scored" in proc.stdout and "report unchanged" in proc.stdout
+
+
+def test_the_readme_s3_job_config_is_a_valid_config(tmp_path):
+    block = README.split("# s3_job.yaml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "s3_job.yaml"
+    path.write_text(block, encoding="utf-8")
+    from ray_jobs.config import load_config
+
+    config = load_config(path)
+    assert config.input.startswith("s3://") and config.output.startswith("s3://")
+    assert [m.name for m in config.metrics] == ["bartscore", "text_stats"]
