@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-MAX_PAIRS = 20_000_000  # acc_eq over more row pairs than this is not computed (NaN): memory
+MAX_PAIRS = 5_000_000  # acc_eq over more row pairs than this is not computed (NaN): ~40 MB per array
 EXACT_UNITS = 12  # up to this many units the permutation test enumerates all 2^n sign flips
 _SALT = 0x5350  # separates the SPA permutation stream from other seeded streams
 
