@@ -152,3 +152,14 @@ def test_meta_reports_both_beside_the_correlations(tmp_path):
     assert acc["value"] == pytest.approx(expected) and acc["epsilon"] == pytest.approx(eps)
     report = (out / "report.md").read_text()
     assert "system soft_pairwise_accuracy" in report and "sample tie_calibrated_accuracy" in report
+
+
+def test_too_many_pairs_is_undefined_not_a_memory_blow_up(monkeypatch):
+    from meta_eval import pairwise
+
+    metric, human = np.arange(10.0), np.arange(10.0)
+    assert tie_calibrated_accuracy(metric, human) == (1.0, 0.0)  # 45 pairs, all ordered alike
+    monkeypatch.setattr(pairwise, "MAX_PAIRS", 44)
+    value, epsilon = tie_calibrated_accuracy(metric, human)
+    assert np.isnan(value) and np.isnan(epsilon)
+    assert tie_calibrated_accuracy(metric, human, groups=[0, 1] * 5)[0] == 1.0  # 2 x 10 pairs: under the cap
