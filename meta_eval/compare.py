@@ -59,8 +59,10 @@ def paired_units(frame: pd.DataFrame, column: str, systems: Sequence[str] | None
 
     for col in (unit, system_col, column):
         if col not in frame:
-            have = [str(c) for c in frame.columns if not str(c).startswith("_")]  # internal columns stay out
-            raise InputError(f"comparing systems needs a {col!r} column (have: {', '.join(have)})")
+            from scoring.schema import visible_columns
+
+            raise InputError(f"comparing systems needs a {col!r} column "
+                             f"(have: {', '.join(visible_columns(frame.columns))})")
     data = frame[[unit, system_col, column]].copy()
     data[column] = pd.to_numeric(data[column], errors="coerce").astype(float)
     data = data[data[unit].notna() & data[system_col].notna()]

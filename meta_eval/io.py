@@ -191,8 +191,9 @@ def read_scores(path: str, humans: list[str] | None = None, metrics: list[str] |
 def _check_columns(frame: pd.DataFrame, columns: list[str], source: str) -> None:
     for col in columns:
         if col not in frame:
-            have = [str(c) for c in frame.columns if not str(c).startswith("_")]  # internal columns stay out
-            error = InputError(f"{source}: column {col!r} not found (have: {', '.join(have)})")
+            from scoring.schema import visible_columns
+
+            error = InputError(f"{source}: column {col!r} not found (have: {', '.join(visible_columns(frame.columns))})")
             error.missing_column = col  # the CLI makes a column the user named a usage error
             raise error
         if not pd.api.types.is_numeric_dtype(frame[col]):

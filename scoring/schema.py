@@ -69,6 +69,12 @@ def is_score_column(name: str) -> bool:
     return not (is_carried(name) or name in META_COLUMNS or name.startswith("_"))
 
 
+def visible_columns(names) -> list[str]:
+    """The column names a message may list: internal ones (a leading underscore, such as BLEU's
+    `_bleu_stat_*` sufficient statistics) are left out."""
+    return [str(n) for n in names if not str(n).startswith("_")]
+
+
 def expected_input_type(column: str, dtype: "pa.DataType") -> str | None:
     """None when `dtype` fits the canonical type of input `column`, else the expected type's
     name (for the error message). Unknown columns accept any type."""

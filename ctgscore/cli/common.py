@@ -209,12 +209,6 @@ def check_input_path(path: str, what: str = "input") -> None:
         raise UsageError(f"{what} {path}: no such file or folder")
 
 
-def visible_columns(names) -> list[str]:
-    """The column names a message may list: internal ones (a leading underscore, such as
-    BLEU's `_bleu_stat_*` sufficient statistics) are left out."""
-    return [str(n) for n in names if not str(n).startswith("_")]
-
-
 # ----- error rate -------------------------------------------------------------------------
 def add_error_rate_option(parser: argparse.ArgumentParser, default: float | None, where: str) -> None:
     parser.add_argument(
