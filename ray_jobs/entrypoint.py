@@ -68,7 +68,7 @@ def overrides(args: argparse.Namespace) -> dict[str, str]:
 def main(argv: Sequence[str] | None = None) -> int:
     from ray_jobs.config import load_config
     from ray_jobs.job.manifest import error_rate_exceeded, summary_line
-    from ray_jobs.score_corpus import run_job
+    from ray_jobs.job.run import run_job
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:

@@ -11,8 +11,9 @@ counted as
 
 * stay: the same module as the followed call before it;
 * return: a module the path already left earlier (it goes back and forth);
-* climb: a module that imports the module before it (the call goes against the layers);
-* enter: a module not seen before.
+* enter: a module not seen before;
+* climb (of the returns and enters): a module that imports the module before it (the path
+  goes back up, to the module that called into the one it leaves).
 
 Only the project's own modules count (not pydantic, Ray or the standard library)."""
 
@@ -118,10 +119,7 @@ def count(path: list[tuple[str, str]]) -> dict[str, int]:
                 imports[module] = imports_of(module)
             if previous in imports[module] or any(name.startswith(previous + ".") for name in imports[module]):
                 counts["climbs"] += 1
-            elif module in seen:
-                counts["returns"] += 1
-            else:
-                counts["enters"] += 1
+            counts["returns" if module in seen else "enters"] += 1
         seen.add(module)
         previous = module
     counts["modules"] = len(seen)

@@ -31,7 +31,8 @@ from typing import Any
 
 from ray_jobs.config import JobConfig, S3Config
 from ray_jobs.job.errors import JobError
-from ray_jobs.storage import failures, reads, uris
+from ray_jobs.storage import reads, uris
+from scoring.errors import one_line
 
 INDEX_NAME = "_id_index.parquet"
 INDEX_KEY = "ctgscore.id_index"
@@ -98,7 +99,7 @@ def check_shards(shards: list, config: JobConfig, header: dict[str, Any] | None)
         try:
             return _check(shards, config, header)
         except IndexUnusable as exc:
-            unusable = failures.one_line(str(exc), 200)
+            unusable = one_line(str(exc), 200)
     result = _check(shards, config, None)
     result.unusable = unusable
     return result
