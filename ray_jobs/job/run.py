@@ -13,7 +13,7 @@ from typing import Any
 
 from ray_jobs.config import JobConfig
 from ray_jobs.job import check as check_stage
-from ray_jobs.job import cluster, layout
+from ray_jobs.job import cluster, id_index, layout
 from ray_jobs.job.commit import commit_metric
 from ray_jobs.job.errors import JobError
 from ray_jobs.job.manifest import build_manifest, read_previous, write_manifest
@@ -73,7 +73,7 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
         session.ensure()
         cluster.check_pool_fits(pools, session)
         with meter.waiting():
-            header = check_stage.read_index_header(out_fs, config.output, tree)
+            header = id_index.read_index_header(out_fs, config.output, tree)
         checked = check_stage.check_shards(shards, config, header)
         bad_ids, duplicates = checked.bad, checked.duplicates
         id_check = {"index": checked.index, "id_columns_read": checked.id_columns_read,
