@@ -38,6 +38,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from scoring.error_rate import is_fraction
 from scoring.errors import UsageError
 
 LABEL_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -302,7 +303,7 @@ def parse_config(data: Any, base_dir: str | pathlib.Path | None = None) -> JobCo
         check_device(config, spec, index)
     if config.s3.endpoint_url is not None and not re.match(r"^https?://", config.s3.endpoint_url):
         raise ConfigError(f"'s3.endpoint_url' must start with http:// or https://, got {config.s3.endpoint_url!r}")
-    if not 0 <= config.max_error_rate <= 1:
+    if not is_fraction(config.max_error_rate):
         raise ConfigError(f"'max_error_rate' must be a fraction between 0 and 1, got {config.max_error_rate}")
 
     def resolve(location: str, key: str) -> str:
