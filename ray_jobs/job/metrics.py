@@ -29,18 +29,16 @@ class ResolvedMetric:
     output_columns: tuple[str, ...]
     described_on: dict[str, Any] = field(default_factory=dict)  # node and device, when built in a worker
     pool: PoolConfig = field(default_factory=PoolConfig)
+    label: str = field(init=False)  # the output folder name (`spec.label`)
+    two_stage: bool = field(init=False)  # the class has the CPU step (`RowMetric.prepare`)
 
-    @property
-    def label(self) -> str:
-        return self.spec.label
-
-    @property
-    def two_stage(self) -> bool:
-        """Whether the class has the CPU step (`RowMetric.prepare`)."""
+    def __post_init__(self) -> None:
         from scoring.metric import RowMetric
 
         cls = self.cls
-        return isinstance(cls, type) and issubclass(cls, RowMetric) and cls.prepare is not RowMetric.prepare
+        two_stage = isinstance(cls, type) and issubclass(cls, RowMetric) and cls.prepare is not RowMetric.prepare
+        object.__setattr__(self, "label", self.spec.label)
+        object.__setattr__(self, "two_stage", two_stage)
 
     def build(self, s3: S3Config | None):
         """The metric object (the same call on the driver and in every worker)."""
