@@ -88,6 +88,17 @@ def expected_input_type(column: str, dtype: "pa.DataType") -> str | None:
     return None
 
 
+def wrong_type(columns, arrow_schema: "pa.Schema") -> tuple[str, "pa.DataType", str] | None:
+    """The first of `columns` (those present in `arrow_schema`) whose type is not its canonical
+    input type: (column, its type, the expected type's name); None when all fit."""
+    for column in columns:
+        if column in arrow_schema.names:
+            expected = expected_input_type(column, arrow_schema.field(column).type)
+            if expected is not None:
+                return column, arrow_schema.field(column).type, expected
+    return None
+
+
 def output_schema(score_columns: Sequence[str], carried: Sequence[str]) -> "pa.Schema":
     """Arrow schema of one metric run's output: id, scores (float64), error, warning, skipped,
     signature, row_key, then the carried columns (canonical order, `id` not repeated)."""
@@ -198,6 +209,6 @@ def id_problem(ids) -> str | None:
         seen: dict[str, int] = {}
         for row, value in enumerate(ids.to_pylist()):
             if value in seen:
-                return f"rows {seen[value]} and {row}: duplicate id {value!r}"
+                return f"rows {seen[value]} and {row}: duplicate id {value!r} (ids must be unique; this one appears more than once)"
             seen[value] = row
     return None
