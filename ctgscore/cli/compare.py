@@ -86,16 +86,12 @@ def _score_fields(label: str, files: list[str]) -> list[tuple[str, bool]]:
 def plan_columns(path: str, columns: list[str] | None):
     """The metric runs under `path`, a `meta_eval.partials.PartialSpec`-ready mapping of the
     wanted score columns (named as `load_scores` names them), and the (label, file) items."""
-    from ctgscore.scores import run_files
+    from scoring.job_output import output_names, run_files
 
     runs = [(label, files) for label, files in run_files(path) if files]
     fields = {label: _score_fields(label, files) for label, files in runs}
-    counts: dict[str, int] = {}
-    for cols in fields.values():
-        for name, _ in cols:
-            counts[name] = counts.get(name, 0) + 1
-    named = {(name if counts[name] == 1 else f"{label}.{name}"): (label, name, numeric)
-             for label, cols in fields.items() for name, numeric in cols}
+    names = output_names((label, [name for name, _ in cols]) for label, cols in fields.items())
+    named = {names[(label, name)]: (label, name, numeric) for label, cols in fields.items() for name, numeric in cols}
     numeric = [out for out, (_, _, ok) in named.items() if ok]
     columns = list(columns or numeric)
     if not columns:
@@ -153,6 +149,7 @@ def compare_scores(path: str, columns: list[str] | None, lower_is_better: list[s
     `tasks` > 1), fold the per-(dataset, unit, system) partial sums, and compare the systems of
     every (dataset, column). Returns (comparisons, skipped lines, columns, accumulator, datasets)."""
     from ctgscore.cli.meta import make_runner
+    from meta_eval.io import default_lower_is_better
     from meta_eval.partials import PartialSpec, accumulate
 
     columns, runs, items = plan_columns(path, columns)
@@ -165,8 +162,7 @@ def compare_scores(path: str, columns: list[str] | None, lower_is_better: list[s
         if unknown:
             raise UsageError(f"--systems: {', '.join(map(repr, unknown))} not found in {path} "
                              f"(systems: {', '.join(acc.all_systems()) or 'none'})")
-    lower = lower_is_better if lower_is_better is not None else [
-        c for c in columns if c.split(".")[-1].startswith("perplexity")]
+    lower = lower_is_better if lower_is_better is not None else default_lower_is_better(columns) & set(columns)
     grids = acc.grids()
     comparisons, skipped = compare_grids(grids, set(lower), dict(options, runner=runner))
     return comparisons, skipped, columns, acc, sorted({g.dataset for g in grids})
