@@ -1,5 +1,5 @@
 """What a scoring actor does about the GPU faults a CPU never shows (docs/gpu.md, "Failure
-table for GPU faults"). Called from `ray_jobs.job.score.PartScorer` at three marked lines:
+table for GPU faults"). Used by `ray_jobs.job.scorer.PartScorer` and `ray_jobs.job.write`:
 
 - `require_cuda(metric, num_gpus)` in the constructor: an actor of a GPU pool that sees no CUDA
   device (a lost GPU, a driver that did not load; `device: auto` would fall back to the CPU and
