@@ -121,7 +121,8 @@ def _select(runs, metrics: Iterable[str] | None, root: str):
 
 def _read_run(fs, label: str, files: list[str]) -> Run:
     import pandas as pd
-    import pyarrow.parquet as pq
+
+    from scoring.parquet_read import read_parquet_here
 
     if not files:
         raise InputError(f"metric run {label!r}: no Parquet files")
@@ -129,7 +130,7 @@ def _read_run(fs, label: str, files: list[str]) -> Run:
     for name in files:
         with fs.open(name, "rb") as handle:
             try:
-                parts.append(pq.read_table(handle, use_threads=False, pre_buffer=False).to_pandas())  # decode on this thread (see ray_jobs.storage.reads)
+                parts.append(read_parquet_here(handle).to_pandas())  # decoded on this thread (scoring.parquet_read)
             except Exception as exc:  # noqa: BLE001 - any unreadable file is named
                 raise InputError(f"{name}: cannot read it as Parquet ({type(exc).__name__}: {exc})") from None
     frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]

@@ -99,6 +99,8 @@ def read_corpus_scores(path: str, storage_options: dict | None = None) -> list[C
     import pandas as pd
     import pyarrow.parquet as pq
 
+    from scoring.parquet_read import read_parquet_here
+
     fs, root = fsspec.core.url_to_fs(str(path), **dict(storage_options or {}))
     files = sorted(p for p in fs.find(root) if is_data_file(p)) if fs.isdir(root) else [root]
     runs: dict[tuple[str, str, str], list] = {}
@@ -109,7 +111,7 @@ def read_corpus_scores(path: str, storage_options: dict | None = None) -> list[C
         if metric is None:
             continue
         with fs.open(name, "rb") as handle:
-            frame = pq.read_table(handle, use_threads=False, pre_buffer=False).to_pandas()
+            frame = read_parquet_here(handle).to_pandas()
         relative = posixpath.relpath(name, root) if name != root else posixpath.basename(name)
         label = relative.split("/")[0] if "/" in relative else metric
         for signature, part in frame.groupby("signature", sort=True):

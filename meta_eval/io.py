@@ -115,13 +115,13 @@ def _read_parquet_files(path: str) -> tuple[pd.DataFrame, dict]:
     `<out>/<metric>/*.parquet`); groups are joined on `id`. A row's `error` only blanks the score
     columns of its own metric run. Returns the frame and per-run facts (rows, errors, signatures).
     """
-    import pyarrow.parquet as pq
+    from scoring.parquet_read import read_parquet_here
 
     fs, files = _fs_and_paths(path, ".parquet")
     groups: dict[tuple, list[pd.DataFrame]] = {}
     for name in files:
         with fs.open(name, "rb") as handle:
-            frame = pq.read_table(handle, use_threads=False, pre_buffer=False).to_pandas()  # decode on this thread: Arrow pool threads must not hold Python-backed buffers at exit
+            frame = read_parquet_here(handle).to_pandas()  # decoded on this thread (scoring.parquet_read)
         if "id" not in frame:
             raise InputError(f"{name}: missing required column 'id'")
         groups.setdefault(tuple(_score_columns(frame.columns)), []).append(frame)

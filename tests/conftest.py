@@ -1,4 +1,14 @@
-"""Shared fixtures: offline Hugging Face, a session-scoped local Ray, and the real data.
+"""Shared fixtures (offline Hugging Face, one local Ray, one S3 server, the CLI in process, the
+real data) and the test tiers.
+
+Tiers, set on every collected test by `pytest_collection_modifyitems` (CONTRIBUTING.md):
+- `unit`: no Ray, no server, no subprocess; the quick loop (`make test-quick`, `-m unit`).
+- `integration`: uses a shared expensive fixture (`ray_local`, `moto`, `s3_bucket`, `mounted`),
+  calls `run_cli` (a real `python -m ctgscore` subprocess), or is marked `gpu`.
+- `system`: marked `slow` without any shared fixture: starts its own cluster, server or job.
+A test may name its tier with a marker (`@pytest.mark.integration`), or sit in a folder named
+after it (`tests/system/...`). Every test that is not `unit` is also marked `slow`, so
+`-m "not slow"` stays the quick loop.
 
 Real data: the full project data beside the checkout (`../shared/data`, what CI has) when it
 is there, else the slice committed under `tests/data/` (see its README). Every test runs on
@@ -31,6 +41,48 @@ def real_data_root() -> pathlib.Path:
     if os.environ.get("CTGSCORE_TEST_DATA") == "slice" or not FULL_DATA.is_dir():
         return DATA_SLICE
     return FULL_DATA
+
+
+TIERS = ("unit", "integration", "system")
+#: fixtures that share something expensive (a Ray, a server, a mount): a test using one is integration
+SHARED_FIXTURES = frozenset({"ray_local", "moto", "s3_bucket", "mounted"})
+#: names whose use in a test's own code means a subprocess (a real `python -m ctgscore`)
+SUBPROCESS_NAMES = frozenset({"run_cli"})
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "unit: no Ray, no server, no subprocess (the quick loop; set by conftest)")
+    config.addinivalue_line("markers", "integration: shares a Ray, an S3 server or a mount, or runs the CLI as a "
+                                       "subprocess (set by conftest)")
+    config.addinivalue_line("markers", "system: starts its own cluster, server or job (set by conftest)")
+
+
+def tier_of(item) -> str:
+    """The tier of one collected test (see the module docstring): an explicit tier marker or a
+    tier folder wins (the highest if several), then `slow`, the fixtures and the names it uses."""
+    named = [t for t in TIERS if item.get_closest_marker(t) is not None]
+    folders = set(pathlib.Path(str(item.fspath)).relative_to(REPO_ROOT).parts[:-1])
+    named += [t for t in TIERS if t in folders]
+    if named:
+        return max(named, key=TIERS.index)
+    fixtures = set(getattr(item, "fixturenames", ()))
+    function = getattr(item, "function", None)
+    code_names = set(getattr(getattr(function, "__code__", None), "co_names", ()))
+    shared = bool(fixtures & SHARED_FIXTURES)
+    if item.get_closest_marker("slow") is not None:
+        return "integration" if shared else "system"
+    if shared or code_names & SUBPROCESS_NAMES or item.get_closest_marker("gpu") is not None:
+        return "integration"
+    return "unit"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        tier = tier_of(item)
+        item.add_marker(getattr(pytest.mark, tier))
+        if tier != "unit" and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
 
 
 def pytest_report_header(config):
@@ -88,15 +140,44 @@ def sample_corpus() -> pathlib.Path:
     return REPO_ROOT / "data" / "sample"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def moto():
-    """An S3 server (moto) on 127.0.0.1, one per test module (each module's buckets start
-    empty); yields its endpoint URL."""
+    """One S3 server (moto, in memory) on 127.0.0.1 for the whole test run; yields its endpoint
+    URL. Buckets live as long as the server: a test makes its own (`s3_bucket`, or a name no
+    other module uses)."""
     from tests.job_support import start_moto, stop_group
 
     process, endpoint = start_moto()
     yield endpoint
     stop_group(process)
+
+
+@pytest.fixture
+def s3_bucket(moto, request) -> str:
+    """A new, empty bucket on the shared S3 server for this test; yields its name (the
+    endpoint is the `moto` fixture). Named after the test, so a listing shows whose it is."""
+    import re
+    import uuid
+
+    import s3fs
+
+    stem = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"{stem or 'test'}-{uuid.uuid4().hex[:8]}"
+    fs = s3fs.S3FileSystem(key="testing", secret="testing", client_kwargs={"endpoint_url": moto},
+                           skip_instance_cache=True)
+    fs.mkdir(name)
+    yield name
+
+
+@pytest.fixture
+def cli():
+    """`cli(args, cwd=None, env=None)`: `ctgscore ARGS` run in this process through
+    `ctgscore.cli.main.main`, returning a `CompletedProcess` (returncode, stdout, stderr) like
+    `run_cli`'s. For commands that stay in this process; `run_cli` (a real subprocess) is for the
+    exit status and console of the interpreter itself and for commands that start Ray."""
+    from ctgscore.testing.cli import run_cli_in_process
+
+    return run_cli_in_process
 
 
 @pytest.fixture
