@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import ctgscore
-from ctgscore.testing.cli import run_cli
+from ctgscore.testing.cli import run_cli_in_process
 from scoring.errors import InputError
 from scoring.schema import output_table
 
@@ -38,7 +38,7 @@ def test_round_trip_through_score_and_job_layout(tmp_path):
     rows = _input(tmp_path)
     out = tmp_path / "out"
     (out / "text_stats").mkdir(parents=True)
-    proc = run_cli(["score", "-m", "text_stats", "-i", rows, "-o", out / "text_stats" / "part-0.parquet",
+    proc = run_cli_in_process(["score", "-m", "text_stats", "-i", rows, "-o", out / "text_stats" / "part-0.parquet",
                     "--no-progress", "--max-error-rate", "1"])
     assert proc.returncode == 0, proc.stderr
     (out / "hand" / "shard-a").mkdir(parents=True)  # parts may sit in sub-folders
