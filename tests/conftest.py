@@ -45,7 +45,7 @@ def real_data_root() -> pathlib.Path:
 
 TIERS = ("unit", "integration", "system")
 #: fixtures that share something expensive (a Ray, a server, a mount): a test using one is integration
-SHARED_FIXTURES = frozenset({"ray_local", "moto", "s3_bucket", "mounted"})
+SHARED_FIXTURES = frozenset({"ray_local", "ray_address", "moto", "s3_bucket", "mounted"})
 #: names whose use in a test's own code means a subprocess (a real `python -m ctgscore`)
 SUBPROCESS_NAMES = frozenset({"run_cli"})
 
@@ -124,6 +124,15 @@ def ray_local():
     yield ray
     ray.shutdown()
     shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def ray_address(ray_local) -> str:
+    """The address of the shared local Ray (`ray_local`), for a job run in a subprocess:
+    `run_cli([...], env={"RAY_ADDRESS": ray_address})` joins it instead of starting its own
+    Ray. Its workers have this process's environment (no `AWS_*`): jobs that need credentials
+    on their workers, or that kill Ray processes, start their own."""
+    return ray_local.get_runtime_context().gcs_address
 
 
 @pytest.fixture(scope="session")
