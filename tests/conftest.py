@@ -67,7 +67,8 @@ def tier_of(item) -> str:
         return max(named, key=TIERS.index)
     fixtures = set(getattr(item, "fixturenames", ()))
     function = getattr(item, "function", None)
-    code_names = set(getattr(getattr(function, "__code__", None), "co_names", ()))
+    code = getattr(function, "__code__", None)
+    code_names = set(getattr(code, "co_names", ())) | set(getattr(code, "co_varnames", ()))  # globals, local imports
     shared = bool(fixtures & SHARED_FIXTURES)
     if item.get_closest_marker("slow") is not None:
         return "integration" if shared else "system"
