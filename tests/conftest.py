@@ -45,7 +45,7 @@ def real_data_root() -> pathlib.Path:
 
 TIERS = ("unit", "integration", "system")
 #: fixtures that share something expensive (a Ray, a server, a mount): a test using one is integration
-SHARED_FIXTURES = frozenset({"ray_local", "ray_address", "moto", "s3_bucket", "mounted"})
+SHARED_FIXTURES = frozenset({"ray_local", "ray_address", "ray_s3_address", "moto", "s3_bucket", "mounted"})
 #: names whose use in a test's own code means a subprocess (a real `python -m ctgscore`)
 SUBPROCESS_NAMES = frozenset({"run_cli"})
 
@@ -134,6 +134,25 @@ def ray_address(ray_local) -> str:
     Ray. Its workers have this process's environment (no `AWS_*`): jobs that need credentials
     on their workers, or that kill Ray processes, start their own."""
     return ray_local.get_runtime_context().gcs_address
+
+
+@pytest.fixture(scope="session")
+def ray_s3_address() -> str:
+    """The address of a second shared Ray (`ray start --head`, 2 CPUs) whose workers have the
+    fake AWS credentials of the `moto` server (`tests.job_support.FAKE_AWS`) in their
+    environment: a job in a subprocess that reads or writes `s3://` on `moto` joins it with
+    `RAY_ADDRESS` instead of starting its own Ray. Workers get no other variable of the job's
+    driver: a test that sets one for its workers (`CTGSCORE_S3_MAX_ATTEMPTS`, other keys)
+    starts its own Ray. Stopped (by its own temp dir) at the end."""
+    from tests.job_support import FAKE_AWS, free_port, start_shared_head, stop_group
+
+    temp_dir = tempfile.mkdtemp(prefix="rs3", dir="/tmp")  # short: Ray's socket paths
+    # a dead loopback endpoint in the environment, as the S3 job tests give their drivers: a worker
+    # that ignored the job's `s3.endpoint_url` would fail
+    dead = f"http://127.0.0.1:{free_port()}"
+    head, address = start_shared_head(temp_dir, 40000, **FAKE_AWS, AWS_ENDPOINT_URL=dead)
+    yield address
+    stop_group(head, marker=temp_dir, grace=3)  # `ray start --block` can take 10 s to end on SIGTERM
 
 
 @pytest.fixture(scope="session")
