@@ -3,8 +3,8 @@ real data) and the test tiers.
 
 Tiers, set on every collected test by `pytest_collection_modifyitems` (CONTRIBUTING.md):
 - `unit`: no Ray, no server, no subprocess; the quick loop (`make test-quick`, `-m unit`).
-- `integration`: uses a shared expensive fixture (`ray_local`, `moto`, `s3_bucket`, `mounted`),
-  calls `run_cli` (a real `python -m ctgscore` subprocess), or is marked `gpu`.
+- `integration`: uses a shared expensive fixture (`SHARED_FIXTURES`: a Ray, the S3 server, a
+  mount), calls `run_cli` (a real `python -m ctgscore` subprocess), or is marked `gpu`.
 - `system`: marked `slow` without any shared fixture: starts its own cluster, server or job.
 A test may name its tier with a marker (`@pytest.mark.integration`), or sit in a folder named
 after it (`tests/system/...`). Every test that is not `unit` is also marked `slow`, so
