@@ -3,8 +3,8 @@ real data) and the test tiers.
 
 Tiers, set on every collected test by `pytest_collection_modifyitems` (CONTRIBUTING.md):
 - `unit`: no Ray, no server, no subprocess; the quick loop (`make test-quick`, `-m unit`).
-- `integration`: uses a shared expensive fixture (`SHARED_FIXTURES`: a Ray, the S3 server, a
-  mount), calls `run_cli` (a real `python -m ctgscore` subprocess), or is marked `gpu`.
+- `integration`: uses a shared expensive fixture (`tests.tiers.SHARED_FIXTURES`: a Ray, the S3
+  server, a mount), calls `run_cli` (a real `python -m ctgscore` subprocess), or is marked `gpu`.
 - `system`: marked `slow` without any shared fixture: starts its own cluster, server or job.
 A test may name its tier with a marker (`@pytest.mark.integration`), or sit in a folder named
 after it (`tests/system/...`). Every test that is not `unit` is also marked `slow`, so
@@ -43,13 +43,6 @@ def real_data_root() -> pathlib.Path:
     return FULL_DATA
 
 
-TIERS = ("unit", "integration", "system")
-#: fixtures that share something expensive (a Ray, a server, a mount): a test using one is integration
-SHARED_FIXTURES = frozenset({"ray_local", "ray_address", "ray_s3_address", "moto", "s3_bucket", "mounted"})
-#: names whose use in a test's own code means a subprocess (a real `python -m ctgscore`)
-SUBPROCESS_NAMES = frozenset({"run_cli"})
-
-
 def pytest_configure(config):
     config.addinivalue_line("markers", "unit: no Ray, no server, no subprocess (the quick loop; set by conftest)")
     config.addinivalue_line("markers", "integration: shares a Ray, an S3 server or a mount, or runs the CLI as a "
@@ -57,28 +50,10 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "system: starts its own cluster, server or job (set by conftest)")
 
 
-def tier_of(item) -> str:
-    """The tier of one collected test (see the module docstring): an explicit tier marker or a
-    tier folder wins (the highest if several), then `slow`, the fixtures and the names it uses."""
-    named = [t for t in TIERS if item.get_closest_marker(t) is not None]
-    folders = set(pathlib.Path(str(item.fspath)).relative_to(REPO_ROOT).parts[:-1])
-    named += [t for t in TIERS if t in folders]
-    if named:
-        return max(named, key=TIERS.index)
-    fixtures = set(getattr(item, "fixturenames", ()))
-    function = getattr(item, "function", None)
-    code = getattr(function, "__code__", None)
-    code_names = set(getattr(code, "co_names", ())) | set(getattr(code, "co_varnames", ()))  # globals, local imports
-    shared = bool(fixtures & SHARED_FIXTURES)
-    if item.get_closest_marker("slow") is not None:
-        return "integration" if shared else "system"
-    if shared or code_names & SUBPROCESS_NAMES or item.get_closest_marker("gpu") is not None:
-        return "integration"
-    return "unit"
-
-
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config, items):
+    from tests.tiers import tier_of
+
     for item in items:
         tier = tier_of(item)
         item.add_marker(getattr(pytest.mark, tier))
