@@ -38,17 +38,26 @@ def run_cli_in_process(args: Sequence[str], cwd: str | pathlib.Path | None = Non
     from ctgscore.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
-    saved_env, saved_cwd = dict(os.environ), os.getcwd()
-    os.environ.update({**QUIET_ENV, **(env or {})})
+    extra = {**QUIET_ENV, **(env or {})}
+    saved_env, saved_cwd = {key: os.environ.get(key) for key in extra}, os.getcwd()
+    os.environ.update(extra)
     try:
         if cwd is not None:
             os.chdir(cwd)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main([str(a) for a in args])
+            try:
+                code = main([str(a) for a in args])
+            except SystemExit as exc:  # what the interpreter would turn into the exit status
+                code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+                if exc.code is not None and not isinstance(exc.code, int):
+                    print(exc.code, file=sys.stderr)
     finally:
         os.chdir(saved_cwd)
-        os.environ.clear()
-        os.environ.update(saved_env)
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     return subprocess.CompletedProcess(["ctgscore", *map(str, args)], code, out.getvalue(), err.getvalue())
 
 
