@@ -162,7 +162,7 @@ def test_missing_or_corrupt_index_falls_back_to_the_full_check(ray_local, tmp_pa
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_on_s3_unchanged_shards_are_not_read(moto, ray_s3_address, tmp_path):
+def test_on_s3_unchanged_shards_are_not_read(moto, tmp_path):
     """Every request of the driver and the workers goes through a recording proxy: after one
     shard is edited, no GET touches another input shard."""
     import s3fs
@@ -190,8 +190,7 @@ def test_on_s3_unchanged_shards_are_not_read(moto, ray_s3_address, tmp_path):
             before = len(proxy.request_lines)
             result = subprocess.run(
                 [sys.executable, "-m", "ray_jobs.score_corpus", "--config", str(config), "--no-progress"],
-                env=child_env(**FAKE_AWS, AWS_ENDPOINT_URL=proxy.endpoint, RAY_ADDRESS=ray_s3_address),  # the shared S3 Ray
-                capture_output=True, text=True, timeout=240,
+                env=child_env(**FAKE_AWS, AWS_ENDPOINT_URL=proxy.endpoint), capture_output=True, text=True, timeout=240,
             )
             assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
             fs.invalidate_cache()
