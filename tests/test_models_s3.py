@@ -105,9 +105,8 @@ def test_endpoint_comes_from_settings_and_failures_name_the_bucket(s3, tiny_mode
         models.resolve_model("s3://models-b/gpt2", cache_dir=tmp_path / "other")
 
 
-def _job(config: pathlib.Path, ray_address: str) -> subprocess.CompletedProcess:
-    """The job in a subprocess, joining the shared Ray whose workers have the same AWS environment."""
-    env = child_env(**FAKE_AWS, RAY_ADDRESS=ray_address)
+def _job(config: pathlib.Path) -> subprocess.CompletedProcess:
+    env = child_env(**FAKE_AWS)
     # the endpoint comes from the job config only; anything that ignores it meets a dead
     # loopback port (never a real AWS endpoint)
     env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{free_port()}"
@@ -119,8 +118,7 @@ def _job(config: pathlib.Path, ray_address: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_job_loads_an_s3_model_through_its_s3_settings_and_rescores_when_it_changes(moto, ray_s3_address, tiny_models,
-                                                                                    tmp_path):
+def test_job_loads_an_s3_model_through_its_s3_settings_and_rescores_when_it_changes(moto, tiny_models, tmp_path):
     import s3fs
 
     from ctgscore.testing.tiny_models import build_gpt2
@@ -142,7 +140,7 @@ def test_job_loads_an_s3_model_through_its_s3_settings_and_rescores_when_it_chan
         "progress": False,
     }))
     try:
-        first = _job(config, ray_s3_address)
+        first = _job(config)
         assert first.returncode == 0, first.stderr[-3000:]
         manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
         signature = manifest["metrics"]["perplexity"]["signature"]
@@ -151,7 +149,7 @@ def test_job_loads_an_s3_model_through_its_s3_settings_and_rescores_when_it_chan
         build_gpt2(tmp_path / "gpt2-new", seed=1)
         assert sha256_of_safetensors(tmp_path / "gpt2-new") != sha256_of_safetensors(pathlib.Path(tiny_models["gpt2"]))
         upload(fs, tmp_path / "gpt2-new", "models-job/lm")  # same prefix, new weights
-        second = _job(config, ray_s3_address)
+        second = _job(config)
         assert second.returncode == 0, second.stderr[-3000:]
         again = json.loads((tmp_path / "out" / "manifest.json").read_text())["metrics"]["perplexity"]
         assert sha256_of_safetensors(tmp_path / "gpt2-new") in again["signature"]
