@@ -112,25 +112,6 @@ def ray_address(ray_local) -> str:
 
 
 @pytest.fixture(scope="session")
-def ray_s3_address() -> str:
-    """The address of a second shared Ray (`ray start --head`, 2 CPUs) whose workers have the
-    fake AWS credentials of the `moto` server (`tests.job_support.FAKE_AWS`) in their
-    environment: a job in a subprocess that reads or writes `s3://` on `moto` joins it with
-    `RAY_ADDRESS` instead of starting its own Ray. Workers get no other variable of the job's
-    driver: a test that sets one for its workers (`CTGSCORE_S3_MAX_ATTEMPTS`, other keys)
-    starts its own Ray. Stopped (by its own temp dir) at the end."""
-    from tests.job_support import FAKE_AWS, free_port, start_shared_head, stop_group
-
-    temp_dir = tempfile.mkdtemp(prefix="rs3", dir="/tmp")  # short: Ray's socket paths
-    # a dead loopback endpoint in the environment, as the S3 job tests give their drivers: a worker
-    # that ignored the job's `s3.endpoint_url` would fail
-    dead = f"http://127.0.0.1:{free_port()}"
-    head, address = start_shared_head(temp_dir, 40000, **FAKE_AWS, AWS_ENDPOINT_URL=dead)
-    yield address
-    stop_group(head, marker=temp_dir, grace=3)  # `ray start --block` can take 10 s to end on SIGTERM
-
-
-@pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory) -> dict[str, str]:
     """The tiny PEGASUS, BART, GPT-2 and IWF table, built once per test session."""
     from ctgscore.testing.tiny_models import build_tiny_models

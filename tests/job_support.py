@@ -185,31 +185,6 @@ def start_ray_head(temp_dir: str, worker_base: int) -> tuple[subprocess.Popen, s
     return head, f"http://127.0.0.1:{ports['dashboard-port']}"
 
 
-def start_shared_head(temp_dir: str, worker_base: int, **env: str) -> tuple[subprocess.Popen, str]:
-    """`ray start --head --block` without dashboard (2 CPUs, its own temp dir and ports), its
-    processes with `child_env(**env)` (so its workers have, say, fake AWS credentials); returns
-    the process (stop it with `stop_group(head, marker=temp_dir)`) and the GCS address that a
-    job joins with `RAY_ADDRESS`."""
-    ports = {name: free_port() for name in ("port", "ray-client-server-port", "node-manager-port",
-                                            "object-manager-port", "runtime-env-agent-port", "metrics-export-port",
-                                            "dashboard-agent-listen-port", "dashboard-agent-grpc-port")}
-    worker_low = worker_base + (os.getpid() % 200) * 100
-    head = subprocess.Popen(
-        [str(VENV_BIN / "ray"), "start", "--head", "--block", "--num-cpus=2", "--node-ip-address=127.0.0.1",
-         "--disable-usage-stats", "--include-dashboard=false", f"--temp-dir={temp_dir}",
-         "--object-store-memory=300000000", f"--min-worker-port={worker_low}", f"--max-worker-port={worker_low + 99}",
-         *[f"--{name}={port}" for name, port in ports.items()]],
-        env=child_env(**env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )
-    try:
-        wait_port(ports["port"], timeout=60)
-        wait_port(ports["node-manager-port"], timeout=60)
-    except TimeoutError:
-        stop_group(head, marker=temp_dir)
-        raise
-    return head, f"127.0.0.1:{ports['port']}"
-
-
 def start_moto() -> tuple[subprocess.Popen, str]:
     """moto's S3 server on 127.0.0.1 (in-memory); returns the process and its endpoint."""
     port = free_port()

@@ -110,13 +110,8 @@ def _s3(endpoint: str):
     return s3fs.S3FileSystem(key="testing", secret="testing", client_kwargs={"endpoint_url": endpoint}, skip_instance_cache=True)
 
 
-def _run_job(config_path: pathlib.Path, timeout: float = 400, ray_address: str | None = None,
-             **extra_env: str) -> subprocess.CompletedProcess:
-    """The job as `python -m ray_jobs.score_corpus`: on its own local Ray, or joining the Ray at
-    `ray_address` (whose workers have the same AWS environment)."""
+def _run_job(config_path: pathlib.Path, timeout: float = 400, **extra_env: str) -> subprocess.CompletedProcess:
     env = child_env(**FAKE_AWS, **extra_env)
-    if ray_address:
-        env["RAY_ADDRESS"] = ray_address
     env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{free_port()}"  # whatever ignores the config: a dead loopback port
     return subprocess.run(
         [sys.executable, "-m", "ray_jobs.score_corpus", "--config", str(config_path)],
@@ -154,8 +149,7 @@ def _debris(fs, prefix: str) -> list[str]:
     return [n for n in fs.find(prefix) if ".tmp-" in n.rsplit("/", 1)[-1]]
 
 
-def chaos_round(tmp: pathlib.Path, moto_endpoint: str, rate: float, seed: int, shards: int = 6, rows: int = 20,
-                ray_address: str | None = None) -> dict:
+def chaos_round(tmp: pathlib.Path, moto_endpoint: str, rate: float, seed: int, shards: int = 6, rows: int = 20) -> dict:
     """One job through a proxy at `rate`; on failure, the re-run without faults. Returns what
     happened and checks exactly-once and no debris either way."""
     fs = _s3(moto_endpoint)
@@ -174,8 +168,7 @@ def chaos_round(tmp: pathlib.Path, moto_endpoint: str, rate: float, seed: int, s
     try:
         with ChaosProxy(port, rate, seed=seed) as proxy:
             started = time.time()
-            first = _run_job(_write_config(tmp / f"chaos-{seed}.json", proxy.endpoint, ray_dir, output),
-                             ray_address=ray_address)
+            first = _run_job(_write_config(tmp / f"chaos-{seed}.json", proxy.endpoint, ray_dir, output))
             wall = time.time() - started
         result = {"rate": rate, "seed": seed, "chunks": proxy.chunks, "faults": dict(proxy.faults),
                   "first_rc": first.returncode, "wall_s": round(wall, 1), "stderr_tail": first.stderr.strip().splitlines()[-1:]}
@@ -183,8 +176,7 @@ def chaos_round(tmp: pathlib.Path, moto_endpoint: str, rate: float, seed: int, s
             lines = [line for line in first.stderr.strip().splitlines() if line.strip()]
             assert "Traceback" not in first.stderr, first.stderr[-3000:]
             assert lines and lines[-1].startswith("error: "), first.stderr[-3000:]
-            again = _run_job(_write_config(tmp / f"clean-{seed}.json", moto_endpoint, ray_dir, output),
-                             ray_address=ray_address)
+            again = _run_job(_write_config(tmp / f"clean-{seed}.json", moto_endpoint, ray_dir, output))
             assert again.returncode == 0, again.stderr[-3000:]
             result["rerun_rc"] = again.returncode
         got = _output_ids(fs, output.removeprefix("s3://"))
@@ -224,8 +216,8 @@ def test_proxy_resets_a_fraction_of_requests(moto):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_job_through_a_flaky_proxy_loses_nothing(moto, ray_s3_address, tmp_path):
-    result = chaos_round(tmp_path, moto, rate=0.1, seed=7, ray_address=ray_s3_address)
+def test_job_through_a_flaky_proxy_loses_nothing(moto, tmp_path):
+    result = chaos_round(tmp_path, moto, rate=0.1, seed=7)
     assert sum(result["faults"].values()) > 0, result  # faults really happened
 
 

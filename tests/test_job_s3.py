@@ -46,11 +46,10 @@ def s3fs_client(endpoint):
     return s3fs.S3FileSystem(key="testing", secret="testing", client_kwargs={"endpoint_url": endpoint}, skip_instance_cache=True)
 
 
-def run_cli_job(config_path, temp_dir, ray_address: str | None = None) -> dict:
-    env = child_env(**AWS_ENV, **({"RAY_ADDRESS": ray_address} if ray_address else {}))
+def run_cli_job(config_path, temp_dir) -> dict:
     result = subprocess.run(
         [sys.executable, "-m", "ray_jobs.score_corpus", "--config", str(config_path), "--no-progress"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=150,
+        cwd=REPO_ROOT, env=child_env(**AWS_ENV), capture_output=True, text=True, timeout=150,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "Traceback" not in result.stderr
@@ -59,7 +58,7 @@ def run_cli_job(config_path, temp_dir, ray_address: str | None = None) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_s3_in_s3_out(moto_endpoint, ray_s3_address, tmp_path):
+def test_s3_in_s3_out(moto_endpoint, tmp_path):
     fs = s3fs_client(moto_endpoint)
     fs.mkdir("ctg-input")
     fs.mkdir("ctg-output")
@@ -79,7 +78,7 @@ def test_s3_in_s3_out(moto_endpoint, ray_s3_address, tmp_path):
         "ray": {"num_cpus": 2, "object_store_memory": 300000000, "temp_dir": temp_dir},
     }))
     try:
-        first = run_cli_job(config_path, temp_dir, ray_s3_address)
+        first = run_cli_job(config_path, temp_dir)
         assert "text_stats: 160 in -> 160 out, 160 scored" in first["stdout"]
 
         fs.invalidate_cache()
@@ -112,7 +111,7 @@ def test_s3_in_s3_out(moto_endpoint, ray_s3_address, tmp_path):
         changed = tmp_path / "changed.parquet"
         pq.write_table(pq.read_table(local[3]).from_pylist(rows, schema=pq.read_table(local[3]).schema), changed)
         fs.put_file(str(changed), f"ctg-input/dump/2026-11-22/{local[3].name}")
-        again = run_cli_job(config_path, temp_dir, ray_s3_address)
+        again = run_cli_job(config_path, temp_dir)
         assert "text_stats: 160 in -> 160 out, 1 scored, 159 reused" in again["stdout"]
         fs.invalidate_cache()
         shard_parts = sorted(fs.find(f"ctg-output/scores/text_stats/{local[3].stem}"))
@@ -121,7 +120,7 @@ def test_s3_in_s3_out(moto_endpoint, ray_s3_address, tmp_path):
         assert got[0]["text_stats_words"] == 3.0 and got[0]["id"] == rows[0]["id"]
 
         # an unchanged night: planned from the manifest and one listing per prefix, no footer read
-        third = run_cli_job(config_path, temp_dir, ray_s3_address)
+        third = run_cli_job(config_path, temp_dir)
         assert "160 reused" in third["stdout"] and "storage: " in third["stdout"]
         requests = json.loads(fs.cat_file("ctg-output/scores/manifest.json"))["requests"]
         assert requests["footers_read"] == 0 and requests["worker_part_puts"] == 0

@@ -53,7 +53,7 @@ def calls_in_process():
     (FakeItem(markers=["gpu"]), "integration"),
     (FakeItem(markers=["slow"]), "system"),
     (FakeItem(markers=["slow"], fixtures=["ray_local"]), "integration"),
-    (FakeItem(markers=["slow"], fixtures=["ray_s3_address", "moto"]), "integration"),
+    (FakeItem(markers=["slow"], fixtures=["ray_address", "moto"]), "integration"),
     (FakeItem(markers=["unit"], fixtures=["ray_local"]), "integration"),  # never below what it uses
     (FakeItem(markers=["integration", "slow"]), "integration"),  # an explicit marker wins over `slow`
     (FakeItem(markers=["system"], fixtures=["moto"]), "system"),
