@@ -3,7 +3,7 @@ machine with SummEval s->h rows at their real lengths (`tests/data/corpora/summe
 
 (a) CPU-stage rows/s per core: from one unit's Arrow IPC payload (what `read_unit` hands on)
     to ready `int32` id columns. "stage" is the job's own CPU-stage function
-    (`ray_jobs.job.score.prepare_table`: decode, row keys, precheck, validate, then
+    (`ray_jobs.job.rows.prepare_table`: decode, row keys, precheck, validate, then
     `BARTScoreMetric.prepare` with the metric built without weights); "actor (before)" is
     the same work as the scoring actor did it before the stage split (row dicts,
     `RowMetric.validate`, `row_key`, `encode_texts`). One thread (TOKENIZERS_PARALLELISM=false,
@@ -105,7 +105,7 @@ def tiny_metric_folder(bpe_dir: pathlib.Path, folder: pathlib.Path) -> int:
 
 def cpu_stage(payload: bytes, metric) -> pa.Table:
     """The job's CPU stage on one unit (`prepare_table`, no row cache)."""
-    from ray_jobs.job.score import prepare_table
+    from ray_jobs.job.rows import prepare_table
 
     table = pa.ipc.open_stream(io.BytesIO(payload)).read_all().select(["id", "source", "text"])
     ids, _ = prepare_table(metric, table, set(metric.read_columns()), [], None)

@@ -1,4 +1,4 @@
-"""`make demo` (`python -m ctgscore.demo`): the scoring job on the embedded default (local Ray,
+"""`make demo` (`python -m ctgscore.demo`): the scoring job of `examples/demo.yaml` (local Ray,
 the sample corpus in `data/sample/`, tiny models built into `.cache/tiny-models/` when missing),
 then a meta-evaluation report of the stored scores.
 
@@ -6,44 +6,73 @@ Metrics: text_stats, the BLEU baseline, perplexity (tiny GPT-2), BARTScore s->h 
 h<->r (tiny BART) and CTRLEval coherence + consistency (tiny PEGASUS + its IWF table). Each metric
 skips the rows it does not apply to (CTRLEval rows have no references, SummEval rows no prefix). The tiny models are random:
 the demo shows the machinery (outputs, manifest, reuse on a second run), not meaningful scores.
+An unchanged re-run reuses every scored shard and the report (`report_key`).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import pathlib
 import sys
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+DEMO_CONFIG = REPO_ROOT / "examples" / "demo.yaml"
 
 
 def demo_config(cache_dir: pathlib.Path, output: pathlib.Path, sample: pathlib.Path) -> dict:
+    """`examples/demo.yaml` (the one definition of the demo's job), with its input, output and
+    tiny-model paths pointed at `sample`, `output` and `cache_dir` (the models built there)."""
+    import yaml
+
     from ctgscore.testing.tiny_models import build_tiny_models
 
-    models = build_tiny_models(cache_dir)
-    return {
-        "input": str(sample),
-        "output": str(output),
-        "metrics": [
-            {"name": "text_stats"},
-            {"name": "bleu"},  # a baseline: sentence BLEU, and corpus BLEU per system in the report
-            {"name": "perplexity", "params": {"model": models["gpt2"]}},
-            {"name": "bartscore", "params": {"model": models["bart"], "directions": ["s_h", "r_h", "h_r"],
-                                        "preprocess": "moses_detok"}},  # the original detokenises SummEval
-            {
-                "name": "ctrleval",
-                "params": {"model": models["pegasus"], "iwf": models["iwf"], "aspects": ["coherence", "consistency"]},
-            },
-        ],
-        "dtype": "float32",
-        "token_budget": 4096,
-        "batch_size": 32,
-        # the five metrics' pools run side by side on one read: a fifth of a CPU per actor leaves
-        # room for Ray Data's read tasks on a 2-core machine
-        "pool": {"min_size": 1, "max_size": 2, "num_cpus": 0.2},
-        "ray": {"temp_dir": "/tmp/ctgscore-ray"},
-    }
+    build_tiny_models(cache_dir)
+    data = yaml.safe_load(DEMO_CONFIG.read_text(encoding="utf-8"))
+    data["input"], data["output"] = str(sample), str(output)
+    for metric in data["metrics"]:
+        params = metric.get("params") or {}
+        for key in ("model", "iwf"):
+            if key in params:  # ../.cache/tiny-models/<name> -> <cache_dir>/<name>
+                params[key] = str(pathlib.Path(cache_dir) / pathlib.PurePosixPath(params[key]).name)
+    return data
+
+
+REPORT_ARGS = ["--tasks", "0", "--level", "sample", "system"]  # resamples: the one default (meta_eval.defaults)
+REPORT_KEY = ".demo-report-key"
+
+
+def report_key(scores: pathlib.Path, meta_args: list[str]) -> str:
+    """What the demo's report is computed from: every score file under `scores` (name, size,
+    modification time; an unchanged re-run leaves them untouched), the meta arguments and the
+    statistics code. The same key means the report on disk is current."""
+    digest = hashlib.sha256(json.dumps(meta_args).encode())
+    for path in sorted(scores.rglob("*.parquet")):
+        stat = path.stat()
+        digest.update(f"{path.relative_to(scores)}|{stat.st_size}|{stat.st_mtime_ns}\n".encode())
+    for path in sorted((REPO_ROOT / "meta_eval").rglob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def write_report(scores: pathlib.Path) -> int:
+    """`ctgscore meta` on the demo's scores into `<scores>-report/`, unless the report there was
+    computed from the same files, arguments and code (then it is reused)."""
+    from ctgscore.cli.main import main as ctgscore_main
+
+    report_dir = scores.parent / (scores.name + "-report")
+    meta_args = ["meta", "--scores", str(scores), "--output", str(report_dir), *REPORT_ARGS]
+    key, stamp = report_key(scores, meta_args), report_dir / REPORT_KEY
+    if stamp.is_file() and stamp.read_text().strip() == key and (report_dir / "report.html").is_file():
+        print(f"\nreport unchanged (same scores, options and code): {report_dir / 'report.html'}, reused")
+        return 0
+    print("\nmeta-evaluation of the stored scores (random tiny models: the numbers only show the machinery)")
+    code = ctgscore_main(meta_args)
+    if code == 0:
+        stamp.write_text(key + "\n")
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,15 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         return 1
     if not args.no_report:
-        from ctgscore.cli.main import main as ctgscore_main
-
-        report_dir = pathlib.Path(args.output).parent / (pathlib.Path(args.output).name + "-report")
-        print("\nmeta-evaluation of the stored scores (random tiny models: the numbers only show the machinery)")
-        code = ctgscore_main(["meta", "--scores", args.output, "--output", str(report_dir), "--resamples", "200",
-                              "--tasks", "0", "--level", "sample", "system"])
+        code = write_report(pathlib.Path(args.output))
         if code:
             return code
-    print("run `make demo` again: every shard is reused and nothing is scored twice.")
+    print("run `make demo` again: every shard and the report are reused, nothing is computed twice.")
+    print("put `ctgscore` on your PATH with `. .venv/bin/activate`, then e.g. "
+          "`ctgscore leaderboard examples/demo.yaml -o out/leaderboard --columns bartscore_s_h`.")
     return 0
 
 

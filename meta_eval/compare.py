@@ -20,7 +20,10 @@ per-sentence statistics).
   pair's comes from one (trials x systems) product of swap signs and per-unit means.
 * Ranks: by mean, best first (lowest first for lower-is-better columns), equal means share the
   smaller rank. A pair's `better` names the system whose mean is better when the bootstrap
-  p-value (the randomisation p-value when the bootstrap is off) is below `alpha`.
+  p-value (the randomisation p-value when the bootstrap is off) is below `alpha`: one test
+  decides every mark (`decisive_test`).
+* Significance clusters (`significance_clusters`): runs of consecutive ranks, as the WMT
+  metrics task draws them.
 
 Blocks of resamples and of trials run through a runner (`meta_eval.runner`), so the answer is the
 same in-process and on any number of Ray tasks. `system_comparison` takes rows (a DataFrame);
@@ -56,7 +59,10 @@ def paired_units(frame: pd.DataFrame, column: str, systems: Sequence[str] | None
 
     for col in (unit, system_col, column):
         if col not in frame:
-            raise InputError(f"comparing systems needs a {col!r} column (have: {', '.join(map(str, frame.columns))})")
+            from scoring.schema import visible_columns
+
+            raise InputError(f"comparing systems needs a {col!r} column "
+                             f"(have: {', '.join(visible_columns(frame.columns))})")
     data = frame[[unit, system_col, column]].copy()
     data[column] = pd.to_numeric(data[column], errors="coerce").astype(float)
     data = data[data[unit].notna() & data[system_col].notna()]
@@ -266,6 +272,43 @@ def leaderboard(comparisons: Iterable[SystemComparison]) -> list[LeaderboardRow]
             for c in comparisons for s in c.systems]
 
 
+def decisive_test(comp: SystemComparison) -> str:
+    """The test whose p-value decides every `better` mark of `comp`: the paired bootstrap when it
+    ran, else approximate randomisation (`compare_units`)."""
+    return "bootstrap" if any(p.p_bootstrap is not None for p in comp.pairs) else "randomization"
+
+
+def decisive_p(pair: SystemPair, test: str) -> float | None:
+    """The pair's p-value from the deciding test (`decisive_test`)."""
+    return pair.p_bootstrap if test == "bootstrap" else pair.p_randomization
+
+
+TEST_NAMES = {"bootstrap": "paired bootstrap", "randomization": "approximate randomisation"}
+
+
+def significance_clusters(comp: SystemComparison) -> dict[str, int]:
+    """System -> cluster number (1 = top), as the WMT metrics task draws significance clusters:
+    walk the systems in rank order; a system starts a new cluster when its `better` mark
+    separates it from any system already in the current cluster, else it joins that cluster.
+    Clusters are therefore runs of consecutive ranks."""
+    separated = {frozenset((p.a, p.b)) for p in comp.pairs if p.better is not None}
+    clusters: dict[str, int] = {}
+    current: list[str] = []
+    number = 0
+    for score in comp.systems:
+        if not current or any(frozenset((score.system, other)) in separated for other in current):
+            number += 1
+            current = []
+        current.append(score.system)
+        clusters[score.system] = number
+    return clusters
+
+
+CLUSTER_DEFINITION = ("Clusters are drawn as in the WMT metrics task: going down the ranking, a system opens a new "
+                      "cluster when it is significantly different from any system already in the current cluster, "
+                      "so each cluster is a run of consecutive ranks and the leading group is cluster 1.")
+
+
 LEADERBOARD_FIELDS = ("dataset", "column", "system", "mean", "low", "high", "rank", "n_units", "lower_is_better")
 
 
@@ -279,10 +322,20 @@ def leaderboard_csv(rows: Iterable[LeaderboardRow]) -> str:
     return buffer.getvalue()
 
 
-def comparisons_json(comparisons: Sequence[SystemComparison]) -> str:
-    """Comparisons and the leaderboard as one JSON document."""
-    return json.dumps({"comparisons": to_json_dict(list(comparisons)),
-                       "leaderboard": to_json_dict(leaderboard(comparisons))}, indent=1, allow_nan=False)
+LEADERBOARD_FORMAT = "ctgscore-leaderboard/1"
+
+
+def leaderboard_document(comparisons: Sequence[SystemComparison], **extra) -> dict:
+    """The one leaderboard JSON document: what the meta report, `compare -o x.json` and
+    `leaderboard` write, and what `--previous` reads. `format` names this layout; `leaderboard`
+    holds one row per (dataset, column, system); `extra` adds keys (refresh time, job)."""
+    return {"format": LEADERBOARD_FORMAT, "comparisons": to_json_dict(list(comparisons)),
+            "leaderboard": to_json_dict(leaderboard(comparisons)), **extra}
+
+
+def comparisons_json(comparisons: Sequence[SystemComparison], **extra) -> str:
+    """`leaderboard_document` as JSON text."""
+    return json.dumps(leaderboard_document(comparisons, **extra), indent=1, allow_nan=False)
 
 
 def comparison_markdown(comparisons: Sequence[SystemComparison], digits: int = 4) -> str:
@@ -298,11 +351,18 @@ def comparison_markdown(comparisons: Sequence[SystemComparison], digits: int = 4
                                   [[s.rank, s.system, s.mean, s.interval.low, s.interval.high] for s in comp.systems],
                                   digits))
         level = f"{100 * comp.pairs[0].ci_diff.level:g}%" if comp.pairs else "95%"
-        out.append("The pair interval is the bootstrap test inverted: it excludes 0 exactly when the pair is "
-                   "significant (– where there are too few resamples for any p below alpha).\n")
-        out.append(markdown_table(["A", "B", "mean A - mean B", f"{level} low", f"{level} high", "p (bootstrap)",
-                                   "p (randomization)", "better"],
-                                  [[p.a, p.b, p.diff, p.ci_diff.low, p.ci_diff.high, p.p_bootstrap, p.p_randomization,
+        test = decisive_test(comp)
+        other = [t for t in TESTS if t != test and any(decisive_p(p, t) is not None for p in comp.pairs)]
+        out.append(f"The {TEST_NAMES[test]} decides every mark: `better` names a system exactly when its p is below "
+                   "alpha, and the pair interval is that test inverted, so it excludes 0 exactly then "
+                   "(– where there are too few resamples for any p below alpha).\n")
+        out.append(markdown_table(["A", "B", "mean A - mean B", f"{level} low", f"{level} high", f"p ({test})",
+                                   "better"],
+                                  [[p.a, p.b, p.diff, p.ci_diff.low, p.ci_diff.high, decisive_p(p, test),
                                     p.better or "no significant difference"] for p in comp.pairs], digits))
+        for name in other:  # shown apart: it decides nothing
+            out.append(f"The {TEST_NAMES[name]} for reference (it decides no mark):\n")
+            out.append(markdown_table(["A", "B", f"p ({name})"], [[p.a, p.b, decisive_p(p, name)] for p in comp.pairs],
+                                      digits))
         out.append(f"`{comp.signature}`\n")
     return "\n".join(out)

@@ -14,8 +14,6 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from scoring.schema import is_data_file
-
 STAT_PREFIXES = {"bleu": "_bleu_stat_", "chrf": "_chrf_stat_"}
 _PARAMS = {
     "bleu": ("tokenize", "lowercase", "smooth_method", "smooth_value", "max_ngram_order", "effective_order"),
@@ -94,30 +92,32 @@ def _text(value) -> str | None:
 
 def read_corpus_scores(path: str, storage_options: dict | None = None) -> list[CorpusRow]:
     """Corpus BLEU/chrF per (dataset, system) of every `bleu`/`chrf` run under a scoring job's
-    output folder (or a single output file); empty when there is none."""
-    import fsspec
+    output folder (or a single output file); empty when there is none. The runs and their files
+    are those `scoring.job_output` finds (the manifest's current outputs, runs kept apart by
+    signature); a run named after its own file or folder is named after its metric."""
     import pandas as pd
     import pyarrow.parquet as pq
 
-    from scoring.parquet_read import read_parquet_here
+    from scoring.job_output import list_runs, read_run
 
-    fs, root = fsspec.core.url_to_fs(str(path), **dict(storage_options or {}))
-    files = sorted(p for p in fs.find(root) if is_data_file(p)) if fs.isdir(root) else [root]
-    runs: dict[tuple[str, str, str], list] = {}
-    for name in files:
-        with fs.open(name, "rb") as handle:
-            schema = pq.read_schema(handle)
-        metric = next((m for m, prefix in STAT_PREFIXES.items() if prefix + "0" in schema.names), None)
+    fs, runs = list_runs(str(path), storage_options=storage_options)
+    root = fs._strip_protocol(str(path)).rstrip("/")
+    rows: list[CorpusRow] = []
+    found: dict[tuple[str, str, str], list] = {}
+    for run in runs:
+        if not run.files:
+            continue
+        with fs.open(run.files[0], "rb") as handle:
+            names = pq.read_schema(handle).names
+        metric = next((m for m, prefix in STAT_PREFIXES.items() if prefix + "0" in names), None)
         if metric is None:
             continue
-        with fs.open(name, "rb") as handle:
-            frame = read_parquet_here(handle).to_pandas()
-        relative = posixpath.relpath(name, root) if name != root else posixpath.basename(name)
-        label = relative.split("/")[0] if "/" in relative else metric
+        frame = read_run(fs, run).frame.reset_index()
+        nested = any(posixpath.dirname(name).rstrip("/") != root for name in run.files)
+        label = run.name if nested else metric
         for signature, part in frame.groupby("signature", sort=True):
-            runs.setdefault((label, metric, signature), []).append(part)
-    rows: list[CorpusRow] = []
-    for (label, metric, signature), parts in sorted(runs.items()):
+            found.setdefault((label, metric, signature), []).append(part)
+    for (label, metric, signature), parts in sorted(found.items()):
         rows += corpus_scores(pd.concat(parts, ignore_index=True), label, metric, signature)
     return rows
 

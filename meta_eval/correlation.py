@@ -5,7 +5,9 @@ See `docs/meta_eval.md`, "Correlations" (BARTScore §4.1.2, CTRLEval §4.4):
 * document level (SummEval convention): per `doc_id` over its systems, then averaged
   (documents whose correlation is undefined, e.g. a constant column, are skipped and counted);
 * system level: per-system means of metric and human, then one correlation of the means, and
-  the pairwise accuracy of the means (Kocmi et al. 2021; system level only).
+  the pairwise accuracy of the means (Kocmi et al. 2021; system level only);
+* soft pairwise accuracy at system level and tie-calibrated pairwise accuracy at sample
+  (segment) level, the WMT metrics task's measures (`meta_eval.pairwise`).
 Every statistic comes from scipy (`pearsonr`, `spearmanr`, `kendalltau(variant=...)`).
 """
 
@@ -19,8 +21,12 @@ from scipy import stats
 
 from meta_eval.results import Correlation, DarrTau
 
-METHODS = ("pearson", "spearman", "kendall", "pairwise_accuracy")
-SYSTEM_ONLY = ("pairwise_accuracy",)  # O(n^2) in the units: computed at system level only
+RESAMPLED = ("pearson", "spearman", "kendall", "pairwise_accuracy")  # what significance tests can compare
+#: the WMT metrics task's pairwise measures (meta_eval.pairwise, docs/pairwise_accuracy.md)
+PAIRWISE = ("soft_pairwise_accuracy", "tie_calibrated_accuracy")
+METHODS = RESAMPLED + PAIRWISE
+SYSTEM_ONLY = ("pairwise_accuracy", "soft_pairwise_accuracy")  # O(n^2) in the units: system level only
+SAMPLE_ONLY = ("tie_calibrated_accuracy",)  # pairs of rows that share a document, pooled
 LEVELS = ("sample", "document", "system")
 
 
@@ -130,8 +136,36 @@ def system_level(frame, metric, human, method="spearman", variant="b", system_co
                        int(len(means)), _variant(method, variant))
 
 
+def soft_pairwise(frame, metric, human, doc_col="doc_id", system_col="system", trials=1000,
+                  seed=0) -> Correlation:
+    """SPA over the systems, on the documents every system has (`meta_eval.pairwise`)."""
+    from meta_eval.pairwise import soft_pairwise_accuracy
+
+    sub = _clean(frame, metric, human, [doc_col, system_col])
+    grids = [sub.pivot_table(index=doc_col, columns=system_col, values=col, aggfunc="mean") for col in (metric, human)]
+    complete = grids[0].notna().all(axis=1) & grids[1].notna().all(axis=1)
+    metric_grid, human_grid = (g[complete].to_numpy(dtype=float) for g in grids)
+    value = soft_pairwise_accuracy(metric_grid, human_grid, trials=trials, seed=seed)
+    return Correlation(metric, human, "system", "soft_pairwise_accuracy", value, int(metric_grid.shape[1]))
+
+
+def tie_calibrated(frame, metric, human, doc_col="doc_id") -> Correlation:
+    """acc_eq over the pairs of rows that share a document (all pairs when there is no document
+    column), with its tie threshold epsilon (`meta_eval.pairwise`)."""
+    from meta_eval.pairwise import tie_calibrated_accuracy
+
+    grouped = doc_col in frame and frame[doc_col].notna().any()
+    sub = _clean(frame, metric, human, [doc_col] if grouped else [])
+    value, epsilon = tie_calibrated_accuracy(sub[metric], sub[human], sub[doc_col] if grouped else None)
+    return Correlation(metric, human, "sample", "tie_calibrated_accuracy", value, int(len(sub)), epsilon=epsilon)
+
+
 def at_level(frame, metric, human, level, method="spearman", variant="b",
              doc_col="doc_id", system_col="system") -> Correlation:
+    if method == "soft_pairwise_accuracy" and level == "system":
+        return soft_pairwise(frame, metric, human, doc_col, system_col)
+    if method == "tie_calibrated_accuracy" and level == "sample":
+        return tie_calibrated(frame, metric, human, doc_col)
     if level == "sample":
         return sample_level(frame, metric, human, method, variant)
     if level == "document":
@@ -173,7 +207,7 @@ def correlation_table(frame, metrics, humans, levels=LEVELS, methods=METHODS, va
         for human in humans:
             for metric in metrics:
                 for method in methods:
-                    if method in SYSTEM_ONLY and level != "system":
+                    if method in SYSTEM_ONLY and level != "system" or method in SAMPLE_ONLY and level != "sample":
                         continue
                     rows.append(at_level(frame, metric, human, level, method, variant, doc_col, system_col))
     return rows

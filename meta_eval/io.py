@@ -63,8 +63,9 @@ LOWER_IS_BETTER_PREFIXES = ("perplexity",)  # e.g. `perplexity`, `perplexity_gpt
 
 
 def default_lower_is_better(columns) -> set[str]:
-    """Columns where lower is better unless told otherwise: perplexity and its variants."""
-    return set(LOWER_IS_BETTER) | {c for c in columns if str(c).startswith(LOWER_IS_BETTER_PREFIXES)}
+    """Columns where lower is better unless told otherwise (the one place this rule lives):
+    perplexity and its variants, also as `<run>.perplexity` when several runs produce it."""
+    return set(LOWER_IS_BETTER) | {c for c in columns if str(c).split(".")[-1].startswith(LOWER_IS_BETTER_PREFIXES)}
 
 
 @dataclass
@@ -89,66 +90,42 @@ class Table:
         return "system" in self.frame and self.frame["system"].notna().any()
 
 
-def _fs_and_paths(path: str, suffix: str) -> tuple[object, list[str]]:
-    import fsspec
-
-    fs, root = fsspec.core.url_to_fs(path)
-    if fs.isdir(root):
-        files = sorted(p for p in fs.find(root) if p.endswith(suffix) and (suffix != ".parquet" or schema.is_data_file(p)))
-        if not files:
-            raise InputError(f"{path}: no *{suffix} files under this folder/prefix")
-        return fs, files
-    if not fs.exists(root):
-        raise InputError(f"{path}: no such file or prefix")
-    return fs, [root]
-
-
 def _score_columns(columns) -> list[str]:
     """Metric output columns (`scoring.schema.is_score_column`), leaving out input columns."""
     return [c for c in columns if schema.is_score_column(c) and c not in _INPUT_COLUMNS]
 
 
 def _read_parquet_files(path: str) -> tuple[pd.DataFrame, dict]:
-    """All shards under `path`, one row per id.
+    """The metric runs under `path` (`scoring.job_output`: the manifest's current outputs, runs
+    kept apart by label, score columns and signature), joined on `id`, one row per id. A row's
+    `error` only blanks the score columns of its own metric run; a score column several runs
+    produce is named `<run>.<column>`. Returns the frame and per-run facts (rows, errors,
+    signatures), keyed by the run's score columns (by run name where those repeat)."""
+    from scoring.job_output import output_names, read_runs
 
-    Shards are grouped by their score columns (one group per metric run, e.g. the scoring job's
-    `<out>/<metric>/*.parquet`); groups are joined on `id`. A row's `error` only blanks the score
-    columns of its own metric run. Returns the frame and per-run facts (rows, errors, signatures).
-    """
-    from scoring.parquet_read import read_parquet_here
-
-    fs, files = _fs_and_paths(path, ".parquet")
-    groups: dict[tuple, list[pd.DataFrame]] = {}
-    for name in files:
-        with fs.open(name, "rb") as handle:
-            frame = read_parquet_here(handle).to_pandas()  # decoded on this thread (scoring.parquet_read)
-        if "id" not in frame:
-            raise InputError(f"{name}: missing required column 'id'")
-        groups.setdefault(tuple(_score_columns(frame.columns)), []).append(frame)
+    runs_read = read_runs(path)
+    names = output_names((run.name, _score_columns(run.frame.columns)) for run in runs_read)
+    keys = [",".join(_score_columns(run.frame.columns)) or "(no score columns)" for run in runs_read]
     carried_parts, score_parts, errors, skips, runs = [], [], [], [], {}
-    for score_cols, parts in groups.items():
-        frame = pd.concat(parts, ignore_index=True)
-        dupes = frame["id"].duplicated()
-        if dupes.any():
-            raise InputError(f"{path}: id {frame.loc[dupes, 'id'].iloc[0]!r} appears twice in the run with "
-                             f"columns {list(score_cols)}")
-        frame = frame.set_index("id")
+    for run, key in zip(runs_read, keys):
+        frame = run.frame
+        score_cols = _score_columns(frame.columns)
         error = frame["error"].notna() if "error" in frame else pd.Series(False, index=frame.index)
         scores = frame[list(score_cols)].copy()
         numeric = [c for c in score_cols if pd.api.types.is_numeric_dtype(scores[c])]
         if numeric and error.any():
             for col in numeric:
                 scores[col] = scores[col].astype(float).where(~error, np.nan)
+        scores.columns = [names[(run.name, c)] for c in score_cols]
         score_parts.append(scores)
         carried_parts.append(frame[[c for c in frame.columns if c not in score_cols
                                     and c not in schema.META_COLUMNS]])
         errors.append(error)
         skipped = frame["skipped"].notna() if "skipped" in frame else pd.Series(False, index=frame.index)
         skips.append(skipped)
-        label = ",".join(score_cols) or "(no score columns)"
-        signatures = sorted(map(str, frame["signature"].dropna().unique())) if "signature" in frame else []
+        label = key if keys.count(key) == 1 else run.name
         runs[label] = {"rows": int(len(frame)), "rows_error": int(error.sum()), "rows_skipped": int(skipped.sum()),
-                       "signatures": signatures}
+                       "signatures": run.signatures}
     carried = carried_parts[0]
     for part in carried_parts[1:]:
         carried = carried.combine_first(part)
@@ -157,7 +134,8 @@ def _read_parquet_files(path: str) -> tuple[pd.DataFrame, dict]:
     merged["error"] = any_error.reindex(merged.index, fill_value=False)
     any_skipped = pd.concat(skips, axis=1).fillna(False).astype(bool).any(axis=1)
     merged["skipped"] = any_skipped.reindex(merged.index, fill_value=False)
-    merged = merged.reset_index().rename(columns={"index": "id"})
+    merged.index.name = "id"
+    merged = merged.reset_index()
     return merged, runs
 
 
@@ -191,7 +169,11 @@ def read_scores(path: str, humans: list[str] | None = None, metrics: list[str] |
 def _check_columns(frame: pd.DataFrame, columns: list[str], source: str) -> None:
     for col in columns:
         if col not in frame:
-            raise InputError(f"{source}: column {col!r} not found (have: {', '.join(map(str, frame.columns))})")
+            from scoring.schema import visible_columns
+
+            error = InputError(f"{source}: column {col!r} not found (have: {', '.join(visible_columns(frame.columns))})")
+            error.missing_column = col  # the CLI makes a column the user named a usage error
+            raise error
         if not pd.api.types.is_numeric_dtype(frame[col]):
             bad = frame[col][pd.to_numeric(frame[col], errors="coerce").isna() & frame[col].notna()]
             where = f"row {bad.index[0]}: {bad.iloc[0]!r}" if len(bad) else f"dtype {frame[col].dtype}"

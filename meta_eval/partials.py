@@ -180,8 +180,9 @@ class GridAccumulator:
     datasets: dict = field(default_factory=dict)
     units: dict = field(default_factory=dict)
     systems: dict = field(default_factory=dict)
-    rows: int = 0
+    rows: int = 0  # summed over the runs (metric folders) read
     error_rows: int = 0
+    run_rows: dict = field(default_factory=dict)  # run label -> rows read in it
     _codes: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     _sums: np.ndarray | None = None
     _counts: np.ndarray | None = None
@@ -200,6 +201,7 @@ class GridAccumulator:
         """Fold one partial in (call in file order for reproducible sums)."""
         self.rows += part.rows
         self.error_rows += part.error_rows
+        self.run_rows[part.label] = self.run_rows.get(part.label, 0) + part.rows
         if not len(part.keys):
             return
         d = self._global(self.datasets, part.datasets)[part.keys[:, 0]]
@@ -236,6 +238,12 @@ class GridAccumulator:
         self._counts = np.column_stack([np.bincount(inverse, counts[:, k], n).astype(np.int64)
                                         for k in range(counts.shape[1])]) if counts.shape[1] else \
             np.zeros((n, 0), np.int64)
+
+    @property
+    def input_rows(self) -> int:
+        """Rows of the input: every run holds one row per input row, so the largest run's count
+        (not the sum over runs, which counts each row once per metric)."""
+        return max(self.run_rows.values(), default=0)
 
     @property
     def n_cells(self) -> int:

@@ -70,6 +70,8 @@ class Options:
             raise UsageError(f"significance {self.significance!r}: use one of {', '.join(SIGNIFICANCE_TESTS)}")
         if self.correction not in marks.CORRECTIONS:
             raise UsageError(f"correction {self.correction!r}: use one of {', '.join(marks.CORRECTIONS)}")
+        if self.boot_method not in correlation.RESAMPLED:
+            raise UsageError(f"boot method {self.boot_method!r}: use one of {', '.join(correlation.RESAMPLED)}")
         if self.boot_method in correlation.SYSTEM_ONLY and any(lvl == "sample" for lvl in self.boot_levels):
             raise UsageError(f"{self.boot_method} compares systems: use it at document or system level")
         if not 0 < self.alpha < 1:

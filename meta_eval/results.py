@@ -35,6 +35,7 @@ class Correlation:
     n: int
     variant: str | None = None
     n_undefined: int | None = None  # document level: documents whose correlation is undefined
+    epsilon: float | None = None  # tie_calibrated_accuracy: the metric's tie threshold chosen
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,6 @@ working directory. See `docs/job.md` for every key.
 
 from __future__ import annotations
 
-import inspect
 import pathlib
 import re
 import types
@@ -39,6 +38,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from scoring.error_rate import is_fraction
 from scoring.errors import UsageError
 
 LABEL_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -303,7 +303,7 @@ def parse_config(data: Any, base_dir: str | pathlib.Path | None = None) -> JobCo
         check_device(config, spec, index)
     if config.s3.endpoint_url is not None and not re.match(r"^https?://", config.s3.endpoint_url):
         raise ConfigError(f"'s3.endpoint_url' must start with http:// or https://, got {config.s3.endpoint_url!r}")
-    if not 0 <= config.max_error_rate <= 1:
+    if not is_fraction(config.max_error_rate):
         raise ConfigError(f"'max_error_rate' must be a fraction between 0 and 1, got {config.max_error_rate}")
 
     def resolve(location: str, key: str) -> str:
@@ -415,45 +415,3 @@ def load_config(path: str | pathlib.Path, overrides: dict[str, str] | None = Non
         return parse_config(data, base_dir=path.resolve().parent)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
-
-
-def metric_params(config: JobConfig, spec: MetricSpec) -> dict[str, Any]:
-    """A metric's constructor parameters: its own `params`, plus the job-level `dtype` and
-    `token_budget` when the metric's constructor takes them and `params` does not set them,
-    and `device: auto` when its pool has GPUs and `params` names no device."""
-    params = dict(spec.params)
-    cls = metric_class_for(spec)
-    accepted = inspect.signature(cls.__init__).parameters
-    for key in ("dtype", "token_budget"):
-        value = getattr(config, key)
-        if value is not None and key not in params and key in accepted:
-            params[key] = value
-    if "device" in accepted and "device" not in params and metric_pool(config, spec).num_gpus:
-        params["device"] = "auto"
-    return params
-
-
-def metric_class_for(spec: MetricSpec):
-    """The RowMetric class registered under the spec's name."""
-    from scoring.registry import metric_class
-
-    try:
-        return metric_class(spec.name)
-    except ValueError as exc:
-        raise ConfigError(f"metric {spec.label!r}: {exc}") from exc
-
-
-def build_metric_for(spec: MetricSpec, params: dict[str, Any], cls=None, s3: S3Config | None = None):
-    """Build the metric object (the same call on the driver and in every scoring actor).
-    `cls` is the class resolved on the driver: workers then need only its module, not the
-    driver's plugin registry. `s3`, the job's S3 settings, applies to the `s3://` models this
-    process loads as well as to the data (`scoring.models.configure_s3`)."""
-    if s3 is not None:
-        from scoring.models import configure_s3
-
-        configure_s3(endpoint_url=s3.endpoint_url, region=s3.region)
-    cls = cls or metric_class_for(spec)
-    try:
-        return cls(**params)
-    except TypeError as exc:
-        raise ConfigError(f"bad parameters for metric '{spec.label}': {exc}") from exc

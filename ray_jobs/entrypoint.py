@@ -17,6 +17,7 @@ import sys
 import traceback
 from typing import Any, Sequence
 
+from scoring.error_rate import is_fraction
 from scoring.errors import CtgscoreError, UsageError
 
 
@@ -57,7 +58,7 @@ def overrides(args: argparse.Namespace) -> dict[str, str]:
     if args.prune:
         values["prune"] = "true"
     if args.max_error_rate is not None:
-        if not 0.0 <= args.max_error_rate <= 1.0:
+        if not is_fraction(args.max_error_rate):
             raise UsageError(f"--max-error-rate {args.max_error_rate}: expected a fraction between 0 and 1")
         values["max_error_rate"] = repr(args.max_error_rate)
     if args.no_progress or args.json:
@@ -68,7 +69,7 @@ def overrides(args: argparse.Namespace) -> dict[str, str]:
 def main(argv: Sequence[str] | None = None) -> int:
     from ray_jobs.config import load_config
     from ray_jobs.job.manifest import error_rate_exceeded, summary_line
-    from ray_jobs.score_corpus import run_job
+    from ray_jobs.job.run import run_job
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:

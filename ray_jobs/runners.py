@@ -20,17 +20,18 @@ TASK_CPUS = 0.5
 
 
 def ensure_ray() -> None:
-    """Join or start Ray through `ray_jobs.session` (the one place Ray is started). Workers of a
-    new local Ray run at normal priority: Ray's default niceness 15 starves CPU-bound tasks on
-    a shared machine."""
+    """Join or start Ray through `ray_jobs.session` (the one place Ray is started), quiet as
+    `RaySession` but leaving the native stderr alone (there is no `close()` to give it back).
+    Workers of a new local Ray run at normal priority: Ray's default niceness 15 starves
+    CPU-bound tasks on a shared machine."""
     import ray
 
     if ray.is_initialized():
         return
-    from ray_jobs import session
+    from ray_jobs.session import RaySession
 
     os.environ.setdefault("RAY_worker_niceness", "0")
-    session.ensure_ray()
+    RaySession(quiet=True, capture_native_stderr=False).ensure()
 
 
 def ray_runner(tasks: int, num_cpus: float = TASK_CPUS) -> Runner:

@@ -106,21 +106,6 @@ class RaySession:
             self.ready = False
 
 
-def ensure_ray(
-    address: str | None = None,
-    num_cpus: int | None = None,
-    num_gpus: int | None = None,
-    temp_dir: str | None = None,
-    object_store_memory: int | None = None,
-    quiet: bool = True,
-) -> bool:
-    """Join or start Ray now; True when this call started it (the caller then owns the
-    `ray.shutdown()`). Quiet logging as `RaySession`, but the native stderr is left alone
-    (there is no `close()` to give it back): use `ray_session` / `RaySession` for that."""
-    session = RaySession(address, num_cpus, num_gpus, temp_dir, object_store_memory, quiet, capture_native_stderr=False)
-    return session.ensure().owned
-
-
 @contextlib.contextmanager
 def ray_session(
     address: str | None = None,

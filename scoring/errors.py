@@ -51,3 +51,25 @@ def is_accelerator_error(exc: BaseException) -> bool:
     if type(exc).__name__ == "AcceleratorError":  # torch >= 2.8 raises this for CUDA errors
         return True
     return isinstance(exc, RuntimeError) and any(marker in text for marker in _ACCELERATOR_MARKERS)
+
+
+# ----- one line for a message: the one place these rules live --------------------------------
+def one_line(text: object, limit: int | None = None) -> str:
+    """`text` with every run of whitespace (newlines included) as one space, cut to `limit`
+    characters (ending in `...`) when given."""
+    text = " ".join(str(text).split())
+    return text if limit is None or len(text) <= limit else text[: limit - 3] + "..."
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type name when the message is empty)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def last_line(exc: BaseException) -> str:
+    """The last non-blank line of an exception's message, or of its `cause` when it carries
+    one (a worker's error wrapped by Ray ends with the cause); its type name when empty."""
+    cause = getattr(exc, "cause", None)
+    lines = [line for line in str(cause if cause is not None else exc).strip().splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__

@@ -77,10 +77,6 @@ class RowMetric(ABC):
         table, in order. May raise `RowError` naming a row of the table."""
         raise NotImplementedError(f"metric {self.name} has no prepare step")
 
-    @property
-    def supports_prepare(self) -> bool:
-        return type(self).prepare is not RowMetric.prepare
-
     def prepare_rows(self, rows: Sequence[dict[str, Any]]) -> tuple["pa.Table", list[str | None]]:
         """`prepare` that never loses a row: a row whose preparation fails gets the error
         reason bisection would give it and is left out of the table (the others keep their
@@ -229,11 +225,6 @@ class RowMetric(ABC):
             [row.get("id") for row in rows], results, self.output_columns,
             self.signature_string(), [self.row_key(row) for row in rows], carried,
         )
-
-    def output_records(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Full output rows as dicts (the rows of `output_table`): id, score columns, error,
-        warning, the run's signature, each row's incremental key, carried input columns."""
-        return self.output_table(rows).to_pylist()
 
     def _bisect(self, score, indices: list[int], results: list) -> None:
         """`score(indices)` (one result per index), bisecting failures down to single rows."""

@@ -69,6 +69,12 @@ def is_score_column(name: str) -> bool:
     return not (is_carried(name) or name in META_COLUMNS or name.startswith("_"))
 
 
+def visible_columns(names) -> list[str]:
+    """The column names a message may list: internal ones (a leading underscore, such as BLEU's
+    `_bleu_stat_*` sufficient statistics) are left out."""
+    return [str(n) for n in names if not str(n).startswith("_")]
+
+
 def expected_input_type(column: str, dtype: "pa.DataType") -> str | None:
     """None when `dtype` fits the canonical type of input `column`, else the expected type's
     name (for the error message). Unknown columns accept any type."""
@@ -85,6 +91,17 @@ def expected_input_type(column: str, dtype: "pa.DataType") -> str | None:
         return None if pa.types.is_map(dtype) else "map<string,string>"
     if is_human(column):
         return None if (pa.types.is_floating(dtype) or pa.types.is_integer(dtype)) else "float64"
+    return None
+
+
+def wrong_type(columns, arrow_schema: "pa.Schema") -> tuple[str, "pa.DataType", str] | None:
+    """The first of `columns` (those present in `arrow_schema`) whose type is not its canonical
+    input type: (column, its type, the expected type's name); None when all fit."""
+    for column in columns:
+        if column in arrow_schema.names:
+            expected = expected_input_type(column, arrow_schema.field(column).type)
+            if expected is not None:
+                return column, arrow_schema.field(column).type, expected
     return None
 
 
@@ -174,3 +191,30 @@ def rows_from_table(table: "pa.Table") -> tuple[list[dict[str, Any]], list[str |
     values = {name: _decode_column(table.column(name), name, errors) for name in table.column_names}
     rows = [{name: values[name][index] for name in table.column_names} for index in range(table.num_rows)]
     return rows, errors
+
+
+def id_problem(ids) -> str | None:
+    """What is wrong with a shard's `id` column (an Arrow array), or None: a null id, an id
+    that is not valid UTF-8, the same id twice (the one place these rules live)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if ids.null_count:
+        row = pc.index(pc.is_null(ids), True).as_py()
+        return f"row {row}: null field 'id' (every row needs an id)"
+    try:
+        ids.validate(full=True)
+    except pa.ArrowInvalid:
+        for row in range(len(ids)):
+            try:
+                ids[row].as_py()
+            except UnicodeDecodeError:
+                return f"row {row}: field 'id' is not valid UTF-8"
+        return "field 'id' is not valid UTF-8"
+    if len(pc.unique(ids)) != len(ids):
+        seen: dict[str, int] = {}
+        for row, value in enumerate(ids.to_pylist()):
+            if value in seen:
+                return f"rows {seen[value]} and {row}: duplicate id {value!r} (ids must be unique; this one appears more than once)"
+            seen[value] = row
+    return None

@@ -164,9 +164,6 @@ class Universe:
         found = self._sorted_codes[pos] == codes
         return np.where(found, self._code_order[pos], -1)
 
-    def atoms_of(self, i: int) -> set[tuple[str, str]]:
-        return set(zip(self.aspects, self.combos[i]))
-
     def compounds_of(self, i: int) -> list[tuple[tuple[str, str], tuple[str, str]]]:
         combo = self.combos[i]
         n = len(self.aspects)

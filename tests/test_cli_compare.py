@@ -140,7 +140,7 @@ def test_a_dataset_that_cannot_be_compared_is_skipped_not_fatal(table, tmp_path)
                     "--resamples", "50", "--trials", "50"]).stdout
     assert "compare: 2 of 4 comparisons (2 datasets x 2 columns: m, perplexity)" in text
     assert text.count("skipped:") == 1
-    assert_user_error(run_cli_in_process(["compare", "-s", mixed, "--systems", "A", "nosuch"]), 1, "'nosuch'", "A, B, C")
+    assert_user_error(run_cli_in_process(["compare", "-s", mixed, "--systems", "A", "nosuch"]), 2, "'nosuch'", "A, B, C")
     only_lone = tmp_path / "lone.parquet"
     pq.write_table(pa.Table.from_pandas(lone, preserve_index=False), only_lone)
     assert_user_error(run_cli_in_process(["compare", "-s", only_lone, "--columns", "m"]), 1, "nothing to compare", "single")

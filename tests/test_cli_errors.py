@@ -56,7 +56,7 @@ def test_score_missing_column_names_file_and_column(no_text_file, tmp_path):
 
 def test_score_missing_input_path(tmp_path):
     proc = run_cli_in_process(["score", "-m", "text_stats", "-i", tmp_path / "absent.parquet", "-o", tmp_path / "o.parquet"])
-    assert_user_error(proc, 1, "absent.parquet", "no such file")
+    assert_user_error(proc, 2, "absent.parquet", "no such file")  # a path on the command line: a usage error
 
 
 def test_score_not_parquet(tmp_path):
@@ -125,7 +125,7 @@ def test_metrics_unknown_name():
 # ----- convert ----------------------------------------------------------------------------
 def test_convert_errors(tmp_path):
     out = tmp_path / "o.parquet"
-    assert_user_error(run_cli_in_process(["convert", "-i", tmp_path / "absent.jsonl", "-o", out]), 1, "absent.jsonl")
+    assert_user_error(run_cli_in_process(["convert", "-i", tmp_path / "absent.jsonl", "-o", out]), 2, "absent.jsonl")
     dump = tmp_path / "d.jsonl"
     dump.write_text(json.dumps({"hyp": "x", "uid": 1}) + "\n")
     assert_user_error(run_cli_in_process(["convert", "-i", dump, "-o", out, "--map", "hypothesis=hyp"]), 2, "'hypothesis'")
@@ -145,15 +145,17 @@ def scores_file(tmp_path):
     pq.write_table(pa.table({
         "id": [f"r{i}" for i in range(8)], "system": ["A", "B"] * 4, "doc_id": [str(i // 2) for i in range(8)],
         "human_overall": [1.0, 2.0, 2.5, 3.0, 1.0, 4.0, 2.0, 2.0], "m1": [0.1, 0.4, 0.3, 0.5, 0.2, 0.9, 0.3, 0.2],
-        "error": [None] * 8,
+        "error": [None] * 8, "_bleu_stat_0": [1.0] * 8,  # an internal column, as the BLEU baseline stores
     }), path)
     return path
 
 
 def test_meta_errors(scores_file, tmp_path):
     out = tmp_path / "report"
-    assert_user_error(run_cli_in_process(["meta", "-s", tmp_path / "absent", "-o", out]), 1, "absent")
-    assert_user_error(run_cli_in_process(["meta", "-s", scores_file, "-o", out, "--metrics", "m2", "--tasks", "0"]), 1, "'m2'")
+    assert_user_error(run_cli_in_process(["meta", "-s", tmp_path / "absent", "-o", out]), 2, "absent")
+    line = assert_user_error(run_cli_in_process(["meta", "-s", scores_file, "-o", out, "--metrics", "m2", "--tasks", "0"]), 2,
+                             "'m2'", "m1")
+    assert "_bleu_stat" not in line  # internal columns are not offered
     assert_user_error(run_cli_in_process(["meta", "-s", scores_file, "-o", out, "--easy-pairs", "A-B"]), 2, "A-B")
     assert_user_error(run_cli_in_process(["meta", "-s", scores_file]), 2, "--output")
     no_human = tmp_path / "no_human.parquet"
@@ -162,10 +164,12 @@ def test_meta_errors(scores_file, tmp_path):
 
 
 def test_compare_errors(scores_file, tmp_path):
-    assert_user_error(run_cli_in_process(["compare", "-s", scores_file, "--columns", "m9"]), 1, "'m9'", "m1")
-    assert_user_error(run_cli_in_process(["compare", "-s", scores_file, "--systems", "A", "Z"]), 1, "Z")
+    assert_user_error(run_cli_in_process(["compare", "-s", scores_file, "--columns", "m9"]), 2, "'m9'", "m1")
+    assert_user_error(run_cli_in_process(["compare", "-s", scores_file, "--systems", "A", "Z"]), 2, "Z")
     assert_user_error(run_cli_in_process(["compare", "-s", scores_file, "-o", tmp_path / "x.txt"]), 2, "--format")
-    assert_user_error(run_cli_in_process(["compare", "-s", tmp_path / "absent.parquet"]), 1, "absent.parquet")
+    assert_user_error(run_cli_in_process(["compare", "-s", tmp_path / "absent.parquet"]), 2, "absent.parquet")
+    assert_user_error(run_cli_in_process(["compare", "-s", scores_file, "--previous", tmp_path / "last.json"]), 2, "--previous",
+                      "last.json", "no such file")
 
 
 # ----- splits / constraints / make-tiny-models --------------------------------------------
@@ -174,13 +178,13 @@ def test_splits_errors(tmp_path):
     assert_user_error(run_cli_in_process(["splits", "--aspects", '{"sentiment": ["a", "b"]}', "--protocol", "acd", "-o", out]),
                       2, "--aspects")
     assert_user_error(run_cli_in_process(["splits", "--corpus", tmp_path / "absent.parquet", "--protocol", "acd", "-o", out]),
-                      1, "absent.parquet")
+                      2, "absent.parquet")
     assert_user_error(run_cli_in_process(["splits", "--aspects", "Fyelp", "--protocol", "acdd", "-o", out]), 2, "acdd")
 
 
 def test_constraints_errors(tmp_path, rows_file):
     assert_user_error(run_cli_in_process(["constraints", "convert", "--instructions", tmp_path / "absent", "-o", tmp_path / "o.parquet"]),
-                      1, "absent")
+                      2, "absent")
     assert_user_error(run_cli_in_process(["constraints", "score", "-i", rows_file, "-o", tmp_path / "o.parquet", "--param", "x=1"]),
                       2, "codi", "'x'")
     assert_user_error(run_cli_in_process(["constraints", "convert", "--instructions", tmp_path, "--codi-tasks", "sentimen",

@@ -1,5 +1,5 @@
 """The interpreter's exit, not only the command's: a `ctgscore` command that fails with its
-one-line error exits 1 every time, as a real process (it used to abort now and then at exit with
+one-line error exits with its code every time, as a real process (it used to abort now and then at exit with
 `terminate called without an active exception`, SIGABRT, when an Arrow pool thread still held
 Python-backed buffers; see `scoring.parquet_read`)."""
 
@@ -36,19 +36,20 @@ def uncomparable(tmp_path):
 @pytest.mark.slow
 @pytest.mark.system
 @pytest.mark.timeout(900)
-def test_failing_compare_exits_1_every_time(uncomparable):
+def test_failing_compare_exits_with_its_code_every_time(uncomparable):
     """30 runs of the failing commands (the two alternate), two processes at a time (the load
-    under which the abort showed): exit 1, the one error line, nothing else on stderr, every time."""
+    under which the abort showed): nothing to compare exits 1, an unknown system 2 (a usage
+    error), with the one error line and nothing else on stderr, every time."""
     mixed, alone = uncomparable
-    commands = [(["compare", "-s", alone, "--columns", "m"], ("nothing to compare", "single")),
-                (["compare", "-s", mixed, "--systems", "A", "nosuch"], ("'nosuch'", "A, B, C"))]
+    commands = [(["compare", "-s", alone, "--columns", "m"], 1, ("nothing to compare", "single")),
+                (["compare", "-s", mixed, "--systems", "A", "nosuch"], 2, ("'nosuch'", "A, B, C"))]
     jobs = [commands[run % 2] for run in range(RUNS)]
     with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(lambda job: (run_cli(job[0], timeout=120), job[1]), jobs))
+        results = list(pool.map(lambda job: (run_cli(job[0], timeout=120), job), jobs))
     codes = [proc.returncode for proc, _ in results]
-    assert codes == [1] * len(jobs), {code: codes.count(code) for code in set(codes)}
-    for proc, fragments in results:
-        line = assert_user_error(proc, 1, *fragments)
+    assert codes == [code for _, code, _ in jobs], {code: codes.count(code) for code in set(codes)}
+    for proc, (_, code, fragments) in results:
+        line = assert_user_error(proc, code, *fragments)
         assert proc.stderr.strip() == line  # no abort message after the error line
 
 

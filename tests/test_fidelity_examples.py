@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from ray_jobs.config import load_config, metric_params
+from ray_jobs.config import load_config
+from ray_jobs.job.metrics import metric_params
 
 SUMMARISATION = ("summeval", "realsumm", "newsroom", "qags_cnn", "qags_xsum", "rank19")
 DATA_TO_TEXT = ("bagel", "sfhot", "sfres")

@@ -11,8 +11,9 @@ import pytest
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
 
 from ray_jobs import incremental
-from ray_jobs.config import ConfigError, S3Config, load_config, metric_params, parse_config
+from ray_jobs.config import ConfigError, S3Config, load_config, parse_config
 from ray_jobs.job import layout
+from ray_jobs.job.metrics import metric_params
 from ray_jobs.score_corpus import error_rate_exceeded
 from ray_jobs.storage import clients, failures, listing, shard_checks, writes
 from scoring.errors import StorageError, UsageError
@@ -197,14 +198,15 @@ def _write_part(out, label, shard, info, start, stop, digest="d1"):
 
 
 def test_plan_keeps_committed_parts_and_schedules_only_the_gaps(tmp_path):
-    from ray_jobs.job.plan import MetricInfo, Shard, plan_metric
+    from ray_jobs.job.metrics import ResolvedMetric
+    from ray_jobs.job.plan import Shard, plan_metric
 
     write_rows(tmp_path / "in" / "a.parquet", make_rows(0, 7))
     fs = clients.fsspec_filesystem(str(tmp_path), S3Config())
     (info,) = listing.list_shards(str(tmp_path / "in"), fs)
     shard = Shard(info, 1000, {"id": "string", "text": "string"}, layout.input_version(info.etag, info.size))
     config = parse_config({**BASE, "input": str(tmp_path / "in"), "output": str(tmp_path / "out"), "part_rows": 100})
-    metric = MetricInfo(config.metrics[0], object, {}, "sig", "d1", ("text",), ("x",))
+    metric = ResolvedMetric(config.metrics[0], object, {}, "sig", "d1", ("text",), ("x",))
     # a killed run committed parts 0-100, 300-400 and 900-1000 (workers finish out of order)
     kept = [_write_part(tmp_path / "out", "text_stats", shard, info, s, e) for s, e in ((0, 100), (300, 400), (900, 1000))]
     other_signature = _write_part(tmp_path / "out", "text_stats", shard, info, 100, 200, digest="d0")
@@ -295,15 +297,15 @@ def test_manifest_config_dump_has_no_url_credentials():
 def test_a_metric_that_cannot_be_built_keeps_storage_and_config_faults_apart(monkeypatch, raised, expected_type, exit_code):
     """A model bucket that cannot be reached is the storage's fault (exit 1), a bad model
     location the config's (exit 2); both name the metric and the cause in one line."""
-    from ray_jobs.job import plan
+    from ray_jobs.job import metrics
 
     def fail(*args, **kwargs):
         raise raised
 
-    monkeypatch.setattr(plan, "build_metric_for", fail)
+    monkeypatch.setattr(metrics, "build_metric_for", fail)
     config = parse_config(config_with(metrics=[{"name": "text_stats", "label": "ts"}]), base_dir="/base")
     with pytest.raises(Exception) as info:
-        plan.describe_metric(config, config.metrics[0])
+        metrics.resolve_metric(config, config.metrics[0])
     assert type(info.value).__name__ == expected_type
     assert info.value.exit_code == exit_code
     assert "metric 'ts'" in str(info.value) and str(raised) in str(info.value)

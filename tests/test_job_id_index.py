@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from ray_jobs.config import parse_config
-from ray_jobs.job import check
+from ray_jobs.job import id_index
 from ray_jobs.score_corpus import JobError, run_job
 from tests.job_support import (
     FAKE_AWS,
@@ -45,12 +45,12 @@ def _corpus(folder: pathlib.Path, shards: int = 4, rows: int = 15) -> dict[str, 
 
 
 def _index_header(out: pathlib.Path) -> dict:
-    return json.loads(pq.read_metadata(out / check.INDEX_NAME).metadata[check.INDEX_KEY.encode()])
+    return json.loads(pq.read_metadata(out / id_index.INDEX_NAME).metadata[id_index.INDEX_KEY.encode()])
 
 
 def _full_check_note(inp: pathlib.Path, out: pathlib.Path) -> dict:
     """The note of the full check: no index, no manifest to carry a note from."""
-    (out / check.INDEX_NAME).unlink()
+    (out / id_index.INDEX_NAME).unlink()
     (out / "manifest.json").unlink()
     manifest = run_job(job(inp, out))
     assert manifest["id_check"]["index"] == "built"
@@ -129,7 +129,7 @@ def test_missing_or_corrupt_index_falls_back_to_the_full_check(ray_local, tmp_pa
     write_rows(inp / "c.parquet", data["c.parquet"])
     note = run_job(job(inp, out))["duplicate_ids_across_shards"]
     assert note["count"] == 1
-    index = out / check.INDEX_NAME
+    index = out / id_index.INDEX_NAME
 
     def edit_b(suffix: str) -> dict:
         data["b.parquet"][0]["text"] += suffix

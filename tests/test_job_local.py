@@ -234,7 +234,7 @@ def test_bad_input_is_named_and_good_rows_come_out(ray_local, tiny_models, tmp_p
         s for s in samples if s["id"] == mismatch[4]["id"]
     ).items()
     # good rows are scored, and equal to in-process scoring with the same model
-    from ray_jobs.config import build_metric_for, metric_params
+    from ray_jobs.job.metrics import build_metric_for, metric_params
 
     config = job(folder, tmp_path / "out", metrics)
     metric = build_metric_for(config.metrics[1], metric_params(config, config.metrics[1]))

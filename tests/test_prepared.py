@@ -169,8 +169,10 @@ def _old_path_rows(metric, rows, part_rows, batch_size):
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_job_with_the_cpu_stage_writes_the_same_parts(ray_local, tiny_models, sample_corpus, tmp_path):
-    from ray_jobs.config import build_metric_for, metric_params
-    from ray_jobs.job import score
+    from ray_jobs.job import prepare
+    from ray_jobs.job import read as read_stage
+    from ray_jobs.job.metrics import build_metric_for, metric_params
+    from ray_jobs.job.rows import read_prepared
     from ray_jobs.score_corpus import run_job
     from tests.job_support import shard_rows
 
@@ -200,15 +202,15 @@ def test_job_with_the_cpu_stage_writes_the_same_parts(ray_local, tiny_models, sa
 
     # the stage boundary: read_unit's payload in, int32 id columns out
     from ray_jobs.config import S3Config
-    from ray_jobs.job.plan import describe_metric
+    from ray_jobs.job.metrics import resolve_metric
 
-    info = describe_metric(config, config.metrics[0])
+    info = resolve_metric(config, config.metrics[0])
     unit = {"uri": str(tmp_path / "in" / "summeval.parquet"), "rel": "summeval.parquet", "etag": "e", "size": 1,
             "version": "v", "start": 0, "stop": 10, "labels": [info.spec.label], "previous": {},
             "columns": ["id", "source", "text", "references"]}
-    read = score.read_unit(pa.table({score.UNIT: [json.dumps(unit)]}), str(tmp_path / "in"), S3Config())
-    out = score.prepare_unit(read, info, str(tmp_path / "out"), S3Config(), [])
-    ids, meta = score.read_prepared(out.column(score.prepared_column(info.spec.label))[0].as_py())
+    read = read_stage.read_unit(pa.table({read_stage.UNIT: [json.dumps(unit)]}), str(tmp_path / "in"), S3Config())
+    out = prepare.prepare_unit(read, info, str(tmp_path / "out"), S3Config(), [])
+    ids, meta = read_prepared(out.column(prepare.prepared_column(info.spec.label))[0].as_py())
     assert ids.schema.field("s_h_source_ids").type == pa.list_(IDS)
     assert ids.schema.field("h_r_target_ids").type == pa.list_(IDS)
     assert meta["rows"] == [0, 4, 5, 6, 7, 8, 9] and sorted(meta["settled"]) == ["1", "2", "3"]

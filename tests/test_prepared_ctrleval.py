@@ -206,9 +206,11 @@ def test_prepare_needs_no_weights(tiny_models, task, metric, rows):
 def test_job_routes_ctrleval_through_the_cpu_stage(ray_local, tiny_models, sample_corpus, tmp_path):
     import torch
 
-    from ray_jobs.config import S3Config, build_metric_for, metric_params, parse_config
-    from ray_jobs.job import score
-    from ray_jobs.job.plan import describe_metric
+    from ray_jobs.config import S3Config, parse_config
+    from ray_jobs.job import prepare
+    from ray_jobs.job import read as read_stage
+    from ray_jobs.job.metrics import build_metric_for, metric_params, resolve_metric
+    from ray_jobs.job.rows import read_prepared
     from ray_jobs.score_corpus import run_job
     from tests.job_support import shard_rows
     from tests.test_prepared import _old_path_rows
@@ -227,8 +229,8 @@ def test_job_routes_ctrleval_through_the_cpu_stage(ray_local, tiny_models, sampl
         "metrics": [{"name": "ctrleval", "params": {"model": tiny_models["pegasus"], "iwf": tiny_models["iwf"],
                                                      "task": "sentiment", "token_budget": 900}}],
     })
-    info = describe_metric(config, config.metrics[0])
-    assert score.supports_prepare(info)
+    info = resolve_metric(config, config.metrics[0])
+    assert info.two_stage
     report = run_job(config)
     assert report["metrics"]["ctrleval"]["rows_scored"] == 12
 
@@ -256,9 +258,9 @@ def test_job_routes_ctrleval_through_the_cpu_stage(ray_local, tiny_models, sampl
     unit = {"uri": str(tmp_path / "in" / "senti.parquet"), "rel": "senti.parquet", "etag": "e", "size": 1,
             "version": "v", "start": 0, "stop": 5, "labels": [spec.label], "previous": {},
             "columns": columns}
-    read = score.read_unit(pa.table({score.UNIT: [json.dumps(unit)]}), str(tmp_path / "in"), S3Config())
-    out = score.prepare_unit(read, info, str(tmp_path / "out"), S3Config(), [])
-    ids, meta = score.read_prepared(out.column(score.prepared_column(spec.label))[0].as_py())
+    read = read_stage.read_unit(pa.table({read_stage.UNIT: [json.dumps(unit)]}), str(tmp_path / "in"), S3Config())
+    out = prepare.prepare_unit(read, info, str(tmp_path / "out"), S3Config(), [])
+    ids, meta = read_prepared(out.column(prepare.prepared_column(spec.label))[0].as_py())
     assert ids.schema.field("coherence_source_ids").type == pa.list_(IDS)
     assert ids.schema.field("relevance_label").type == pa.int32()
     assert meta["rows"] == [0] and sorted(meta["settled"]) == ["1", "2", "3", "4"]

@@ -203,11 +203,10 @@ def write_parquet_atomic(table, path: pathlib.Path) -> None:
 
 
 def check_input_path(path: str, what: str = "input") -> None:
-    """A local input must exist (s3:// inputs are checked where they are read)."""
+    """A local input must exist (s3:// inputs are checked where they are read). A path that is
+    not there is a mistake in the command line: a usage error (exit 2)."""
     if "://" not in path and not os.path.exists(path):
-        from scoring.errors import InputError
-
-        raise InputError(f"{what} {path}: no such file or folder")
+        raise UsageError(f"{what} {path}: no such file or folder")
 
 
 # ----- error rate -------------------------------------------------------------------------
@@ -219,13 +218,17 @@ def add_error_rate_option(parser: argparse.ArgumentParser, default: float | None
 
 
 def check_rate(value: float | None) -> None:
-    if value is not None and not 0.0 <= value <= 1.0:
+    from scoring.error_rate import is_fraction
+
+    if value is not None and not is_fraction(value):
         raise UsageError(f"--max-error-rate {value}: expected a fraction between 0 and 1")
 
 
 def error_rate_message(label: str, errors: int, rows: int, limit: float | None) -> str | None:
     """The failure message when `errors` of `rows` exceed the fraction `limit`, else None."""
-    if limit is None or rows == 0 or errors / rows <= limit:
+    from scoring.error_rate import exceeds
+
+    if not exceeds(errors, rows, limit):
         return None
     return f"{label}: {errors} of {rows} rows have an error ({errors / rows:.1%} > max error rate {limit:g})"
 

@@ -12,6 +12,7 @@ import argparse
 import pathlib
 
 from ctgscore.cli import common
+from meta_eval.defaults import DEFAULT_RESAMPLES
 from scoring.errors import InputError, UsageError
 
 TESTS = ["bootstrap", "randomization"]
@@ -31,7 +32,8 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
                         help="systems to compare (default: all; at least two)")
     parser.add_argument("--unit", default="doc_id", help="column that pairs rows across systems (default doc_id)")
     parser.add_argument("--tests", nargs="+", default=TESTS, choices=TESTS, help="significance tests to run")
-    parser.add_argument("--resamples", type=int, default=1000, help="paired bootstrap resamples")
+    parser.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES,
+                        help=f"paired bootstrap resamples (default {DEFAULT_RESAMPLES}, as meta)")
     parser.add_argument("--trials", type=int, default=10000, help="approximate randomisation trials")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level for `better`")
@@ -84,23 +86,20 @@ def _score_fields(label: str, files: list[str]) -> list[tuple[str, bool]]:
 def plan_columns(path: str, columns: list[str] | None):
     """The metric runs under `path`, a `meta_eval.partials.PartialSpec`-ready mapping of the
     wanted score columns (named as `load_scores` names them), and the (label, file) items."""
-    from ctgscore.scores import run_files
+    from scoring.job_output import output_names, run_files
 
     runs = [(label, files) for label, files in run_files(path) if files]
     fields = {label: _score_fields(label, files) for label, files in runs}
-    counts: dict[str, int] = {}
-    for cols in fields.values():
-        for name, _ in cols:
-            counts[name] = counts.get(name, 0) + 1
-    named = {(name if counts[name] == 1 else f"{label}.{name}"): (label, name, numeric)
-             for label, cols in fields.items() for name, numeric in cols}
+    names = output_names((label, [name for name, _ in cols]) for label, cols in fields.items())
+    named = {names[(label, name)]: (label, name, numeric) for label, cols in fields.items() for name, numeric in cols}
     numeric = [out for out, (_, _, ok) in named.items() if ok]
     columns = list(columns or numeric)
     if not columns:
         raise InputError(f"scores {path}: no numeric score columns to compare on")
     missing = [c for c in columns if c not in named]
     if missing:
-        raise InputError(f"scores {path}: no column {missing[0]!r} (score columns: {', '.join(numeric) or 'none'})")
+        raise UsageError(f"--columns: scores {path} have no column {missing[0]!r} "
+                         f"(score columns: {', '.join(numeric) or 'none'})")
     wanted: dict[str, list] = {}
     for out in columns:
         label, name, _ = named[out]
@@ -150,6 +149,7 @@ def compare_scores(path: str, columns: list[str] | None, lower_is_better: list[s
     `tasks` > 1), fold the per-(dataset, unit, system) partial sums, and compare the systems of
     every (dataset, column). Returns (comparisons, skipped lines, columns, accumulator, datasets)."""
     from ctgscore.cli.meta import make_runner
+    from meta_eval.io import default_lower_is_better
     from meta_eval.partials import PartialSpec, accumulate
 
     columns, runs, items = plan_columns(path, columns)
@@ -160,10 +160,9 @@ def compare_scores(path: str, columns: list[str] | None, lower_is_better: list[s
     if systems:
         unknown = [s for s in systems if s not in acc.systems]
         if unknown:
-            raise InputError(f"--systems: {', '.join(map(repr, unknown))} not found in {path} "
+            raise UsageError(f"--systems: {', '.join(map(repr, unknown))} not found in {path} "
                              f"(systems: {', '.join(acc.all_systems()) or 'none'})")
-    lower = lower_is_better if lower_is_better is not None else [
-        c for c in columns if c.split(".")[-1].startswith("perplexity")]
+    lower = lower_is_better if lower_is_better is not None else default_lower_is_better(columns) & set(columns)
     grids = acc.grids()
     comparisons, skipped = compare_grids(grids, set(lower), dict(options, runner=runner))
     return comparisons, skipped, columns, acc, sorted({g.dataset for g in grids})
@@ -192,14 +191,14 @@ def handle(args: argparse.Namespace) -> int:
         output.write_text(text, encoding="utf-8")
     board = compare.leaderboard(comparisons)
     summary = {"ok": True, "command": "compare", "output": str(output) if output else None, "format": fmt,
-               "rows": acc.rows, "error_rows": acc.error_rows, "cells": acc.n_cells,
+               "rows": acc.input_rows, "rows_read": acc.rows, "error_rows": acc.error_rows, "cells": acc.n_cells,
                "leaderboard": to_json_dict(board), "comparisons": to_json_dict(list(comparisons)), "skipped": skipped}
     if output is None:
         lines = [text.rstrip("\n")]
     else:
         lines = [f"compare: {len(comparisons)} of {len(datasets) * len(columns)} comparisons "
                  f"({len(datasets)} dataset{'s' if len(datasets) > 1 else ''} x {len(columns)} "
-                 f"column{'s' if len(columns) > 1 else ''}: {', '.join(columns)}) from {acc.rows} rows -> {output}"]
+                 f"column{'s' if len(columns) > 1 else ''}: {', '.join(columns)}) from {acc.input_rows} rows -> {output}"]
         for comp in comparisons:
             ranking = ", ".join(f"{s.rank}. {s.system} {s.mean:.4g}" for s in comp.systems)
             lines.append(f"  {comp.dataset} / {comp.column}: {ranking}")
@@ -209,14 +208,20 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def read_previous(path: str) -> dict:
-    """A previous refresh's leaderboard JSON (`-o board.json` or the leaderboard command's)."""
+    """A previous leaderboard JSON (`meta_eval.compare.leaderboard_document`: the meta report's
+    `leaderboard.json`, `compare -o board.json` or the leaderboard command's). A file that is
+    not there is a usage error (exit 2); one that is not a leaderboard is an input error."""
     import json
+    import os
 
+    if not os.path.isfile(path):
+        raise UsageError(f"--previous {path}: no such file")
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
     except (OSError, json.JSONDecodeError) as exc:
         raise InputError(f"--previous {path}: cannot read it as JSON ({exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("leaderboard"), list):
-        raise InputError(f"--previous {path}: not a leaderboard JSON (no 'leaderboard' list)")
+        raise InputError(f"--previous {path}: not a leaderboard JSON (no 'leaderboard' list; write one with "
+                         "`ctgscore compare -o board.json`, `ctgscore leaderboard` or `ctgscore meta`)")
     return data

@@ -19,6 +19,7 @@ import json
 from ctgscore.cli import common
 from ctgscore.cli import compare as compare_cli
 from ctgscore.cli import run as run_cli
+from meta_eval.defaults import DEFAULT_RESAMPLES
 from scoring.errors import InputError, UsageError
 
 
@@ -38,7 +39,8 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
     parser.add_argument("--unit", default="doc_id", help="column that pairs rows across systems (default doc_id)")
     parser.add_argument("--lower-is-better", nargs="*", default=None, metavar="COLUMN",
                         help="columns where lower is better (default: perplexity columns)")
-    parser.add_argument("--resamples", type=int, default=1000, help="paired bootstrap resamples")
+    parser.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES,
+                        help=f"paired bootstrap resamples (default {DEFAULT_RESAMPLES}, as meta)")
     parser.add_argument("--trials", type=int, default=10000, help="approximate randomisation trials")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level")
@@ -88,9 +90,9 @@ def handle(args: argparse.Namespace) -> int:
     now = dt.datetime.now(dt.timezone.utc)
     scored = {label: {"rows_scored": r.get("rows_scored"), "rows_cached": r.get("rows_cached")}
               for label, r in manifest.get("metrics", {}).items()}
-    document = json.loads(compare.comparisons_json(comparisons))
-    document.update({"refreshed": now.isoformat(timespec="seconds"), "scores": str(scores), "job": scored})
-    text = json.dumps(document, indent=1)
+    document = compare.leaderboard_document(comparisons, refreshed=now.isoformat(timespec="seconds"),
+                                            scores=str(scores), job=scored)
+    text = json.dumps(document, indent=1, allow_nan=False)
     (out / "board.html").write_text(compare_cli.render(comparisons, "html", previous), encoding="utf-8")
     board_json.write_text(text, encoding="utf-8")
     history = out / "history"
@@ -98,14 +100,16 @@ def handle(args: argparse.Namespace) -> int:
     (history / f"{now.strftime('%Y%m%dT%H%M%SZ')}.json").write_text(text, encoding="utf-8")
     leaders = {f"{c.dataset}/{c.column}": c.systems[0].system for c in comparisons}
     with open(out / "history.jsonl", "a", encoding="utf-8") as handle_:
-        handle_.write(json.dumps({"refreshed": document["refreshed"], "job": scored, "rows": acc.rows,
+        handle_.write(json.dumps({"refreshed": document["refreshed"], "job": scored, "rows": acc.input_rows,
                                   "leaders": leaders}) + "\n")
     rows_scored = sum(v["rows_scored"] or 0 for v in scored.values())
     rows_cached = sum(v["rows_cached"] or 0 for v in scored.values())
     summary = {"ok": not problems, "command": "leaderboard", "output": str(out), "page": str(out / "board.html"),
                "job": scored, "errors": problems, "previous": previous is not None, "skipped": skipped,
                "leaderboard": document["leaderboard"]}
-    lines = [f"leaderboard: scored {rows_scored} new or changed rows ({rows_cached} reused); "
+    rows_in = (manifest.get("input") or {}).get("rows")
+    per_metric = f", summed over {len(scored)} metrics of {rows_in} input rows" if len(scored) > 1 and rows_in else ""
+    lines = [f"leaderboard: scored {rows_scored} new or changed rows ({rows_cached} reused{per_metric}); "
              f"{len(comparisons)} comparisons ({', '.join(columns)}) -> {out / 'board.html'}"]
     lines += _changes(comparisons, previous)
     lines += [f"  skipped: {reason}" for reason in skipped]

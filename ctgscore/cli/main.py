@@ -17,7 +17,7 @@ from typing import Sequence
 
 from ctgscore import __version__
 from ctgscore.cli.common import common_flags
-from scoring.errors import CtgscoreError, UsageError
+from scoring.errors import CtgscoreError, UsageError, one_line
 
 #: subcommand modules, in the order `ctgscore --help` lists them
 COMMAND_MODULES = (
@@ -58,10 +58,6 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
 def _os_error_line(exc: OSError) -> str:
     if exc.filename is not None:
         reason = exc.strerror or type(exc).__name__
@@ -70,7 +66,7 @@ def _os_error_line(exc: OSError) -> str:
 
 
 def _report(message: str, code: int, as_json: bool) -> int:
-    line = _one_line(message)
+    line = one_line(message)
     print(f"error: {line}", file=sys.stderr)
     if as_json:
         import json

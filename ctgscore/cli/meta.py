@@ -18,7 +18,8 @@ from ctgscore.cli import common
 from scoring.errors import CtgscoreError, InputError, UsageError
 
 LEVELS = ["sample", "document", "system"]
-METHODS = ["pearson", "spearman", "kendall", "pairwise_accuracy"]
+RESAMPLED = ["pearson", "spearman", "kendall", "pairwise_accuracy"]  # meta_eval.correlation.RESAMPLED
+METHODS = RESAMPLED + ["soft_pairwise_accuracy", "tie_calibrated_accuracy"]  # meta_eval.correlation.METHODS
 RAY_WORK = 100_000 * 1000  # `--tasks auto`: Ray tasks from rows x resamples >= this, this process below
 AUTO_TASKS = 2
 
@@ -36,7 +37,9 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics", nargs="+", default=None, metavar="COLUMN",
                         help="metric score columns (default: every numeric score column)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (0 = no bootstrap)")
+    parser.add_argument("--resamples", type=int, default=None,
+                        help="bootstrap resamples and permutation trials (0 = no significance; default 1000, raised "
+                             "under --correction so that 1/(N+1) is at most half of alpha / the pairs of a block)")
     parser.add_argument("--tasks", default="auto",
                         help=f"Ray tasks for the resamples (0 or 1: in this process; default auto: this process "
                              f"while rows x resamples < {RAY_WORK:,} (100,000 rows at 1,000 resamples, where Ray's "
@@ -45,7 +48,7 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
     parser.add_argument("--level", nargs="+", default=["sample"], choices=LEVELS,
                         help="bootstrap level(s): rows (sample) or documents (document, system) are resampled")
     parser.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS, help="correlations to report")
-    parser.add_argument("--boot-method", default="spearman", choices=METHODS,
+    parser.add_argument("--boot-method", default="spearman", choices=RESAMPLED,
                         help="correlation the significance test compares (pairwise_accuracy: document/system level)")
     parser.add_argument("--significance", default="bootstrap", choices=["bootstrap", "bartscore_subsample", "perm_both"],
                         help="metric-vs-metric test: paired bootstrap (two-sided), the BARTScore paper's 80%% "
@@ -88,6 +91,11 @@ def read_table(args: argparse.Namespace):
 
     try:
         return io.read_table(args.scores, humans=args.human_columns, metrics=args.metrics)
+    except InputError as exc:
+        named = (args.human_columns or []) + (args.metrics or [])
+        if getattr(exc, "missing_column", None) in named:  # a misspelled --metrics/--human-columns: exit 2
+            raise UsageError(str(exc)) from None
+        raise
     except CtgscoreError:
         raise
     except (KeyError, ValueError) as exc:
@@ -108,6 +116,11 @@ def make_runner(tasks: int, num_cpus: float):
 def run_pipeline(table, args: argparse.Namespace, pairs: str):
     from meta_eval import pipeline
 
+    if args.resamples is None:
+        from meta_eval.defaults import resamples_for
+
+        k = len(table.metrics)
+        args.resamples = resamples_for(k * (k - 1) // 2, args.alpha, args.correction)
     opts = pipeline.Options(
         methods=args.methods, variant=args.kendall_variant, boot_levels=args.level, boot_method=args.boot_method,
         significance=args.significance, correction=args.correction, alpha=args.alpha, resamples=args.resamples,
@@ -126,7 +139,7 @@ def handle(args: argparse.Namespace) -> int:
             args.tasks = int(args.tasks)
         except ValueError:
             raise UsageError(f"--tasks {args.tasks!r}: a number of Ray tasks, or auto") from None
-    if args.resamples < 0 or (args.tasks != "auto" and args.tasks < 0) or args.draws < 1 or args.trials < 1:
+    if (args.resamples or 0) < 0 or (args.tasks != "auto" and args.tasks < 0) or args.draws < 1 or args.trials < 1:
         raise UsageError("--resamples and --tasks must be >= 0, --draws and --trials >= 1")
     started = time.time()
     easy = parse_pairs(args.easy_pairs, "--easy-pairs") if args.easy_pairs is not None else None

@@ -43,9 +43,7 @@ def read_input(path: str):
 
 def check_columns(table, metric, path: str) -> list[str]:
     """The input columns the run reads (metric columns + carried); `InputError` naming the first
-    missing required column or a column of the wrong type."""
-    import pyarrow.compute as pc
-
+    missing required column, a column of the wrong type or a bad id (`scoring.schema.id_problem`)."""
     from scoring import schema
 
     names = table.column_names
@@ -55,18 +53,12 @@ def check_columns(table, metric, path: str) -> list[str]:
                              f"{', '.join(metric.required_columns)}; have {', '.join(names)})")
     wanted = set(metric.read_columns()) | {schema.ID}
     selected = [n for n in names if n in wanted or schema.is_carried(n)]
-    for column in selected:
-        expected = schema.expected_input_type(column, table.schema.field(column).type)
-        if expected is not None:
-            raise InputError(f"input {path}: column {column!r} is {table.schema.field(column).type}, "
-                             f"expected {expected}")
-    ids = table.column(schema.ID)
-    if ids.null_count:
-        raise InputError(f"input {path}: column 'id' has {ids.null_count} null value(s)")
-    if pc.count_distinct(ids).as_py() != table.num_rows:
-        counts = pc.value_counts(ids)
-        first = next(item["values"] for item in counts.to_pylist() if item["counts"] > 1)
-        raise InputError(f"input {path}: id {first!r} appears more than once (ids must be unique)")
+    wrong = schema.wrong_type(selected, table.schema)
+    if wrong is not None:
+        raise InputError(f"input {path}: column {wrong[0]!r} is {wrong[1]}, expected {wrong[2]}")
+    reason = schema.id_problem(table.column(schema.ID).combine_chunks())
+    if reason is not None:
+        raise InputError(f"input {path}: {reason}")
     return selected
 
 

@@ -20,7 +20,7 @@ def _read_text(path: pathlib.Path) -> str:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
+        raise UsageError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise InputError(f"{path}: is a folder, expected a file") from None
     try:
@@ -79,7 +79,7 @@ def read_parquet(path: str | pathlib.Path, report: ConversionReport) -> list[tup
     import pyarrow.parquet as pq
 
     if not pathlib.Path(path).exists():
-        raise InputError(f"{path}: no such file or folder")
+        raise UsageError(f"{path}: no such file or folder")
     try:
         table = pq.read_table(path)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OSError) as exc:

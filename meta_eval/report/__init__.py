@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import pathlib
 
+from meta_eval.compare import comparisons_json, leaderboard_csv
 from meta_eval.compare import leaderboard as leaderboard_rows
-from meta_eval.compare import leaderboard_csv
 from meta_eval.report import plots
 from meta_eval.report.html import render
 from meta_eval.report.leaderboard import leaderboard_html
@@ -32,6 +32,9 @@ def _figures(group: GroupResult):
     for block in group.significance:
         name = f"significance_{safe_name(block.human.removeprefix('human_'))}_{block.level}.png"
         yield name, f"{group.name}: significance, {block.human}, {block.level} level", plots.significance(group, block)
+    for comp in group.systems:
+        yield (f"leaderboard_{safe_name(comp.column)}.png", f"{group.name}: leaderboard, {comp.column}",
+               plots.leaderboard(comp))
     chk = group.checklist
     if chk is None:
         return
@@ -80,7 +83,7 @@ def write_report(result: MetaResult, out_dir, fmt: str = "both", scores: str | N
         paths["leaderboard_csv"] = out / "leaderboard.csv"
         paths["leaderboard_csv"].write_text(leaderboard_csv(rows))
         paths["leaderboard_json"] = out / "leaderboard.json"
-        paths["leaderboard_json"].write_text(json.dumps(to_json_dict(rows), indent=1, allow_nan=False) + "\n")
+        paths["leaderboard_json"].write_text(comparisons_json(comparisons) + "\n")  # the format --previous reads
         paths["leaderboard_html"] = out / "leaderboard.html"
         paths["leaderboard_html"].write_text(leaderboard_html(comparisons))
     text = report_markdown(result, images)

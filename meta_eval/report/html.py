@@ -1,7 +1,8 @@
 """Self-contained HTML from the report's Markdown: rendered by markdown-it-py (CommonMark with
 tables and the report's own <details> blocks), every image embedded as a
 `data:image/png;base64,...` URI, styles inline, and a table of contents linking every h2/h3
-section (each heading gets an id from its text)."""
+section (each heading gets an id from its text). Every table sorts by a click on its header
+(`meta_eval.report.sortable`)."""
 
 from __future__ import annotations
 
@@ -76,5 +77,7 @@ def render(markdown_text: str, base: pathlib.Path, title: str = "Meta-evaluation
     if entries:
         toc = _toc(entries)
         body = body.replace("</h1>", "</h1>\n" + toc, 1) if "</h1>" in body else toc + body
+    from meta_eval.report.sortable import SORT_SCRIPT
+
     return (f"<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
-            f"<style>{STYLE}</style></head><body>\n{body}</body></html>\n")
+            f"<style>{STYLE}</style></head><body class=\"sortable-all\">\n{body}{SORT_SCRIPT}</body></html>\n")

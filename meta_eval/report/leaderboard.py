@@ -1,12 +1,15 @@
-"""The leaderboard as one self-contained HTML page (no script, no external file).
+"""The leaderboard as one self-contained HTML page (one small inline script sorts the tables;
+no external file).
 
-Per dataset and score column (`meta_eval.results.SystemComparison`): every system's rank, mean
-and 95 % bootstrap interval; the leading group (the leader and every system whose difference
-from it is not significant at alpha by the comparison's decisive test, `docs/meta_eval.md`); a
-matrix plot (inline SVG) of the pairwise marks, row against column: better, worse, no
-significant difference, or "–" where the comparison is undefined; and, given the previous
-refresh's leaderboard JSON, each system's move in rank (new systems marked new, systems gone
-listed). `leaderboard_section` is the same body without the page, for embedding.
+Per dataset and score column (`meta_eval.results.SystemComparison`): every system's rank, mean,
+95 % bootstrap interval and significance cluster (`meta_eval.compare.significance_clusters`,
+contiguous ranks as the WMT metrics task draws them; the leading group is cluster 1); a matrix
+plot (inline SVG) of the pairwise marks, row against column: better, worse, no significant
+difference, or "–" where the comparison is undefined; every pair with its difference, interval
+and the p-value of the one test that decides its mark; and, given the previous refresh's
+leaderboard JSON, each system's move in rank (new systems marked new, systems gone listed).
+Every table sorts by a click on its header. `leaderboard_section` is the same body without the
+page, for embedding.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import html
 import math
 from typing import Sequence
 
+from meta_eval.compare import CLUSTER_DEFINITION, TEST_NAMES, decisive_p, decisive_test, significance_clusters
+from meta_eval.report.sortable import SORT_SCRIPT
 from meta_eval.results import SystemComparison
 
 PAGE_STYLE = ("body{font:14px/1.45 system-ui,sans-serif;max-width:1180px;margin:1.5em auto;padding:0 1em;"
@@ -26,7 +31,9 @@ STYLE = (
     "padding:3px 8px;text-align:right}.lb td.sys,.lb th.sys{text-align:left}.lb tr.lead td{background:#eef6ee}"
     ".lb .up{color:#17733a}.lb .down{color:#b3261e}.lb .new{color:#1f5fbf}.lb .sec{display:flex;flex-wrap:wrap;"
     "gap:2em;align-items:flex-start}.lb .matrix{max-width:100%;height:auto}.lb .note{color:#555;font-size:12px}"
-    ".lb code{font-size:11px;word-break:break-all}.lb nav li{margin:2px 0}"
+    ".lb code{font-size:11px;word-break:break-all}.lb nav li{margin:2px 0}.lb .definition{background:#f6f8fa;"
+    "padding:.4em .8em;border-left:4px solid #8aa}.lb th[aria-sort=ascending]::after{content:' ▲'}"
+    ".lb th[aria-sort=descending]::after{content:' ▼'}.lb details{margin:0 0 1em}"
 )
 COLORS = {"better": "#4c9a5b", "worse": "#d0645a", "same": "#d9d9d9", "undefined": "#ffffff"}
 
@@ -42,13 +49,9 @@ def anchor(comp: SystemComparison) -> str:
 
 
 def leading_group(comp: SystemComparison) -> list[str]:
-    """The leader and every system not significantly different from it (no `better` mark)."""
-    leader = comp.systems[0].system
-    group = [leader]
-    for pair in comp.pairs:
-        if leader in (pair.a, pair.b) and pair.better is None:
-            group.append(pair.b if pair.a == leader else pair.a)
-    return [s.system for s in comp.systems if s.system in group]
+    """The top significance cluster (`meta_eval.compare.significance_clusters`), in rank order."""
+    clusters = significance_clusters(comp)
+    return [s.system for s in comp.systems if clusters[s.system] == 1]
 
 
 def moves(comp: SystemComparison, previous: dict | None) -> tuple[dict[str, str], list[str]]:
@@ -72,9 +75,10 @@ def moves(comp: SystemComparison, previous: dict | None) -> tuple[dict[str, str]
 
 def mark(comp: SystemComparison, row: str, col: str) -> str:
     """'better' / 'worse' / 'same' / 'undefined' for system `row` against system `col`."""
+    test = decisive_test(comp)
     for pair in comp.pairs:
         if {pair.a, pair.b} == {row, col}:
-            p = pair.p_bootstrap if pair.p_bootstrap is not None else pair.p_randomization
+            p = decisive_p(pair, test)
             if p is None or not math.isfinite(p):
                 return "undefined"
             if pair.better is None:
@@ -115,21 +119,45 @@ def matrix_svg(comp: SystemComparison, cell: int = 22) -> str:
     return "".join(parts)
 
 
-def _table(comp: SystemComparison, lead: list[str], moved: dict[str, str]) -> str:
+def _table(comp: SystemComparison, clusters: dict[str, int], moved: dict[str, str]) -> str:
     esc = html.escape
-    head = "<tr><th>rank</th><th class=\"sys\">system</th><th>mean</th><th>95% interval</th><th>leading group</th>"
+    head = ("<tr><th>rank</th><th class=\"sys\">system</th><th>mean</th><th>95% interval</th>"
+            "<th title=\"significance cluster: 1 is the leading group\">cluster</th>")
     head += "<th>since last</th></tr>" if moved else "</tr>"
     rows = [head]
     for s in comp.systems:
-        cls = ' class="lead"' if s.system in lead else ""
+        cls = ' class="lead"' if clusters[s.system] == 1 else ""
         move = moved.get(s.system, "")
         kind = {"n": "new", "▲": "up", "▼": "down"}.get(move[:1], "")
         cells = (f"<td>{s.rank}</td><td class=\"sys\">{esc(s.system)}</td><td>{_fmt(s.mean)}</td>"
-                 f"<td>{_fmt(s.interval.low)} – {_fmt(s.interval.high)}</td><td>{'yes' if s.system in lead else ''}</td>")
+                 f"<td>{_fmt(s.interval.low)} – {_fmt(s.interval.high)}</td><td>{clusters[s.system]}</td>")
         if moved:
             cells += f"<td class=\"{kind}\">{esc(move)}</td>"
         rows.append(f"<tr{cls}>{cells}</tr>")
-    return "<table class=\"board\">" + "".join(rows) + "</table>"
+    return "<table class=\"board sortable\">" + "".join(rows) + "</table>"
+
+
+def pair_label(comp: SystemComparison, pair) -> str:
+    """The mark of a pair in words: "X better", "no significant difference", or "–" (undefined)."""
+    state = mark(comp, pair.a, pair.b)
+    return {"better": f"{pair.a} better", "worse": f"{pair.b} better", "same": "no significant difference"}.get(
+        state, "–")
+
+
+def pairs_table(comp: SystemComparison) -> str:
+    """Every pair: difference, its interval and the p-value of the test that decides the mark."""
+    esc = html.escape
+    test = decisive_test(comp)
+    level = f"{100 * comp.pairs[0].ci_diff.level:g}%" if comp.pairs else "95%"
+    rows = [f"<tr><th class=\"sys\">A</th><th class=\"sys\">B</th><th>A − B</th><th>{level} interval of A − B</th>"
+            f"<th>p ({esc(TEST_NAMES[test])})</th><th class=\"sys\">mark</th></tr>"]
+    for pair in comp.pairs:
+        rows.append(f"<tr><td class=\"sys\">{esc(pair.a)}</td><td class=\"sys\">{esc(pair.b)}</td>"
+                    f"<td>{_fmt(pair.diff)}</td><td>{_fmt(pair.ci_diff.low)} – {_fmt(pair.ci_diff.high)}</td>"
+                    f"<td class=\"p\">{_fmt(decisive_p(pair, test), 3)}</td>"
+                    f"<td class=\"sys mark\">{esc(pair_label(comp, pair))}</td></tr>")
+    return (f"<details><summary>{len(comp.pairs)} system pairs</summary>"
+            f"<table class=\"pairs sortable\">{''.join(rows)}</table></details>")
 
 
 def leaderboard_section(comparisons: Sequence[SystemComparison], previous: dict | None = None) -> str:
@@ -137,21 +165,22 @@ def leaderboard_section(comparisons: Sequence[SystemComparison], previous: dict 
     section per (dataset, column). Embeddable in another HTML page with one call."""
     esc = html.escape
     toc = "".join(f'<li><a href="#{anchor(c)}">{esc(c.dataset)} / {esc(c.column)}</a></li>' for c in comparisons)
-    out = [f'<div class="lb"><style>{STYLE}</style><nav><ul>{toc}</ul></nav>']
+    out = [f'<div class="lb"><style>{STYLE}</style><nav><ul>{toc}</ul></nav>'
+           f'<p class="definition">{esc(CLUSTER_DEFINITION)} Click a column header to sort a table.</p>']
     for comp in comparisons:
-        lead = leading_group(comp)
+        clusters = significance_clusters(comp)
         moved, gone = moves(comp, previous)
         arrow = "lower is better" if comp.lower_is_better else "higher is better"
-        test = "paired bootstrap" if any(p.p_bootstrap is not None for p in comp.pairs) else "approximate randomisation"
+        test = TEST_NAMES[decisive_test(comp)]
         out.append(f'<section id="{anchor(comp)}" data-dataset="{esc(comp.dataset)}" data-column="{esc(comp.column)}">'
                    f"<h2>{esc(comp.column)} on {esc(comp.dataset)}</h2>"
                    f'<p class="note">{arrow}; {comp.n_units} paired units ({esc(comp.unit)}), {comp.n_units_dropped} '
-                   f"dropped for a missing score. Leading group: the leader and every system whose difference from "
-                   f"it is not significant ({test}). Matrix: row against column, green = row significantly "
-                   f"better, red = worse, grey = no significant difference, – = undefined.</p>")
+                   f"dropped for a missing score. Every mark comes from one test, the two-sided {test}, whose "
+                   f"p-value is shown beside each pair's interval. Matrix: row against column, green = row "
+                   f"significantly better, red = worse, grey = no significant difference, – = undefined.</p>")
         if gone:
             out.append(f'<p class="note gone">No longer on the board: {esc(", ".join(gone))}</p>')
-        out.append(f'<div class="sec">{_table(comp, lead, moved)}{matrix_svg(comp)}</div>'
+        out.append(f'<div class="sec">{_table(comp, clusters, moved)}{matrix_svg(comp)}</div>{pairs_table(comp)}'
                    f"<p class=\"note\"><code>{esc(comp.signature)}</code></p></section>")
     out.append("</div>")
     return "\n".join(out)
@@ -163,4 +192,5 @@ def leaderboard_html(comparisons: Sequence[SystemComparison], previous: dict | N
     since = " (moves since the previous refresh)" if previous is not None else ""
     return (f"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
             f"<meta name=\"viewport\" content=\"width=device-width\"><style>{PAGE_STYLE}</style></head><body>"
-            f"<h1>{html.escape(title)}{since}</h1>\n{leaderboard_section(comparisons, previous)}\n</body></html>\n")
+            f"<h1>{html.escape(title)}{since}</h1>\n{leaderboard_section(comparisons, previous)}\n{SORT_SCRIPT}\n"
+            "</body></html>\n")

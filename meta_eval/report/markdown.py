@@ -7,7 +7,8 @@ from meta_eval.results import GroupResult, MetaResult, SignificanceBlock
 from scoring.tables import markdown_table
 
 LEVEL_ORDER = ["sample", "document", "system"]
-METHOD_ORDER = ["pearson", "spearman", "kendall", "pairwise_accuracy"]
+METHOD_ORDER = ["pearson", "spearman", "kendall", "pairwise_accuracy", "soft_pairwise_accuracy",
+                "tie_calibrated_accuracy"]
 TEST_NAMES = {"bootstrap": "paired bootstrap (Koehn 2004), two-sided",
               "bartscore_subsample": "BARTScore paper's subsample test (1,000 draws of 80% of the units, seed 666), "
                                      "one-sided at alpha in each direction",
@@ -53,7 +54,11 @@ def _correlations(group: GroupResult, variant: str) -> list[str]:
             markdown_table(["metric", "human"] + [f"{lvl} {m}" for lvl, m in keys],
                            [[m, h] + [vals.get(k) for k in keys] for (m, h), vals in rows.items()])], len(rows)) + [
             f"Kendall is tau-{variant}; document level averages per-doc_id correlations; system level correlates "
-            "per-system means; pairwise_accuracy is the share of system pairs the metric orders as the humans do.", ""]
+            "per-system means; pairwise_accuracy is the share of system pairs the metric orders as the humans do; "
+            "soft_pairwise_accuracy (SPA) averages 1 - |p_human - p_metric| over system pairs, p the one-sided "
+            "permutation p-value that one system beats the other; tie_calibrated_accuracy is the share of row pairs "
+            "sharing a document that the metric orders or ties as the humans do, the metric tying below the "
+            "threshold that maximises it (docs/pairwise_accuracy.md).", ""]
 
 
 def _significance(block: SignificanceBlock) -> list[str]:
@@ -161,9 +166,9 @@ def _leaderboard(group: GroupResult) -> list[str]:
         return []
     return ["### Systems compared (leaderboard)", "",
             "Per column: mean over the documents every system has, 95% bootstrap interval, rank (best first); "
-            "pairs with the two-sided paired-bootstrap and approximate-randomisation p-values. "
-            "The same leaderboard as a page (ranks, leading group, significance matrix): "
-            "`leaderboard.html`, beside this report.", ""] + folded(
+            "every pair with the two-sided paired-bootstrap p-value, the one test that decides its mark "
+            "(approximate randomisation apart, for reference). The same leaderboard as a page (ranks, "
+            "significance clusters, matrix, sortable tables): `leaderboard.html`, beside this report.", ""] + folded(
         f"{len(group.systems)} columns, {sum(len(c.pairs) for c in group.systems)} system pairs",
         [comparison_markdown(group.systems)])
 

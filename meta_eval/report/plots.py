@@ -209,6 +209,38 @@ def win_fractions(group: GroupResult, chk: ChecklistBlock, column: str):
     return fig
 
 
+CLUSTER_COLORS = ("#2e7d32", "#1565c0", "#ef6c00", "#6a1b9a", "#c62828", "#00838f", "#5d4037", "#455a64")
+
+
+def leaderboard(comp):
+    """One comparison (`meta_eval.results.SystemComparison`) as a ranked dot plot: each system's
+    mean and 95 % bootstrap interval, best at the top, coloured by significance cluster
+    (`meta_eval.compare.significance_clusters`), the clusters' boundaries drawn as lines."""
+    from meta_eval.compare import significance_clusters
+
+    plt = _plt()
+    clusters = significance_clusters(comp)
+    systems = list(comp.systems)
+    fig, ax = plt.subplots(figsize=(7.0, max(3.2, 1.2 + 0.32 * len(systems))), dpi=DPI)
+    for k, score in enumerate(systems):
+        color = CLUSTER_COLORS[(clusters[score.system] - 1) % len(CLUSTER_COLORS)]
+        low, high = score.interval.low, score.interval.high
+        if np.isfinite(low) and np.isfinite(high):
+            ax.plot([low, high], [k, k], color=color, linewidth=2)
+        ax.plot([score.mean], [k], "o", color=color, markersize=6)
+        if k and clusters[score.system] != clusters[systems[k - 1].system]:
+            ax.axhline(k - 0.5, color="#999", linewidth=0.8, linestyle="--")
+    ax.set_yticks(range(len(systems)), [f"{s.rank}. {short(s.system, 20)}  (cluster {clusters[s.system]})"
+                                        for s in systems], fontsize=9)
+    ax.invert_yaxis()
+    arrow = "lower is better" if comp.lower_is_better else "higher is better"
+    ax.set_xlabel(f"{comp.column}: mean over {comp.n_units} {comp.unit} with 95% interval ({arrow})", fontsize=9)
+    ax.set_title(f"{comp.dataset}: {comp.column}, significance clusters", fontsize=11)
+    ax.grid(axis="x", color="#eee")
+    fig.tight_layout()
+    return fig
+
+
 def save(fig, path) -> None:
     fig.savefig(path, dpi=DPI)
     _plt().close(fig)

@@ -43,7 +43,7 @@ class CommitResult:
 
 
 def commit_metric(out_fs, output: str, plan: MetricPlan, reports: list[dict], bad_uris: set[str], bad_rels: set[str], prune: bool) -> CommitResult:
-    label = plan.info.spec.label
+    label = plan.metric.label
     result = CommitResult()
     removals: list[str] = []
     new_by_rel: dict[str, list[tuple[layout.PartName, str]]] = {}

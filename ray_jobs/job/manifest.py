@@ -11,6 +11,7 @@ from typing import Any
 from ray_jobs.config import JobConfig
 from ray_jobs.job import layout
 from ray_jobs.storage import reads, uris, writes
+from scoring.error_rate import exceeds
 
 VERSION = "2"
 LAYOUT = "OUT/<label>/<shard path without .parquet>/part-<start>-<stop>-<input version>.parquet"
@@ -101,7 +102,7 @@ def error_rate_exceeded(manifest: dict[str, Any], max_error_rate: float | None =
     for label, report in manifest["metrics"].items():
         rows = report.get("rows_out") or 0
         errors = report.get("rows_error") or 0
-        if rows and errors / rows > max_error_rate:
+        if exceeds(errors, rows, max_error_rate):
             messages.append(
                 f"metric {label}: {errors} of {rows} rows ({100 * errors / rows:.1f}%) have an error, "
                 f"above max_error_rate {max_error_rate:g}"

@@ -1,7 +1,6 @@
 """Stage 1 (driver): what this run has to do, from listings, the previous manifest and the
 Parquet footers the manifest does not vouch for (`docs/job.md`, "Planning from the manifest").
 
-* `describe_metric`: build each metric once (validates its params, gives its signature);
 * `read_shards`: list the input shards; a shard the previous manifest lists with the same
   etag and size keeps its recorded rows and column types, every other footer is checked
   (readable, `id`/`text` present, canonical column types), in parallel; no rows are read;
@@ -18,32 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ray_jobs import incremental
-from ray_jobs.config import (
-    ConfigError,
-    JobConfig,
-    MetricSpec,
-    S3Config,
-    build_metric_for,
-    metric_class_for,
-    metric_params,
-    metric_pool,
-)
+from ray_jobs.config import JobConfig
 from ray_jobs.job import layout
 from ray_jobs.job.errors import JobError
-from ray_jobs.storage import listing, parallel, reads, shard_checks, worker_errors
-from scoring.errors import StorageError
-
-
-@dataclass
-class MetricInfo:
-    spec: MetricSpec
-    cls: type
-    params: dict[str, Any]
-    signature: str
-    digest: str
-    read_columns: tuple[str, ...]
-    output_columns: tuple[str, ...]
-    described_on: dict[str, Any] = field(default_factory=dict)  # node and device, when built in a worker
+from ray_jobs.job.metrics import ResolvedMetric
+from ray_jobs.storage import listing, parallel, reads, shard_checks
 
 
 @dataclass
@@ -70,7 +48,7 @@ class ShardPlan:
 
 @dataclass
 class MetricPlan:
-    info: MetricInfo
+    metric: ResolvedMetric
     shards: dict[str, ShardPlan] = field(default_factory=dict)  # by shard rel
     outside: dict[str, list[str]] = field(default_factory=dict)  # shard stem -> files of shards not planned
     footers_read: int = 0  # part footers read while planning (parts the manifest did not vouch for)
@@ -78,95 +56,6 @@ class MetricPlan:
     @property
     def pending_rows(self) -> int:
         return sum(stop - start for plan in self.shards.values() for start, stop in plan.units)
-
-    @property
-    def kept_rows(self) -> int:
-        return sum(part.rows for plan in self.shards.values() for part, _, _ in plan.kept)
-
-
-def describe_metric(config: JobConfig, spec: MetricSpec) -> MetricInfo:
-    """Build the metric once before any work starts: validates its parameters and gives the
-    signature that keys its outputs. Built on the driver, or, when actors ask for GPUs (a
-    CPU-only head), in one Ray task with the actors' resources (Ray must be up)."""
-    params = metric_params(config, spec)
-    cls = metric_class_for(spec)
-    _check_params(spec, params)
-    pool = metric_pool(config, spec)
-    if pool.num_gpus:
-        import ray
-
-        task = ray.remote(num_cpus=pool.num_cpus, num_gpus=pool.num_gpus, max_retries=0)(_describe)
-        try:
-            described = ray.get(task.remote(spec, cls, params, config.s3, True))
-        except Exception as exc:  # noqa: BLE001 - the task's error names the metric
-            raise _build_error(spec, params, worker_errors.error_from_worker(exc) or exc) from exc
-    else:
-        try:
-            described = _describe(spec, cls, params, config.s3, False)
-        except ConfigError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - bad params or unloadable model: before any work
-            raise _build_error(spec, params, exc) from exc
-    return MetricInfo(spec=spec, cls=cls, params=params, **described)
-
-
-def _build_error(spec: MetricSpec, params: dict[str, Any], exc: BaseException) -> Exception:
-    """A metric that cannot be built, as one line naming it: storage that cannot be reached
-    (a model bucket, say) stays a `StorageError` (exit 1); anything else is the config's fault."""
-    message = f"metric {spec.label!r}: cannot build it with params {params}: {_first_line(exc)}"
-    if isinstance(exc, StorageError):
-        error = StorageError(message)
-        error.transient = getattr(exc, "transient", False)
-        return error
-    return ConfigError(message)
-
-
-def _describe(spec: MetricSpec, cls: type, params: dict[str, Any], s3: S3Config, remote: bool) -> dict[str, Any]:
-    metric = build_metric_for(spec, params, cls, s3)
-    signature = metric.signature()
-    described_on: dict[str, Any] = {}
-    if remote:
-        import ray
-
-        described_on = {"node_id": ray.get_runtime_context().get_node_id(), "gpu_ids": ray.get_gpu_ids()}
-        device = device_of(metric)
-        if device is not None:
-            described_on["device"] = device
-    return {
-        "signature": str(signature),
-        "digest": signature.digest,
-        "read_columns": tuple(metric.read_columns()),
-        "output_columns": tuple(metric.output_columns),
-        "described_on": described_on,
-    }
-
-
-def _check_params(spec: MetricSpec, params: dict[str, Any]) -> None:
-    """Unknown or missing constructor parameters, named before anything is loaded."""
-    from scoring.registry import check_params
-
-    try:
-        check_params(spec.name, params)
-    except ValueError as exc:
-        raise ConfigError(f"metric {spec.label!r}: {exc}") from exc
-
-
-def device_of(metric) -> str | None:
-    """The torch device a metric's model sits on, if it has one (metric.scorer.model...)."""
-    for path in (("device",), ("scorer", "device"), ("scorer", "model", "device"), ("model", "device")):
-        value = metric
-        for name in path:
-            value = getattr(value, name, None)
-        if value is not None:
-            return str(value)
-    return None
-
-
-def _first_line(exc: BaseException) -> str:
-    cause = getattr(exc, "cause", None)
-    text = str(cause if cause is not None else exc).strip()
-    lines = [line for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else type(exc).__name__
 
 
 def read_shards(config: JobConfig, in_fs, needed: tuple[str, ...], previous: dict[str, Any] | None = None) -> tuple[list[Shard], list[dict[str, str]]]:
@@ -212,7 +101,7 @@ def _known_inputs(previous: dict[str, Any] | None) -> dict[tuple[str, str, int],
 def plan_metric(
     out_fs,
     config: JobConfig,
-    info: MetricInfo,
+    metric: ResolvedMetric,
     shards: list[Shard],
     tree: dict[str, dict] | None = None,
     previous: dict[str, Any] | None = None,
@@ -223,9 +112,9 @@ def plan_metric(
     `tree` is one listing of the output prefix (made here when not given). A part the previous manifest records with the
     same name, size and etag (and the shard's input etag, size and this signature digest) is
     known without reading it; every other part's footer is read, with bounded concurrency."""
-    plan = MetricPlan(info=info)
+    plan = MetricPlan(metric=metric)
     by_stem = {layout.shard_stem(shard.rel): shard for shard in shards}
-    root = layout.metric_root(config.output, info.spec.label)
+    root = layout.metric_root(config.output, metric.label)
     if tree is None:
         tree = listing.list_tree(out_fs, root)
     files_by_stem: dict[str, list[listing.ListedFile]] = {}
@@ -236,13 +125,13 @@ def plan_metric(
     for stem, files in files_by_stem.items():
         if stem not in by_stem:
             plan.outside[stem] = [listed.uri for listed in files]
-    recorded = manifest_parts(previous, info.spec.label)
+    recorded = manifest_parts(previous, metric.label)
     footers: dict[str, reads.Footer | None] = {}
     unknown: list[listing.ListedFile] = []
     for shard in shards:
         record = recorded.get(shard.rel)
         for listed in files_by_stem.get(layout.shard_stem(shard.rel), []):
-            footer = _recorded_footer(record, listed, shard.rel, info.digest)
+            footer = _recorded_footer(record, listed, shard.rel, metric.digest)
             if footer is not None:
                 footers[listed.uri] = footer
             elif layout.parse_part(listed.uri.rsplit("/", 1)[-1]) is not None:
@@ -252,7 +141,7 @@ def plan_metric(
     plan.footers_read = len(unknown)
     for shard in shards:
         files = [listed.uri for listed in files_by_stem.get(layout.shard_stem(shard.rel), [])]
-        plan.shards[shard.rel] = _plan_shard(config, info, shard, files, footers)
+        plan.shards[shard.rel] = _plan_shard(config.part_rows, metric.digest, shard, files, footers)
     return plan
 
 
@@ -284,7 +173,7 @@ def _recorded_footer(record: dict[str, Any] | None, listed, rel: str, digest: st
     return int(entry.get("rows", -1)), meta
 
 
-def _plan_shard(config: JobConfig, info: MetricInfo, shard: Shard, files: list[str], footers: dict[str, Any]) -> ShardPlan:
+def _plan_shard(part_rows: int, digest: str, shard: Shard, files: list[str], footers: dict[str, Any]) -> ShardPlan:
     plan = ShardPlan(shard=shard)
     candidates: list[tuple[layout.PartName, str, int]] = []
     for uri in files:
@@ -293,11 +182,11 @@ def _plan_shard(config: JobConfig, info: MetricInfo, shard: Shard, files: list[s
             continue  # not ours: left alone
         footer = footers.get(uri)
         etag, size = shard.info.etag, shard.info.size
-        if part.version == shard.version and incremental.part_is_complete(footer, etag, size, info.digest, part.start, part.stop):
+        if part.version == shard.version and incremental.part_is_complete(footer, etag, size, digest, part.start, part.stop):
             candidates.append((part, uri, incremental.footer_errors(footer)))
             plan.kept_skipped[uri] = incremental.footer_skipped(footer)
             continue
-        if incremental.footer_digest(footer) == info.digest:
+        if incremental.footer_digest(footer) == digest:
             plan.previous.append(uri)
         if part.version != shard.version:
             plan.superseded.append(uri)  # same names are simply overwritten
@@ -326,7 +215,7 @@ def _plan_shard(config: JobConfig, info: MetricInfo, shard: Shard, files: list[s
             index += 1
             continue
         gap_end = candidates[index][0].start if index < len(candidates) else total
-        plan.units.extend(_aligned_units(position, gap_end, config.part_rows))
+        plan.units.extend(_aligned_units(position, gap_end, part_rows))
         position = gap_end
     plan.superseded.extend(uri for _, uri, _ in candidates[index:])
     return plan

@@ -28,7 +28,7 @@ class Verified:
 
 
 def verify_metric(plan: MetricPlan, committed: CommitResult, reports: list[dict], listed: dict[str, ListedFile]) -> Verified:
-    label = plan.info.spec.label
+    label = plan.metric.label
     result = Verified()
     kept_errors = {uri: count for shard_plan in plan.shards.values() for _, uri, count in shard_plan.kept}
     kept_skipped = {uri: count for shard_plan in plan.shards.values() for uri, count in shard_plan.kept_skipped.items()}
@@ -36,7 +36,7 @@ def verify_metric(plan: MetricPlan, committed: CommitResult, reports: list[dict]
     for cover in committed.covers:
         shard = plan.shards[cover.rel].shard
         record: dict[str, Any] = {
-            "input_etag": shard.info.etag, "input_size": shard.info.size, "digest": plan.info.digest, "parts": {},
+            "input_etag": shard.info.etag, "input_size": shard.info.size, "digest": plan.metric.digest, "parts": {},
         }
         for part, uri in cover.parts:
             found = listed.get(uri)

@@ -11,7 +11,7 @@ from typing import Callable, TypeVar
 
 from ray_jobs.storage.uris import bucket_of
 from scoring import s3_options
-from scoring.errors import CtgscoreError, StorageError
+from scoring.errors import CtgscoreError, StorageError, one_line
 
 T = TypeVar("T")
 
@@ -71,11 +71,6 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
-def one_line(text: str, limit: int = 300) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def failure_reason(exc: BaseException, uri: str) -> str:
     """A short, one-line reason for a storage failure on `uri` (no traceback, no secrets)."""
     bucket = bucket_of(uri)
@@ -100,8 +95,8 @@ def failure_reason(exc: BaseException, uri: str) -> str:
             endpoint = f" at {match.group(1)}"
         return f"storage unreachable{endpoint} after {s3_options.max_attempts()} attempts ({one_line(type(exc).__name__ + ': ' + text, 160)})"
     if isinstance(exc, OSError) and exc.strerror:
-        return one_line(exc.strerror)
-    return one_line(f"{type(exc).__name__}: {text}")
+        return one_line(exc.strerror, 300)
+    return one_line(f"{type(exc).__name__}: {text}", 300)
 
 
 def storage_error(exc: BaseException, uri: str, action: str) -> StorageError:
@@ -138,4 +133,4 @@ def read_failure(exc: BaseException, uri: str) -> str:
     unreachable ...", permission, missing object) or the file's ("unreadable Parquet ...")."""
     if is_transient(exc) or isinstance(exc, (PermissionError, FileNotFoundError)):
         return f"cannot read: {failure_reason(exc, uri)}"
-    return f"unreadable Parquet ({type(exc).__name__}: {one_line(str(exc))})"
+    return f"unreadable Parquet ({type(exc).__name__}: {one_line(str(exc), 300)})"

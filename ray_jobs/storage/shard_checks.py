@@ -11,7 +11,7 @@ from ray_jobs.storage.failures import is_transient, read_failure
 from ray_jobs.storage.listing import ShardInfo
 from ray_jobs.storage.reads import PYTHON_FILE_READS
 from ray_jobs.storage.uris import fs_path
-from scoring.schema import REQUIRED_COLUMNS, carried_columns, expected_input_type
+from scoring.schema import REQUIRED_COLUMNS, carried_columns, id_problem, wrong_type
 
 
 class BadShard(ValueError):
@@ -51,26 +51,16 @@ def check_shard(info: ShardInfo, fs, needed: tuple[str, ...], read_ids: bool = T
                 if column not in columns:
                     raise BadShard(info.uri, f"missing required column '{column}' (has: {', '.join(schema.names)})")
             carried = [c for c in carried_columns(columns) if c != "id"]
-            for column in dict.fromkeys([*needed, *carried]):
-                if column in columns:
-                    expected = expected_input_type(column, schema.field(column).type)
-                    if expected is not None:
-                        raise BadShard(
-                            info.uri, f"column '{column}' has type {schema.field(column).type}, expected {expected}"
-                        )
+            wrong = wrong_type(dict.fromkeys([*needed, *carried]), schema)
+            if wrong is not None:
+                raise BadShard(info.uri, f"column '{wrong[0]}' has type {wrong[1]}, expected {wrong[2]}")
             ids: list[str] = []
             if read_ids:
                 id_column = parquet.read(columns=["id"], use_threads=PYTHON_FILE_READS["use_threads"]).column("id")
-                if id_column.null_count:
-                    row = id_column.to_pylist().index(None)
-                    raise BadShard(info.uri, f"row {row}: null field 'id' (every row needs an id)")
+                reason = id_problem(id_column.combine_chunks())
+                if reason is not None:
+                    raise BadShard(info.uri, reason)
                 ids = id_column.to_pylist()
-                if len(set(ids)) != len(ids):
-                    seen: dict[str, int] = {}
-                    for row, value in enumerate(ids):
-                        if value in seen:
-                            raise BadShard(info.uri, f"rows {seen[value]} and {row}: duplicate id {value!r}")
-                        seen[value] = row
     except BadShard:
         raise
     except Exception as exc:  # noqa: BLE001 - any read failure names the shard

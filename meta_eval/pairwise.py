@@ -1,0 +1,116 @@
+"""Pairwise agreement of a metric with humans, as the WMT metrics task now ranks metrics
+(`docs/pairwise_accuracy.md`):
+
+* soft pairwise accuracy (SPA; Thompson et al. 2024, WMT24), system level: for every pair of
+  systems (i, j), the one-sided p-value that i is better than j under a paired permutation test
+  over the units, once for the humans and once for the metric;
+  SPA = mean over pairs of 1 - |p_human(i, j) - p_metric(i, j)|  (Eq. 1 of the doc);
+* tie-calibrated pairwise accuracy (acc_eq; Deutsch et al. 2023), segment level: over the pairs
+  of rows that share a unit (the same input given to two systems), the share where metric and
+  humans agree, a tie agreeing only with a tie, the metric's tie being |m_a - m_b| <= epsilon
+  with epsilon chosen to maximise the accuracy (Eqs. 2-3).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+MAX_PAIRS = 5_000_000  # acc_eq over more row pairs than this is not computed (NaN): ~40 MB per array
+EXACT_UNITS = 12  # up to this many units the permutation test enumerates all 2^n sign flips
+_SALT = 0x5350  # separates the SPA permutation stream from other seeded streams
+
+
+def flip_signs(n_units: int, trials: int, seed: int) -> tuple[np.ndarray, bool]:
+    """(signs, exact): every one of the 2^n sign vectors when n <= EXACT_UNITS, else `trials`
+    seeded random ones (+1 keeps a unit's pair as it is, -1 swaps the two systems there)."""
+    if n_units <= EXACT_UNITS:
+        return np.array(list(itertools.product((1.0, -1.0), repeat=n_units))).reshape(-1, n_units), True
+    rng = np.random.default_rng(np.random.SeedSequence([seed, _SALT]))
+    return np.where(rng.random((trials, n_units)) < 0.5, -1.0, 1.0), False
+
+
+def one_sided_p(grid: np.ndarray, signs: np.ndarray, exact: bool) -> np.ndarray:
+    """(systems, systems) P[i, j]: one-sided permutation p-value of "i is better than j" on a
+    (units x systems) grid, the statistic being the mean per-unit difference d = x_i - x_j:
+    exact: #{s : mean(s * d) >= mean(d)} / 2^n; sampled: (1 + #{...}) / (T + 1)."""
+    n_sys = grid.shape[1]
+    first, second = np.triu_indices(n_sys, k=1)
+    diffs = grid[:, first] - grid[:, second]  # (units, pairs)
+    observed = diffs.mean(axis=0)
+    null = signs @ diffs / len(grid)  # (trials, pairs)
+    slack = 1e-12 * np.maximum(1.0, np.abs(observed))  # equal means in another summation order
+    upper = (null >= observed - slack).sum(axis=0)  # i better than j
+    lower = (null <= observed + slack).sum(axis=0)  # j better than i (the flips are symmetric)
+    if exact:
+        p_ij, p_ji = upper / len(signs), lower / len(signs)
+    else:
+        p_ij, p_ji = (1 + upper) / (len(signs) + 1), (1 + lower) / (len(signs) + 1)
+    out = np.full((n_sys, n_sys), np.nan)
+    out[first, second], out[second, first] = p_ij, p_ji
+    return out
+
+
+def soft_pairwise_accuracy(metric: np.ndarray, human: np.ndarray, trials: int = 1000, seed: int = 0) -> float:
+    """SPA of a metric on complete (units x systems) grids of the metric and the human scores
+    (the same units and systems in both); the same sign flips serve both. NaN under 2 systems."""
+    metric, human = np.asarray(metric, float), np.asarray(human, float)
+    if metric.shape != human.shape or metric.ndim != 2:
+        raise ValueError(f"metric and human grids differ in shape: {metric.shape} vs {human.shape}")
+    if metric.shape[1] < 2 or metric.shape[0] < 1:
+        return math.nan
+    signs, exact = flip_signs(metric.shape[0], trials, seed)
+    first, second = np.triu_indices(metric.shape[1], k=1)
+    p_metric = one_sided_p(metric, signs, exact)[first, second]
+    p_human = one_sided_p(human, signs, exact)[first, second]
+    return float(np.mean(1.0 - np.abs(p_human - p_metric)))
+
+
+def unit_pairs(groups) -> tuple[np.ndarray, np.ndarray]:
+    """Indices (a, b), a < b, of every pair of rows in the same group."""
+    codes = np.unique(np.asarray(groups, dtype=object).astype(str), return_inverse=True)[1]
+    order = np.argsort(codes, kind="stable")
+    bounds = np.flatnonzero(np.diff(codes[order])) + 1
+    firsts, seconds = [], []
+    for members in np.split(order, bounds):
+        a, b = np.triu_indices(len(members), k=1)
+        firsts.append(members[a])
+        seconds.append(members[b])
+    if not firsts:
+        return np.empty(0, int), np.empty(0, int)
+    return np.concatenate(firsts), np.concatenate(seconds)
+
+
+def tie_calibrated_accuracy(metric, human, groups=None) -> tuple[float, float]:
+    """(acc_eq, epsilon) over the pairs of rows sharing a group (`groups`: the unit of each row;
+    None: every pair of rows). acc_eq(eps) = (C(eps) + T_hm(eps)) / N, C the pairs both order the
+    same way with the metric's difference above eps, T_hm the pairs both tie (human difference 0,
+    metric difference at most eps); eps ranges over 0 and every |metric difference|, and the
+    smallest eps of the largest accuracy is returned. (NaN, NaN) without pairs, or with more
+    than `MAX_PAIRS`."""
+    metric, human = np.asarray(metric, float), np.asarray(human, float)
+    sizes = np.unique(np.asarray(groups, dtype=object).astype(str), return_counts=True)[1] if groups is not None \
+        else np.array([len(metric)])
+    if int((sizes * (sizes - 1) // 2).sum()) > MAX_PAIRS:
+        return math.nan, math.nan  # e.g. a large dump without documents: every row paired with every row
+    if groups is None:
+        a, b = np.triu_indices(len(metric), k=1)
+    else:
+        a, b = unit_pairs(groups)
+    if not len(a):
+        return math.nan, math.nan
+    dm, dh = metric[a] - metric[b], human[a] - human[b]
+    gap = np.abs(dm)
+    human_tie = dh == 0
+    agrees = ~human_tie & (np.sign(dm) == np.sign(dh))  # counts while the metric's gap exceeds eps
+    candidates = np.unique(np.concatenate([[0.0], gap]))
+    order = np.argsort(gap, kind="stable")
+    sorted_gap = gap[order]
+    ties_below = np.concatenate([[0], np.cumsum(human_tie[order])])  # human ties among the k smallest gaps
+    agree_below = np.concatenate([[0], np.cumsum(agrees[order])])
+    k = np.searchsorted(sorted_gap, candidates, side="right")  # pairs with gap <= eps
+    correct = ties_below[k] + (agree_below[-1] - agree_below[k])
+    best = int(np.argmax(correct))  # the first maximum: the smallest epsilon
+    return float(correct[best] / len(a)), float(candidates[best])

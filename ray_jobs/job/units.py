@@ -1,0 +1,53 @@
+"""The *unit* of work of the score stage: one row range `[start, stop)` of one input shard
+(at most `part_rows` rows), read once and passed through every metric that needs it.
+
+A unit travels through Ray Data as one row whose `UNIT` column holds its descriptor (JSON):
+the shard (uri, rel, etag, size, version), the range, the columns to read, the labels of the
+metrics that score it and, per label, the shard's earlier parts (its row cache). Each stage
+parses it once (`unit_of`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+UNIT = "_unit"
+
+
+def build_units(plans, carried_of) -> list[dict[str, str]]:
+    """One unit per distinct (shard, start, stop) to score, listing the metrics that need it
+    and, per metric, the shard's earlier parts. `carried_of(columns)` names the carried
+    columns of a shard with those columns (read along for the output)."""
+    units: dict[tuple[str, int, int], dict[str, Any]] = {}
+    for plan in plans:
+        label = plan.metric.label
+        for rel, shard_plan in plan.shards.items():
+            shard = shard_plan.shard
+            for start, stop in shard_plan.units:
+                unit = units.get((rel, start, stop))
+                if unit is None:
+                    unit = units[(rel, start, stop)] = {
+                        "uri": shard.info.uri, "rel": rel, "etag": shard.info.etag, "size": shard.info.size,
+                        "version": shard.version, "start": start, "stop": stop, "columns": [], "labels": [],
+                        "previous": {}, "_shard_columns": shard.columns,
+                    }
+                unit["labels"].append(label)
+                unit["previous"][label] = shard_plan.previous
+                wanted = [c for c in plan.metric.read_columns if c in shard.columns]
+                unit["columns"] = list(dict.fromkeys(unit["columns"] + wanted))
+    descriptors = []
+    for unit in units.values():
+        carried = carried_of(unit.pop("_shard_columns"))
+        unit["columns"] = list(dict.fromkeys(["id", *unit["columns"], *carried]))
+        descriptors.append({UNIT: json.dumps(unit)})
+    return descriptors
+
+
+def unit_of(text: str) -> dict[str, Any]:
+    """A unit's descriptor from its `UNIT` column value."""
+    return json.loads(text)
+
+
+def where(unit: dict[str, Any]) -> str:
+    """The unit named for a message: its shard and row range."""
+    return f"{unit['rel']} rows {unit['start']}-{unit['stop']}"

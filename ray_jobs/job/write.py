@@ -1,0 +1,57 @@
+"""Score stage, the end of a metric's step: one part per unit and metric, written atomically
+by the actor that scored it, and the small report the driver gets instead of rows."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from typing import Any
+
+from ray_jobs.job import layout
+
+MAX_SAMPLES_PER_PART = 5
+
+
+def write_part(out_fs, output: str, metric, signature: str, unit: dict[str, Any], ids: list, carried: dict[str, list],
+               keys: list[str], results: list[dict[str, Any]], cached: int) -> dict[str, Any]:
+    """Write the unit's part for `metric` (`scoring.schema.output_table`, footer
+    `incremental.part_metadata`) and return its report: rows, rows from the cache, errors with
+    a few examples, skipped rows, and the size and md5 of the bytes written (what verification
+    checks against the output listing)."""
+    from ray_jobs import incremental
+    from ray_jobs.storage import writes
+    from scoring.schema import output_table
+
+    out = output_table(ids, results, metric.output_columns, signature, keys, carried)
+    reasons: Counter = Counter()
+    samples = []
+    for index, result in enumerate(results):
+        reason = result.get("error")
+        if reason is None:
+            continue
+        reasons[reason if len(reason) < 80 else reason[:77] + "..."] += 1
+        if len(samples) < MAX_SAMPLES_PER_PART:
+            samples.append({"file": unit["uri"], "row": unit["start"] + index, "id": ids[index], "error": reason})
+    errors = sum(reasons.values())
+    skipped = sum(1 for result in results if result.get("skipped"))
+    metadata = incremental.part_metadata(
+        unit["rel"], unit["etag"], unit["size"], signature, metric.digest, unit["start"], unit["stop"], errors, skipped,
+    )
+    uri = layout.part_uri(output, metric.label, unit["rel"], layout.PartName(unit["start"], unit["stop"], unit["version"]))
+    data = writes.table_bytes(out, metadata)
+    writes.put_atomic(out_fs, uri, data)
+    return {
+        "size": len(data),
+        "md5": hashlib.md5(data).hexdigest(),
+        "label": metric.label,
+        "rel": unit["rel"],
+        "start": unit["start"],
+        "stop": unit["stop"],
+        "part": uri,
+        "rows": len(results),
+        "cached": cached,
+        "errors": errors,
+        "skipped": skipped,
+        "reasons": dict(reasons),
+        "samples": samples,
+    }
