@@ -19,6 +19,10 @@ class FakeItem:
         self.fixturenames = list(fixtures)
         self.function = function or (lambda: None)
 
+    def __repr__(self) -> str:
+        parts = [*sorted(self.markers), *self.fixturenames, self.function.__name__, self.fspath.parent.name]
+        return "-".join(p for p in parts if p not in ("<lambda>", "tests"))
+
     def get_closest_marker(self, name):
         return name if name in self.markers else None
 
@@ -61,7 +65,7 @@ def calls_in_process():
     (FakeItem(path="tests/system/test_x.py"), "system"),  # a tier folder
     (FakeItem(path="tests/integration/deep/test_x.py"), "integration"),
     (FakeItem(path="unit/tests/test_x.py", markers=["slow"]), "system"),  # folders above tests/ do not count
-], ids=lambda value: "" if isinstance(value, FakeItem) else value)
+], ids=lambda value: repr(value) or "plain" if isinstance(value, FakeItem) else value)
 def test_tier_rules(item, tier):
     assert tier_of(item) == tier
 
