@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
+import sys
 import tempfile
 
 import pytest
@@ -32,6 +33,8 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:  # `tests.tiers`, `tests.job_support` under a plain `pytest` too
+    sys.path.insert(0, str(REPO_ROOT))
 FULL_DATA = REPO_ROOT.parent / "shared" / "data"
 DATA_SLICE = REPO_ROOT / "tests" / "data"
 
