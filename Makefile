@@ -11,7 +11,7 @@ export RAY_AUTH_MODE := disabled
 export RAY_USAGE_STATS_ENABLED := 0
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test test-quick lint bench gpu-check clean
+.PHONY: install demo test test-quick test-integration test-system lint bench gpu-check clean
 
 install: $(STAMP)
 
@@ -25,11 +25,18 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) -m ctgscore.demo
 
+# tiers (tests/conftest.py): unit (the quick loop), integration, system; the 15 slowest tests at the end
 test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15
 
 test-quick: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"
+	$(PY) -m pytest -q -p no:cacheprovider -m unit --durations=10
+
+test-integration: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -m integration --durations=15
+
+test-system: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -m system --durations=15
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

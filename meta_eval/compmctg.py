@@ -143,16 +143,16 @@ def scored_frame(dump: str, scores, storage_options: Mapping[str, Any] | None = 
     id with the dump's attribute combinations, one `attr:<aspect>` column per aspect."""
     import fsspec
     import pandas as pd
-    import pyarrow.parquet as pq
 
     from scoring.attribute_accuracy import row_attributes
+    from scoring.parquet_read import read_parquet_here
 
     fs, root = fsspec.core.url_to_fs(str(dump), **dict(storage_options or {}))
     files = sorted(p for p in fs.find(root) if is_data_file(p)) if fs.isdir(root) else [root]
     records = []
     for name in files:
         with fs.open(name, "rb") as handle:
-            table = pq.read_table(handle, columns=["id", "attributes"], use_threads=False, pre_buffer=False)
+            table = read_parquet_here(handle, columns=["id", "attributes"])
         for row in table.to_pylist():
             records.append({"id": row["id"], **{ATTR_PREFIX + k: str(v) for k, v in row_attributes(row).items()}})
     attributes = pd.DataFrame.from_records(records, columns=None if records else ["id"])

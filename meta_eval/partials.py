@@ -98,6 +98,8 @@ def file_partial(spec: PartialSpec, label: str, path: str, storage_options: dict
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from scoring.parquet_read import read_parquet_here
+
     pairs = spec.runs[label]
     with _open(path, storage_options) as handle:
         try:
@@ -112,8 +114,7 @@ def file_partial(spec: PartialSpec, label: str, path: str, storage_options: dict
             wanted = keys + [c for c in [spec.error] + [col for col, _ in pairs] if c in names and c not in keys]
             strings = [k for k in keys if pa.types.is_string(fields.field(k).type)
                        or pa.types.is_large_string(fields.field(k).type)]
-            table = pq.read_table(handle, columns=list(dict.fromkeys(wanted)), use_threads=False, pre_buffer=False,
-                                  read_dictionary=strings)
+            table = read_parquet_here(handle, columns=list(dict.fromkeys(wanted)), read_dictionary=strings)
         except InputError:
             raise
         except Exception as exc:  # noqa: BLE001 - any unreadable file is named

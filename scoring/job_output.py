@@ -133,7 +133,7 @@ def _file_facts(fs, name: str) -> tuple[tuple[str, ...], str | None]:
 
     try:
         with fs.open(name, "rb") as handle:
-            parquet = pq.ParquetFile(handle)
+            parquet = pq.ParquetFile(handle, pre_buffer=False)  # no I/O thread reading the Python file (scoring.parquet_read)
             names = parquet.schema_arrow.names
             signature = None
             if schema.SIGNATURE in names and parquet.metadata.num_rows:
@@ -196,15 +196,16 @@ def run_files(path: str, metrics: Iterable[str] | None = None, *,
 def read_run(fs, run: RunFiles) -> Run:
     """One run's files read into one frame indexed by id (ids unique within the run)."""
     import pandas as pd
-    import pyarrow.parquet as pq
+
+    from scoring.parquet_read import read_parquet_here
 
     if not run.files:
         raise InputError(f"metric run {run.label!r}: no Parquet files")
     parts = []
     for name in run.files:
         with fs.open(name, "rb") as handle:
-            try:  # decode on this thread (see ray_jobs.storage.reads)
-                parts.append(pq.read_table(handle, use_threads=False, pre_buffer=False).to_pandas())
+            try:  # decoded on this thread (scoring.parquet_read)
+                parts.append(read_parquet_here(handle).to_pandas())
             except Exception as exc:  # noqa: BLE001 - any unreadable file is named
                 raise InputError(f"{name}: cannot read it as Parquet ({type(exc).__name__}: {exc})") from None
     frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]

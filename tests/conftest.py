@@ -1,4 +1,14 @@
-"""Shared fixtures: offline Hugging Face, a session-scoped local Ray, and the real data.
+"""Shared fixtures (offline Hugging Face, one local Ray, one S3 server, the CLI in process, the
+real data) and the test tiers.
+
+Tiers, set on every collected test by `pytest_collection_modifyitems` (CONTRIBUTING.md):
+- `unit`: no Ray, no server, no subprocess; the quick loop (`make test-quick`, `-m unit`).
+- `integration`: uses a shared expensive fixture (`tests.tiers.SHARED_FIXTURES`: a Ray, the S3
+  server, a mount), calls `run_cli` (a real `python -m ctgscore` subprocess), or is marked `gpu`.
+- `system`: marked `slow` without any shared fixture: starts its own cluster, server or job.
+A test may name its tier with a marker (`@pytest.mark.integration`), or sit in a folder named
+after it (`tests/system/...`). Every test that is not `unit` is also marked `slow`, so
+`-m "not slow"` stays the quick loop.
 
 Real data: the full project data beside the checkout (`../shared/data`, what CI has) when it
 is there, else the slice committed under `tests/data/` (see its README). Every test runs on
@@ -10,6 +20,7 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
+import sys
 import tempfile
 
 import pytest
@@ -22,6 +33,8 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:  # `tests.tiers`, `tests.job_support` under a plain `pytest` too
+    sys.path.insert(0, str(REPO_ROOT))
 FULL_DATA = REPO_ROOT.parent / "shared" / "data"
 DATA_SLICE = REPO_ROOT / "tests" / "data"
 
@@ -31,6 +44,24 @@ def real_data_root() -> pathlib.Path:
     if os.environ.get("CTGSCORE_TEST_DATA") == "slice" or not FULL_DATA.is_dir():
         return DATA_SLICE
     return FULL_DATA
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "unit: no Ray, no server, no subprocess (the quick loop; set by conftest)")
+    config.addinivalue_line("markers", "integration: shares a Ray, an S3 server or a mount, or runs the CLI as a "
+                                       "subprocess (set by conftest)")
+    config.addinivalue_line("markers", "system: starts its own cluster, server or job (set by conftest)")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(config, items):
+    from tests.tiers import tier_of
+
+    for item in items:
+        tier = tier_of(item)
+        item.add_marker(getattr(pytest.mark, tier))
+        if tier != "unit" and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
 
 
 def pytest_report_header(config):
@@ -75,6 +106,15 @@ def ray_local():
 
 
 @pytest.fixture(scope="session")
+def ray_address(ray_local) -> str:
+    """The address of the shared local Ray (`ray_local`), for a job run in a subprocess:
+    `run_cli([...], env={"RAY_ADDRESS": ray_address})` joins it instead of starting its own
+    Ray. Its workers have this process's environment (no `AWS_*`): jobs that need credentials
+    on their workers, or that kill Ray processes, start their own."""
+    return ray_local.get_runtime_context().gcs_address
+
+
+@pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory) -> dict[str, str]:
     """The tiny PEGASUS, BART, GPT-2 and IWF table, built once per test session."""
     from ctgscore.testing.tiny_models import build_tiny_models
@@ -88,15 +128,44 @@ def sample_corpus() -> pathlib.Path:
     return REPO_ROOT / "data" / "sample"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def moto():
-    """An S3 server (moto) on 127.0.0.1, one per test module (each module's buckets start
-    empty); yields its endpoint URL."""
+    """One S3 server (moto, in memory) on 127.0.0.1 for the whole test run; yields its endpoint
+    URL. Buckets live as long as the server: a test makes its own (`s3_bucket`, or a name no
+    other module uses)."""
     from tests.job_support import start_moto, stop_group
 
     process, endpoint = start_moto()
     yield endpoint
     stop_group(process)
+
+
+@pytest.fixture
+def s3_bucket(moto, request) -> str:
+    """A new, empty bucket on the shared S3 server for this test; yields its name (the
+    endpoint is the `moto` fixture). Named after the test, so a listing shows whose it is."""
+    import re
+    import uuid
+
+    import s3fs
+
+    stem = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"{stem or 'test'}-{uuid.uuid4().hex[:8]}"
+    fs = s3fs.S3FileSystem(key="testing", secret="testing", client_kwargs={"endpoint_url": moto},
+                           skip_instance_cache=True)
+    fs.mkdir(name)
+    yield name
+
+
+@pytest.fixture
+def cli():
+    """`cli(args, cwd=None, env=None)`: `ctgscore ARGS` run in this process through
+    `ctgscore.cli.main.main`, returning a `CompletedProcess` (returncode, stdout, stderr) like
+    `run_cli`'s. For commands that stay in this process; `run_cli` (a real subprocess) is for the
+    exit status and console of the interpreter itself and for commands that start Ray."""
+    from ctgscore.testing.cli import run_cli_in_process
+
+    return run_cli_in_process
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
-from ctgscore.testing.cli import run_cli
+from ctgscore.testing.cli import run_cli, run_cli_in_process
 
 TEXTS = ["the cat sat on the mat", "a a a b", "one", "x y x y x y"]
 
@@ -40,7 +40,7 @@ def test_version_and_help():
 
 def test_score_keeps_every_row_and_carried_columns(rows_file, tmp_path):
     out = tmp_path / "scores.parquet"
-    proc = run_cli(["score", "-m", "text_stats", "-i", rows_file, "-o", out, "--json"])
+    proc = run_cli_in_process(["score", "-m", "text_stats", "-i", rows_file, "-o", out, "--json"])
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert summary == {**summary, "ok": True, "rows": 4, "errors": 0, "metric": "text_stats"}
@@ -57,7 +57,7 @@ def test_score_keeps_every_row_and_carried_columns(rows_file, tmp_path):
 
 
 def test_no_progress_prints_only_the_summary(rows_file, tmp_path):
-    proc = run_cli(["score", "-m", "text_stats", "-i", rows_file, "-o", tmp_path / "o.parquet", "--no-progress"])
+    proc = run_cli_in_process(["score", "-m", "text_stats", "-i", rows_file, "-o", tmp_path / "o.parquet", "--no-progress"])
     assert proc.returncode == 0 and proc.stderr == ""
     assert len(proc.stdout.strip().splitlines()) == 1
 
@@ -65,7 +65,7 @@ def test_no_progress_prints_only_the_summary(rows_file, tmp_path):
 def test_metrics_lists_constructor_parameters():
     from scoring.registry import BUILTIN_METRICS, metric_class
 
-    proc = run_cli(["metrics", "--json"])
+    proc = run_cli_in_process(["metrics", "--json"])
     assert proc.returncode == 0, proc.stderr
     listed = {m["name"]: m for m in json.loads(proc.stdout)["metrics"]}
     assert set(BUILTIN_METRICS) <= set(listed)
@@ -78,7 +78,7 @@ def test_metrics_lists_constructor_parameters():
         for key, default in expected.items():
             if default is not inspect.Parameter.empty:
                 assert got[key] == (list(default) if isinstance(default, tuple) else default), (name, key)
-    text = run_cli(["metrics", "perplexity"]).stdout
+    text = run_cli_in_process(["metrics", "perplexity"]).stdout
     assert text.splitlines()[0] == "perplexity" and "model" in text and "token_budget" in text
 
 
@@ -103,7 +103,7 @@ def test_meta_report_matches_scipy(tmp_path):
                              "system": [f"s{i % 4}" for i in range(40)], "human_overall": human, "m1": m1,
                              "m2": rng.normal(size=40), "error": pa.nulls(40, pa.string())}), path)
     out = tmp_path / "report"
-    proc = run_cli(["meta", "-s", path, "-o", out, "--tasks", "0", "--resamples", "20", "--json"])
+    proc = run_cli_in_process(["meta", "-s", path, "-o", out, "--tasks", "0", "--resamples", "20", "--json"])
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""  # no bars, no warnings: one JSON summary on stdout
     summary = json.loads(proc.stdout)
@@ -118,7 +118,7 @@ def test_meta_report_matches_scipy(tmp_path):
 def test_splits_writes_json(tmp_path):
     out = tmp_path / "splits.json"
     aspects = {"sentiment": ["Pos", "Neg"], "tense": ["Past", "Present"], "topic": ["a", "b"]}
-    proc = run_cli(["splits", "--aspects", json.dumps(aspects), "--protocol", "holdout", "-o", out, "--json"])
+    proc = run_cli_in_process(["splits", "--aspects", json.dumps(aspects), "--protocol", "holdout", "-o", out, "--json"])
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
     summary = json.loads(proc.stdout)
@@ -129,7 +129,7 @@ def test_splits_writes_json(tmp_path):
 
 def test_constraints_convert(shared_data, tmp_path):
     out = tmp_path / "codi.parquet"
-    proc = run_cli(["constraints", "convert", "--instructions", shared_data / "codi-eval" / "instructions",
+    proc = run_cli_in_process(["constraints", "convert", "--instructions", shared_data / "codi-eval" / "instructions",
                     "--codi-tasks", "length", "--limit", "5", "-o", out])
     assert proc.returncode == 0, proc.stderr
     table = pq.read_table(out)
@@ -140,7 +140,7 @@ def test_constraints_convert(shared_data, tmp_path):
 def test_make_tiny_models(tmp_path, tiny_models):
     from scoring.models import weights_digest
 
-    proc = run_cli(["make-tiny-models", tmp_path / "m", "--json"])
+    proc = run_cli_in_process(["make-tiny-models", tmp_path / "m", "--json"])
     assert proc.returncode == 0, proc.stderr
     built = json.loads(proc.stdout)["models"]
     assert set(built) == set(tiny_models)

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ctgscore.testing.cli import assert_user_error, run_cli
+from ctgscore.testing.cli import assert_user_error, run_cli_in_process
 
 N_DOCS = 10
 
@@ -60,7 +60,7 @@ def exact_permutation_p(a, b):
 
 def test_compare_matches_by_hand_bootstrap_and_exact_permutation(table):
     path, values = table
-    proc = run_cli(["compare", "-s", path, "--columns", "m", "--systems", "A", "B", "--resamples", "4000",
+    proc = run_cli_in_process(["compare", "-s", path, "--columns", "m", "--systems", "A", "B", "--resamples", "4000",
                     "--trials", "20000", "--seed", "1", "--json"])
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
@@ -83,7 +83,7 @@ def test_compare_matches_by_hand_bootstrap_and_exact_permutation(table):
 def test_leaderboard_ranks_and_error_rows(table, tmp_path):
     path, values = table
     out = tmp_path / "board.csv"
-    proc = run_cli(["compare", "-s", path, "-o", out, "--resamples", "200", "--trials", "200"])
+    proc = run_cli_in_process(["compare", "-s", path, "-o", out, "--resamples", "200", "--trials", "200"])
     assert proc.returncode == 0, proc.stderr
     with open(out, newline="") as handle:
         board = list(csv.DictReader(handle))
@@ -105,20 +105,20 @@ def test_leaderboard_ranks_and_error_rows(table, tmp_path):
 def test_markdown_and_json_outputs(table, tmp_path):
     path, _ = table
     md = tmp_path / "board.md"
-    assert run_cli(["compare", "-s", path, "--columns", "m", "-o", md, "--resamples", "100", "--trials", "100"]).returncode == 0
+    assert run_cli_in_process(["compare", "-s", path, "--columns", "m", "-o", md, "--resamples", "100", "--trials", "100"]).returncode == 0
     text = md.read_text()
     assert "| rank | system |" in text and "p (bootstrap)" in text and "p (randomization)" in text
     js = tmp_path / "board.json"
-    assert run_cli(["compare", "-s", path, "--columns", "m", "-o", js, "--resamples", "100", "--trials", "100"]).returncode == 0
+    assert run_cli_in_process(["compare", "-s", path, "--columns", "m", "-o", js, "--resamples", "100", "--trials", "100"]).returncode == 0
     data = json.loads(js.read_text())
     assert {r["system"] for r in data["leaderboard"]} == {"A", "B", "C"}
     page = tmp_path / "board.html"
-    assert run_cli(["compare", "-s", path, "--columns", "m", "-o", page, "--previous", js, "--resamples", "100",
+    assert run_cli_in_process(["compare", "-s", path, "--columns", "m", "-o", page, "--previous", js, "--resamples", "100",
                     "--trials", "100"]).returncode == 0
     html = page.read_text()
     assert html.startswith("<!doctype html>") and html.count('class="cell ') == 6  # 3 x 3 matrix less the diagonal
     assert html.count('<td class="">=</td>') == 3  # same ranks as the previous JSON: nobody moved
-    stdout = run_cli(["compare", "-s", path, "--columns", "m", "--resamples", "100", "--trials", "100",
+    stdout = run_cli_in_process(["compare", "-s", path, "--columns", "m", "--resamples", "100", "--trials", "100",
                       "--tests", "randomization"]).stdout
     assert "| rank | system |" in stdout
 
@@ -129,18 +129,18 @@ def test_a_dataset_that_cannot_be_compared_is_skipped_not_fatal(table, tmp_path)
     lone = frame[frame["system"] == "A"].assign(dataset="single", id=lambda f: "x" + f["id"])
     mixed = tmp_path / "mixed.parquet"
     pq.write_table(pa.Table.from_pandas(pd.concat([frame, lone], ignore_index=True), preserve_index=False), mixed)
-    proc = run_cli(["compare", "-s", mixed, "--columns", "m", "perplexity", "-o", tmp_path / "b.json",
+    proc = run_cli_in_process(["compare", "-s", mixed, "--columns", "m", "perplexity", "-o", tmp_path / "b.json",
                     "--resamples", "50", "--trials", "50", "--json"])
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert [c["dataset"] for c in summary["comparisons"]] == ["toy", "toy"]
     (line,) = summary["skipped"]  # one line for the dataset, both columns in it
     assert line.startswith("dataset 'single': 2 columns (m, perplexity): ") and "found 1" in line
-    text = run_cli(["compare", "-s", mixed, "--columns", "m", "perplexity", "-o", tmp_path / "b.csv",
+    text = run_cli_in_process(["compare", "-s", mixed, "--columns", "m", "perplexity", "-o", tmp_path / "b.csv",
                     "--resamples", "50", "--trials", "50"]).stdout
     assert "compare: 2 of 4 comparisons (2 datasets x 2 columns: m, perplexity)" in text
     assert text.count("skipped:") == 1
-    assert_user_error(run_cli(["compare", "-s", mixed, "--systems", "A", "nosuch"]), 2, "'nosuch'", "A, B, C")
+    assert_user_error(run_cli_in_process(["compare", "-s", mixed, "--systems", "A", "nosuch"]), 2, "'nosuch'", "A, B, C")
     only_lone = tmp_path / "lone.parquet"
     pq.write_table(pa.Table.from_pandas(lone, preserve_index=False), only_lone)
-    assert_user_error(run_cli(["compare", "-s", only_lone, "--columns", "m"]), 1, "nothing to compare", "single")
+    assert_user_error(run_cli_in_process(["compare", "-s", only_lone, "--columns", "m"]), 1, "nothing to compare", "single")

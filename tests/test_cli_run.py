@@ -43,9 +43,10 @@ def job(tmp_path, ray_temp):
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_run_forms_overrides_summary_and_error_rate(job, tmp_path):
+def test_run_forms_overrides_summary_and_error_rate(job, tmp_path, ray_address):
+    shared_ray = {"RAY_ADDRESS": ray_address}  # join the test run's Ray (as under `ray job submit`)
     # 2 of 6 rows are blank: above the default max_error_rate (0.1) -> exit 1, every row still written
-    proc = run_cli(["run", job, "--no-progress"], cwd=tmp_path)
+    proc = run_cli(["run", job, "--no-progress"], cwd=tmp_path, env=shared_ray)
     line = assert_user_error(proc, 1, "text_stats", "2 of 6")
     assert proc.stderr.strip() == line  # nothing but the one error line on stderr
     assert len(proc.stdout.strip().splitlines()) == 1  # and the one-line summary on stdout
@@ -57,7 +58,7 @@ def test_run_forms_overrides_summary_and_error_rate(job, tmp_path):
 
     # --config form, --set overrides (output moved, a higher limit), JSON summary
     proc = run_cli(["run", "--config", job, "--set", "output=out/second", "--max-error-rate", "0.5", "--json"],
-                   cwd=tmp_path)
+                   cwd=tmp_path)  # its own local Ray: starting one prints nothing either
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""  # a successful run: no Ray log lines, no warnings, no bars with --json
     summary = json.loads(proc.stdout)
@@ -68,7 +69,7 @@ def test_run_forms_overrides_summary_and_error_rate(job, tmp_path):
 
     # the ray job submit entry point is the same command
     proc = run_cli(["--config", job, "--set", "output=out/second", "--set", "max_error_rate=0.5", "--no-progress"],
-                   cwd=tmp_path, module="ray_jobs.score_corpus")
+                   cwd=tmp_path, module="ray_jobs.score_corpus", env=shared_ray)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == "" and len(proc.stdout.strip().splitlines()) == 1
     assert "6 reused" in proc.stdout  # unchanged rows are not scored twice
@@ -86,7 +87,7 @@ def _numbers(node):
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_ray_tasks_give_the_same_numbers_as_one_process(tmp_path, ray_temp):
+def test_ray_tasks_give_the_same_numbers_as_one_process(tmp_path, ray_temp, ray_address):
     import numpy as np
 
     rng = np.random.default_rng(5)
@@ -95,7 +96,7 @@ def test_ray_tasks_give_the_same_numbers_as_one_process(tmp_path, ray_temp):
     pq.write_table(pa.table({"id": [f"r{i}" for i in range(60)], "doc_id": [str(i // 3) for i in range(60)],
                              "system": [f"s{i % 3}" for i in range(60)], "human_q": human,
                              "m1": human + rng.normal(size=60), "m2": rng.normal(size=60)}), path)
-    env = {"RAY_TMPDIR": ray_temp}
+    env = {"RAY_TMPDIR": ray_temp, "RAY_ADDRESS": ray_address}  # the Ray tasks run on the test run's Ray
     reports = {}
     for tasks in ("0", "2"):
         out = tmp_path / f"report-{tasks}"

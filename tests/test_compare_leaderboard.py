@@ -31,7 +31,7 @@ def ray_temp():
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_refresh_scores_only_new_rows_and_reports_moves(tmp_path, ray_temp):
+def test_a_refresh_scores_only_new_rows_and_reports_moves(tmp_path, ray_temp, ray_address):
     data = tmp_path / "data"
     data.mkdir()
     write_system(data / "a.parquet", "sysA", 5)
@@ -41,7 +41,8 @@ def test_a_refresh_scores_only_new_rows_and_reports_moves(tmp_path, ray_temp):
                       f"pool: {{min_size: 1, max_size: 1, num_cpus: 0.5}}\nray: {{temp_dir: {ray_temp}}}\n")
     args = ["leaderboard", config, "-o", tmp_path / "board", "--columns", "text_stats_words",
             "--resamples", "200", "--trials", "200", "--no-progress"]
-    first = run_cli(args + ["--json"], cwd=tmp_path)
+    shared_ray = {"RAY_ADDRESS": ray_address}  # the test run's Ray: no Ray start per refresh
+    first = run_cli(args + ["--json"], cwd=tmp_path, env=shared_ray)
     assert first.returncode == 0, first.stderr
     summary = json.loads(first.stdout)
     assert summary["job"]["text_stats"] == {"rows_scored": 20, "rows_cached": 0} and not summary["previous"]
@@ -50,7 +51,7 @@ def test_a_refresh_scores_only_new_rows_and_reports_moves(tmp_path, ray_temp):
     assert (board / "board.html").read_text().count("<section") == 1
 
     write_system(data / "c.parquet", "sysC", 12)
-    second = run_cli(args, cwd=tmp_path)
+    second = run_cli(args, cwd=tmp_path, env=shared_ray)
     assert second.returncode == 0, second.stderr
     assert "scored 10 new or changed rows (20 reused)" in second.stdout
     assert "toy / text_stats_words: leader sysC 11.9; new sysC rank 1; sysB ▼1 to 2; sysA ▼1 to 3" in second.stdout

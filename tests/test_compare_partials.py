@@ -87,14 +87,14 @@ def test_a_file_without_the_unit_column_is_named(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_ray_tasks_give_identical_numbers(dump, tmp_path):
+def test_ray_tasks_give_identical_numbers(dump, tmp_path, ray_address):
     from ctgscore.testing.cli import run_cli
 
     outs = []
     for tasks in ("0", "2"):
         out = tmp_path / f"board{tasks}.json"
         proc = run_cli(["compare", "-s", dump, "-o", out, "--tasks", tasks, "--resamples", "120",
-                        "--trials", "150", "--seed", "4"])
+                        "--trials", "150", "--seed", "4"], env={"RAY_ADDRESS": ray_address})
         assert proc.returncode == 0, proc.stderr
         outs.append(json.loads(out.read_text()))
     assert outs[0] == outs[1]

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ctgscore import convert
-from ctgscore.testing.cli import run_cli
+from ctgscore.testing.cli import run_cli_in_process
 from scoring import schema
 from scoring.errors import InputError, UsageError
 
@@ -41,7 +41,7 @@ def test_jsonl_round_trip_with_canonical_types(tmp_path):
     src = tmp_path / "dump.jsonl"
     src.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ROWS), encoding="utf-8")
     out = tmp_path / "dump.parquet"
-    proc = run_cli(["convert", "-i", src, "-o", out, "--json"])
+    proc = run_cli_in_process(["convert", "-i", src, "-o", out, "--json"])
     assert proc.returncode == 0, proc.stderr
     table = _read(out)
     assert _as_rows(table) == [{k: r[k] for k in table.column_names} for r in ROWS]
@@ -61,7 +61,7 @@ def test_csv_round_trip_with_mapping(tmp_path):
             refs = row["references"] + [""] * (2 - len(row["references"]))
             writer.writerow([row["id"], row["text"], *refs, row["human_overall"], row["source"], "free text"])
     out = tmp_path / "dump.parquet"
-    proc = run_cli(["convert", "-i", src, "-o", out, "--map", "id=uid", "--map", "text=hyp",
+    proc = run_cli_in_process(["convert", "-i", src, "-o", out, "--map", "id=uid", "--map", "text=hyp",
                     "--map", "references=ref1,ref2", "--map", "human_overall=score", "--map", "source=src",
                     "--dataset", "toy", "--system", "s1"])
     assert proc.returncode == 0, proc.stderr
@@ -78,7 +78,7 @@ def test_aligned_text_files_like_bert_score(tmp_path):
     refs2.write_text("the cat was sitting\na dog was running\n")
     srcs.write_text("source 0\nsource 1\n")
     out = tmp_path / "aligned.parquet"
-    proc = run_cli(["convert", "-c", cands, "-r", refs1, "-r", refs2, "-s", srcs, "-o", out, "--system", "sysA"])
+    proc = run_cli_in_process(["convert", "-c", cands, "-r", refs1, "-r", refs2, "-s", srcs, "-o", out, "--system", "sysA"])
     assert proc.returncode == 0, proc.stderr
     assert _as_rows(_read(out)) == [
         {"id": "sysA:0", "doc_id": "0", "system": "sysA", "source": "source 0", "text": "the cat sat",
@@ -92,8 +92,8 @@ def test_converted_rows_score_through_the_cli(tmp_path):
     cands = tmp_path / "c.txt"
     cands.write_text("one two three\nfour\n")
     rows, scores = tmp_path / "rows.parquet", tmp_path / "scores.parquet"
-    assert run_cli(["convert", "-c", cands, "-o", rows]).returncode == 0
-    proc = run_cli(["score", "-m", "text_stats", "-i", rows, "-o", scores, "--no-progress"])
+    assert run_cli_in_process(["convert", "-c", cands, "-o", rows]).returncode == 0
+    proc = run_cli_in_process(["score", "-m", "text_stats", "-i", rows, "-o", scores, "--no-progress"])
     assert proc.returncode == 0, proc.stderr
     assert _read(scores).column("text_stats_words").to_pylist() == [3.0, 1.0]
 
@@ -169,7 +169,7 @@ def test_parquet_with_own_names_and_types(tmp_path):
                              "rating": [4, 5, 3], "aspects": pa.array([[("tense", "Past")], [], None],
                                                                       type=pa.map_(pa.string(), pa.string()))}), src)
     out = tmp_path / "canonical.parquet"
-    proc = run_cli(["convert", "-i", src, "-o", out, "--map", "id=uid", "--map", "text=hyp", "--map", "references=refs",
+    proc = run_cli_in_process(["convert", "-i", src, "-o", out, "--map", "id=uid", "--map", "text=hyp", "--map", "references=refs",
                     "--map", "human_rating=rating", "--map", "attributes=aspects", "--json"])
     assert proc.returncode == 0, proc.stderr
     assert _as_rows(_read(out)) == [

@@ -1,5 +1,5 @@
 """The scoring job with input and output on s3:// against moto's S3 server on 127.0.0.1,
-started by this module. The job runs as `python -m ray_jobs.score_corpus` with its own
+shared by the test run. The job runs as `python -m ray_jobs.score_corpus` with its own
 embedded Ray, whose workers inherit the driver's AWS environment (no credential travels
 through Ray)."""
 
@@ -22,18 +22,17 @@ import tempfile
 import yaml
 
 from scoring.registry import build_metric
-from tests.job_support import REPO_ROOT, child_env, make_corpus, remove_ray_dir, start_moto, stop_group
+from tests.job_support import REPO_ROOT, child_env, make_corpus, remove_ray_dir
 
 AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
 
 @pytest.fixture(scope="module")
-def moto_endpoint():
+def moto_endpoint(moto):
+    """The shared S3 server, with the fake credentials in this process's environment."""
     saved = {key: os.environ.get(key) for key in AWS_ENV}
     os.environ.update(AWS_ENV)  # the driver's s3fs and pyarrow filesystems read these
-    process, endpoint = start_moto()
-    yield endpoint
-    stop_group(process)
+    yield moto
     for key, value in saved.items():
         if value is None:
             os.environ.pop(key, None)

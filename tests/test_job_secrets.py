@@ -14,7 +14,7 @@ import tempfile
 
 import pytest
 
-from tests.job_support import child_env, make_corpus, remove_ray_dir, start_moto, stop_group
+from tests.job_support import child_env, make_corpus, remove_ray_dir
 
 SECRET = "ctgFAKEsecret/9dQ2+never-log-me-Zx81"
 KEY_ID = "AKIACTGSCOREFAKE0042"
@@ -52,10 +52,10 @@ def test_the_search_finds_a_planted_secret(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_no_secret_in_ray_logs_outputs_or_console(tmp_path, tiny_models):
+def test_no_secret_in_ray_logs_outputs_or_console(moto, tmp_path, tiny_models):
     import s3fs
 
-    process, endpoint = start_moto()
+    endpoint = moto
     ray_dir = tempfile.mkdtemp(prefix="rsec", dir="/tmp")  # short: Ray's socket paths
     try:
         fs = s3fs.S3FileSystem(key=KEY_ID, secret=SECRET, client_kwargs={"endpoint_url": endpoint}, skip_instance_cache=True)
@@ -116,5 +116,4 @@ def test_no_secret_in_ray_logs_outputs_or_console(tmp_path, tiny_models):
         assert any(p.suffix in (".log", ".out", ".err") for p in session_files)  # Ray's logs were there to search
         assert files_containing(pathlib.Path(ray_dir), needles) == {}
     finally:
-        stop_group(process)
         remove_ray_dir(ray_dir)

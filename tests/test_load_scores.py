@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import ctgscore
-from ctgscore.testing.cli import run_cli
+from ctgscore.testing.cli import run_cli_in_process
 from scoring.errors import InputError
 from scoring.schema import output_table
 
@@ -38,7 +38,7 @@ def test_round_trip_through_score_and_job_layout(tmp_path):
     rows = _input(tmp_path)
     out = tmp_path / "out"
     (out / "text_stats").mkdir(parents=True)
-    proc = run_cli(["score", "-m", "text_stats", "-i", rows, "-o", out / "text_stats" / "part-0.parquet",
+    proc = run_cli_in_process(["score", "-m", "text_stats", "-i", rows, "-o", out / "text_stats" / "part-0.parquet",
                     "--no-progress", "--max-error-rate", "1"])
     assert proc.returncode == 0, proc.stderr
     (out / "hand" / "shard-a").mkdir(parents=True)  # parts may sit in sub-folders
@@ -96,30 +96,23 @@ def test_single_file_and_errors(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_reads_s3_prefix(tmp_path, monkeypatch):
-    from tests.job_support import start_moto, stop_group
-
+def test_reads_s3_prefix(moto, s3_bucket, tmp_path, monkeypatch):
     for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
         monkeypatch.setenv(key, value)
-    process, endpoint = start_moto()
-    try:
-        import s3fs
+    import s3fs
 
-        options = {"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": endpoint},
-                   "skip_instance_cache": True}
-        fs = s3fs.S3FileSystem(**options)
-        fs.mkdir("scores-bucket")
-        local = tmp_path / "m.parquet"
-        pq.write_table(_hand_run(IDS[:3], [1.0, 2.0, 3.0], [None, "oops", None]), local)
-        fs.put(str(local), "scores-bucket/run/hand/part-0.parquet")
-        fs.pipe("scores-bucket/run/manifest.json", json.dumps({"metrics": {"hand": {}}}).encode())
-        frame = ctgscore.load_scores("s3://scores-bucket/run", storage_options=options)
-        assert frame["id"].tolist() == IDS[:3]
-        assert frame["m_value"].fillna(-1).tolist() == [1.0, -1, 3.0]
-        assert frame["error"].tolist() == [None, "hand: oops", None]
-    finally:
-        stop_group(process)
+    options = {"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": moto},
+               "skip_instance_cache": True}
+    fs = s3fs.S3FileSystem(**options)
+    local = tmp_path / "m.parquet"
+    pq.write_table(_hand_run(IDS[:3], [1.0, 2.0, 3.0], [None, "oops", None]), local)
+    fs.put(str(local), f"{s3_bucket}/run/hand/part-0.parquet")
+    fs.pipe(f"{s3_bucket}/run/manifest.json", json.dumps({"metrics": {"hand": {}}}).encode())
+    frame = ctgscore.load_scores(f"s3://{s3_bucket}/run", storage_options=options)
+    assert frame["id"].tolist() == IDS[:3]
+    assert frame["m_value"].fillna(-1).tolist() == [1.0, -1, 3.0]
+    assert frame["error"].tolist() == [None, "hand: oops", None]
 
 
 def test_manifest_outputs_select_current_shards_only(tmp_path):

@@ -2,14 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -53,48 +45,24 @@ def test_separate_metric_runs_are_joined_on_id(tmp_path):
     assert table.runs["m"]["rows_error"] == 1 and table.runs["other"]["rows_error"] == 0
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(60)
-def test_read_scores_from_s3_prefix(monkeypatch):
-    server = Path(sys.executable).parent / "moto_server"
-    if not server.exists():
-        pytest.skip("moto_server is not installed in this environment")
-    port = _free_port()
-    proc = subprocess.Popen([str(server), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        deadline = time.time() + 20
-        while True:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert time.time() < deadline, "moto server did not start"
-            time.sleep(0.1)
-        endpoint = f"http://127.0.0.1:{port}"
-        for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint}.items():
-            monkeypatch.setenv(key, value)
-        import s3fs
+def test_read_scores_from_s3_prefix(moto, s3_bucket, monkeypatch):
+    endpoint = moto
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint}.items():
+        monkeypatch.setenv(key, value)
+    import s3fs
 
-        fs = s3fs.S3FileSystem(key="testing", secret="testing", client_kwargs={"endpoint_url": endpoint})
-        fs.mkdir("meta-test-bucket")
-        first, second = _shards()
-        for name, frame in (("part-0.parquet", first), ("part-1.parquet", second)):
-            with fs.open(f"meta-test-bucket/scores/{name}", "wb") as handle:
-                frame.to_parquet(handle)
-        table = read_scores("s3://meta-test-bucket/scores")
-        assert (table.n_input_rows, table.n_error_rows) == (12, 1)
-        assert sorted(table.frame["id"]) == sorted(set(first["id"]) | set(second["id"]))
-        assert table.frame.set_index("id")["m"].isna().sum() == 1
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=10)
+    fs = s3fs.S3FileSystem(key="testing", secret="testing", client_kwargs={"endpoint_url": endpoint})
+    first, second = _shards()
+    for name, frame in (("part-0.parquet", first), ("part-1.parquet", second)):
+        with fs.open(f"{s3_bucket}/scores/{name}", "wb") as handle:
+            frame.to_parquet(handle)
+    table = read_scores(f"s3://{s3_bucket}/scores")
+    assert (table.n_input_rows, table.n_error_rows) == (12, 1)
+    assert sorted(table.frame["id"]) == sorted(set(first["id"]) | set(second["id"]))
+    assert table.frame.set_index("id")["m"].isna().sum() == 1
 
 
 def test_non_numeric_score_column_names_file_row_and_value(tmp_path):

@@ -1,7 +1,11 @@
-"""Running `ctgscore` in a subprocess the way a user does, and checking what a user sees."""
+"""Running `ctgscore` and checking what a user sees: in this process through `main(argv)`
+(`run_cli_in_process`, fast: no interpreter start, no imports again), or in a subprocess the way
+a user does (`run_cli`: the real exit status, the console, the interpreter's exit)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import pathlib
 import subprocess
@@ -23,6 +27,38 @@ def run_cli(args: Sequence[str], cwd: str | pathlib.Path | None = None, timeout:
     full_env = {**os.environ, **QUIET_ENV, **(env or {})}
     return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def run_cli_in_process(args: Sequence[str], cwd: str | pathlib.Path | None = None,
+                       env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`ctgscore ARGS` through `ctgscore.cli.main.main` in this process, with stdout and stderr
+    captured (neither is a terminal, as under `run_cli`); `cwd` and `env` hold while it runs.
+    Returns what `run_cli` returns. For commands that stay in this process: a command that
+    starts Ray or a job, or a check of the interpreter's exit, belongs in `run_cli`."""
+    from ctgscore.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    extra = {**QUIET_ENV, **(env or {})}
+    saved_env, saved_cwd = {key: os.environ.get(key) for key in extra}, os.getcwd()
+    os.environ.update(extra)
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main([str(a) for a in args])
+            except SystemExit as exc:  # what the interpreter would turn into the exit status
+                code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+                if exc.code is not None and not isinstance(exc.code, int):
+                    print(exc.code, file=sys.stderr)
+    finally:
+        os.chdir(saved_cwd)
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    return subprocess.CompletedProcess(["ctgscore", *map(str, args)], code, out.getvalue(), err.getvalue())
 
 
 def error_lines(stderr: str) -> list[str]:

@@ -12,13 +12,15 @@ import pyarrow.parquet as pq
 
 from ray_jobs.storage.failures import guarded, is_transient, storage_error
 from ray_jobs.storage.uris import fs_path
+from scoring.parquet_read import read_parquet_here
 
 # Parquet read through a Python file object (an fsspec handle, BytesIO) hands Arrow buffers
 # that wrap Python bytes; releasing one takes the GIL. Decoded on Arrow's thread pool, the last
 # release can happen on a pool thread after the read returned, and if the interpreter is
 # already finalising (a run that fails right after a check) that thread is killed inside a C++
 # destructor: `terminate called without an active exception`, exit code 134. Decoding on the
-# calling thread without pre-buffering keeps every such release on the caller.
+# calling thread without pre-buffering keeps every such release on the caller; `pq.read_table`
+# does not (its dataset scanner decodes on Arrow's pool even then): see scoring.parquet_read.
 PYTHON_FILE_READS = {"use_threads": False, "pre_buffer": False}
 
 FOOTER_TAIL = 64 << 10  # bytes read from a file's end: a part's footer is a few KiB
@@ -63,7 +65,7 @@ def read_table(fs, uri: str, columns: list[str] | None = None) -> pa.Table:
 
     def run() -> pa.Table:
         with fs.open(fs_path(uri), "rb") as handle:
-            return pq.read_table(io.BytesIO(handle.read()), columns=columns, **PYTHON_FILE_READS)
+            return read_parquet_here(io.BytesIO(handle.read()), columns=columns)
 
     return guarded(uri, "read", run)
 
