@@ -130,6 +130,10 @@ def end_to_end(out: pathlib.Path, device: str, tiny: bool, rows: int, use_ray: b
             entry["rows_per_s"] = round(entry["rows"] / entry["seconds"], 1) if entry["seconds"] else None
             report["runs"].append(entry)
             print(json.dumps(entry), flush=True)
+    (out / "end_to_end.json").write_text(json.dumps(report, indent=1) + "\n")
+    unscored = [run["model"] for run in report["runs"] if run["rows"] and run["errors"] == run["rows"]]
+    if unscored:  # every row an error: the machinery failed (a missing package, say), not the rows
+        raise RuntimeError(f"no row scored by {', '.join(unscored)} (error_samples in end_to_end.json)")
     return report
 
 
@@ -213,8 +217,6 @@ def main(argv: list[str] | None = None) -> int:
     steps.append(_step("bench_gpu", out / "bench_gpu.log", lambda: bool(bench_gpu.main(bench_args))))
     save_summary()
     e2e = _step("end to end", out / "end_to_end.log", lambda: end_to_end(out, device, args.tiny, rows, not args.no_ray))
-    if e2e.get("ok"):
-        (out / "end_to_end.json").write_text(json.dumps(e2e["result"], indent=1) + "\n")
     steps.append({k: v for k, v in e2e.items() if k != "result"})
     save_summary()
     print(f"gpu-check: wrote {sorted(p.name for p in out.iterdir())} to {out}")

@@ -39,3 +39,19 @@ def test_gpu_check_dry_run_on_cpu(tmp_path):
     assert {r["model"] for r in e2e["runs"]} == {"bart-tiny", "pegasus-tiny"}
     for run in e2e["runs"]:
         assert run["rows"] == 24 and run["errors"] < run["rows"] and run["finite_scores"] == run["scores"] > 0
+
+
+def test_an_end_to_end_run_with_no_row_scored_fails_the_step(tmp_path, monkeypatch):
+    """A model that scores no row (on the first H200 run, a package missing there turned all
+    120 CTRLEval rows into errors) fails the step, and end_to_end.json still names the errors."""
+    from benchmarks import gpu_check
+
+    monkeypatch.setattr(gpu_check, "_models", lambda work, tiny: {"bart-tiny": ("bartscore", {})})
+    monkeypatch.setattr(gpu_check, "_two_stage",
+                        lambda name, params, rows: [{"error": "ModuleNotFoundError: nltk", "bartscore_s_h": None} for _ in rows])
+    outcome = gpu_check._step("end to end", tmp_path / "e2e.log",
+                              lambda: gpu_check.end_to_end(tmp_path, "cpu", True, 4, use_ray=False))
+    assert outcome["ok"] is False and "no row scored by bart-tiny" in outcome["error"]
+    written = json.loads((tmp_path / "end_to_end.json").read_text())
+    assert written["runs"][0]["errors"] == written["runs"][0]["rows"] == 4
+    assert written["runs"][0]["error_samples"][0] == "ModuleNotFoundError: nltk"
