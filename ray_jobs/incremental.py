@@ -32,8 +32,10 @@ META_PREFIX = "ctgscore."
 
 def part_metadata(rel: str, etag: str, size: int, signature: str, digest: str, start: int, stop: int, errors: int,
                   skipped: int = 0, retry: int = 0) -> dict[str, str]:
-    """Footer key-value metadata of one part (`skipped`: rows the metric does not apply to)."""
-    return {
+    """Footer key-value metadata of one part (`skipped`: rows the metric does not apply to;
+    `retry`: errors that are no property of the row, such as out of memory on a single row,
+    written only when there are some, so a part without them keeps the footer it always had)."""
+    meta = {
         META_PREFIX + "input": rel,
         META_PREFIX + "input_etag": etag,
         META_PREFIX + "input_size": str(size),
@@ -44,8 +46,10 @@ def part_metadata(rel: str, etag: str, size: int, signature: str, digest: str, s
         META_PREFIX + "rows": str(stop - start),
         META_PREFIX + "rows_error": str(errors),
         META_PREFIX + "rows_skipped": str(skipped),
-        META_PREFIX + "rows_retry": str(retry),  # errors that are no property of the row (OOM on one row)
     }
+    if retry:
+        meta[META_PREFIX + "rows_retry"] = str(retry)
+    return meta
 
 
 def part_is_complete(footer: tuple[int, dict[str, str]] | None, etag: str, size: int, digest: str, start: int, stop: int) -> bool:

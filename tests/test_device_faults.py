@@ -72,6 +72,9 @@ def test_out_of_memory_on_one_row_is_marked_for_the_next_run():
     meta = incremental.part_metadata("a.parquet", "e", 1, "sig", "d", 0, 4, errors=1, skipped=0, retry=1)
     assert not incremental.part_is_complete((4, meta), "e", 1, "d", 0, 4)  # the next run scores the part again
     assert incremental.part_is_complete((4, {**meta, incremental.META_PREFIX + "rows_retry": "0"}), "e", 1, "d", 0, 4)
+    clean = incremental.part_metadata("a.parquet", "e", 1, "sig", "d", 0, 4, errors=1, skipped=0)
+    assert incremental.META_PREFIX + "rows_retry" not in clean  # footers without retries stay as they were
+    assert incremental.part_is_complete((4, clean), "e", 1, "d", 0, 4)
 
 
 def test_accelerator_errors_by_type_and_by_driver_text():

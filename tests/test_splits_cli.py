@@ -72,7 +72,7 @@ def test_cli_climb_with_named_dataset_and_bad_input(cli_main, tmp_path, capsys):
     assert all(len(s["seen"]) == 5 for s in data["splits"])
     assert cli_main(["splits", "--aspects", '{"sentiment": ["a"]}', "--protocol", "acd", "--output", str(out)]) == 2
     assert "at least 2 aspects" in capsys.readouterr().err
-    assert cli_main(["splits", "--corpus", str(tmp_path / "missing.parquet"), "--protocol", "acd", "--output", str(out)]) == 1
+    assert cli_main(["splits", "--corpus", str(tmp_path / "missing.parquet"), "--protocol", "acd", "--output", str(out)]) == 2  # a missing input is a usage mistake
     assert "missing.parquet" in capsys.readouterr().err
 
 

@@ -37,7 +37,7 @@ def metric_report(output: str, plan, committed, verified, reports, scored, metri
     rows_skipped = sum(r.get("skipped", 0) for r in good_reports) + sum(
         p.kept_skipped.get(uri, 0) for rel, p in plan.shards.items() if rel in covered for _, uri, _ in p.kept
     )
-    return {
+    summary = {
         "metric": metric.spec.name,
         "params": metric.params,
         "signature": metric.signature,
@@ -49,7 +49,6 @@ def metric_report(output: str, plan, committed, verified, reports, scored, metri
         "rows_cached": rows_out - scored_rows,
         "rows_error": rows_error,
         "rows_skipped": rows_skipped,
-        "rows_retry": sum(r.get("retry", 0) for r in good_reports),  # errors the next run scores again (single-row OOM)
         "error_rate": round(rows_error / rows_out, 6) if rows_out else 0.0,
         "parts_written": len(good_reports),
         "parts_kept": sum(len(p.kept) for rel, p in plan.shards.items() if rel in covered),
@@ -72,3 +71,7 @@ def metric_report(output: str, plan, committed, verified, reports, scored, metri
             for cover in committed.covers
         ],
     }
+    retry = sum(r.get("retry", 0) for r in good_reports)
+    if retry:  # errors the next run scores again (out of memory on a single row), counted apart
+        summary["rows_retry"] = retry
+    return summary
