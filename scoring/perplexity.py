@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 from scoring.params import check_model_args, check_positive_int, check_text_list
 from scoring.signature import Signature, library_versions
 
-# 1.1: the output layer reads real positions only (issue 29); float32 sums run in another order,
+# 1.1: the output layer reads real positions only; float32 sums run in another order,
 # so values move by up to 5e-6 relative, and stored 1.0 scores are not reused as 1.1 ones.
 VERSION = "1.1"
 
