@@ -115,11 +115,51 @@ def ray_address(ray_local) -> str:
 
 
 @pytest.fixture(scope="session")
+def ray_head():
+    """One `ray start --head` with its job server (2 CPUs, its own temp dir and ports) for the
+    `ray job submit` tests; yields the job server's address. Stopped by killing the processes
+    it started (never `ray stop`), and nothing of it may be left afterwards."""
+    from tests.job_support import pids_using, start_ray_head, stop_group
+
+    temp_dir = tempfile.mkdtemp(prefix="rjs", dir="/tmp")
+    head, address = start_ray_head(temp_dir, 20000)
+    try:
+        yield address
+    finally:
+        stop_group(head, marker=temp_dir)
+    left = pids_using(temp_dir)
+    shutil.rmtree(temp_dir, ignore_errors=True)
+    assert left == [], f"processes of the shared head outlived it: {left}"
+
+
+@pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory) -> dict[str, str]:
     """The tiny PEGASUS, BART, GPT-2 and IWF table, built once per test session."""
     from ctgscore.testing.tiny_models import build_tiny_models
 
     return build_tiny_models(tmp_path_factory.mktemp("tiny-models"))
+
+
+@pytest.fixture(scope="session")
+def demo_run(tiny_models, ray_address, tmp_path_factory):
+    """`python -m ctgscore.demo` run once per test run, as a newcomer runs it (a real process,
+    here joining the session's Ray), on the shipped sample with the session's tiny models.
+    Yields a namespace: `output` (its output folder; its report is `<output>-report/`), `proc`
+    (the finished process), `args` and `env` (to run it again the same way) and `digest` (`tests.job_digest.output_digest` per file, taken right
+    after that first run, before any test re-runs anything on the folder). One run serves the
+    newcomer tests and the job-output digest."""
+    import types
+
+    from ctgscore.testing.cli import run_cli
+    from tests.job_digest import demo_digest
+
+    models_dir = pathlib.Path(tiny_models["gpt2"]).parent
+    output = tmp_path_factory.mktemp("demo") / "demo"
+    args, env = ["-o", output, "--cache", models_dir, "--no-progress"], {"RAY_ADDRESS": ray_address}
+    proc = run_cli(args, module="ctgscore.demo", cwd=REPO_ROOT, timeout=1500, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    digest = demo_digest(output, models_dir, REPO_ROOT / "data" / "sample")
+    return types.SimpleNamespace(output=output, proc=proc, digest=digest, args=args, env=env)
 
 
 @pytest.fixture(scope="session")

@@ -63,3 +63,25 @@ def output_digest(output: pathlib.Path, roots: dict[str, str]) -> tuple[str, dic
         files[rel] = hashlib.sha256(text.encode()).hexdigest()
     whole = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
     return whole, files
+
+
+def demo_digest(output: pathlib.Path, models_dir: pathlib.Path, sample: pathlib.Path) -> dict[str, str]:
+    """The per-file digest of the demo's output folder (`python -m ctgscore.demo -o output
+    --cache models_dir` on `sample`), with its run-dependent roots replaced."""
+    return output_digest(output, {str(sample.resolve()): "<input>", str(models_dir): "<models>"})[1]
+
+
+if __name__ == "__main__":  # record anew, after a deliberate change: python -m tests.job_digest
+    import subprocess
+    import sys
+    import tempfile
+
+    repo = pathlib.Path(__file__).resolve().parents[1]
+    recorded = repo / "tests" / "data" / "job_sample_digest.json"
+    work = pathlib.Path(tempfile.mkdtemp(prefix="digest-"))
+    subprocess.run([sys.executable, "-m", "ctgscore.demo", "-o", str(work / "demo"), "--cache", str(work / "models"),
+                    "--no-progress", "--no-report"], cwd=repo, check=True)
+    got = demo_digest(work / "demo", work / "models", repo / "data" / "sample")
+    old = json.loads(recorded.read_text())
+    print("changed:", [k for k in old if got.get(k) != old[k]], "added/removed:", sorted(set(got) ^ set(old)))
+    recorded.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")

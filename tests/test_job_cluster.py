@@ -26,8 +26,6 @@ from tests.job_support import (
     VENV_BIN,
     child_env,
     make_corpus,
-    pids_using,
-    start_ray_head,
     stop_group,
 )
 
@@ -51,25 +49,21 @@ def input_ids(paths) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_ray_job_submit_to_ray_start_head(tmp_path):
+def test_ray_job_submit_to_ray_start_head(ray_head, tmp_path):
+    """`ray job submit` to a `ray start --head` (the session's `ray_head`, which also checks that
+    nothing of the head outlives it)."""
     corpus = make_corpus(tmp_path / "in", shards=8, rows=15)
     config = write_config(tmp_path / "job.yaml", input=str(tmp_path / "in"), output=str(tmp_path / "out"),
                           metrics=[{"name": "text_stats"}])
-    temp_dir = tempfile.mkdtemp(prefix="rjs", dir="/tmp")
-    head, address = start_ray_head(temp_dir, 20000)
-    try:
-        submit = subprocess.run(
-            [str(VENV_BIN / "ray"), "job", "submit", "--address", address, "--working-dir", ".",
-             "--submission-id", f"rescore-test-{os.getpid()}", "--",
-             "python", "-m", "ray_jobs.score_corpus", "--config", str(config), "--no-progress"],
-            cwd=REPO_ROOT, env=child_env(), capture_output=True, text=True, timeout=150,
-        )
-        assert submit.returncode == 0, submit.stdout[-3000:] + submit.stderr[-3000:]
-        assert "succeeded" in submit.stdout
-        assert "text_stats: 120 in -> 120 out" in submit.stdout  # the job's one-line summary
-    finally:
-        stop_group(head, marker=temp_dir)
-    assert pids_using(temp_dir) == []
+    submit = subprocess.run(
+        [str(VENV_BIN / "ray"), "job", "submit", "--address", ray_head, "--working-dir", ".",
+         "--submission-id", f"rescore-test-{os.getpid()}", "--",
+         "python", "-m", "ray_jobs.score_corpus", "--config", str(config), "--no-progress"],
+        cwd=REPO_ROOT, env=child_env(), capture_output=True, text=True, timeout=150,
+    )
+    assert submit.returncode == 0, submit.stdout[-3000:] + submit.stderr[-3000:]
+    assert "succeeded" in submit.stdout
+    assert "text_stats: 120 in -> 120 out" in submit.stdout  # the job's one-line summary
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["metrics"]["text_stats"]["rows_out"] == 120
     assert sorted(all_output_ids(tmp_path / "out" / "text_stats")) == sorted(input_ids(corpus))

@@ -4,7 +4,8 @@ recorded in `tests/data/job_sample_digest.json` (computed before the job's stage
 reorganised, and matched after): rows, schemas, footers and the manifest, less its clock times
 and paths. Re-recorded once since, for perplexity 1.1 alone (its output layer reads real
 positions only: values within 5e-6 relative of 1.0's, a new signature); every other metric's
-files kept their recorded digests."""
+files kept their recorded digests. To record anew after a deliberate change:
+`python -m tests.job_digest`."""
 
 from __future__ import annotations
 
@@ -13,28 +14,14 @@ import pathlib
 
 import pytest
 
-from tests.job_digest import output_digest
-
 RECORDED = pathlib.Path(__file__).parent / "data" / "job_sample_digest.json"
-
-
-def run_sample(tiny_models, sample: pathlib.Path, output: pathlib.Path) -> dict[str, str]:
-    from ctgscore.demo import demo_config
-    from ray_jobs.config import parse_config
-    from ray_jobs.score_corpus import run_job
-
-    models_dir = pathlib.Path(tiny_models["gpt2"]).parent
-    data = demo_config(models_dir, output, sample)
-    data["progress"] = False
-    data.pop("ray")
-    run_job(parse_config(data))
-    return output_digest(output, {str(sample.resolve()): "<input>", str(models_dir): "<models>"})[1]
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_job_output_on_the_sample_is_unchanged(ray_local, tiny_models, sample_corpus, tmp_path):
-    got = run_sample(tiny_models, sample_corpus, tmp_path / "out")
+def test_job_output_on_the_sample_is_unchanged(demo_run):
+    """The demo's run (`demo_run` in conftest: the same job, on the session's Ray) is the sample run."""
+    got = demo_run.digest
     recorded = json.loads(RECORDED.read_text())
     assert sorted(got) == sorted(recorded)
     changed = [name for name in recorded if got[name] != recorded[name]]

@@ -11,14 +11,13 @@ import pty
 import re
 import subprocess
 import sys
-import tempfile
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from ctgscore.testing.cli import QUIET_ENV, run_cli
-from tests.job_support import REPO_ROOT, VENV_BIN, child_env, free_port, pids_using, start_ray_head, stop_group
+from tests.job_support import REPO_ROOT, VENV_BIN, child_env, free_port
 
 CURSOR = re.compile(r"\x1b\[|\r")
 
@@ -110,23 +109,18 @@ def test_redirected_run_log_has_no_cursor_codes(tiny_models, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_readme_submit_line_works_against_a_local_head(tiny_models, tmp_path):
-    """The README's line, with $PWD/out and $PWD/.cache/tiny-models pointed at this test's folders."""
+def test_readme_submit_line_works_against_a_local_head(ray_head, tiny_models, tmp_path):
+    """The README's line, with $PWD/out and $PWD/.cache/tiny-models pointed at this test's folders,
+    against a `ray start --head` (the session's `ray_head`)."""
     line = _readme_submit_line()
-    temp_dir = tempfile.mkdtemp(prefix="rjr", dir="/tmp")
-    head, address = start_ray_head(temp_dir, 30000)
     models = pathlib.Path(tiny_models["gpt2"]).parent
-    command = (line.replace("http://127.0.0.1:8265", address)
+    command = (line.replace("http://127.0.0.1:8265", ray_head)
                .replace("$PWD/out", str(tmp_path / "out")).replace("$PWD/.cache/tiny-models", str(models))
                .replace("ray job submit", f"{VENV_BIN / 'ray'} job submit", 1))
-    try:
-        submit = subprocess.run(command, shell=True, cwd=REPO_ROOT, env=child_env(), capture_output=True, text=True,
-                                timeout=240)
-        assert submit.returncode == 0, submit.stdout[-3000:] + submit.stderr[-3000:]
-        assert "succeeded" in submit.stdout
-    finally:
-        stop_group(head, marker=temp_dir)
-    assert pids_using(temp_dir) == []
+    submit = subprocess.run(command, shell=True, cwd=REPO_ROOT, env=child_env(), capture_output=True, text=True,
+                            timeout=240)
+    assert submit.returncode == 0, submit.stdout[-3000:] + submit.stderr[-3000:]
+    assert "succeeded" in submit.stdout
     manifest = json.loads((tmp_path / "out" / "sample" / "manifest.json").read_text())
     assert set(manifest["metrics"]) == {"text_stats", "perplexity"}
     assert manifest["metrics"]["perplexity"]["rows_out"] == 280

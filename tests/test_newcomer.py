@@ -1,7 +1,8 @@
 """A newcomer's first hour: the README fits on a page and starts with the two commands, and
 after the demo the README's leaderboard example and `compare --previous` on the demo report's
-own leaderboard JSON both succeed; a second demo run reuses its report. One demo run is shared
-by the module (it scores the sample rows with five metrics: minutes on 2 cores)."""
+own leaderboard JSON both succeed; a second demo run reuses its report. The demo runs once per
+test run (`demo_run` in conftest; it scores the sample rows with five metrics) and also serves
+the job-output digest test."""
 
 from __future__ import annotations
 
@@ -43,19 +44,23 @@ def test_readme_fits_on_a_page_and_starts_with_the_two_commands():
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    out = tmp_path_factory.mktemp("newcomer") / "demo"
-    proc = run_cli(["-o", out, "--no-progress"], module="ctgscore.demo", cwd=REPO, timeout=1500)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return out
+def demo(demo_run):
+    """The output folder of the session's one demo run (`demo_run` in conftest)."""
+    return demo_run.output
+
+
+@pytest.fixture(scope="module")
+def ray_env(demo_run):
+    """The environment the demo ran with (it joins the session's Ray): the commands below too."""
+    return demo_run.env
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_after_the_demo_the_readme_leaderboard_example_runs(demo, tmp_path):
+def test_after_the_demo_the_readme_leaderboard_example_runs(demo, ray_env, tmp_path):
     args = readme_command("ctgscore leaderboard")
     args = with_option(args, "-o", str(tmp_path / "leaderboard")) + ["--set", f"output={demo}", "--no-progress"]
-    proc = run_cli(args, cwd=REPO, timeout=900)
+    proc = run_cli(args, cwd=REPO, timeout=900, env=ray_env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "scored 0 new or changed rows" in proc.stdout  # the demo's scores are reused, nothing is re-scored
     assert (tmp_path / "leaderboard" / "board.html").is_file()
@@ -81,8 +86,8 @@ def test_compare_previous_reads_the_demo_reports_own_leaderboard_json(demo, tmp_
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_an_unchanged_demo_rerun_reuses_scores_and_report(demo):
-    proc = run_cli(["-o", demo, "--no-progress"], module="ctgscore.demo", cwd=REPO, timeout=900)
+def test_an_unchanged_demo_rerun_reuses_scores_and_report(demo_run):
+    proc = run_cli(demo_run.args, module="ctgscore.demo", cwd=REPO, timeout=900, env=demo_run.env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert " 0 scored" in proc.stdout and "report unchanged" in proc.stdout
 

@@ -10,7 +10,7 @@ import pathlib
 
 TIERS = ("unit", "integration", "system")
 #: fixtures that share something expensive (a Ray, a server, a mount): a test using one is integration
-SHARED_FIXTURES = frozenset({"ray_local", "ray_address", "moto", "s3_bucket", "mounted"})
+SHARED_FIXTURES = frozenset({"ray_local", "ray_address", "ray_head", "demo_run", "moto", "s3_bucket", "mounted"})
 #: names whose use in a test's own code means a subprocess (a real `python -m ctgscore`)
 SUBPROCESS_NAMES = frozenset({"run_cli"})
 
