@@ -406,8 +406,8 @@ class Seq2SeqLikelihood:
         """Decoder chunks of (row in batch, source, target) for one encoded source batch;
         `lengths[i][j]` is the length of target j of source i. With `row_widths` (each row's
         source length: cross-batch planning) a chunk gathers only its own rows' widest source,
-        and padded decoder tokens stay within (1 + max_decoder_padding) x the real ones: by
-        length chunks are capped so, by slot is taken only when it stays within the cap.
+        and padded decoder tokens stay within (1 + max_decoder_padding) x the real ones:
+        by-length chunks are cut so, and by slot is used only when it stays within the cap.
 
         Two layouts; the cheaper by padded decoder tokens plus key/value copies is used:
         - by length: all pairs sorted by target length and cut by the token budget (least
@@ -440,7 +440,11 @@ class Seq2SeqLikelihood:
         for j in range(max(len(lengths[i]) for i in batch)):
             slot = [(row, i, j) for row, i in enumerate(batch) if j < len(lengths[i])]
             slot_lengths = [lengths[i][j] for _, i, _ in slot]
-            by_slot += [[slot[k] for k in run] for run in budget_batches(slot_lengths, range(len(slot)), self.decode_token_budget, self.max_batch_items)]
+            # a slot that skips sources gathers its rows' keys/values: the same bound as by length
+            slot_widths = [source_width if row_widths is None else row_widths[row] for row, _, _ in slot]
+            runs = budget_batches(slot_lengths, range(len(slot)), self.decode_token_budget, self.max_batch_items, widths=slot_widths,
+                                  width_budget=width_budget if len(slot) < len(batch) else None)
+            by_slot += [[slot[k] for k in run] for run in runs]
 
         if self.layout == "by_slot":
             return by_slot

@@ -59,22 +59,25 @@ def test_cross_batch_scores_equal_per_batch_scores(scorer, shape, on_cuda):
     assert pooled["decoder_tokens_padded"] < per_batch["decoder_tokens_padded"]
 
 
-def test_cross_batch_chunks_cap_padding_and_gathered_keys(scorer):
-    """Every chunk of the pooled plan pads its decoder tokens by at most the cap, and a chunk
-    that gathers keys/values counts rows x its own widest source against twice the budget."""
+@pytest.mark.parametrize("layout", ["auto", "by_slot"])
+def test_cross_batch_chunks_cap_padding_and_gathered_keys(scorer, layout):
+    """Every chunk of the pooled plan pads its decoder tokens by at most the cap (auto), and a
+    chunk that gathers keys/values counts rows x its own widest source against twice the
+    budget (also by slot, where a slot skips sources with fewer targets)."""
     engine = scorer.engine
-    engine.on_cuda = True
+    engine.on_cuda, engine.layout = True, layout
     try:
         rng = random.Random(1)
         source_widths = sorted((rng.randrange(5, 60) for _ in range(30)), reverse=True)
-        lengths = [[rng.randrange(2, 40)] for _ in range(30)]
+        lengths = [[rng.randrange(2, 40) for _ in range(rng.randrange(1, 4))] for _ in range(30)]
         chunks = engine._plan(list(range(30)), lengths, source_widths[0], source_widths)
     finally:
-        engine.on_cuda = False
-    assert sorted(i for chunk in chunks for _, i, _ in chunk) == list(range(30))
+        engine.on_cuda, engine.layout = False, "auto"
+    assert sorted((i, j) for chunk in chunks for _, i, j in chunk) == [(i, j) for i in range(30) for j in range(len(lengths[i]))]
     for chunk in chunks:
         chunk_lengths = [lengths[i][j] for _, i, j in chunk]
-        assert len(chunk) * max(chunk_lengths) <= (1 + engine.max_decoder_padding) * sum(chunk_lengths)
+        if layout == "auto":
+            assert len(chunk) * max(chunk_lengths) <= (1 + engine.max_decoder_padding) * sum(chunk_lengths)
         rows = [row for row, _, _ in chunk]
         if rows != list(range(rows[0], rows[0] + len(rows))):
             assert len(chunk) * max(source_widths[row] for row in rows) <= 2 * engine.token_budget
