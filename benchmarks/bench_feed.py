@@ -345,7 +345,12 @@ def main(argv: list[str] | None = None) -> dict:
         whole = stages["now"]["score_prepared"]
         print(f"(b) token budget {budget:,}: the whole score_prepared on SummEval rows (sources de-duplicated by id, "
               f"result rows): {whole['us_per_row_outside']:.0f} / {whole['us_per_row_host']:.0f} us/row (all CPU / host)", flush=True)
-    out = pathlib.Path(args.out)
+    return write_report(args.out, report)
+
+
+def write_report(path, report: dict) -> dict:
+    """Write a benchmark's report as JSON (its folder made if needed) and say where."""
+    out = pathlib.Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {out}")

@@ -265,6 +265,7 @@ def measure(args, save=lambda report: None) -> dict:
                              "mfu": mfu, "mfu_old": flops_old / seconds / peak if peak else None, "peak_memory_bytes": memory}
                     if mode == "engine":
                         entry["host_reads_per_call"] = host_reads_per_call(run)
+                        entry["cross_batch"] = getattr(engine, "cross_batch", None)  # decoder chunks across encoder batches
                         stats = getattr(engine, "stats", {})
                         if stats.get("decoder_tokens_real"):  # decoder tokens computed per real one (1.0: no padding)
                             entry["decoder_padding"] = stats["decoder_tokens_padded"] / stats["decoder_tokens_real"]

@@ -225,7 +225,7 @@ class BARTScorer:
             **self.source.identity(),
             "dtype": self.dtype,
             "max_length": self.max_length,
-            "batching": f"length-sorted,token_budget={self.engine.token_budget},decode_token_budget={self.engine.decode_token_budget}",
+            "batching": self.engine.batching(),
             **library_versions("torch", "transformers"),
         }
         if self.state_dict_digest:

@@ -401,7 +401,7 @@ class CTRLEval:
             "sentence_splitter": SPLITTER_IDS[self.sentence_splitter],
             "tokenization": self.tokenization,
             **({"compile": "regional torch.compile of the layers (CUDA)"} if self.compile else {}),
-            "batching": f"length-sorted,token_budget={self.engine.token_budget},decode_token_budget={self.engine.decode_token_budget}",
+            "batching": self.engine.batching(),
             **library_versions("torch", "transformers"),
         }
         if self.prompts:

@@ -12,6 +12,9 @@ Speed and safety, in one place:
 - on out-of-memory a batch is split in half and retried; a single item that still does not
   fit raises (never a silent exit, unlike the original BARTScore);
 - `stats` counts forward passes, so tests and benchmarks can check the sharing;
+- decoder chunks planned across encoder batches (`cross_batch`, on CUDA by default): the
+  encoded sources of a few batches stay alive and their targets are cut into chunks by length
+  with a padding cap (docs/gpu.md, "Decoder chunks");
 - on CUDA: pinned host buffers copied with `non_blocking`, no host syncs inside the decoder
   and output-layer loops (index tensors are built on the host from known lengths), results
   kept on the device until the end of a call, the decode layout with the fewest forwards,
@@ -75,24 +78,30 @@ def run_splitting_on_oom(items: list[T], run: Callable[[list[T]], None], on_spli
 
 
 def budget_batches(lengths: Sequence[int], order: Sequence[int], token_budget: int, max_items: int | None = None,
-                   max_padding: float | None = None) -> list[list[int]]:
+                   max_padding: float | None = None, *, max_chunk_padding: float | None = None,
+                   widths: Sequence[int] | None = None, width_budget: int | None = None) -> list[list[int]]:
     """Group indices (already in the desired order, longest first) so that
     len(batch) * max(length in batch) <= token_budget (at least one item per batch). With
     `max_padding` (a fraction), an item shorter than (1 - max_padding) * the batch's longest
-    starts a new batch, so no row of a batch is padded by more than that fraction."""
+    starts a new batch, so no row of a batch is padded by more than that fraction. With
+    `max_chunk_padding`, a batch's padded tokens stay within (1 + max_chunk_padding) x its real
+    ones; with `widths` and `width_budget`, len(batch) * max(width in batch) <= width_budget."""
     batches: list[list[int]] = []
     current: list[int] = []
-    longest = 0
+    longest = real = widest = 0
     for index in order:
         length = max(int(lengths[index]), 1)
-        new_longest = max(longest, length)
+        width = 0 if widths is None else int(widths[index])
+        new_longest, new_widest, count = max(longest, length), max(widest, width), len(current) + 1
         too_many = max_items is not None and len(current) >= max_items
         too_short = max_padding is not None and length < (1.0 - max_padding) * longest
-        if current and (new_longest * (len(current) + 1) > token_budget or too_many or too_short):
+        too_padded = max_chunk_padding is not None and new_longest * count > (1.0 + max_chunk_padding) * (real + length)
+        too_wide = width_budget is not None and new_widest * count > width_budget
+        if current and (new_longest * count > token_budget or too_many or too_short or too_padded or too_wide):
             batches.append(current)
-            current, new_longest = [], length
+            current, new_longest, new_widest, real = [], length, width, 0
         current.append(index)
-        longest = new_longest
+        longest, widest, real = new_longest, new_widest, real + length
     if current:
         batches.append(current)
     return batches
@@ -249,8 +258,15 @@ class Seq2SeqLikelihood:
     weights; CTRLEval's lm_score). The decoder input is the target shifted right behind the
     model's decoder start token, so the model never sees the token it predicts."""
 
+    # Cross-batch planning: the encoder outputs and cross keys/values of consecutive encoder
+    # batches, up to POOL_BUDGETS x token_budget padded source tokens (BART-large bfloat16 at a
+    # 32,768-token budget: about 6.7 GB), stay alive and their targets are planned together,
+    # each decoder chunk's padded tokens within (1 + MAX_DECODER_PADDING) x its real tokens.
+    POOL_BUDGETS = 4
+    MAX_DECODER_PADDING = 0.2
+
     def __init__(self, model, pad_id: int, decoder_start_id: int, token_budget: int = DEFAULT_TOKEN_BUDGET, max_batch_items: int | None = None,
-                 compile_layers: bool = False):
+                 compile_layers: bool = False, cross_batch: bool | None = None):
         self.model = model
         self.pad_id = pad_id
         self.decoder_start_id = decoder_start_id
@@ -267,8 +283,21 @@ class Seq2SeqLikelihood:
         # rows of one source attend to its keys/values as one query sequence (same numbers)
         self.shared_source_attention = shared_source_attention.enable(model)
         self.layout = "auto"  # decoder layout: "auto", "by_length" or "by_slot" (see _decode_plan)
+        # decoder chunks planned across encoder batches: on CUDA unless set (CPU keeps
+        # per-batch planning, so its scores and signatures stay as they were)
+        self.cross_batch = self.on_cuda if cross_batch is None else bool(cross_batch)
+        self.pool_budgets = self.POOL_BUDGETS
+        self.max_decoder_padding = self.MAX_DECODER_PADDING
         # regional torch.compile of every encoder and decoder layer: CUDA only, off by default
         self.compiled_layers = compile_model_layers(model) if compile_layers and self.on_cuda else 0
+
+    def batching(self) -> str:
+        """How rows are batched, for the metrics' signatures; cross-batch planning (CUDA) is
+        named only when on, so CPU signatures stay as they were."""
+        text = f"length-sorted,token_budget={self.token_budget},decode_token_budget={self.decode_token_budget}"
+        if self.cross_batch:
+            text += f",decoder_pool={self.pool_budgets}x,max_decoder_padding={self.max_decoder_padding}"
+        return text
 
     @torch.inference_mode()
     def mean_nll(self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[Sequence[int]]]) -> list[list[float]]:
@@ -306,8 +335,10 @@ class Seq2SeqLikelihood:
         def store(key, value):
             results[key] = value
 
-        for batch in budget_batches(source_lengths, order, self.token_budget, self.max_batch_items):
-            run_splitting_on_oom(batch, lambda b: self._score_source_batch(b, batch_data), self._count_split)
+        # a pool is one encoder batch, or (cross_batch) the sources of several planned together
+        pool_budget = self.token_budget * (self.pool_budgets if self.cross_batch else 1)
+        for pool in budget_batches(source_lengths, order, pool_budget, None if self.cross_batch else self.max_batch_items):
+            run_splitting_on_oom(pool, lambda p: self._score_pool(p, batch_data), self._count_split)
             if not self.on_cuda:
                 _collect(self._pending, store)
         _collect(self._pending, store)
@@ -316,20 +347,47 @@ class Seq2SeqLikelihood:
     def _count_split(self) -> None:
         self.stats["oom_splits"] += 1
 
-    def _score_source_batch(self, batch: list[int], batch_data) -> None:
+    def _score_pool(self, pool: list[int], batch_data) -> None:
+        """Encode the sources `pool` in token-budget batches, then decode all of their targets
+        in one plan."""
         sources, targets, groups, source_lengths, plan_lengths = batch_data
+        batches = budget_batches(source_lengths, pool, self.token_budget, self.max_batch_items)
+        encoder_states, attention_mask, cross_kv = self._encode(pool, sources) if len(batches) == 1 else self._encode_pool(batches, sources)
+        pool_lengths = [source_lengths[i] for i in pool]
+        row_widths = pool_lengths if self.cross_batch else None
+        for chunk_pairs in self._plan(pool, plan_lengths, encoder_states.shape[1], row_widths):
+            run_splitting_on_oom(
+                chunk_pairs,
+                lambda cp: self._decode_pairs(cp, encoder_states, attention_mask, cross_kv, targets, groups, pool_lengths),
+                self._count_split,
+            )
+
+    def _encode(self, batch: list[int], sources: Ragged):
+        """(encoder states, source mask, cross keys/values or None) of one source batch."""
         input_ids, attention_mask = sources.padded(batch, self.pad_id, self.device)
         encoder_states = self.model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         self.stats["encoder_passes"] += 1
         self.stats["encoded_sources"] += len(batch)
-        cross_kv = self._cross_attention_kv(encoder_states)
-        batch_lengths = [source_lengths[i] for i in batch]
-        for chunk_pairs in self._plan(batch, plan_lengths, encoder_states.shape[1]):
-            run_splitting_on_oom(
-                chunk_pairs,
-                lambda cp: self._decode_pairs(cp, encoder_states, attention_mask, cross_kv, targets, groups, batch_lengths),
-                self._count_split,
-            )
+        return encoder_states, attention_mask, self._cross_attention_kv(encoder_states)
+
+    def _encode_pool(self, batches: list[list[int]], sources: Ragged):
+        """`_encode` of several batches as one pool: rows in batch order, each batch copied into
+        buffers as wide as the pool's longest source (zeros past a row's width, masked out);
+        a batch's own tensors are freed before the next batch runs."""
+        rows = sum(len(batch) for batch in batches)
+        width = int(max(sources.lengths[batch].max() for batch in batches))
+        pooled, start = None, 0
+        for batch in batches:
+            states, mask, cross_kv = self._encode(batch, sources)
+            parts = [states, mask] + [tensor for pair in cross_kv or [] for tensor in pair]
+            if pooled is None:
+                pooled = [_pool_buffer(part, rows, width) for part in parts]
+            for buffer, part in zip(pooled, parts):
+                width_dim = 2 if part.dim() == 4 else 1  # keys/values are (rows, heads, width, dim)
+                buffer.narrow(0, start, len(batch)).narrow(width_dim, 0, part.shape[width_dim]).copy_(part)
+            start += len(batch)
+        kv = pooled[2:]
+        return pooled[0], pooled[1], [(kv[k], kv[k + 1]) for k in range(0, len(kv), 2)] if kv else None
 
     # Copying one padded source token's cross-attention keys/values for one more target costs
     # about as much as decoding 1/COPY_TOKENS_PER_DECODE_TOKEN of a target token (measured on
@@ -343,9 +401,13 @@ class Seq2SeqLikelihood:
         """`_plan` for nested target sequences (`targets[i][j]`)."""
         return self._plan(batch, [[len(t) for t in group] for group in targets], source_width)
 
-    def _plan(self, batch: list[int], lengths: Sequence[Sequence[int]], source_width: int) -> list[list[tuple[int, int, int]]]:
+    def _plan(self, batch: list[int], lengths: Sequence[Sequence[int]], source_width: int,
+              row_widths: Sequence[int] | None = None) -> list[list[tuple[int, int, int]]]:
         """Decoder chunks of (row in batch, source, target) for one encoded source batch;
-        `lengths[i][j]` is the length of target j of source i.
+        `lengths[i][j]` is the length of target j of source i. With `row_widths` (each row's
+        source length: cross-batch planning) a chunk gathers only its own rows' widest source,
+        and padded decoder tokens stay within (1 + max_decoder_padding) x the real ones:
+        by-length chunks are cut so, and by slot is used only when it stays within the cap.
 
         Two layouts; the cheaper by padded decoder tokens plus key/value copies is used:
         - by length: all pairs sorted by target length and cut by the token budget (least
@@ -357,14 +419,17 @@ class Seq2SeqLikelihood:
         pairs = [(row, i, j) for row, i in enumerate(batch) for j in range(len(lengths[i]))]
         pair_lengths = [lengths[i][j] for _, i, j in pairs]
         pair_order = sorted(range(len(pairs)), key=lambda p: -pair_lengths[p])
-        length_items = self.max_batch_items
+        pair_widths = [source_width if row_widths is None else row_widths[row] for row, _, _ in pairs]
+        max_padding = None if row_widths is None else self.max_decoder_padding
+        width_budget = None
         if self.on_cuda and len(batch) > 1:
             # a chunk mixing sources gathers every row's cross keys/values (rows x source width
             # x 2 x layers x d): bound those gathered source tokens like the token budget, or a
             # chunk of short targets against long sources can ask for tens of GB
-            gather_rows = max(1, self.GATHERED_SOURCE_TOKENS_PER_BUDGET_TOKEN * self.token_budget // max(source_width, 1))
-            length_items = min(length_items or gather_rows, gather_rows)
-        by_length = [[pairs[p] for p in chunk] for chunk in budget_batches(pair_lengths, pair_order, self.decode_token_budget, length_items)]
+            width_budget = self.GATHERED_SOURCE_TOKENS_PER_BUDGET_TOKEN * self.token_budget
+        by_length = [[pairs[p] for p in chunk] for chunk in budget_batches(
+            pair_lengths, pair_order, self.decode_token_budget, self.max_batch_items,
+            max_chunk_padding=max_padding, widths=pair_widths, width_budget=width_budget)]
         if len(batch) == 1 or self.layout == "by_length":
             return by_length
 
@@ -375,16 +440,25 @@ class Seq2SeqLikelihood:
         for j in range(max(len(lengths[i]) for i in batch)):
             slot = [(row, i, j) for row, i in enumerate(batch) if j < len(lengths[i])]
             slot_lengths = [lengths[i][j] for _, i, _ in slot]
-            by_slot += [[slot[k] for k in run] for run in budget_batches(slot_lengths, range(len(slot)), self.decode_token_budget, self.max_batch_items)]
+            # a slot that skips sources gathers its rows' keys/values: the same bound as by length
+            slot_widths = [source_width if row_widths is None else row_widths[row] for row, _, _ in slot]
+            runs = budget_batches(slot_lengths, range(len(slot)), self.decode_token_budget, self.max_batch_items, widths=slot_widths,
+                                  width_budget=width_budget if len(slot) < len(batch) else None)
+            by_slot += [[slot[k] for k in run] for run in runs]
 
         if self.layout == "by_slot":
             return by_slot
+        if max_padding is not None and padded_tokens(by_slot) > (1.0 + max_padding) * sum(pair_lengths):
+            return by_length
         if self.on_cuda:
             # a forward costs a launch-bound few ms whatever its size, a key/value gather about
             # nothing: the layout with fewer forwards wins, then the one with less padding
             return min((by_slot, by_length), key=lambda chunks: (len(chunks), padded_tokens(chunks)))
 
-        copied = sum(len(c) for c in by_length if len({row for row, _, _ in c}) > 1) * source_width
+        def gathered_width(chunk):  # the source positions a mixed chunk copies per row
+            return source_width if row_widths is None else max(row_widths[row] for row, _, _ in chunk)
+
+        copied = sum(len(c) * gathered_width(c) for c in by_length if len({row for row, _, _ in c}) > 1)
         cost_by_length = padded_tokens(by_length) + copied / self.COPY_TOKENS_PER_DECODE_TOKEN
         return by_slot if padded_tokens(by_slot) <= cost_by_length else by_length
 
@@ -409,21 +483,22 @@ class Seq2SeqLikelihood:
         return projected
 
     @staticmethod
-    def _cache_for(cross_kv, rows: list[int], rows_on_device: torch.Tensor, source_length: int | None = None):
+    def _cache_for(cross_kv, rows: list[int], rows_on_device: torch.Tensor, width: int, one_source: bool = False):
         """An encoder-decoder cache whose cross-attention layers hold the projected source
-        keys/values of these rows (a view, no copy, when every row is the same source, then cut
-        to `source_length`, or when the rows are a contiguous run of the source batch), marked
-        as already computed so the decoder only reads them. `rows` is the host list (layout
-        decisions need no device sync), `rows_on_device` the same rows for the gather."""
+        keys/values of these rows, cut to `width` source positions (a view, no copy, when every
+        row is the same source or when the rows are a contiguous run of the source batch),
+        marked as already computed so the decoder only reads them. `rows` is the host list
+        (layout decisions need no device sync), `rows_on_device` the same rows for the gather."""
         from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
         first = rows[0]
         contiguous = rows == list(range(first, first + len(rows)))
         cross = DynamicCache()
         for layer_index, (keys, values) in enumerate(cross_kv):
-            if source_length is not None:  # one source: broadcast its real positions over the rows
-                keys = keys[first : first + 1, :, :source_length].expand(len(rows), -1, -1, -1)
-                values = values[first : first + 1, :, :source_length].expand(len(rows), -1, -1, -1)
+            keys, values = keys[:, :, :width], values[:, :, :width]
+            if one_source:  # one source: broadcast its real positions over the rows
+                keys = keys[first : first + 1].expand(len(rows), -1, -1, -1)
+                values = values[first : first + 1].expand(len(rows), -1, -1, -1)
             elif contiguous:  # a slice of the cached rows: a view, no copy
                 keys, values = keys[first : first + len(rows)], values[first : first + len(rows)]
             else:
@@ -440,16 +515,18 @@ class Seq2SeqLikelihood:
         rows = _to_device(torch.as_tensor(row_list), self.device)
         keys = [groups[i][j] for _, i, j in chunk_pairs]
         labels, label_mask, decoder_inputs = targets.padded(keys, self.pad_id, self.device, self.decoder_start_id)
+        one_source = self.head is not None and cross_kv is not None and all(row == row_list[0] for row in row_list)
+        # one source, or cross-batch planning: only the chunk's widest real source positions
+        # (padding positions would get exactly zero attention weight anyway)
+        width = max(source_lengths[row] for row in row_list) if one_source or self.cross_batch else encoder_states.shape[1]
+        encoder_states, attention_mask = encoder_states[:, :width], attention_mask[:, :width]
         if self.head is not None:
-            if cross_kv is not None and all(row == row_list[0] for row in row_list):
-                # one source for every row: its unpadded keys/values, no mask needed (padding
-                # positions would get exactly zero attention weight anyway)
-                source_length = source_lengths[row_list[0]]
-                cache = self._cache_for(cross_kv, row_list, rows, source_length)
+            if one_source:  # one source for every row: its unpadded keys/values, no mask needed
+                cache = self._cache_for(cross_kv, row_list, rows, width, one_source=True)
                 first = row_list[0]
-                states, source_mask = encoder_states[first : first + 1, :source_length].expand(len(rows), -1, -1), None
+                states, source_mask = encoder_states[first : first + 1].expand(len(rows), -1, -1), None
             elif cross_kv is not None:
-                cache = self._cache_for(cross_kv, row_list, rows)
+                cache = self._cache_for(cross_kv, row_list, rows, width)
                 states, source_mask = encoder_states[:1].expand(len(rows), -1, -1), attention_mask.index_select(0, rows)
             else:
                 cache, states, source_mask = None, encoder_states.index_select(0, rows), attention_mask.index_select(0, rows)
@@ -479,6 +556,14 @@ class Seq2SeqLikelihood:
         self.stats["decoder_tokens_real"] += int(chunk_lengths.sum())
         self.stats["decoder_tokens_padded"] += len(keys) * int(chunk_lengths.max())
         self._pending.append((keys, -(sums / label_mask.sum(-1))))
+
+
+def _pool_buffer(part: torch.Tensor, rows: int, width: int) -> torch.Tensor:
+    """Zeros for `rows` rows of `width` source positions shaped like `part`; keys/values
+    (rows, heads, width, dim) keep the strides their projection gives them."""
+    if part.dim() == 4:
+        return part.new_zeros((rows, width, part.shape[1], part.shape[3])).transpose(1, 2)
+    return part.new_zeros((rows, width, *part.shape[2:]))
 
 
 def real_positions(lengths: Sequence[int], device) -> tuple[torch.Tensor, torch.Tensor, int]:

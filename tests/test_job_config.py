@@ -338,6 +338,30 @@ def test_metric_pool_overrides_the_job_pool_key_by_key():
     assert "pool" not in config.as_dict()["metrics"][0]
 
 
+def test_gpu_pools_default_to_a_32768_token_budget(repo_root):
+    """A metric in a pool with GPUs gets 32,768 padded tokens per forward unless the job or
+    the metric sets a budget; a CPU pool keeps the metric's own default (4,096 for
+    perplexity), so CPU signatures are unchanged."""
+    import inspect
+
+    from ray_jobs.config import metric_pool
+    from scoring.perplexity import PerplexityMetric
+
+    gpu = {"name": "perplexity", "label": "gpu", "params": {"model": "m"}, "pool": {"num_gpus": 1}}
+    cpu = {"name": "perplexity", "label": "cpu", "params": {"model": "m"}}
+    own = {"name": "perplexity", "label": "own", "params": {"model": "m", "token_budget": 8192}, "pool": {"num_gpus": 1}}
+    config = parse_config(config_with(metrics=[gpu, cpu, own]))
+    assert [metric_params(config, spec).get("token_budget") for spec in config.metrics] == [32_768, None, 8192]
+    assert inspect.signature(PerplexityMetric.__init__).parameters["token_budget"].default == 4096  # the CPU pool's
+    job_set = parse_config(config_with(metrics=[gpu, cpu], token_budget=16_384))
+    assert [metric_params(job_set, spec)["token_budget"] for spec in job_set.metrics] == [16_384, 16_384]
+    for name in ("nightly_s3.yaml", "leaderboard_refresh.yaml"):  # the shipped GPU job configs
+        shipped = load_config(repo_root / "examples" / name)
+        for spec in shipped.metrics:
+            budget = metric_params(shipped, spec).get("token_budget")
+            assert budget == (32_768 if metric_pool(shipped, spec).num_gpus else None), (name, spec.label)
+
+
 @pytest.mark.parametrize(
     "metrics, pool, message",
     [

@@ -136,17 +136,25 @@ def device_of(metric) -> str | None:
     return None
 
 
+# Padded tokens per forward for a metric in a pool with GPUs when neither the job nor the
+# metric sets `token_budget`: sized for an 80 GB card (H100/H200; docs/gpu.md). CPU pools keep
+# the metric's own default, so CPU signatures and stored scores are unchanged.
+GPU_POOL_TOKEN_BUDGET = 32_768
+
+
 def metric_params(config: JobConfig, spec: MetricSpec, pool: PoolConfig | None = None, cls: type | None = None) -> dict[str, Any]:
     """A metric's constructor parameters: its own `params`, plus the job-level `dtype` and
-    `token_budget` when the metric's constructor takes them and `params` does not set them,
-    and `device: auto` when its pool (`metric_pool`, unless given) has GPUs and `params`
-    names no device."""
+    `token_budget` (unset: `GPU_POOL_TOKEN_BUDGET` in a pool with GPUs) when the metric's
+    constructor takes them and `params` does not set them, and `device: auto` when its pool
+    (`metric_pool`, unless given) has GPUs and `params` names no device."""
     params = dict(spec.params)
     cls = cls or metric_class_for(spec)
     pool = pool or metric_pool(config, spec)
     accepted = inspect.signature(cls.__init__).parameters
-    for key in ("dtype", "token_budget"):
-        value = getattr(config, key)
+    defaults = {"dtype": config.dtype, "token_budget": config.token_budget}
+    if defaults["token_budget"] is None and pool.num_gpus:
+        defaults["token_budget"] = GPU_POOL_TOKEN_BUDGET
+    for key, value in defaults.items():
         if value is not None and key not in params and key in accepted:
             params[key] = value
     if "device" in accepted and "device" not in params and pool.num_gpus:
