@@ -1,6 +1,7 @@
 """Tiny sequence classifiers built from config, for tests, benchmarks and demos (no hub).
 
-A WordPiece tokenizer is trained locally with `tokenizers` on a few KB of text; the model is a
+A WordPiece vocabulary is written from a few KB of text (deterministically: the same files on
+every build); the model is a
 2-layer BERT (or RoBERTa) with the given label names, saved as safetensors. `bias` fixes the
 classification head: zero weights plus that bias make the logits constant, so the predicted
 label is known in advance.
@@ -20,13 +21,19 @@ CORPUS = (
 )
 
 
-def train_wordpiece(directory: pathlib.Path, vocab_size: int = 400) -> None:
-    from tokenizers import BertWordPieceTokenizer
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
-    tokenizer = BertWordPieceTokenizer(lowercase=True)
-    tokenizer.train_from_iterator([CORPUS] * 20, vocab_size=vocab_size, min_frequency=1)
+
+def write_wordpiece_vocab(directory: pathlib.Path) -> None:
+    """`vocab.txt` for a lower-casing BERT tokenizer: the special tokens, every character of
+    CORPUS alone and as a continuation (`##c`), then every word of CORPUS, sorted. Written
+    directly rather than trained: a trainer breaks ties differently from run to run, and a
+    different vocabulary would mean a different random model."""
+    characters = sorted(set(CORPUS.replace(" ", "")))
+    words = sorted(set(CORPUS.split()) - set(characters))
+    tokens = [*SPECIAL_TOKENS, *characters, *[f"##{c}" for c in characters], *words]
     directory.mkdir(parents=True, exist_ok=True)
-    tokenizer.save_model(str(directory))
+    (directory / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
 
 
 def build_tiny_classifier(
@@ -51,7 +58,7 @@ def build_tiny_classifier(
     )
 
     directory = pathlib.Path(directory)
-    train_wordpiece(directory)
+    write_wordpiece_vocab(directory)
     tokenizer = BertTokenizerFast(vocab=str(directory / "vocab.txt"), do_lower_case=True)
     if tokenizer.vocab_size <= len(tokenizer.all_special_tokens):  # transformers ignores unknown keywords
         raise RuntimeError(f"tiny classifier: the WordPiece vocabulary in {directory} was not loaded")
