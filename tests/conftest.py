@@ -82,24 +82,51 @@ def shared_data() -> pathlib.Path:
     return real_data_root()
 
 
+# The session Ray keeps its idle workers: Ray's default keeps as many as it has CPUs and ends
+# the others after 1 s idle, so every job would start again the task workers its check and read
+# stages need (measured: a small job on a warm Ray, 5.7 s and 6-7 new worker processes; with
+# idle workers kept, 3.3 s and 1-2, its actors). Workers are per driver: this keeps the ones of
+# the jobs run in this process.
+WARM_WORKERS = {"num_workers_soft_limit": 12, "idle_worker_killing_time_threshold_ms": 3_600_000}
+
+
 @pytest.fixture(scope="session")
 def ray_local():
     """One local Ray for the whole session: 2 CPUs, no dashboard, 1 GiB object store, a short
-    temp dir that is removed afterwards. Workers import the project through PYTHONPATH."""
+    temp dir that is removed afterwards, idle workers kept (`WARM_WORKERS`). Workers import the
+    project through PYTHONPATH and have the fake credentials of the test S3 server
+    (`tests.job_support.FAKE_AWS`) with `AWS_ENDPOINT_URL` at a dead loopback port: an S3 client
+    that ignored a job's `s3.endpoint_url` would fail there, never reach anything else."""
     import ray
+
+    from tests.job_support import FAKE_AWS, free_port
 
     temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     )
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        object_store_memory=1 << 30,
-        _temp_dir=temp_dir,
-        log_to_driver=False,
-        runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "RAY_AUTH_MODE": "disabled"}},
-    )
+    # in the environment while Ray starts (its raylet hands it to every worker, also those of a
+    # job that joins from a subprocess), not in this process's afterwards
+    worker_env = {"HF_HUB_OFFLINE": "1", "RAY_AUTH_MODE": "disabled", **FAKE_AWS,
+                  "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}"}
+    saved = {key: os.environ.get(key) for key in worker_env}
+    os.environ.update(worker_env)
+    try:
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            object_store_memory=1 << 30,
+            _temp_dir=temp_dir,
+            log_to_driver=False,
+            runtime_env={"env_vars": worker_env},
+            _system_config=WARM_WORKERS,
+        )
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     yield ray
     ray.shutdown()
     shutil.rmtree(temp_dir, ignore_errors=True)
@@ -109,8 +136,8 @@ def ray_local():
 def ray_address(ray_local) -> str:
     """The address of the shared local Ray (`ray_local`), for a job run in a subprocess:
     `run_cli([...], env={"RAY_ADDRESS": ray_address})` joins it instead of starting its own
-    Ray. Its workers have this process's environment (no `AWS_*`): jobs that need credentials
-    on their workers, or that kill Ray processes, start their own."""
+    Ray. Its workers have the fake S3 credentials (`ray_local`); jobs that kill Ray processes,
+    or check what Ray itself writes, start their own."""
     return ray_local.get_runtime_context().gcs_address
 
 
