@@ -25,18 +25,22 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) -m ctgscore.demo
 
-# tiers (tests/conftest.py): unit (the quick loop), integration, system; the 15 slowest tests at the end
+# tiers (tests/conftest.py): unit (the quick loop), integration, system; the 15 slowest tests at the end.
+# TEST_WORKERS processes (pytest-xdist), a module's tests in one of them: a serial run leaves a
+# third of two cores idle (jobs wait on Ray, servers and subprocesses). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
 test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider --durations=15
+	$(PYTEST) --durations=15
 
 test-quick: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider -m unit --durations=10
+	$(PYTEST) -m unit --durations=10
 
 test-integration: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider -m integration --durations=15
+	$(PYTEST) -m integration --durations=15
 
 test-system: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider -m system --durations=15
+	$(PYTEST) -m system --durations=15
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

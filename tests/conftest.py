@@ -6,6 +6,8 @@ Tiers, set on every collected test by `pytest_collection_modifyitems` (CONTRIBUT
 - `integration`: uses a shared expensive fixture (`tests.tiers.SHARED_FIXTURES`: a Ray, the S3
   server, a mount), calls `run_cli` (a real `python -m ctgscore` subprocess), or is marked `gpu`.
 - `system`: marked `slow` without any shared fixture: starts its own cluster, server or job.
+`make test` runs the tests in two processes (`pytest -n 2 --dist loadgroup`): a module's tests
+stay together (`xdist_group_of`), and each process has its own session fixtures.
 A test may name its tier with a marker (`@pytest.mark.integration`), or sit in a folder named
 after it (`tests/system/...`). Every test that is not `unit` is also marked `slow`, so
 `-m "not slow"` stays the quick loop.
@@ -55,13 +57,14 @@ def pytest_configure(config):
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config, items):
-    from tests.tiers import tier_of
+    from tests.tiers import tier_of, xdist_group_of
 
     for item in items:
         tier = tier_of(item)
         item.add_marker(getattr(pytest.mark, tier))
         if tier != "unit" and item.get_closest_marker("slow") is None:
             item.add_marker(pytest.mark.slow)
+        item.add_marker(pytest.mark.xdist_group(xdist_group_of(item)))
 
 
 def pytest_report_header(config):
@@ -82,12 +85,13 @@ def shared_data() -> pathlib.Path:
     return real_data_root()
 
 
-# The session Ray keeps its idle workers: Ray's default keeps as many as it has CPUs and ends
-# the others after 1 s idle, so every job would start again the task workers its check and read
-# stages need (measured: a small job on a warm Ray, 5.7 s and 6-7 new worker processes; with
-# idle workers kept, 3.3 s and 1-2, its actors). Workers are per driver: this keeps the ones of
-# the jobs run in this process.
-WARM_WORKERS = {"num_workers_soft_limit": 12, "idle_worker_killing_time_threshold_ms": 3_600_000}
+# The session Ray keeps a few more idle workers: Ray's default keeps as many as it has CPUs and
+# ends the others after 1 s idle, so every job would start again the task workers its check and
+# read stages need (measured: a small job on a warm Ray, 5.7 s and 6-7 new worker processes;
+# with idle workers kept, 3.3 s and 1-2, its actors). An idle worker costs about 0.8 % of a core,
+# hence six, and those past six go after a minute. Workers are per driver: this keeps the ones
+# of the jobs run in this process.
+WARM_WORKERS = {"num_workers_soft_limit": 6, "idle_worker_killing_time_threshold_ms": 60_000}
 
 
 @pytest.fixture(scope="session")
@@ -141,10 +145,11 @@ def ray_address(ray_local) -> str:
     return ray_local.get_runtime_context().gcs_address
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_head():
-    """One `ray start --head` with its job server (2 CPUs, its own temp dir and ports) for the
-    `ray job submit` tests; yields the job server's address. Stopped by killing the processes
+    """One `ray start --head` with its job server (2 CPUs, its own temp dir and ports) for a
+    module's `ray job submit` tests (they sit in one module: an idle head costs CPU too); yields
+    the job server's address. Stopped by killing the processes
     it started (never `ray stop`), and nothing of it may be left afterwards."""
     from tests.job_support import pids_using, start_ray_head, stop_group
 
@@ -168,21 +173,23 @@ def tiny_models(tmp_path_factory) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def demo_run(tiny_models, ray_address, tmp_path_factory):
+def demo_run(ray_address, tmp_path_factory):
     """`python -m ctgscore.demo` run once per test run, as a newcomer runs it (a real process,
-    here joining the session's Ray), on the shipped sample with the session's tiny models.
-    Yields a namespace: `output` (its output folder; its report is `<output>-report/`), `proc`
-    (the finished process), `args` and `env` (to run it again the same way) and `digest` (`tests.job_digest.output_digest` per file, taken right
-    after that first run, before any test re-runs anything on the folder). One run serves the
-    newcomer tests and the job-output digest."""
+    here joining the session's Ray), on the shipped sample, its tiny models in the checkout's
+    `.cache/tiny-models/` (built there when missing, as `make demo` does; the README's examples
+    read them there). Yields a namespace: `output` (its output folder; its report is
+    `<output>-report/`), `proc` (the finished process), `args` and `env` (to run it again the
+    same way) and `digest` (`tests.job_digest.output_digest` per file, taken right after that
+    first run, before any test re-runs anything on the folder). One run serves the newcomer
+    tests and the job-output digest."""
     import types
 
     from ctgscore.testing.cli import run_cli
     from tests.job_digest import demo_digest
 
-    models_dir = pathlib.Path(tiny_models["gpt2"]).parent
+    models_dir = REPO_ROOT / ".cache" / "tiny-models"
     output = tmp_path_factory.mktemp("demo") / "demo"
-    args, env = ["-o", output, "--cache", models_dir, "--no-progress"], {"RAY_ADDRESS": ray_address}
+    args, env = ["-o", output, "--no-progress"], {"RAY_ADDRESS": ray_address}
     proc = run_cli(args, module="ctgscore.demo", cwd=REPO_ROOT, timeout=1500, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     digest = demo_digest(output, models_dir, REPO_ROOT / "data" / "sample")

@@ -65,8 +65,9 @@ def test_fake_autoscaler_adds_gpu_workers_from_zero_and_removes_them(tmp_path, r
          "--include-dashboard=false", f"--ray-client-server-port={free_port()}",
          f"--dashboard-agent-listen-port={free_port()}", f"--runtime-env-agent-port={free_port()}",
          f"--metrics-export-port={free_port()}", "--object-store-memory=200000000", "--disable-usage-stats"],
-        env=child_env(RAY_FAKE_CLUSTER="1"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,
+        # the autoscaler decides every second (Ray's default: every 5 s), so nodes come and go sooner
+        env=child_env(RAY_FAKE_CLUSTER="1", AUTOSCALER_UPDATE_INTERVAL_S="1"), stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True,
     )
     address = f"127.0.0.1:{port}"
     try:
@@ -97,7 +98,7 @@ def test_fake_autoscaler_adds_gpu_workers_from_zero_and_removes_them(tmp_path, r
         deadline = time.time() + 120
         alive = alive_gpu_nodes(address)
         while alive and time.time() < deadline:
-            time.sleep(3)
+            time.sleep(1)
             alive = alive_gpu_nodes(address)
         assert alive == 0, "the idle GPU workers were not removed"
     finally:

@@ -111,6 +111,9 @@ def _s3(endpoint: str):
 
 
 def _run_job(config_path: pathlib.Path, timeout: float = 400, **extra_env: str) -> subprocess.CompletedProcess:
+    """The job as a process of its own; with RAY_ADDRESS in `extra_env` it joins that Ray (the
+    session's: its workers have the fake credentials and a dead AWS_ENDPOINT_URL too), else
+    it starts its own (as the config's `ray` section says), whose workers get `extra_env`."""
     env = child_env(**FAKE_AWS, **extra_env)
     env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{free_port()}"  # whatever ignores the config: a dead loopback port
     return subprocess.run(
@@ -149,9 +152,12 @@ def _debris(fs, prefix: str) -> list[str]:
     return [n for n in fs.find(prefix) if ".tmp-" in n.rsplit("/", 1)[-1]]
 
 
-def chaos_round(tmp: pathlib.Path, moto_endpoint: str, rate: float, seed: int, shards: int = 6, rows: int = 20) -> dict:
+def chaos_round(tmp: pathlib.Path, moto_endpoint: str, rate: float, seed: int, shards: int = 6, rows: int = 20,
+                ray_address: str | None = None) -> dict:
     """One job through a proxy at `rate`; on failure, the re-run without faults. Returns what
-    happened and checks exactly-once and no debris either way."""
+    happened and checks exactly-once and no debris either way. The jobs join `ray_address`
+    when given, else each starts its own Ray."""
+    joined = {"RAY_ADDRESS": ray_address} if ray_address else {}
     fs = _s3(moto_endpoint)
     if not fs.exists("chaos-in"):
         fs.mkdir("chaos-in")
@@ -168,7 +174,7 @@ def chaos_round(tmp: pathlib.Path, moto_endpoint: str, rate: float, seed: int, s
     try:
         with ChaosProxy(port, rate, seed=seed) as proxy:
             started = time.time()
-            first = _run_job(_write_config(tmp / f"chaos-{seed}.json", proxy.endpoint, ray_dir, output))
+            first = _run_job(_write_config(tmp / f"chaos-{seed}.json", proxy.endpoint, ray_dir, output), **joined)
             wall = time.time() - started
         result = {"rate": rate, "seed": seed, "chunks": proxy.chunks, "faults": dict(proxy.faults),
                   "first_rc": first.returncode, "wall_s": round(wall, 1), "stderr_tail": first.stderr.strip().splitlines()[-1:]}
@@ -176,7 +182,7 @@ def chaos_round(tmp: pathlib.Path, moto_endpoint: str, rate: float, seed: int, s
             lines = [line for line in first.stderr.strip().splitlines() if line.strip()]
             assert "Traceback" not in first.stderr, first.stderr[-3000:]
             assert lines and lines[-1].startswith("error: "), first.stderr[-3000:]
-            again = _run_job(_write_config(tmp / f"clean-{seed}.json", moto_endpoint, ray_dir, output))
+            again = _run_job(_write_config(tmp / f"clean-{seed}.json", moto_endpoint, ray_dir, output), **joined)
             assert again.returncode == 0, again.stderr[-3000:]
             result["rerun_rc"] = again.returncode
         got = _output_ids(fs, output.removeprefix("s3://"))
@@ -216,14 +222,16 @@ def test_proxy_resets_a_fraction_of_requests(moto):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_job_through_a_flaky_proxy_loses_nothing(moto, tmp_path):
-    result = chaos_round(tmp_path, moto, rate=0.1, seed=7)
+def test_job_through_a_flaky_proxy_loses_nothing(moto, ray_address, tmp_path):
+    result = chaos_round(tmp_path, moto, rate=0.1, seed=7, ray_address=ray_address)
     assert sum(result["faults"].values()) > 0, result  # faults really happened
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_endpoint_dying_mid_job_fails_cleanly_and_the_rerun_completes(moto, tmp_path):
+def test_endpoint_dying_mid_job_fails_cleanly_and_the_rerun_completes(moto, ray_address, tmp_path):
+    """The dying run starts its own Ray (its workers need CTGSCORE_S3_MAX_ATTEMPTS=2); the re-run
+    joins the session's."""
     fs = _s3(moto)
     fs.mkdir("dying-in")
     expected = []
@@ -247,7 +255,7 @@ def test_endpoint_dying_mid_job_fails_cleanly_and_the_rerun_completes(moto, tmp_
 
         path = _write_config(tmp_path / "alive.json", moto, ray_dir, output)
         path.write_text(json.dumps({**json.loads(path.read_text()), **config}))
-        again = _run_job(path)
+        again = _run_job(path, RAY_ADDRESS=ray_address)
         assert again.returncode == 0, again.stderr[-3000:]
         assert sorted(_output_ids(fs, "dying-out/scores")) == sorted(expected)
         assert _debris(fs, "dying-out/scores") == []

@@ -201,3 +201,29 @@ def test_killed_driver_mid_shard_resumes_only_uncommitted_parts(ray_local, tmp_p
     assert len(after) == 24 and not [p for p in out.iterdir() if p.name.startswith(".")]
     ids = all_output_ids(tmp_path / "out" / "slow_length")
     assert ids == [row["id"] for row in rows]  # exactly once, in input order (parts sort by row)
+
+
+def _readme_submit_line() -> str:
+    text = (REPO_ROOT / "README.md").read_text()
+    [line] = [ln for ln in text.splitlines() if ln.startswith("ray job submit --address http://127.0.0.1:8265")]
+    return line
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_readme_submit_line_works_against_a_local_head(ray_head, tiny_models, tmp_path):
+    """The README's line, with $PWD/out and $PWD/.cache/tiny-models pointed at this test's folders,
+    against a `ray start --head` (`ray_head`, shared with the submit test above)."""
+    line = _readme_submit_line()
+    models = pathlib.Path(tiny_models["gpt2"]).parent
+    command = (line.replace("http://127.0.0.1:8265", ray_head)
+               .replace("$PWD/out", str(tmp_path / "out")).replace("$PWD/.cache/tiny-models", str(models))
+               .replace("ray job submit", f"{VENV_BIN / 'ray'} job submit", 1))
+    submit = subprocess.run(command, shell=True, cwd=REPO_ROOT, env=child_env(), capture_output=True, text=True,
+                            timeout=240)
+    assert submit.returncode == 0, submit.stdout[-3000:] + submit.stderr[-3000:]
+    assert "succeeded" in submit.stdout
+    manifest = json.loads((tmp_path / "out" / "sample" / "manifest.json").read_text())
+    assert set(manifest["metrics"]) == {"text_stats", "perplexity"}
+    assert manifest["metrics"]["perplexity"]["rows_out"] == 280
+    assert (tmp_path / "out" / "sample" / "perplexity").is_dir()

@@ -1,6 +1,7 @@
 """A quiet, truthful console: a small successful job prints ctgscore's own progress bar and
 summary, and no Ray or Ray Data log line, no error-level line; with `--no-progress` only the
-summary line."""
+summary line. The first run starts its own Ray, the second joins a running one (the session's):
+both stay quiet."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ RAY_LINE = re.compile(
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_console_of_a_small_job_carries_no_ray_lines(tmp_path):
+def test_console_of_a_small_job_carries_no_ray_lines(ray_address, tmp_path):
     make_corpus(tmp_path / "in", shards=4, rows=25)
     temp_dir = tempfile.mkdtemp(prefix="rjq", dir="/tmp")
     config = tmp_path / "job.yaml"
@@ -37,10 +38,10 @@ def test_console_of_a_small_job_carries_no_ray_lines(tmp_path):
     }))
     try:
         runs = {}
-        for flags in ((), ("--no-progress",)):
+        for flags, joined in (((), {}), (("--no-progress",), {"RAY_ADDRESS": ray_address})):
             result = subprocess.run(
                 [sys.executable, "-m", "ray_jobs.score_corpus", "--config", str(config), *flags],
-                cwd=REPO_ROOT, env=child_env(), capture_output=True, text=True, timeout=200,
+                cwd=REPO_ROOT, env=child_env(**joined), capture_output=True, text=True, timeout=200,
             )
             assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
             runs[flags] = result

@@ -10,7 +10,6 @@ import os
 import pathlib
 import subprocess
 import sys
-import tempfile
 
 import pytest
 
@@ -20,7 +19,6 @@ from tests.job_support import (
     free_port,
     make_corpus,
     make_rows,
-    remove_ray_dir,
     stop_group,
     write_rows,
 )
@@ -35,8 +33,9 @@ ENTRY_POINTS = {
 FAULT_AWS = {**FAKE_AWS, "CTGSCORE_S3_MAX_ATTEMPTS": "2"}
 
 
-def run(entry: str, config: pathlib.Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = child_env(**FAULT_AWS)
+def run(entry: str, config: pathlib.Path, timeout: float = 300, **extra_env: str) -> subprocess.CompletedProcess:
+    """The entry point as a process of its own; `extra_env` (RAY_ADDRESS: join that Ray) on top."""
+    env = child_env(**FAULT_AWS, **extra_env)
     env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{free_port()}"  # whatever ignores the config: a dead loopback port
     return subprocess.run([*ENTRY_POINTS[entry], str(config)], env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -72,14 +71,6 @@ def debris(folder: pathlib.Path) -> list[str]:
 def committed(folder: pathlib.Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*.parquet"))
             if not p.name.startswith((".", "_"))}  # score parts: not the id index
-
-
-@pytest.fixture
-def private_ray():
-    """A short private temp dir for a job's own local Ray; its processes are stopped after."""
-    ray_dir = tempfile.mkdtemp(prefix="rflt", dir="/tmp")
-    yield ray_dir
-    remove_ray_dir(ray_dir)
 
 
 @pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
@@ -129,14 +120,13 @@ def test_truncated_shard_is_refused_cleanly_every_time(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_full_disk_keeps_committed_outputs_and_leaves_no_debris(tmp_path, mounted, private_ray):
+def test_full_disk_keeps_committed_outputs_and_leaves_no_debris(tmp_path, mounted, ray_address):
+    """The three runs join the session's Ray."""
     disk = mounted("size=512k")
     out = disk / "scores"
     make_corpus(tmp_path / "in", shards=3, rows=10)
-    config = write_config(
-        tmp_path / "job.json", input=str(tmp_path / "in"), output=str(out), ray={"num_cpus": 2, "temp_dir": private_ray}
-    )
-    first = run("score_corpus", config)
+    config = write_config(tmp_path / "job.json", input=str(tmp_path / "in"), output=str(out))
+    first = run("score_corpus", config, RAY_ADDRESS=ray_address)
     assert first.returncode == 0, first.stderr[-3000:]
     before = committed(out)
     assert before
@@ -148,14 +138,14 @@ def test_full_disk_keeps_committed_outputs_and_leaves_no_debris(tmp_path, mounte
     write_rows(tmp_path / "in" / "part-00009.parquet", rows)
     free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
     (disk / "filler").write_bytes(b"\0" * max(0, free - 16 * 1024))
-    second = run("score_corpus", config)
+    second = run("score_corpus", config, RAY_ADDRESS=ray_address)
     message = assert_clean_failure(second, 1)
     assert committed(out) == before  # nothing committed was lost
     assert debris(disk) == []
 
     # room again: the re-run completes and scores only what was missing
     (disk / "filler").unlink()
-    third = run("score_corpus", config)
+    third = run("score_corpus", config, RAY_ADDRESS=ray_address)
     assert third.returncode == 0, third.stderr[-3000:]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["metrics"]["text_stats"]["rows_out"] == 3030
@@ -207,13 +197,12 @@ def test_dead_s3_endpoint(entry, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_leftovers_of_a_crashed_run_are_removed_on_the_next_start(tmp_path, private_ray):
+def test_leftovers_of_a_crashed_run_are_removed_on_the_next_start(tmp_path, ray_address):
+    """Both runs join the session's Ray."""
     make_corpus(tmp_path / "in", shards=2, rows=6)
     out = tmp_path / "out"
-    config = write_config(
-        tmp_path / "job.json", input=str(tmp_path / "in"), output=str(out), ray={"num_cpus": 2, "temp_dir": private_ray}
-    )
-    first = run("score_corpus", config)
+    config = write_config(tmp_path / "job.json", input=str(tmp_path / "in"), output=str(out))
+    first = run("score_corpus", config, RAY_ADDRESS=ray_address)
     assert first.returncode == 0, first.stderr[-3000:]
     before = committed(out)
     # what a run killed while writing leaves: temp files next to parts, a write probe, a manifest
@@ -225,7 +214,7 @@ def test_leftovers_of_a_crashed_run_are_removed_on_the_next_start(tmp_path, priv
     ]
     for path in planted:
         path.write_bytes(b"half written")
-    second = run("ctgscore", config)
+    second = run("ctgscore", config, RAY_ADDRESS=ray_address)
     assert second.returncode == 0, second.stderr[-3000:]
     assert not [p for p in planted if p.exists()] and debris(out) == []
     assert committed(out) == before

@@ -9,7 +9,6 @@ import json
 import pathlib
 import subprocess
 import sys
-import tempfile
 
 import pyarrow.parquet as pq
 import pytest
@@ -23,7 +22,6 @@ from tests.job_support import (
     FAKE_AWS,
     child_env,
     make_rows,
-    remove_ray_dir,
     shard_rows,
     write_rows,
 )
@@ -162,7 +160,7 @@ def test_missing_or_corrupt_index_falls_back_to_the_full_check(ray_local, tmp_pa
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_on_s3_unchanged_shards_are_not_read(moto, tmp_path):
+def test_on_s3_unchanged_shards_are_not_read(moto, ray_address, tmp_path):
     """Every request of the driver and the workers goes through a recording proxy: after one
     shard is edited, no GET touches another input shard."""
     import s3fs
@@ -176,21 +174,22 @@ def test_on_s3_unchanged_shards_are_not_read(moto, tmp_path):
     for shard, name in enumerate(names):
         write_rows(tmp_path / name, make_rows(shard, 12))
         fs.put_file(str(tmp_path / name), f"idx-in/dump/{name}")
-    ray_dir = tempfile.mkdtemp(prefix="ridx", dir="/tmp")
     with LatencyProxy(int(moto.rsplit(":", 1)[1]), 0.0) as proxy:
         config = tmp_path / "job.json"
         config.write_text(json.dumps({
             "input": "s3://idx-in/dump", "output": "s3://idx-out/scores", "metrics": [{"name": "text_stats"}],
             "batch_size": 8, "part_rows": 10, "pool": {"min_size": 1, "max_size": 1, "num_cpus": 0.5},
             "s3": {"endpoint_url": proxy.endpoint}, "progress": False,
-            "ray": {"num_cpus": 2, "object_store_memory": 300_000_000, "temp_dir": ray_dir},
         }))
 
         def run() -> tuple[dict, list[str]]:
             before = len(proxy.request_lines)
             result = subprocess.run(
                 [sys.executable, "-m", "ray_jobs.score_corpus", "--config", str(config), "--no-progress"],
-                env=child_env(**FAKE_AWS, AWS_ENDPOINT_URL=proxy.endpoint), capture_output=True, text=True, timeout=240,
+                # joins the session's Ray, whose workers' AWS_ENDPOINT_URL is a dead port: their
+                # requests reach the proxy through the job's config alone
+                env=child_env(**FAKE_AWS, AWS_ENDPOINT_URL=proxy.endpoint, RAY_ADDRESS=ray_address),
+                capture_output=True, text=True, timeout=240,
             )
             assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
             fs.invalidate_cache()
@@ -198,16 +197,13 @@ def test_on_s3_unchanged_shards_are_not_read(moto, tmp_path):
             gets = [line for line in proxy.request_lines[before:] if line.startswith("GET /idx-in/dump/part-")]
             return manifest, sorted({line.split()[1].split("?")[0].rsplit("/", 1)[-1] for line in gets})
 
-        try:
-            first, read = run()
-            assert first["id_check"]["index"] == "built" and read == names
-            rows = make_rows(2, 12)
-            rows[3]["text"] += " edited"
-            write_rows(tmp_path / names[2], rows)
-            fs.put_file(str(tmp_path / names[2]), f"idx-in/dump/{names[2]}")
-            edited, read = run()
-            assert edited["id_check"] == {"index": "used", "id_columns_read": 1, "index_written": True}
-            assert read == [names[2]]  # its ids, then its rows; no other shard's bytes
-            assert edited["metrics"]["text_stats"]["rows_scored"] == 1
-        finally:
-            remove_ray_dir(ray_dir)
+        first, read = run()
+        assert first["id_check"]["index"] == "built" and read == names
+        rows = make_rows(2, 12)
+        rows[3]["text"] += " edited"
+        write_rows(tmp_path / names[2], rows)
+        fs.put_file(str(tmp_path / names[2]), f"idx-in/dump/{names[2]}")
+        edited, read = run()
+        assert edited["id_check"] == {"index": "used", "id_columns_read": 1, "index_written": True}
+        assert read == [names[2]]  # its ids, then its rows; no other shard's bytes
+        assert edited["metrics"]["text_stats"]["rows_scored"] == 1

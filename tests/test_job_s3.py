@@ -17,12 +17,11 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import subprocess
-import tempfile
 
 import yaml
 
 from scoring.registry import build_metric
-from tests.job_support import REPO_ROOT, child_env, make_corpus, remove_ray_dir
+from tests.job_support import REPO_ROOT, child_env, make_corpus
 
 AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
@@ -46,10 +45,12 @@ def s3fs_client(endpoint):
     return s3fs.S3FileSystem(key="testing", secret="testing", client_kwargs={"endpoint_url": endpoint}, skip_instance_cache=True)
 
 
-def run_cli_job(config_path, temp_dir) -> dict:
+def run_cli_job(config_path, ray_address) -> dict:
+    """The job as a process of its own, joining the session's Ray (whose workers have the fake
+    credentials)."""
     result = subprocess.run(
         [sys.executable, "-m", "ray_jobs.score_corpus", "--config", str(config_path), "--no-progress"],
-        cwd=REPO_ROOT, env=child_env(**AWS_ENV), capture_output=True, text=True, timeout=150,
+        cwd=REPO_ROOT, env=child_env(**AWS_ENV, RAY_ADDRESS=ray_address), capture_output=True, text=True, timeout=150,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "Traceback" not in result.stderr
@@ -58,14 +59,13 @@ def run_cli_job(config_path, temp_dir) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_s3_in_s3_out(moto_endpoint, tmp_path):
+def test_s3_in_s3_out(moto_endpoint, ray_address, tmp_path):
     fs = s3fs_client(moto_endpoint)
     fs.mkdir("ctg-input")
     fs.mkdir("ctg-output")
     local = make_corpus(tmp_path / "in", shards=8, rows=20)
     for path in local:
         fs.put_file(str(path), f"ctg-input/dump/2026-11-22/{path.name}")
-    temp_dir = tempfile.mkdtemp(prefix="rjs3", dir="/tmp")
     config_path = tmp_path / "job.yaml"
     config_path.write_text(yaml.safe_dump({
         "input": "s3://ctg-input/dump/2026-11-22",
@@ -75,56 +75,52 @@ def test_s3_in_s3_out(moto_endpoint, tmp_path):
         "part_rows": 15,
         "pool": {"min_size": 1, "max_size": 2, "num_cpus": 0.5},
         "s3": {"endpoint_url": moto_endpoint},
-        "ray": {"num_cpus": 2, "object_store_memory": 300000000, "temp_dir": temp_dir},
     }))
-    try:
-        first = run_cli_job(config_path, temp_dir)
-        assert "text_stats: 160 in -> 160 out, 160 scored" in first["stdout"]
+    first = run_cli_job(config_path, ray_address)
+    assert "text_stats: 160 in -> 160 out, 160 scored" in first["stdout"]
 
-        fs.invalidate_cache()
-        written = sorted(fs.find("ctg-output/scores"))
-        assert written[0] == "ctg-output/scores/_id_index.parquet"  # the id index and the manifest beside the
-        written = written[1:]                                       # metric folder, not inside
-        assert written[0] == "ctg-output/scores/manifest.json"
-        parts = written[1:]
-        assert sorted({p.rsplit("/", 2)[1] for p in parts}) == [p.stem for p in local]
-        assert all(p.startswith("ctg-output/scores/text_stats/") for p in parts) and len(parts) == 16  # 15 + 5 rows
-        metric = build_metric("text_stats")
-        for path in local:
-            inputs = pq.read_table(path).to_pylist()
-            expected = metric.score_rows(inputs)
-            got = []
-            for part in sorted(p for p in parts if p.rsplit("/", 2)[1] == path.stem):
-                got += pq.read_table(io.BytesIO(fs.cat_file(part))).to_pylist()
-            assert [r["id"] for r in got] == [r["id"] for r in inputs]
-            for want, have in zip(expected, got):
-                for column in (*metric.output_columns, "error"):
-                    assert have[column] == want[column]
-        on_s3 = json.loads(fs.cat_file("ctg-output/scores/manifest.json"))
-        assert on_s3["metrics"]["text_stats"]["rows_out"] == on_s3["input"]["rows"] == 160
-        etags = {item["name"].rsplit("/", 1)[-1]: item["ETag"].strip('"') for item in fs.ls("ctg-input/dump/2026-11-22", detail=True)}
-        assert {f["file"].rsplit("/", 1)[-1]: f["etag"] for f in on_s3["input"]["files"]} == etags
+    fs.invalidate_cache()
+    written = sorted(fs.find("ctg-output/scores"))
+    assert written[0] == "ctg-output/scores/_id_index.parquet"  # the id index and the manifest beside the
+    written = written[1:]                                       # metric folder, not inside
+    assert written[0] == "ctg-output/scores/manifest.json"
+    parts = written[1:]
+    assert sorted({p.rsplit("/", 2)[1] for p in parts}) == [p.stem for p in local]
+    assert all(p.startswith("ctg-output/scores/text_stats/") for p in parts) and len(parts) == 16  # 15 + 5 rows
+    metric = build_metric("text_stats")
+    for path in local:
+        inputs = pq.read_table(path).to_pylist()
+        expected = metric.score_rows(inputs)
+        got = []
+        for part in sorted(p for p in parts if p.rsplit("/", 2)[1] == path.stem):
+            got += pq.read_table(io.BytesIO(fs.cat_file(part))).to_pylist()
+        assert [r["id"] for r in got] == [r["id"] for r in inputs]
+        for want, have in zip(expected, got):
+            for column in (*metric.output_columns, "error"):
+                assert have[column] == want[column]
+    on_s3 = json.loads(fs.cat_file("ctg-output/scores/manifest.json"))
+    assert on_s3["metrics"]["text_stats"]["rows_out"] == on_s3["input"]["rows"] == 160
+    etags = {item["name"].rsplit("/", 1)[-1]: item["ETag"].strip('"') for item in fs.ls("ctg-input/dump/2026-11-22", detail=True)}
+    assert {f["file"].rsplit("/", 1)[-1]: f["etag"] for f in on_s3["input"]["files"]} == etags
 
-        # nightly re-run: one object replaced, the rest reused by etag, one row re-scored
-        rows = pq.read_table(local[3]).to_pylist()
-        rows[0]["text"] = "a changed row"
-        changed = tmp_path / "changed.parquet"
-        pq.write_table(pq.read_table(local[3]).from_pylist(rows, schema=pq.read_table(local[3]).schema), changed)
-        fs.put_file(str(changed), f"ctg-input/dump/2026-11-22/{local[3].name}")
-        again = run_cli_job(config_path, temp_dir)
-        assert "text_stats: 160 in -> 160 out, 1 scored, 159 reused" in again["stdout"]
-        fs.invalidate_cache()
-        shard_parts = sorted(fs.find(f"ctg-output/scores/text_stats/{local[3].stem}"))
-        assert len(shard_parts) == 2  # the old version's parts replaced by the new ones
-        got = pq.read_table(io.BytesIO(fs.cat_file(shard_parts[0]))).to_pylist()
-        assert got[0]["text_stats_words"] == 3.0 and got[0]["id"] == rows[0]["id"]
+    # nightly re-run: one object replaced, the rest reused by etag, one row re-scored
+    rows = pq.read_table(local[3]).to_pylist()
+    rows[0]["text"] = "a changed row"
+    changed = tmp_path / "changed.parquet"
+    pq.write_table(pq.read_table(local[3]).from_pylist(rows, schema=pq.read_table(local[3]).schema), changed)
+    fs.put_file(str(changed), f"ctg-input/dump/2026-11-22/{local[3].name}")
+    again = run_cli_job(config_path, ray_address)
+    assert "text_stats: 160 in -> 160 out, 1 scored, 159 reused" in again["stdout"]
+    fs.invalidate_cache()
+    shard_parts = sorted(fs.find(f"ctg-output/scores/text_stats/{local[3].stem}"))
+    assert len(shard_parts) == 2  # the old version's parts replaced by the new ones
+    got = pq.read_table(io.BytesIO(fs.cat_file(shard_parts[0]))).to_pylist()
+    assert got[0]["text_stats_words"] == 3.0 and got[0]["id"] == rows[0]["id"]
 
-        # an unchanged night: planned from the manifest and one listing per prefix, no footer read
-        third = run_cli_job(config_path, temp_dir)
-        assert "160 reused" in third["stdout"] and "storage: " in third["stdout"]
-        requests = json.loads(fs.cat_file("ctg-output/scores/manifest.json"))["requests"]
-        assert requests["footers_read"] == 0 and requests["worker_part_puts"] == 0
-        assert requests["driver"]["GET"] == 1  # the previous manifest; no footer, no shard read
-        assert requests["driver"]["LIST"] == 3 and requests["driver"]["total"] <= 12  # input, output top, text_stats
-    finally:
-        remove_ray_dir(temp_dir)
+    # an unchanged night: planned from the manifest and one listing per prefix, no footer read
+    third = run_cli_job(config_path, ray_address)
+    assert "160 reused" in third["stdout"] and "storage: " in third["stdout"]
+    requests = json.loads(fs.cat_file("ctg-output/scores/manifest.json"))["requests"]
+    assert requests["footers_read"] == 0 and requests["worker_part_puts"] == 0
+    assert requests["driver"]["GET"] == 1  # the previous manifest; no footer, no shard read
+    assert requests["driver"]["LIST"] == 3 and requests["driver"]["total"] <= 12  # input, output top, text_stats

@@ -17,15 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from ctgscore.testing.cli import QUIET_ENV, run_cli
-from tests.job_support import REPO_ROOT, VENV_BIN, child_env, free_port
+from tests.job_support import REPO_ROOT, child_env, free_port
 
 CURSOR = re.compile(r"\x1b\[|\r")
-
-
-def _readme_submit_line() -> str:
-    text = (REPO_ROOT / "README.md").read_text()
-    [line] = [ln for ln in text.splitlines() if ln.startswith("ray job submit --address http://127.0.0.1:8265")]
-    return line
 
 
 def _scores(tmp_path) -> pathlib.Path:
@@ -93,38 +87,19 @@ def test_splits_prints_no_bar_under_no_progress_even_on_a_terminal(tmp_path, mon
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_redirected_run_log_has_no_cursor_codes(tiny_models, tmp_path):
+def test_redirected_run_log_has_no_cursor_codes(tiny_models, ray_address, tmp_path):
+    """`ctgscore run` with its output redirected to a file (joining the session's Ray)."""
     model = tiny_models["gpt2"]
     log = tmp_path / "run.log"
     with open(log, "w") as handle:
         proc = subprocess.run(
             [sys.executable, "-m", "ctgscore", "run", "examples/sample_local.yaml", "--set",
              f"output={tmp_path / 'out'}", "--set", f"metrics.1.params.model={model}"],
-            cwd=REPO_ROOT, env=child_env(), stdout=handle, stderr=subprocess.STDOUT, timeout=280)
+            cwd=REPO_ROOT, env=child_env(RAY_ADDRESS=ray_address), stdout=handle, stderr=subprocess.STDOUT, timeout=280)
     text = log.read_text()
     assert proc.returncode == 0, text[-3000:]
     assert not CURSOR.search(text), text[-2000:]
     assert "perplexity" in text and (tmp_path / "out" / "manifest.json").exists()
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_readme_submit_line_works_against_a_local_head(ray_head, tiny_models, tmp_path):
-    """The README's line, with $PWD/out and $PWD/.cache/tiny-models pointed at this test's folders,
-    against a `ray start --head` (the session's `ray_head`)."""
-    line = _readme_submit_line()
-    models = pathlib.Path(tiny_models["gpt2"]).parent
-    command = (line.replace("http://127.0.0.1:8265", ray_head)
-               .replace("$PWD/out", str(tmp_path / "out")).replace("$PWD/.cache/tiny-models", str(models))
-               .replace("ray job submit", f"{VENV_BIN / 'ray'} job submit", 1))
-    submit = subprocess.run(command, shell=True, cwd=REPO_ROOT, env=child_env(), capture_output=True, text=True,
-                            timeout=240)
-    assert submit.returncode == 0, submit.stdout[-3000:] + submit.stderr[-3000:]
-    assert "succeeded" in submit.stdout
-    manifest = json.loads((tmp_path / "out" / "sample" / "manifest.json").read_text())
-    assert set(manifest["metrics"]) == {"text_stats", "perplexity"}
-    assert manifest["metrics"]["perplexity"]["rows_out"] == 280
-    assert (tmp_path / "out" / "sample" / "perplexity").is_dir()
 
 
 def test_unreachable_hub_default_model_fails_fast_naming_it(tmp_path):

@@ -9,13 +9,12 @@ import json
 import pathlib
 import subprocess
 import sys
-import tempfile
 
 import pytest
 
 from scoring import models
 from scoring.errors import StorageError, UsageError
-from tests.job_support import FAKE_AWS, child_env, free_port, make_corpus, remove_ray_dir
+from tests.job_support import FAKE_AWS, child_env, free_port, make_corpus
 
 
 @pytest.fixture
@@ -105,8 +104,10 @@ def test_endpoint_comes_from_settings_and_failures_name_the_bucket(s3, tiny_mode
         models.resolve_model("s3://models-b/gpt2", cache_dir=tmp_path / "other")
 
 
-def _job(config: pathlib.Path) -> subprocess.CompletedProcess:
-    env = child_env(**FAKE_AWS)
+def _job(config: pathlib.Path, ray_address: str) -> subprocess.CompletedProcess:
+    """The job as a process of its own, joining the session's Ray (whose workers, too, have a
+    dead AWS_ENDPOINT_URL)."""
+    env = child_env(**FAKE_AWS, RAY_ADDRESS=ray_address)
     # the endpoint comes from the job config only; anything that ignores it meets a dead
     # loopback port (never a real AWS endpoint)
     env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{free_port()}"
@@ -118,7 +119,8 @@ def _job(config: pathlib.Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_job_loads_an_s3_model_through_its_s3_settings_and_rescores_when_it_changes(moto, tiny_models, tmp_path):
+def test_job_loads_an_s3_model_through_its_s3_settings_and_rescores_when_it_changes(moto, ray_address, tiny_models,
+                                                                                     tmp_path):
     import s3fs
 
     from ctgscore.testing.tiny_models import build_gpt2
@@ -127,7 +129,6 @@ def test_job_loads_an_s3_model_through_its_s3_settings_and_rescores_when_it_chan
     fs.mkdir("models-job")
     upload(fs, tiny_models["gpt2"], "models-job/lm")
     make_corpus(tmp_path / "in", shards=2, rows=6)
-    ray_dir = tempfile.mkdtemp(prefix="rmod", dir="/tmp")
     config = tmp_path / "job.json"
     config.write_text(json.dumps({
         "input": str(tmp_path / "in"),
@@ -136,23 +137,19 @@ def test_job_loads_an_s3_model_through_its_s3_settings_and_rescores_when_it_chan
         "batch_size": 4,
         "pool": {"min_size": 1, "max_size": 1, "num_cpus": 0.5},
         "s3": {"endpoint_url": moto},
-        "ray": {"num_cpus": 2, "temp_dir": ray_dir},
         "progress": False,
     }))
-    try:
-        first = _job(config)
-        assert first.returncode == 0, first.stderr[-3000:]
-        manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
-        signature = manifest["metrics"]["perplexity"]["signature"]
-        assert sha256_of_safetensors(pathlib.Path(tiny_models["gpt2"])) in signature
+    first = _job(config, ray_address)
+    assert first.returncode == 0, first.stderr[-3000:]
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    signature = manifest["metrics"]["perplexity"]["signature"]
+    assert sha256_of_safetensors(pathlib.Path(tiny_models["gpt2"])) in signature
 
-        build_gpt2(tmp_path / "gpt2-new", seed=1)
-        assert sha256_of_safetensors(tmp_path / "gpt2-new") != sha256_of_safetensors(pathlib.Path(tiny_models["gpt2"]))
-        upload(fs, tmp_path / "gpt2-new", "models-job/lm")  # same prefix, new weights
-        second = _job(config)
-        assert second.returncode == 0, second.stderr[-3000:]
-        again = json.loads((tmp_path / "out" / "manifest.json").read_text())["metrics"]["perplexity"]
-        assert sha256_of_safetensors(tmp_path / "gpt2-new") in again["signature"]
-        assert again["rows_scored"] == 12 and again["rows_cached"] == 0
-    finally:
-        remove_ray_dir(ray_dir)
+    build_gpt2(tmp_path / "gpt2-new", seed=1)
+    assert sha256_of_safetensors(tmp_path / "gpt2-new") != sha256_of_safetensors(pathlib.Path(tiny_models["gpt2"]))
+    upload(fs, tmp_path / "gpt2-new", "models-job/lm")  # same prefix, new weights
+    second = _job(config, ray_address)
+    assert second.returncode == 0, second.stderr[-3000:]
+    again = json.loads((tmp_path / "out" / "manifest.json").read_text())["metrics"]["perplexity"]
+    assert sha256_of_safetensors(tmp_path / "gpt2-new") in again["signature"]
+    assert again["rows_scored"] == 12 and again["rows_cached"] == 0
