@@ -39,7 +39,7 @@ def test_readme_fits_on_a_page_and_starts_with_the_two_commands():
         assert f"\n{target}" in (REPO / "Makefile").read_text()
     linked = [part.split(")", 1)[0] for part in README.split("](")[1:]]
     local = [link for link in linked if not link.startswith(("http", "#"))]
-    absent = [link for link in local if not (REPO / link).exists() and link != "docs/gpu.md"]  # gpu.md: issue 29
+    absent = [link for link in local if not (REPO / link).exists()]
     assert not absent, absent
 
 
