@@ -141,3 +141,33 @@ def test_compiled_layers_give_the_eager_scores(tiny_models):
     assert compiled.engine.compiled_layers > 0
     scores = compiled.score(SOURCES, TARGETS)
     assert max(abs(a - b) for a, b in zip(eager, scores)) < 1e-3  # float32 both; fused kernels reorder sums
+
+
+def test_cross_batch_planning_on_cuda_gives_the_per_batch_scores(tiny_models):
+    """On CUDA decoder chunks are planned across encoder batches by default: the pooled
+    encoder buffers and per-chunk source widths give the per-batch scores (float32), with
+    less decoder padding."""
+    import random
+
+    from scoring.engine import Ragged
+
+    scorer = _bart(tiny_models, "cuda")
+    scorer.engine.token_budget = 96  # several encoder batches per pool
+    assert scorer.engine.cross_batch
+    rng = random.Random(0)
+    vocab = scorer.engine.model.config.vocab_size
+
+    def ids(n):
+        return [0] + [rng.randrange(4, vocab) for _ in range(n)] + [2]
+
+    sources = Ragged.from_lists([ids(rng.randrange(3, 40)) for _ in range(40)])
+    targets = Ragged.from_lists([ids(rng.choice((1, 2, 5, 9, 14, 22))) for _ in range(40)])
+    groups = [range(i, i + 1) for i in range(40)]
+    runs = {}
+    for cross_batch in (True, False):
+        scorer.engine.cross_batch = cross_batch
+        scorer.engine.stats.clear()
+        runs[cross_batch] = (scorer.engine.pair_nll(sources, targets, groups), dict(scorer.engine.stats))
+    pooled, per_batch = runs[True], runs[False]
+    assert max(abs(a - b) / max(abs(b), 1e-6) for a, b in zip(pooled[0], per_batch[0])) < 1e-4
+    assert pooled[1]["decoder_tokens_padded"] <= per_batch[1]["decoder_tokens_padded"]
