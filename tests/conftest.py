@@ -48,11 +48,84 @@ def real_data_root() -> pathlib.Path:
     return FULL_DATA
 
 
+SHARED_RAY = "CTGSCORE_TEST_RAY_ADDRESS"  # set by the xdist controller for its workers
+
+
 def pytest_configure(config):
+    if _starts_the_shared_ray(config):
+        config.ctgscore_shared_ray = start_shared_ray()
+        os.environ[SHARED_RAY] = config.ctgscore_shared_ray[1]  # inherited by the workers it starts next
     config.addinivalue_line("markers", "unit: no Ray, no server, no subprocess (the quick loop; set by conftest)")
     config.addinivalue_line("markers", "integration: shares a Ray, an S3 server or a mount, or runs the CLI as a "
                                        "subprocess (set by conftest)")
     config.addinivalue_line("markers", "system: starts its own cluster, server or job (set by conftest)")
+
+
+def pytest_unconfigure(config):
+    shared = getattr(config, "ctgscore_shared_ray", None)
+    if shared is not None:
+        stop_shared_ray(*shared)
+        os.environ.pop(SHARED_RAY, None)
+
+
+def _starts_the_shared_ray(config) -> bool:
+    """The controller of a `pytest -n N` run starts one Ray for all its workers (`ray_local`),
+    unless only the unit tier (no Ray) is selected."""
+    controller = getattr(config.option, "dist", "no") != "no" and not hasattr(config, "workerinput")
+    unit_only = (getattr(config.option, "markexpr", "") or "").strip() in ("unit", "not slow")
+    return controller and not unit_only and not config.option.collectonly
+
+
+def worker_environment() -> dict[str, str]:
+    """What every worker of the session's Ray gets: offline hub, and the fake credentials of the
+    test S3 server (`tests.job_support.FAKE_AWS`) with `AWS_ENDPOINT_URL` at a dead loopback
+    port, so an S3 client that ignored a job's `s3.endpoint_url` fails there, never reaching
+    anything else."""
+    from tests.job_support import FAKE_AWS, free_port
+
+    return {"HF_HUB_OFFLINE": "1", "RAY_AUTH_MODE": "disabled", **FAKE_AWS,
+            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}"}
+
+
+def start_shared_ray():
+    """`ray start --head` for the workers of a `pytest -n N` run: 4 logical CPUs (two workers'
+    jobs at once), no dashboard, no log monitor (no test reads Ray's logs through the driver),
+    its own temp dir and ports, idle workers kept (`WARM_WORKERS`). One Ray instead of one per
+    worker: an idle Ray that has run a Ray Data job costs about 12 % of a core (measured: raylet,
+    GCS, agents and Ray Data's three helper actors). Returns (process, address, temp dir)."""
+    import json
+    import subprocess
+
+    from tests.job_support import PLUGINS, VENV_BIN, free_port, wait_port
+
+    temp_dir = tempfile.mkdtemp(prefix="rays", dir="/tmp")
+    ports = {name: free_port() for name in ("port", "ray-client-server-port", "node-manager-port",
+                                            "object-manager-port", "dashboard-agent-listen-port",
+                                            "dashboard-agent-grpc-port", "metrics-export-port", "runtime-env-agent-port")}
+    worker_low = 40000 + (os.getpid() % 100) * 100
+    env = {**os.environ, **worker_environment(),
+           "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(PLUGINS), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
+    head = subprocess.Popen(
+        [str(VENV_BIN / "ray"), "start", "--head", "--block", "--num-cpus=4", "--node-ip-address=127.0.0.1",
+         "--include-dashboard=false", "--include-log-monitor=false", "--disable-usage-stats", f"--temp-dir={temp_dir}",
+         f"--object-store-memory={1 << 30}", f"--system-config={json.dumps(WARM_WORKERS)}",
+         f"--min-worker-port={worker_low}", f"--max-worker-port={worker_low + 99}",
+         *[f"--{name}={port}" for name, port in ports.items()]],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    try:
+        wait_port(ports["port"], timeout=60)
+    except TimeoutError:
+        stop_shared_ray(head, "", temp_dir)
+        raise
+    return head, f"127.0.0.1:{ports['port']}", temp_dir
+
+
+def stop_shared_ray(head, address: str, temp_dir: str) -> None:
+    from tests.job_support import stop_group
+
+    stop_group(head, marker=temp_dir)
+    shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
@@ -96,23 +169,26 @@ WARM_WORKERS = {"num_workers_soft_limit": 6, "idle_worker_killing_time_threshold
 
 @pytest.fixture(scope="session")
 def ray_local():
-    """One local Ray for the whole session: 2 CPUs, no dashboard, 1 GiB object store, a short
-    temp dir that is removed afterwards, idle workers kept (`WARM_WORKERS`). Workers import the
-    project through PYTHONPATH and have the fake credentials of the test S3 server
-    (`tests.job_support.FAKE_AWS`) with `AWS_ENDPOINT_URL` at a dead loopback port: an S3 client
-    that ignored a job's `s3.endpoint_url` would fail there, never reach anything else."""
+    """One Ray for the whole session: under `pytest -n N` the one the controller started for all
+    workers (`start_shared_ray`), else a local one started here: 2 CPUs, no dashboard, 1 GiB
+    object store, a short temp dir that is removed afterwards. Either way idle workers are kept
+    (`WARM_WORKERS`), workers import the project through PYTHONPATH, and they have
+    `worker_environment()` (the test S3 server's fake credentials, a dead AWS_ENDPOINT_URL)."""
     import ray
 
-    from tests.job_support import FAKE_AWS, free_port
-
-    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     )
+    worker_env = worker_environment()
+    shared = os.environ.get(SHARED_RAY)
+    if shared:
+        ray.init(address=shared, log_to_driver=False, runtime_env={"env_vars": worker_env})
+        yield ray
+        ray.shutdown()
+        return
+    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     # in the environment while Ray starts (its raylet hands it to every worker, also those of a
     # job that joins from a subprocess), not in this process's afterwards
-    worker_env = {"HF_HUB_OFFLINE": "1", "RAY_AUTH_MODE": "disabled", **FAKE_AWS,
-                  "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}"}
     saved = {key: os.environ.get(key) for key in worker_env}
     os.environ.update(worker_env)
     try:
