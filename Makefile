@@ -26,10 +26,10 @@ demo: $(STAMP)
 	$(PY) -m ctgscore.demo
 
 # tiers (tests/conftest.py): unit (the quick loop), integration, system; the 15 slowest tests at the end.
-# TEST_WORKERS processes (pytest-xdist), a module's tests in one of them: a serial run leaves a
-# third of two cores idle (jobs wait on Ray, servers and subprocesses). TEST_WORKERS=0: one process.
+# TEST_WORKERS processes (pytest-xdist), a module's tests in one of them, one Ray for all: a serial
+# run leaves a third of two cores idle (jobs wait on Ray, servers, subprocesses). TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 test: $(STAMP)
 	$(PYTEST) --durations=15
 

@@ -60,6 +60,7 @@ class RaySession:
 
         if self.quiet:
             quiet_ray_logging()
+            divert_cluster_messages()
         if not ray.is_initialized():
             address = self.address or os.environ.get("RAY_ADDRESS") or None
             kwargs: dict[str, Any] = {"log_to_driver": not self.quiet}
@@ -129,6 +130,30 @@ def quiet_ray_logging() -> None:
     """Ray's driver-side loggers print errors only; everything else stays in Ray's files."""
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def divert_cluster_messages() -> None:
+    """The messages Ray's driver receives from the cluster (a raylet's "N PYTHON worker processes
+    have been started" warning, other jobs' errors) go to `ctgscore-ray-messages.log` in the
+    session's log folder, not to stdout: Ray prints them there whatever `log_to_driver` says
+    (its error-listener thread calls `print_to_stdstream`). Nothing changes if this Ray has no
+    such function."""
+    from ray._private import worker as ray_worker
+
+    current = getattr(ray_worker, "print_to_stdstream", None)
+    if current is None or getattr(current, "ctgscore_diverted", False):
+        return
+
+    def to_session_log(data, ignore_prefix: bool = False) -> None:
+        try:
+            with open(_session_log("ctgscore-ray-messages.log"), "a", encoding="utf-8") as handle:
+                for line in data.get("lines", []):
+                    handle.write(f"({data.get('pid', '?')}) {line}\n")
+        except OSError:
+            pass  # a message lost is better than a message on ctgscore's console
+
+    to_session_log.ctgscore_diverted = True
+    ray_worker.print_to_stdstream = to_session_log
 
 
 def quiet_ray_data() -> None:

@@ -6,8 +6,8 @@ Tiers, set on every collected test by `pytest_collection_modifyitems` (CONTRIBUT
 - `integration`: uses a shared expensive fixture (`tests.tiers.SHARED_FIXTURES`: a Ray, the S3
   server, a mount), calls `run_cli` (a real `python -m ctgscore` subprocess), or is marked `gpu`.
 - `system`: marked `slow` without any shared fixture: starts its own cluster, server or job.
-`make test` runs the tests in two processes (`pytest -n 2 --dist loadgroup`): a module's tests
-stay together (`xdist_group_of`), and each process has its own session fixtures.
+`make test` runs the tests in two processes (`pytest -n 2 --dist loadfile`): a module's tests
+stay together in one, and both use one Ray (`start_shared_ray`).
 A test may name its tier with a marker (`@pytest.mark.integration`), or sit in a folder named
 after it (`tests/system/...`). Every test that is not `unit` is also marked `slow`, so
 `-m "not slow"` stays the quick loop.
@@ -130,14 +130,13 @@ def stop_shared_ray(head, address: str, temp_dir: str) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config, items):
-    from tests.tiers import tier_of, xdist_group_of
+    from tests.tiers import tier_of
 
     for item in items:
         tier = tier_of(item)
         item.add_marker(getattr(pytest.mark, tier))
         if tier != "unit" and item.get_closest_marker("slow") is None:
             item.add_marker(pytest.mark.slow)
-        item.add_marker(pytest.mark.xdist_group(xdist_group_of(item)))
 
 
 def pytest_report_header(config):

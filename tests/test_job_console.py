@@ -61,3 +61,21 @@ def test_console_of_a_small_job_carries_no_ray_lines(ray_address, tmp_path):
     out = quiet.stdout.strip().splitlines()
     assert len(out) == 1 and "text_stats: 100 in -> 100 out, 100 scored" in out[0]
     assert not RAY_LINE.search(quiet.stdout)
+
+
+def test_cluster_messages_go_to_the_session_log_not_stdout(tmp_path, monkeypatch, capsys):
+    """What the cluster pushes to a driver (here the raylet's worker-pool warning that once
+    reached a joined job's console) is written to the session's log file, not printed."""
+    from ray._private import worker as ray_worker
+
+    from ray_jobs import session
+
+    monkeypatch.setattr(ray_worker, "print_to_stdstream", ray_worker.print_to_stdstream)  # restored afterwards
+    monkeypatch.setattr(session, "_session_log", lambda name: str(tmp_path / name))
+    session.divert_cluster_messages()
+    session.divert_cluster_messages()  # idempotent
+    warning = "WARNING: 8 PYTHON worker processes have been started on node: abc"
+    ray_worker.print_to_stdstream({"lines": [warning], "pid": "raylet", "is_err": False}, ignore_prefix=False)
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ""
+    assert (tmp_path / "ctgscore-ray-messages.log").read_text() == f"(raylet) {warning}\n"

@@ -81,29 +81,3 @@ def test_every_test_of_this_run_has_one_tier_and_only_unit_is_quick(request):
         assert (item.get_closest_marker("slow") is None) == (tiers[0] == "unit"), item.nodeid
     mine = next(i for i in items if i.nodeid == request.node.nodeid)
     assert mine.get_closest_marker("unit") is not None  # this test starts nothing
-
-
-class GroupItem:
-    def __init__(self, nodeid, fixtures=()):
-        self.nodeid, self.fixturenames = nodeid, list(fixtures)
-
-
-def test_xdist_groups_keep_a_module_together_and_the_demo_run_in_one_worker():
-    from tests.tiers import xdist_group_of
-
-    a1, a2 = GroupItem("tests/test_a.py::test_one"), GroupItem("tests/test_a.py::test_two[x]", ["tmp_path"])
-    assert xdist_group_of(a1) == xdist_group_of(a2) == "tests/test_a.py"
-    assert xdist_group_of(GroupItem("tests/test_b.py::test_one")) != xdist_group_of(a1)
-    newcomer = GroupItem("tests/test_newcomer.py::test_x", ["demo", "demo_run"])
-    digest = GroupItem("tests/test_job_output_digest.py::test_y", ["demo_run"])
-    assert xdist_group_of(newcomer) == xdist_group_of(digest) == "demo_run"
-    assert xdist_group_of(GroupItem("tests/test_newcomer.py::test_readme")) == "tests/test_newcomer.py"
-
-
-def test_this_run_groups_every_test(request):
-    """conftest gave every selected test one `xdist_group` marker, the one `xdist_group_of` names."""
-    from tests.tiers import xdist_group_of
-
-    for item in request.session.items:
-        groups = [m.kwargs.get("name", m.args[0] if m.args else None) for m in item.iter_markers("xdist_group")]
-        assert groups == [xdist_group_of(item)], (item.nodeid, groups)

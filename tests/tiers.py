@@ -41,19 +41,3 @@ def _folders_under_tests(path: pathlib.Path) -> tuple[str, ...]:
     if "tests" not in parts:
         return ()
     return parts[len(parts) - parts[::-1].index("tests"):]
-
-
-# Fixtures shared across modules whose cost should be paid once even under `pytest -n`: the
-# modules that use one run in one worker (`--dist loadgroup`; see `xdist_group_of`).
-SHARED_ACROSS_MODULES = ("demo_run",)
-
-
-def xdist_group_of(item) -> str:
-    """The group a test runs in under `pytest -n N --dist loadgroup` (`make test`): its module,
-    so module-scoped fixtures are built once, or the name of a fixture in
-    `SHARED_ACROSS_MODULES` it uses, so that fixture's modules share one worker (one demo run).
-    Each worker has its own session: its own Ray, S3 server and tiny models."""
-    used = [name for name in SHARED_ACROSS_MODULES if name in getattr(item, "fixturenames", ())]
-    if used:
-        return used[0]
-    return item.nodeid.split("::", 1)[0]
