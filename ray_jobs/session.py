@@ -1,12 +1,21 @@
 """The one place ctgscore starts or joins Ray.
 
-    with ray_session(num_cpus=2) as owned:      # joins a running Ray, or starts a local one
+    with ray_session(num_cpus=2) as owned:      # joins the Ray named, or starts a local one
         ...
     session = RaySession(address=..., num_cpus=...)   # lazy: starts on `ensure()`, if ever
     session.ensure(); ...; session.close()             # shuts down only a Ray it started
 
 Where Ray comes from, in order: an already initialised Ray in this process; `address`;
-`$RAY_ADDRESS` (set by `ray job submit`); else a new local Ray on this machine.
+`$RAY_ADDRESS` (set by `ray job submit`); else a new local Ray on this machine, always its own:
+a Ray head started earlier on the machine (`ray start --head`) is joined only when named
+(`address`, `--address`, `$RAY_ADDRESS`), never found and joined silently.
+
+Authentication: Ray's own default. A new local Ray asks for a token (Ray 2.60: `RAY_AUTH_MODE`
+unset means token for a local cluster) and listens on loopback only (no dashboard); its token
+comes from `$RAY_AUTH_TOKEN`, `$RAY_AUTH_TOKEN_PATH` or `~/.ray/auth_token`, which is created
+here, readable by its owner only, when none exists (`ensure_local_token`). ctgscore never
+sets `RAY_AUTH_MODE=disabled`; a caller may (the tests do). Joining a cluster needs its token
+in the same variables (docs/job.md, "Token authentication").
 
 Quiet by default: Ray's and Ray Data's own log lines go to Ray's log files (the session
 directory's `logs/`), not the terminal; workers' output is not forwarded to the driver; Ray
@@ -23,6 +32,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import pathlib
+import secrets
 from typing import Any, Iterator
 
 QUIET_LOGGERS = ("ray", "ray.train", "ray.tune", "ray.serve")
@@ -69,8 +80,9 @@ class RaySession:
             if address:
                 ray.init(address=address, **kwargs)
             else:
-                os.environ.setdefault("RAY_AUTH_MODE", "disabled")
                 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+                ensure_local_token()
+                kwargs["address"] = "local"  # a new Ray of its own, never one found on the machine
                 kwargs["include_dashboard"] = False
                 for key, value in (
                     ("num_cpus", self.num_cpus),
@@ -105,6 +117,30 @@ class RaySession:
                 self._stderr = None
             self.owned = False
             self.ready = False
+
+
+def ensure_local_token() -> pathlib.Path | None:
+    """Before a new local Ray starts with token authentication (`RAY_AUTH_MODE` unset or
+    `token`) and no token is configured (`$RAY_AUTH_TOKEN`, `$RAY_AUTH_TOKEN_PATH`, or an
+    existing `~/.ray/auth_token`): write a new random token (256 bits, as Ray makes them) to
+    `~/.ray/auth_token`, mode 0600 in a 0700 folder, so other users of the machine cannot read
+    it (Ray would create the file with the process's umask). Returns the file it wrote, else
+    None. An existing token file is never changed."""
+    mode = os.environ.get("RAY_AUTH_MODE")
+    if (mode is not None and mode.strip().lower() != "token") or os.environ.get("RAY_AUTH_TOKEN") \
+            or os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return None
+    path = pathlib.Path.home() / ".ray" / "auth_token"
+    if path.exists():
+        return None
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another process wrote one just now: use that
+        return None
+    with os.fdopen(handle, "w", encoding="ascii") as out:
+        out.write(secrets.token_hex(32))
+    return path
 
 
 @contextlib.contextmanager

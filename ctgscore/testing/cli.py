@@ -13,6 +13,8 @@ import sys
 from typing import Sequence
 
 QUIET_ENV = {
+    # tests only: their local Rays skip the token (no ~/.ray/auth_token written by a test run);
+    # the product keeps Ray's default, token authentication (ray_jobs/session.py)
     "RAY_AUTH_MODE": "disabled",
     "HF_HUB_OFFLINE": "1",
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",

@@ -1,0 +1,65 @@
+"""Puts a Ray cluster's authentication token on a node, from the cloud's secret store.
+
+    python -m ray_jobs.cluster_token --secret-id ctgscore/ray-auth-token --region us-east-1
+
+`cluster.yaml` runs this on every node before `RAY_AUTH_MODE=token ray start ...`: it reads
+the secret (AWS Secrets Manager, through the node's instance profile: no key anywhere) and
+writes it to `~/.ray/auth_token` (or `--out`), the file Ray reads the token from, mode 0600
+in a 0700 folder. The token is never printed, logged or passed on a command line; a failure
+names the secret and the cause, not the value. Exit 0 on success, 1 on failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+
+DEFAULT_OUT = "~/.ray/auth_token"
+
+
+def read_secret(secret_id: str, region: str | None = None, endpoint_url: str | None = None) -> str:
+    """The secret's string value (AWS Secrets Manager, the default credential chain)."""
+    import botocore.session
+
+    client = botocore.session.get_session().create_client(
+        "secretsmanager", region_name=region, endpoint_url=endpoint_url)
+    value = client.get_secret_value(SecretId=secret_id).get("SecretString") or ""
+    return value.strip()
+
+
+def write_token(token: str, out: str | os.PathLike = DEFAULT_OUT) -> pathlib.Path:
+    """Writes `token` to `out` (owner-only folder and file, replaced whole) and returns the path."""
+    if not token:
+        raise ValueError("the secret is empty")
+    path = pathlib.Path(out).expanduser()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    temp = path.with_name(path.name + ".tmp")
+    temp.unlink(missing_ok=True)
+    handle = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(handle, "w", encoding="utf-8") as file:
+        file.write(token)
+    os.replace(temp, path)  # a symlink at `path` is replaced, not followed
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ray_jobs.cluster_token", description=__doc__.splitlines()[0])
+    parser.add_argument("--secret-id", required=True, help="name or ARN of the secret that holds the token")
+    parser.add_argument("--region", default=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"))
+    parser.add_argument("--endpoint-url", default=None, help="a Secrets Manager endpoint other than AWS's")
+    parser.add_argument("--out", default=DEFAULT_OUT, help=f"token file (default {DEFAULT_OUT})")
+    args = parser.parse_args(argv)
+    try:
+        path = write_token(read_secret(args.secret_id, args.region, args.endpoint_url), args.out)
+    except Exception as exc:  # noqa: BLE001 - one line naming the secret and the cause, never the value
+        print(f"error: cannot put the Ray token from secret {args.secret_id!r} on this node: "
+              f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}", file=sys.stderr)
+        return 1
+    print(f"Ray token from secret {args.secret_id!r} written to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
