@@ -8,11 +8,12 @@
 Where Ray comes from, in order: an already initialised Ray in this process; `address`;
 `$RAY_ADDRESS` (set by `ray job submit`); else a new local Ray on this machine, always its own:
 a Ray head started earlier on the machine (`ray start --head`) is joined only when named
-(`address`, `--address`, `$RAY_ADDRESS`), never found and joined silently.
+(`address`, the job config's `ray.address`, `$RAY_ADDRESS`), never found and joined silently.
 
 Authentication: Ray's own default. A new local Ray asks for a token (Ray 2.60: `RAY_AUTH_MODE`
-unset means token for a local cluster) and listens on loopback only (no dashboard); its token
-comes from `$RAY_AUTH_TOKEN`, `$RAY_AUTH_TOKEN_PATH` or `~/.ray/auth_token`, which is created
+unset means token for a local cluster) and starts no dashboard or job server; its GCS and
+raylet ports listen on the machine's interfaces (Ray has no loopback-only option), and the
+token is what refuses a stranger there (docs/security.md). The token comes from `$RAY_AUTH_TOKEN`, `$RAY_AUTH_TOKEN_PATH` or `~/.ray/auth_token`, which is created
 here, readable by its owner only, when none exists (`ensure_local_token`). ctgscore never
 sets `RAY_AUTH_MODE=disabled`; a caller may (the tests do). Joining a cluster needs its token
 in the same variables (docs/job.md, "Token authentication").

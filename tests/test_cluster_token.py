@@ -1,5 +1,6 @@
-"""`python -m ray_jobs.cluster_token`, what cluster.yaml runs on every node before `ray start`:
-the token from Secrets Manager (here moto's) into `~/.ray/auth_token`, owner-only, never printed."""
+"""Ray tokens on disk: `python -m ray_jobs.cluster_token`, what cluster.yaml runs on every node
+before `ray start` (the token from Secrets Manager, here moto's, into `~/.ray/auth_token`,
+owner-only, never printed), and `ensure_local_token`, the embedded local Ray's token file."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import stat
 import pytest
 
 from ray_jobs.cluster_token import main, write_token
+from ray_jobs.session import ensure_local_token
 from tests.job_support import FAKE_AWS
 
 
@@ -50,3 +52,20 @@ def test_token_from_secrets_manager_to_the_node(moto, tmp_path, monkeypatch, cap
     [line] = printed.err.splitlines()
     assert line.startswith(f"error: cannot put the Ray token from secret '{name}-missing'") and "ResourceNotFound" in line
     assert not (tmp_path / "none").exists()
+
+
+def test_local_token_written_owner_only_when_the_token_mode_needs_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(key, raising=False)
+    token_file = tmp_path / ".ray" / "auth_token"
+    for key, value in (("RAY_AUTH_MODE", "disabled"), ("RAY_AUTH_TOKEN", "given"), ("RAY_AUTH_TOKEN_PATH", "/x")):
+        with monkeypatch.context() as patch:
+            patch.setenv(key, value)
+            assert ensure_local_token() is None and not token_file.exists(), key
+    assert ensure_local_token() == token_file  # mode unset: Ray's default, token
+    first = token_file.read_text()
+    assert len(first) == 64 and int(first, 16) >= 0
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600 and stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    assert ensure_local_token() is None and token_file.read_text() == first  # an existing token is kept
