@@ -383,7 +383,7 @@ class Bench:
         self.device, self.size = args.device, "tiny" if args.tiny else "large"
         self.max_length = TINY_MAX_LENGTH if args.tiny else 1024
         self.sides = split_rows(json.loads(LENGTHS.read_text()), args.rows, args.warm_rows)
-        self._model_key, self._model = None, None
+        self._model_key, self._model, self._compiled = None, None, False
         self._work: dict = {}
         self.engine_nll: dict = {}
         self.call_seconds: dict = {}
@@ -391,13 +391,16 @@ class Bench:
     def remaining(self) -> float:
         return math.inf if self.deadline is None else self.deadline - time.monotonic()
 
-    def model(self, name: str, dtype: str):
-        if self._model_key != (name, dtype):
+    def model(self, name: str, dtype: str, compiled: bool = False):
+        """The model for (name, dtype), rebuilt when it changes or when its layers were compiled
+        in place by an earlier engine and this item runs without compiling."""
+        if self._model_key != (name, dtype) or (self._compiled and not compiled):
             self._model = None
             if self.device.startswith("cuda"):
                 torch.cuda.empty_cache()
             self._model = build(name, self.size, getattr(torch, dtype), self.device)
-            self._model_key = (name, dtype)
+            self._model_key, self._compiled = (name, dtype), False
+        self._compiled = self._compiled or compiled
         return self._model
 
     def workload(self, case: str, vocab: int) -> dict:
@@ -422,6 +425,8 @@ class Bench:
         name, label = CASES[case]
         known = self.call_seconds.get((case, dtype, mode), 0.0)
         need = args.measurements * max(args.min_seconds, known) + 4 * known + 2
+        if options.get("compile_layers") and self.device.startswith("cuda"):
+            need += 60  # compiling the layers on the warm-up calls
         if self.remaining() < need:
             self.skip(case, dtype, mode, f"time limit: {self.remaining():.0f} s left, about {need:.0f} s needed", tag)
             return None
@@ -436,23 +441,24 @@ class Bench:
     def _run(self, case: str, dtype: str, mode: str, tier: str, options: dict, profile: bool, tag: dict) -> dict | None:
         args, device = self.args, self.device
         name, label = CASES[case]
-        model = self.model(name, dtype)
+        budget = options.pop("token_budget", None) or args.token_budget
+        model = self.model(name, dtype, bool(options.get("compile_layers")))
         vocabularies = sorted({model.config.vocab_size, model.get_output_embeddings().weight.shape[0]})
         work = self.workload(case, model.config.vocab_size)
         timed = work["timed"]
         engine = None
         if mode == "engine":
-            engine, unsupported = make_engine(model, name, args.token_budget, options)
+            engine, unsupported = make_engine(model, name, budget, options)
             if unsupported:
                 self.skip(case, dtype, mode, f"the engine takes no {', '.join(unsupported)}", tag)
                 return None
             call, warm_call = engine_call(engine, work["timed_arrow"]), engine_call(engine, work["warm_arrow"])
         elif name == "gpt2":
-            call = lambda: plain_causal(model, timed["texts"], args.token_budget, device)  # noqa: E731
-            warm_call = lambda: plain_causal(model, work["warm"]["texts"], args.token_budget, device)  # noqa: E731
+            call = lambda: plain_causal(model, timed["texts"], budget, device)  # noqa: E731
+            warm_call = lambda: plain_causal(model, work["warm"]["texts"], budget, device)  # noqa: E731
         else:
-            call = lambda: plain_seq2seq(model, timed["sources"], timed["targets"], args.token_budget, device)  # noqa: E731
-            warm_call = lambda: plain_seq2seq(model, work["warm"]["sources"], work["warm"]["targets"], args.token_budget, device)  # noqa: E731
+            call = lambda: plain_seq2seq(model, timed["sources"], timed["targets"], budget, device)  # noqa: E731
+            warm_call = lambda: plain_seq2seq(model, work["warm"]["sources"], work["warm"]["targets"], budget, device)  # noqa: E731
         start = time.perf_counter()
         for _ in range(2 if options.get("compile_layers") else 1):  # compiling: a second call settles recompiles
             warm_call()
@@ -477,7 +483,7 @@ class Bench:
             tokens = {"sources": sum(len(s) for s in timed["sources"]), "targets": sum(len(t) for ts in timed["targets"] for t in ts)}
         peak = self.report["peak_override"].get(dtype) or peak_flops(self.report["machine"]["peaks"], dtype)
         ceiling = max((g["tflops"] for g in self.report["gemm_ceiling"] if g["dtype"] == dtype), default=None)
-        entry = {"model": name, "dtype": dtype, "case": label, "mode": mode, "tier": tier, **tag, "pairs": pairs,
+        entry = {"model": name, "dtype": dtype, "case": label, "mode": mode, "tier": tier, **tag, "token_budget": budget, "pairs": pairs,
                  "timed_rows": pairs, "warm_rows": sum(len(t) for t in work["warm"]["targets"]) if "targets" in work["warm"] else len(work["warm"]["texts"]),
                  "tokens": tokens, "ids_from": "arrow" if mode == "engine" else "python lists (plain forwards)",
                  "useful_flops": flops, "seconds": seconds, "seconds_runs": timing["runs"], "calls_per_run": timing["calls"],
@@ -515,6 +521,13 @@ def _pct(value) -> str:
     return "n/a" if value is None else f"{100 * value:.1f} %"
 
 
+def clocks(entry: dict) -> str:
+    """'median SM clock / median power' sampled during the timed runs ('n/a' without a GPU)."""
+    sampled = entry.get("clocks") or {}
+    clock, power = sampled.get("sm_clock_mhz", {}).get("median"), sampled.get("power_w", {}).get("median")
+    return f"{clock:.0f} / {power:.0f}" if clock is not None and power is not None else "n/a"
+
+
 def line(entry: dict) -> str:
     """One console line per measured item."""
     text = (f"{entry['model']:8s} {entry['dtype']:9s} {entry['case']:16s} {entry['mode']:6s} {entry['pairs_per_s']:10.1f} pairs/s"
@@ -534,11 +547,10 @@ def line(entry: dict) -> str:
     return text
 
 
-def render_markdown(report: dict, heading: str = "#") -> str:
-    """The summary the README's numbers come from: machine, method, core table, breakdowns,
-    engine counters, extras, what was skipped."""
-    machine, peaks, settings = report["machine"], report["machine"]["peaks"], report["settings"]
-    out = [f"{heading} GPU benchmark: {machine['name']}", ""]
+def machine_lines(report: dict) -> list[str]:
+    """The markdown lines naming the GPU, its peaks, the versions and the GEMM ceiling."""
+    machine, peaks = report["machine"], report["machine"]["peaks"]
+    out = []
     if peaks.get("bf16_tflops"):
         out.append(f"Peaks ({peaks['part']}, {peaks['source']}): bf16 dense {peaks['bf16_tflops']:g} TFLOP/s, IEEE fp32 "
                    f"{peaks['fp32_tflops']:g} TFLOP/s.")
@@ -549,30 +561,37 @@ def render_markdown(report: dict, heading: str = "#") -> str:
     out.append(f"torch {machine['torch']}, CUDA {machine.get('cuda')}, cuDNN {machine.get('cudnn')}, driver {machine.get('driver')}, "
                f"transformers {machine['transformers']}; {machine.get('sm_count', 'n/a')} SMs, max SM clock "
                f"{machine.get('sm_clock_max_mhz', 'n/a')} MHz, power limit {machine.get('power_limit_w', 'n/a')} W.")
+    if report["gemm_ceiling"]:
+        out.append("")
+        out.append("GEMM ceiling (steady `torch.mm`): " + "; ".join(
+            f"{g['m']}x{g['k']}x{g['n']} {g['dtype']} {g['tflops']:.4g} TFLOP/s" for g in report["gemm_ceiling"]) + ".")
+    return out
+
+
+def render_markdown(report: dict, heading: str = "#") -> str:
+    """The summary the README's numbers come from: machine, method, core table, breakdowns,
+    engine counters, extras, what was skipped."""
+    settings = report["settings"]
+    out = [f"{heading} GPU benchmark: {report['machine']['name']}", ""] + machine_lines(report)
     out.append("")
     out.append(f"Method: models `{settings['size']}`, token budget {settings['token_budget']:,}; each time is the median of "
                f"{settings['measurements']} runs, each repeating the call for >= {settings['min_seconds']:g} s, on held-out rows whose "
                f"shapes the warm-up never saw (SummEval split by document, CTRLEval by row, {int(HELD_OUT * 100)} % timed); ids from "
                "Arrow `list<int32>` arrays built outside the timing. MFU = useful FLOPs / time / this GPU's peak for the run's dtype.")
-    if report["gemm_ceiling"]:
-        out.append("")
-        out.append("GEMM ceiling (steady `torch.mm`): " + "; ".join(
-            f"{g['m']}x{g['k']}x{g['n']} {g['dtype']} {g['tflops']:.4g} TFLOP/s" for g in report["gemm_ceiling"]) + ".")
     runs = report["runs"]
     core = [r for r in runs if r.get("tier") == "core"]
     other = [r for r in runs if r.get("tier") != "core"]
 
     def table(entries):
         rows = ["| model | dtype | case | mode | pairs | pairs/s | ms/call (min-max) | first call ms | useful TFLOP/s | MFU | of GEMM ceiling |"
-                " GPU busy | peak GiB | host reads/call |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                " GPU busy | peak GiB | host reads/call | SM MHz / W |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in entries:
             busy = r.get("breakdown", {}).get("busy_fraction")
             memory = f"{r['peak_memory_bytes'] / 2**30:.1f}" if r.get("peak_memory_bytes") is not None else "n/a"
-            label = r["case"] + "".join(f" {k}={v}" for k, v in r.items() if k in ("token_budget_sweep", "cross_batch_sweep", "compile_sweep"))
-            rows.append(f"| {r['model']} | {r['dtype']} | {label} | {r['mode']} | {r['pairs']} | {r['pairs_per_s']:,.1f} | "
+            rows.append(f"| {r['model']} | {r['dtype']} | {r['case']} | {r['mode']} | {r['pairs']} | {r['pairs_per_s']:,.1f} | "
                         f"{r['seconds'] * 1e3:.1f} ({min(r['seconds_runs']) * 1e3:.1f}-{max(r['seconds_runs']) * 1e3:.1f}) | "
                         f"{r['first_call_seconds'] * 1e3:.1f} | {r['useful_tflops']:.4g} | {_pct(r['mfu'])} | {_pct(r['gemm_ceiling_fraction'])} | "
-                        f"{_pct(busy)} | {memory} | {r.get('host_reads_per_call', '')} |")
+                        f"{_pct(busy)} | {memory} | {r.get('host_reads_per_call', '')} | {clocks(r)} |")
         return rows
 
     out += ["", f"{heading}# Core: bfloat16, the engine", ""] + (table(core) if core else ["(none measured)"])
