@@ -29,6 +29,8 @@ def _smi(query: str, device_id: str | None) -> list[str] | None:
     except (OSError, subprocess.SubprocessError):
         return None
     lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 and device_id:  # an id nvidia-smi does not take (a MIG slice): the only GPU, if one
+        return _smi(query, None) if torch.cuda.device_count() == 1 else None
     return [v.strip() for v in lines[0].split(",")] if done.returncode == 0 and lines else None
 
 
@@ -129,6 +131,8 @@ def gemm_ceiling(device: str, dtype: torch.dtype, shapes: list[tuple[int, int, i
         a = torch.randn(m, k, device=device, dtype=dtype, generator=generator)
         b = torch.randn(k, n, device=device, dtype=dtype, generator=generator)
         out = torch.empty(m, n, device=device, dtype=dtype)
+        torch.mm(a, b, out=out)  # warm-up: cuBLAS picks its kernel
+        synchronize(device)
         timing = steady_seconds(lambda a=a, b=b, out=out: torch.mm(a, b, out=out), device, seconds, repeats)
         flops = 2.0 * m * k * n
         results.append({"m": m, "k": k, "n": n, "dtype": str(dtype).replace("torch.", ""), "seconds_per_call": timing["seconds"],
