@@ -534,7 +534,7 @@ def clocks(entry: dict) -> str:
 def line(entry: dict) -> str:
     """One console line per measured item."""
     text = (f"{entry['model']:8s} {entry['dtype']:9s} {entry['case']:16s} {entry['mode']:6s} {entry['pairs_per_s']:10.1f} pairs/s"
-            f"  {entry['seconds'] * 1e3:8.1f} ms/call (median of {len(entry['seconds_runs'])} runs of >= {min(entry['wall_per_run']):.1f} s)"
+            f"  {entry['seconds'] * 1e3:8.1f} ms/call (median of {len(entry['seconds_runs'])} runs of >= {min(entry['wall_per_run']):.3g} s)"
             f"  MFU {_pct(entry['mfu'])}  of GEMM ceiling {_pct(entry['gemm_ceiling_fraction'])}")
     if entry.get("peak_memory_bytes") is not None:
         text += f"  peak {entry['peak_memory_bytes'] / 2**30:.1f} GiB"

@@ -5,7 +5,9 @@ Categories and the kernel-name patterns that select them (case-insensitive regul
 expressions, tried in this order, first match wins):
 
 - not a kernel, left out: ``Command Buffer Full`` (CUPTI's record of launches blocked by a full
-  driver queue: CPU time, not GPU time) and other CUPTI bookkeeping records;
+  driver queue: CPU time, not GPU time), the synchronisation records (``Stream Sync``,
+  ``Event Sync``, ``Context Sync``, ``Stream Wait Event``: waiting, not work) and other CUPTI
+  bookkeeping records;
 - ``head``: a kernel launched by an operator over the vocabulary (an input whose last
   dimension is the vocabulary, padded by up to 256 columns), by an operator inside a profiler
   range whose name says ``head`` / ``logsumexp`` / ``log_softmax``, or whose own name says
@@ -39,7 +41,8 @@ from dataclasses import dataclass
 CATEGORIES = ("gemm", "attention", "head", "elementwise", "memcpy", "other")
 HEAD_PAD = 256  # a vocabulary padded for aligned kernels is at most this much wider
 
-_IGNORE = re.compile(r"^(command buffer full|activity buffer request|\[memory\]|overhead)", re.I)
+_IGNORE = re.compile(r"^(command buffer full|activity buffer request|\[memory\]|overhead|"
+                     r"(stream|event|context|device|unknown) sync|stream wait event)", re.I)
 _PATTERNS = [
     ("head", re.compile(r"logsumexp|log_softmax|cross_entropy|nll_loss", re.I)),
     ("memcpy", re.compile(r"^memcpy|^memset|\bmemcpy|\bmemset", re.I)),
@@ -150,6 +153,11 @@ def _is_cuda(event) -> bool:
     return str(getattr(event, "device_type", "")).endswith("CUDA")
 
 
+def _is_sync(event) -> bool:
+    """A device-side synchronisation record (CUPTI's cuda_sync activity), not a kernel."""
+    return "sync" in str(getattr(event, "activity_type", "") or "").lower()
+
+
 def records_from_events(events, vocabularies: Sequence[int], call_range: str) -> tuple[list[Record], float, str]:
     """(kernels, span of the `call_range` profiler range in µs, what stood in for kernels)
     from `prof.events()`: CUDA kernels when there are any, else CPU operators' self time."""
@@ -169,7 +177,7 @@ def records_from_events(events, vocabularies: Sequence[int], call_range: str) ->
             op, depth = op.cpu_parent, depth + 1
         return False
 
-    kernels = [e for e in events if _is_cuda(e)]
+    kernels = [e for e in events if _is_cuda(e) and not _is_sync(e)]
     if kernels:
         records = []
         for kernel in kernels:

@@ -61,6 +61,8 @@ def test_every_row_of_the_h200_profile_is_classified_as_expected():
     ("Memset (Device)", "memcpy"),
     ("void at::native::index_elementwise_kernel<128, 4>", "elementwise"),
     ("some_new_kernel_family", "other"),
+    ("Stream Sync", None),
+    ("Event Sync", None),
 ])
 def test_kernel_families_beyond_the_h200_run(name, expected):
     assert classify(name) == expected
@@ -123,7 +125,9 @@ def test_kernels_take_the_head_from_the_operator_that_launched_them():
               _event(10, "void cutlass::Kernel2<cutlass_75_tensorop_s1688gemm_>", 100, 400, cuda=True, linked=2),
               _event(11, "nvjet_sm90_tst_256x152", 400, 500, cuda=True, linked=3),
               _event(12, "void at::native::vectorized_elementwise_kernel<4>", 500, 550, cuda=True, linked=5),
-              _event(13, "Command Buffer Full", 0, 900, cuda=True, linked=3)]
+              _event(13, "Command Buffer Full", 0, 900, cuda=True, linked=3),
+              _event(14, "Stream Sync", 550, 990, cuda=True, linked=0)]  # the call's final sync: waiting, not work
+    events[-1].activity_type = "cuda_sync"
     records, span, source = records_from_events(events, [50265], "bench-call")
     assert source == "cuda kernels" and span == 1000
     found = breakdown(records, span)
