@@ -622,9 +622,16 @@ def render_markdown(report: dict, heading: str = "#") -> str:
             out.append(f"- {r['model']} {r['dtype']} {r['case']}: {ratios + '; ' if ratios else ''}{stats}")
     if other:
         out += ["", f"{heading}# Extras (float32 over the IEEE fp32 peak; plain forwards; sweeps)", ""] + table(other)
-        gaps = [r for r in other if "max_abs_nll_gap_to_engine" in r]
-        if gaps:
-            out += [""] + [f"- {r['case']} {r['dtype']}: max |engine - plain| mean NLL {r['max_abs_nll_gap_to_engine']:.2e}" for r in gaps]
+        engine_rate = {(r["case"], r["dtype"]): r["pairs_per_s"] for r in runs if r["mode"] == "engine" and r.get("tier") != "sweep"}
+        plain = [r for r in other if r["mode"] == "plain"]
+        if plain:
+            out.append("")
+        for r in plain:
+            ratio = engine_rate.get((r["case"], r["dtype"]))
+            gap = r.get("max_abs_nll_gap_to_engine")
+            speedup = f"{ratio / r['pairs_per_s']:.2f}x" if ratio else "n/a"
+            nll = f", max |engine - plain| mean NLL {gap:.2e}" if gap is not None else ""
+            out.append(f"- {r['model']} {r['case']} {r['dtype']}: engine / plain {speedup}{nll}")
     if report["skipped"]:
         out += ["", f"{heading}# Skipped", ""] + [f"- {s['model']} {s['dtype']} {s['case']} {s['mode']}: {s['reason']}" for s in report["skipped"]]
     out += ["", f"Total {report.get('seconds_total', 0):.0f} s{' (time limit reached)' if report.get('time_limit_hit') else ''}."]

@@ -21,6 +21,12 @@ about 15 minutes with its start-up, and the sweeps are a second command):
    each step's outcome, and the benchmark's tables (`summary.md` is where the README's GPU
    numbers come from).
 
+Budget on an H100 / H200 (call times from the first H200 run, scaled to the held-out sets):
+the GEMM ceiling about 10 s; each core case 5 runs x >= 5 s plus a warm-up, the first call on
+new shapes, a host-read call and a profiled call (0.1-0.8 s each): about 30 s, 2 minutes for
+the four with model builds; then extras until 375 s (each skipped when its estimate would
+not fit); `pytest -m gpu` (41 s on the H200) and end to end (27 s) in the 105 s kept back.
+
 Logs are written as the steps run (and echoed), so a run cut short keeps what it measured.
 
 Needs only the repository on PYTHONPATH, torch, transformers, tokenizers, sentencepiece,

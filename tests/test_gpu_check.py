@@ -62,3 +62,15 @@ def test_an_end_to_end_run_with_no_row_scored_fails_the_step(tmp_path, monkeypat
     written = json.loads((tmp_path / "end_to_end.json").read_text())
     assert written["runs"][0]["errors"] == written["runs"][0]["rows"] == 4
     assert written["runs"][0]["error_samples"][0] == "ModuleNotFoundError: nltk"
+
+
+def test_end_to_end_past_the_time_limit_lists_its_models_as_skipped(tmp_path, monkeypatch):
+    import time
+
+    from benchmarks import gpu_check
+
+    monkeypatch.setattr(gpu_check, "_models", lambda work, tiny: {"bart-tiny": ("bartscore", {}), "pegasus-tiny": ("ctrleval", {})})
+    monkeypatch.setattr(gpu_check, "_two_stage", lambda *a: pytest.fail("a model ran past the time limit"))
+    report = gpu_check.end_to_end(tmp_path, "cpu", True, 4, use_ray=False, deadline=time.monotonic() - 1)
+    assert report["runs"] == [] and report["skipped"] == ["bart-tiny", "pegasus-tiny"]
+    assert json.loads((tmp_path / "end_to_end.json").read_text())["skipped"] == ["bart-tiny", "pegasus-tiny"]
