@@ -16,7 +16,8 @@ Core cases (bfloat16, the engine as the job builds it): BART s->h with distinct 
 (every pair its own document) and grouped by document (16 summaries share one encoder
 pass); PEGASUS text -> prefix (CTRLEval lengths); GPT-2 perplexity of CTRLEval texts. Extras,
 as far as the time limit allows: plain `model(**batch)` forwards (length-sorted, the same
-token budget; the engine's NLLs are checked against them) and float32.
+token budget; the engine's NLLs are checked against them), float32, and BART with cross-batch
+decoder planning the other way than the engine's default (an A/B within one process).
 
 How each figure is taken:
 - held-out rows: the rows are split (SummEval by document, CTRLEval by row, seeded) into a
@@ -252,6 +253,9 @@ CASES = {"distinct": ("bart", "s->h distinct"), "grouped": ("bart", "s->h groupe
          "prefix": ("pegasus", "ctrleval prefix"), "ppl": ("gpt2", "ctrleval-ppl")}
 CORE = [("distinct", "bfloat16", "engine"), ("grouped", "bfloat16", "engine"), ("prefix", "bfloat16", "engine"),
         ("ppl", "bfloat16", "engine")]
+# A/B within one process: BART with cross-batch decoder planning the other way than the
+# engine's default (the core run), before the other extras
+FLIPPED = [("distinct", "bfloat16", "engine"), ("grouped", "bfloat16", "engine")]
 EXTRAS = [("distinct", "bfloat16", "plain"), ("grouped", "bfloat16", "plain"), ("distinct", "float32", "engine"),
           ("grouped", "float32", "engine"), ("prefix", "float32", "engine"), ("ppl", "float32", "engine"),
           ("prefix", "bfloat16", "plain"), ("ppl", "bfloat16", "plain")]
@@ -445,6 +449,14 @@ class Bench:
         args, device = self.args, self.device
         name, label = CASES[case]
         budget = options.pop("token_budget", None) or args.token_budget
+        if options.get("cross_batch") == "flip":  # the other way than this case's core run
+            core = [r for r in self.report["runs"] if r["tier"] == "core" and r["case"] == label and r["dtype"] == dtype]
+            default = core[0].get("engine", {}).get("cross_batch") if core else None
+            if default is None:
+                self.skip(case, dtype, mode, "no core run of this case with a cross_batch setting to flip", tag)
+                return None
+            options["cross_batch"] = not default
+            tag = {**tag, "variant": f"cross-batch {'off' if default else 'on'} (default {'on' if default else 'off'})"}
         model = self.model(name, dtype, bool(options.get("compile_layers")))
         vocabularies = sorted({model.config.vocab_size, model.get_output_embeddings().weight.shape[0]})
         work = self.workload(case, model.config.vocab_size)
@@ -591,7 +603,8 @@ def render_markdown(report: dict, heading: str = "#") -> str:
         for r in entries:
             busy = r.get("breakdown", {}).get("busy_fraction")
             memory = f"{r['peak_memory_bytes'] / 2**30:.1f}" if r.get("peak_memory_bytes") is not None else "n/a"
-            rows.append(f"| {r['model']} | {r['dtype']} | {r['case']} | {r['mode']} | {r['pairs']} | {r['pairs_per_s']:,.1f} | "
+            case = f"{r['case']}, {r['variant']}" if r.get("variant") else r["case"]
+            rows.append(f"| {r['model']} | {r['dtype']} | {case} | {r['mode']} | {r['pairs']} | {r['pairs_per_s']:,.1f} | "
                         f"{r['seconds'] * 1e3:.1f} ({min(r['seconds_runs']) * 1e3:.1f}-{max(r['seconds_runs']) * 1e3:.1f}) | "
                         f"{r['first_call_seconds'] * 1e3:.1f} | {r['useful_tflops']:.4g} | {_pct(r['mfu'])} | {_pct(r['gemm_ceiling_fraction'])} | "
                         f"{_pct(busy)} | {memory} | {r.get('host_reads_per_call', '')} | {clocks(r)} |")
@@ -622,10 +635,16 @@ def render_markdown(report: dict, heading: str = "#") -> str:
             out.append(f"- {r['model']} {r['dtype']} {r['case']}: {ratios + '; ' if ratios else ''}{stats}")
     if other:
         out += ["", f"{heading}# Extras (float32 over the IEEE fp32 peak; plain forwards; sweeps)", ""] + table(other)
-        engine_rate = {(r["case"], r["dtype"]): r["pairs_per_s"] for r in runs if r["mode"] == "engine" and r.get("tier") != "sweep"}
+        engine_rate = {(r["case"], r["dtype"]): r["pairs_per_s"] for r in runs if r["mode"] == "engine" and r.get("tier") != "sweep"
+                       and not r.get("variant")}
         plain = [r for r in other if r["mode"] == "plain"]
-        if plain:
+        flipped = [r for r in other if r.get("variant")]
+        if plain or flipped:
             out.append("")
+        for r in flipped:
+            base = engine_rate.get((r["case"], r["dtype"]))
+            relative = f"{r['pairs_per_s'] / base:.3f}" if base else "n/a"
+            out.append(f"- {r['model']} {r['case']} {r['dtype']}, {r['variant']}: {relative} x the default's pairs/s (A/B in one process)")
         for r in plain:
             ratio = engine_rate.get((r["case"], r["dtype"]))
             gap = r.get("max_abs_nll_gap_to_engine")
@@ -669,6 +688,8 @@ def measure(args, save=lambda report: None, items=None, report: dict | None = No
     if items is None:
         items = [(case, dtype, mode, "core", {}, True, None) for case, dtype, mode in CORE]
         if not args.core_only:
+            items += [(case, dtype, mode, "extra", {"cross_batch": "flip"}, False, {"variant": "cross-batch flipped"})
+                      for case, dtype, mode in FLIPPED]
             items += [(case, dtype, mode, "extra", {}, False, None) for case, dtype, mode in EXTRAS]
     for case, dtype, mode, tier, options, profile, tag in items:
         bench.run(case, dtype, mode, tier, options, profile, tag)

@@ -8,7 +8,8 @@ about 15 minutes with its start-up, and the sweeps are a second command):
 1. `bench_gpu.py`: the four core bfloat16 cases (BART s->h distinct and grouped 16 per
    source, PEGASUS CTRLEval prefix, GPT-2 perplexity) at steady state (runs of >= 5 s, median
    of 5, held-out rows, ids from Arrow) with their kernel-time breakdowns, the GEMM ceiling,
-   then extras (plain forwards, float32) while time is left -> `bench_gpu.json` (rewritten
+   then extras (BART with cross-batch planning flipped: an A/B in one process; plain forwards;
+   float32) while time is left -> `bench_gpu.json` (rewritten
    after every case), `bench_gpu.log`; time is kept back for the two steps below;
 2. `pytest -m gpu tests/test_gpu_smoke.py` -> `pytest_gpu.log`;
 3. end to end on real rows (`data/sample`: SummEval for BARTScore s->h, CTRLEval texts for

@@ -52,6 +52,12 @@ def test_dry_mode_runs_standalone_and_writes_json_and_markdown(tmp_path):
     extras = {(r["model"], r["case"], r["dtype"], r["mode"]) for r in report["runs"] if r["tier"] == "extra"}
     for model, case in CORE_CASES:
         assert {(model, case, "float32", "engine"), (model, case, "bfloat16", "plain")} <= extras
+    # A/B in one process: BART with cross-batch planning the other way than its core run
+    flipped = {r["case"]: r for r in report["runs"] if r.get("variant")}
+    assert set(flipped) == {"s->h distinct", "s->h grouped"}
+    for r in core:
+        if r["case"] in flipped:
+            assert flipped[r["case"]]["engine"]["cross_batch"] is (not r["engine"]["cross_batch"])
     # the engine computes the plain forwards' NLLs (random-init models: ~ln(vocabulary) nats each)
     gaps = [r["max_abs_nll_gap_to_engine"] for r in report["runs"] if "max_abs_nll_gap_to_engine" in r]
     assert len(gaps) == 3 and max(gaps) < 1e-3
@@ -59,6 +65,7 @@ def test_dry_mode_runs_standalone_and_writes_json_and_markdown(tmp_path):
     for heading in ("# GPU benchmark:", "## Core: bfloat16, the engine", "## Where the time goes", "## Engine counters per call", "## Extras"):
         assert heading in markdown
     assert markdown.count("| bart | bfloat16 | s->h distinct | engine |") == 1
+    assert "x the default's pairs/s (A/B in one process)" in markdown and "engine / plain" in markdown
     assert "pairs/s" in done.stdout and "MFU n/a" in done.stdout
 
 
@@ -107,7 +114,7 @@ def test_the_time_limit_and_failures_skip_items_and_keep_the_rest(tmp_path):
     written = []
     report = bench_gpu.measure(args, save=lambda r: written.append(json.dumps(r)))
     assert report["runs"] == [] and report["time_limit_hit"] and written
-    assert len(report["skipped"]) == len(bench_gpu.CORE) + len(bench_gpu.EXTRAS)
+    assert len(report["skipped"]) == len(bench_gpu.CORE) + len(bench_gpu.FLIPPED) + len(bench_gpu.EXTRAS)
     assert all(s["reason"].startswith("time limit") for s in report["skipped"])
     assert "## Skipped" in bench_gpu.render_markdown(report)
     items = [("prefix", "bfloat16", "engine", "core", {"no_such_setting": 1}, False, None),
