@@ -26,8 +26,9 @@ expressions, tried in this order, first match wins):
   kernels (``triton_poi``, ``triton_per``, ``triton_red``) and anything in ``at::native``;
 - ``other``: the rest (listed under `top`, so a new kernel family shows up by name).
 
-On CUDA the kernels are the trace's device events, each linked to the operator that launched
-it (for the head rule). On a CPU (the dry mode) there are no kernels: each operator's self
+On CUDA the kernels are the trace's device events (profiler ranges mirrored onto the GPU
+timeline and sync records left out), each linked to the operator that launched it (for the
+head rule). On a CPU (the dry mode) there are no kernels: each operator's self
 time stands in for its kernels, classified by the same patterns.
 """
 
@@ -153,9 +154,12 @@ def _is_cuda(event) -> bool:
     return str(getattr(event, "device_type", "")).endswith("CUDA")
 
 
-def _is_sync(event) -> bool:
-    """A device-side synchronisation record (CUPTI's cuda_sync activity), not a kernel."""
-    return "sync" in str(getattr(event, "activity_type", "") or "").lower()
+def _not_a_kernel(event) -> bool:
+    """A device-side record that is no kernel: a synchronisation (CUPTI's cuda_sync activity)
+    or a profiler range mirrored onto the GPU timeline (gpu_user_annotation), which spans the
+    kernels inside it."""
+    activity = str(getattr(event, "activity_type", "") or "").lower()
+    return "sync" in activity or "annotation" in activity or bool(getattr(event, "is_user_annotation", False))
 
 
 def records_from_events(events, vocabularies: Sequence[int], call_range: str) -> tuple[list[Record], float, str]:
@@ -177,7 +181,7 @@ def records_from_events(events, vocabularies: Sequence[int], call_range: str) ->
             op, depth = op.cpu_parent, depth + 1
         return False
 
-    kernels = [e for e in events if _is_cuda(e) and not _is_sync(e)]
+    kernels = [e for e in events if _is_cuda(e) and not _not_a_kernel(e) and e.name != call_range]
     if kernels:
         records = []
         for kernel in kernels:

@@ -126,8 +126,12 @@ def test_kernels_take_the_head_from_the_operator_that_launched_them():
               _event(11, "nvjet_sm90_tst_256x152", 400, 500, cuda=True, linked=3),
               _event(12, "void at::native::vectorized_elementwise_kernel<4>", 500, 550, cuda=True, linked=5),
               _event(13, "Command Buffer Full", 0, 900, cuda=True, linked=3),
-              _event(14, "Stream Sync", 550, 990, cuda=True, linked=0)]  # the call's final sync: waiting, not work
-    events[-1].activity_type = "cuda_sync"
+              _event(14, "Stream Sync", 550, 990, cuda=True, linked=0),  # the call's final sync: waiting, not work
+              _event(15, "bench-call", 90, 560, cuda=True),  # the call's range mirrored onto the GPU timeline
+              _event(16, "OutputHead.logsumexp", 500, 550, cuda=True)]
+    events[-3].activity_type = "cuda_sync"
+    events[-2].activity_type = events[-1].activity_type = "gpu_user_annotation"
+    events[-1].is_user_annotation = True
     records, span, source = records_from_events(events, [50265], "bench-call")
     assert source == "cuda kernels" and span == 1000
     found = breakdown(records, span)
