@@ -4,10 +4,11 @@ gpu-check`, with its own time limit; it writes whatever it finished.
     python3 -m benchmarks.gpu_sweep --out DIR --time-limit 420               # on the GPU
     python3 -m benchmarks.gpu_sweep --out DIR --device cpu --tiny            # dry run (the test suite)
 
-Grid, in this order (the cheapest and most telling points first): compile off, then on; per
-compile setting each token budget (32k, 64k, 128k); per budget each bfloat16 case (BART s->h
-distinct and grouped, PEGASUS CTRLEval prefix, GPT-2 perplexity) with cross-batch decoder
-planning on and off (the causal engine has no such planning: one point). Every point is
+Grid, in this order (the job's default budget first, since about 12 points fit in 7 minutes):
+each token budget (32k, 64k, 128k); per budget compile off, then on; per setting each bfloat16
+case (BART s->h distinct and grouped, PEGASUS CTRLEval prefix, GPT-2 perplexity) with
+cross-batch decoder planning on and off (the causal engine has no such planning: one point).
+Narrow it with `--budgets`, `--cases`, `--no-compile` to reach the rest in a later run. Every point is
 measured as `bench_gpu.py` measures the core cases (held-out rows, ids from Arrow, runs of
 >= `--min-seconds`, median of `--measurements`), with its peak device memory and the
 engine's counters. A setting the engine's constructor does not take is listed as skipped, as
@@ -34,8 +35,8 @@ CASES = ("distinct", "grouped", "prefix", "ppl")
 def grid(budgets=BUDGETS, cases=CASES, compile_settings=(False, True)) -> list[dict]:
     """The sweep's points in the order they run: {'case', 'token_budget', 'cross_batch', 'compile_layers'}."""
     points = []
-    for compile_layers in compile_settings:
-        for budget in budgets:
+    for budget in budgets:
+        for compile_layers in compile_settings:
             for case in cases:
                 for cross_batch in ((None,) if case == "ppl" else (True, False)):
                     points.append({"case": case, "token_budget": budget, "cross_batch": cross_batch, "compile_layers": compile_layers})

@@ -11,11 +11,11 @@ import pytest
 from benchmarks import gpu_sweep
 
 
-def test_the_grid_runs_cheap_points_first_and_gives_the_causal_model_one_point_per_setting():
+def test_the_grid_runs_the_default_budget_first_and_gives_the_causal_model_one_point_per_setting():
     points = gpu_sweep.grid()
     assert len(points) == 2 * 3 * (3 * 2 + 1)  # compile x budgets x (three seq2seq cases x cross-batch + GPT-2)
-    assert [p["compile_layers"] for p in points[:21]] == [False] * 21 and points[-1]["compile_layers"] is True
-    assert [p["token_budget"] for p in points[:7]] == [32_768] * 7
+    assert [p["token_budget"] for p in points[:14]] == [32_768] * 14 and points[-1]["token_budget"] == 131_072
+    assert [p["compile_layers"] for p in points[:14]] == [False] * 7 + [True] * 7
     assert {p["cross_batch"] for p in points if p["case"] == "ppl"} == {None}
     assert {(p["token_budget"], p["cross_batch"]) for p in points if p["case"] == "distinct"} == {
         (b, c) for b in (32_768, 65_536, 131_072) for c in (True, False)}
