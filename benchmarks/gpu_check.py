@@ -190,8 +190,8 @@ def _step(name: str, log: pathlib.Path, run) -> dict:
 
 
 def _markdown(summary: dict, out: pathlib.Path) -> str:
-    """summary.md: the steps, the benchmark's tables (bench_gpu.render_markdown), end to end."""
-    from benchmarks import bench_gpu
+    """summary.md: the steps, the benchmark's tables (gpu_report.render_markdown), end to end."""
+    from benchmarks import gpu_report
 
     lines = ["# make gpu-check", "", f"Device {summary['device']}; torch {summary['torch']}; transformers {summary['transformers']}; "
              f"time limit {summary['time_limit_s']:g} s.", "", "| step | outcome | seconds |", "|---|---|---|"]
@@ -200,7 +200,7 @@ def _markdown(summary: dict, out: pathlib.Path) -> str:
         lines.append(f"| {step['step']} | {outcome} | {step['seconds']} |")
     bench = out / "bench_gpu.json"
     if bench.exists():
-        lines += ["", bench_gpu.render_markdown(json.loads(bench.read_text()), heading="##")]
+        lines += ["", gpu_report.render_markdown(json.loads(bench.read_text()), heading="##")]
     e2e = out / "end_to_end.json"
     if e2e.exists():
         report = json.loads(e2e.read_text())

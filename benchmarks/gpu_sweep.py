@@ -26,7 +26,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks import bench_gpu  # noqa: E402
+from benchmarks import bench_gpu, gpu_report  # noqa: E402
 
 BUDGETS = (32_768, 65_536, 131_072)
 CASES = ("distinct", "grouped", "prefix", "ppl")
@@ -49,7 +49,7 @@ def _on_off(value) -> str:
 
 def render(report: dict) -> str:
     """sweep.md: one row per point measured, then what was skipped."""
-    out = [f"# GPU sweep: {report['machine']['name']}", ""] + bench_gpu.machine_lines(report) + [""]
+    out = [f"# GPU sweep: {report['machine']['name']}", ""] + gpu_report.machine_lines(report) + [""]
     settings = report["settings"]
     out.append(f"bfloat16, the engine; each time the median of {settings['measurements']} runs of >= {settings['min_seconds']:g} s on "
                "held-out rows. Ratios: the engine's `..._padded` / `..._real` counters for one call.")
@@ -60,8 +60,8 @@ def render(report: dict) -> str:
         memory = f"{r['peak_memory_bytes'] / 2**30:.1f}" if r.get("peak_memory_bytes") is not None else "n/a"
         ratios = ", ".join(f"{k} {v:.3f}" for k, v in r.get("engine_stat_ratios", {}).items()) or "n/a"
         out.append(f"| {r['model']} {r['case']} | {point['token_budget']:,} | {_on_off(point['cross_batch'])} | "
-                   f"{_on_off(point['compile_layers'])} ({r.get('engine', {}).get('compiled_layers', 'n/a')}) | {r['pairs_per_s']:,.1f} | {r['seconds'] * 1e3:.1f} | {bench_gpu._pct(r['mfu'])} | "
-                   f"{bench_gpu._pct(r['gemm_ceiling_fraction'])} | {memory} | {ratios} |")
+                   f"{_on_off(point['compile_layers'])} ({r.get('engine', {}).get('compiled_layers', 'n/a')}) | {r['pairs_per_s']:,.1f} | {r['seconds'] * 1e3:.1f} | {gpu_report._pct(r['mfu'])} | "
+                   f"{gpu_report._pct(r['gemm_ceiling_fraction'])} | {memory} | {ratios} |")
     if report["skipped"]:
         out += ["", "## Skipped", ""]
         for s in report["skipped"]:

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from benchmarks import bench_gpu
+from benchmarks import bench_gpu, gpu_report
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CORE_CASES = {("bart", "s->h distinct"), ("bart", "s->h grouped"), ("pegasus", "ctrleval prefix"), ("gpt2", "ctrleval-ppl")}
@@ -81,7 +81,7 @@ def test_mfu_divides_each_dtype_by_its_own_peak():
     assert runs["bfloat16"]["peak_flops"] == 100e12 and runs["float32"]["peak_flops"] == 10e12
     for r in runs.values():
         assert r["mfu"] == pytest.approx(r["useful_flops"] / r["seconds"] / r["peak_flops"])
-    assert "Peak override" in bench_gpu.render_markdown(report)
+    assert "Peak override" in gpu_report.render_markdown(report)
 
 
 def test_timed_rows_are_held_out_from_the_warm_up():
@@ -116,7 +116,7 @@ def test_the_time_limit_and_failures_skip_items_and_keep_the_rest(tmp_path):
     assert report["runs"] == [] and report["time_limit_hit"] and written
     assert len(report["skipped"]) == len(bench_gpu.CORE) + len(bench_gpu.FLIPPED) + len(bench_gpu.EXTRAS)
     assert all(s["reason"].startswith("time limit") for s in report["skipped"])
-    assert "## Skipped" in bench_gpu.render_markdown(report)
+    assert "## Skipped" in gpu_report.render_markdown(report)
     items = [("prefix", "bfloat16", "engine", "core", {"no_such_setting": 1}, False, None),
              ("ppl", "bfloat16", "engine", "core", {}, False, None)]
     report = bench_gpu.measure(_args(), items=items)
