@@ -347,7 +347,8 @@ def test_render_embeds_only_the_images_it_is_given(tmp_path):
     own.write_bytes(b"\x89PNG own")
     (tmp_path / "link.png").symlink_to(secret)
     text = (f"# R\n\n![own](own.png)\n\n![s](secret.png)\n\n![abs]({secret})\n\n![l](link.png)\n\n"
-            "![gone](missing.png)\n\n<script>x()</script>\n\n<details><summary>3 rows</summary>\n\nbody\n\n</details>\n")
+            "![gone](missing.png)\n\n<script>x()</script>\n\n"
+            "<details><summary>3 rows</summary>\n\nbody\n\n</details>\n")
     page = render(text, tmp_path, images=["own.png", "link.png", "missing.png"])
     assert base64.b64encode(own.read_bytes()).decode() in page
     assert MARKER not in page and base64.b64encode(secret.read_bytes()).decode()[:16] not in page

@@ -65,7 +65,8 @@ def write_report(result: MetaResult, out_dir, fmt: str = "both", scores: str | N
         raise UsageError(f"report format {fmt!r}: use one of {', '.join(FORMATS)}")
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": write_text(out / "results.json", json.dumps(to_json_dict(result), indent=1, allow_nan=False) + "\n")}
+    results = json.dumps(to_json_dict(result), indent=1, allow_nan=False) + "\n"
+    paths = {"json": write_text(out / "results.json", results)}
     images: dict[str, list[tuple[str, str]]] = {}
     folders: dict[str, str] = {}  # group name -> its folder, one folder per group
     for group in result.groups:

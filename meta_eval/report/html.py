@@ -1,8 +1,9 @@
 """Self-contained HTML from the report's Markdown: rendered by markdown-it-py (CommonMark with
 tables and the report's own <details> blocks; raw HTML off, so data shows as text), the images
 the report wrote embedded as `data:image/png;base64,...` URIs (no other file), styles inline,
-and a table of contents linking every h2/h3 section (each heading gets an id from its text). Every table sorts by a click on its header
-(`meta_eval.report.sortable`)."""
+and a table of contents linking every h2/h3 section (each heading gets an id from its text).
+Every table sorts by a click on its header (`meta_eval.report.sortable`). Data is text on the
+page: see docs/meta_eval.md, "How reports treat data"."""
 
 from __future__ import annotations
 

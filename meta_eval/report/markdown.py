@@ -140,8 +140,8 @@ def _checklist(group: GroupResult) -> list[str]:
                 f"Hi {sizes.size_hi} rows):", ""]
         small = min(sizes.size_lo, sizes.size_mod, sizes.size_hi)
         if small < SMALL_GROUP:
-            out += [f"> **Warning:** a quality group of {text(human)} has {small} row(s): a KS statistic over fewer than "
-                    f"{SMALL_GROUP} rows says little.", ""]
+            out += [f"> **Warning:** a quality group of {text(human)} has {small} row(s): a KS statistic over fewer "
+                    f"than {SMALL_GROUP} rows says little.", ""]
         out += folded(f"KS per column ({len(items)} rows)",
                       [markdown_table(["column", "KS Lo-Hi", "KS Lo-Mod", "KS Hi-Mod", "preference"],
                                       [[a.column, a.ks_lo_hi, a.ks_lo_mod, a.ks_hi_mod, a.preference]
@@ -192,8 +192,8 @@ def _darr(group: GroupResult) -> list[str]:
 def _omitted(group: GroupResult) -> list[str]:
     if not group.omitted:
         return []
-    return ["### Left out", ""] + [f"- {text(section)}: {text(reason)}." for section, reason in group.omitted.items()] + [
-        ""]
+    items = [f"- {text(section)}: {text(reason)}." for section, reason in group.omitted.items()]
+    return ["### Left out", ""] + items + [""]
 
 
 def _plots(images: list[tuple[str, str]]) -> list[str]:
@@ -233,8 +233,8 @@ def report_markdown(result: MetaResult, images: dict[str, list[tuple[str, str]]]
     opts = result.options
     correction = getattr(opts, "correction", "none")
     out = ["# Meta-evaluation report", "",
-           f"Input {markdown_code(inp.source)}: {inp.rows_in} rows, {inp.rows_error} with an error in at least one metric run "
-           "(their scores on that run are excluded), "
+           f"Input {markdown_code(inp.source)}: {inp.rows_in} rows, {inp.rows_error} with an error in at least one "
+           "metric run (their scores on that run are excluded), "
            f"{inp.rows_skipped} skipped by a metric run that does not apply to them (not errors); "
            f"human aspects: {names(inp.humans)}; metrics: {names(inp.metrics)}.", "",
            sign_convention(result), "",

@@ -162,7 +162,8 @@ def significance(group: GroupResult, block: SignificanceBlock):
         label = f"share of draws the row wins\n(significant above {1 - block.alpha:g})"
         test = f"BARTScore subsample test, {block.resamples} draws"
     fig.colorbar(image, ax=ax, label=label)
-    ax.set_title(f"{plain(group.name)}: {short(block.human, 40)}\n{block.level} level, {block.method}; {test}", fontsize=10)
+    ax.set_title(f"{plain(group.name)}: {short(block.human, 40)}\n{block.level} level, {block.method}; {test}",
+                 fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -221,7 +222,8 @@ def preference_similarity(group: GroupResult, chk: ChecklistBlock, kind: str = "
     fig, ax = plt.subplots(figsize=_grid_size(len(humans), len(metrics)))
     image = _heatmap(ax, matrix, humans, metrics, "magma", 0.0, 1.0)
     fig.colorbar(image, ax=ax, label="preference similarity S")
-    ax.set_title(f"{plain(group.name)}: system-level preference similarity\nto each human aspect ({kind} pairs)", fontsize=10)
+    ax.set_title(f"{plain(group.name)}: system-level preference similarity\nto each human aspect ({kind} pairs)",
+                 fontsize=10)
     fig.tight_layout()
     return fig
 
