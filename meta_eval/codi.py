@@ -372,7 +372,7 @@ def plot_accuracy(report: dict[str, Any], path: pathlib.Path) -> str:
 
 
 def _accuracy_figure(plt, report: dict[str, Any]):
-    from meta_eval.report.plots import plain
+    from meta_eval.report.plots import legend_label
 
     index = {(r["system"], r["task"], r["measure"]): r["value"] for r in report["results"]}
     groups = list(TASKS) + ["CoDI score"]
@@ -382,7 +382,7 @@ def _accuracy_figure(plt, report: dict[str, Any]):
     for k, system in enumerate(systems):
         values = [100 * (index.get((system, t, "accuracy")) or 0) for t in TASKS]
         values.append(index.get((system, "all", "codi_score")) or 0)
-        ax.bar([i + k * width for i in range(len(groups))], values, width, label=plain(system))
+        ax.bar([i + k * width for i in range(len(groups))], values, width, label=legend_label(system))
     ax.set_xticks([i + width * (len(systems) - 1) / 2 for i in range(len(groups))], groups)
     ax.set_ylabel("accuracy (%)")
     ax.set_ylim(0, 100)

@@ -27,7 +27,7 @@ import pytest
 from markdown_it import MarkdownIt
 
 from ctgscore.testing.cli import run_cli_in_process
-from meta_eval.report.files import safe_name
+from meta_eval.report.files import append_line, safe_name, subfolder, write_text
 from meta_eval.report.html import render
 from scoring.codi import TASKS
 from scoring.tables import markdown_code, markdown_text, spreadsheet_cell
@@ -75,6 +75,7 @@ def payload_names(url: str, secret) -> tuple[list[str], list[str], list[str]]:
                "-1",
                "@SUM(1)",
                "+x",
+               "_underscore",
                "NUL\x00and\nnewline`code`"]
     datasets = [f"d<svg onload=\"{PWNED};fetch('{url}/svg')\">", "..", "$x$/../../up"]
     metrics = [f"m<img src={url}/metric.png>", "m$x^2$"]
@@ -136,6 +137,9 @@ def reports(tmp_path_factory, server):
             target.write_text("TARGET\n")
             (folder / name).symlink_to(target)
             targets[folder / name] = target
+    plot_target = outside / "plots"  # a symlink where the first dataset's plot folder goes
+    plot_target.mkdir()
+    (meta_dir / safe_name(frame["dataset"].iloc[0])).symlink_to(plot_target, target_is_directory=True)
     meta = run_cli_in_process(["meta", "-s", scores, "-o", meta_dir, "--resamples", "20", "--trials", "50"])
     rows, codi_scores = root / "rows.parquet", root / "codi_scores.parquet"
     hostile_codi(rows, codi_scores, url, secret)
@@ -145,7 +149,7 @@ def reports(tmp_path_factory, server):
     csv_out = run_cli_in_process(["compare", "-s", scores, "-o", root / "board.csv", "--resamples", "20",
                                   "--trials", "50"])
     return {"root": root, "secret": secret, "frame": frame, "meta": meta, "codi": codi, "board": board,
-            "csv": csv_out, "meta_dir": meta_dir, "codi_dir": codi_dir, "targets": targets,
+            "csv": csv_out, "meta_dir": meta_dir, "codi_dir": codi_dir, "targets": targets, "plot_target": plot_target,
             "pages": [meta_dir / "report.html", meta_dir / "leaderboard.html", codi_dir / "report.html",
                       root / "board.html"]}
 
@@ -241,12 +245,33 @@ def test_symlinks_at_report_files_are_replaced_and_their_targets_untouched(repor
     for link, target in reports["targets"].items():
         assert target.read_text() == "TARGET\n", target
         assert not link.is_symlink() and link.stat().st_size > len("TARGET\n"), link
+    assert list(reports["plot_target"].iterdir()) == []
+    folder = reports["meta_dir"] / safe_name(reports["frame"]["dataset"].iloc[0])
+    assert not folder.is_symlink() and len(list(folder.glob("*.png"))) >= 3
+
+
+def test_writes_replace_symlinks_and_never_follow_them(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "t").write_text("TARGET")
+    for name in ("board.html", "history.jsonl"):
+        (tmp_path / name).symlink_to(outside / "t")
+    (tmp_path / "history").symlink_to(outside, target_is_directory=True)
+    write_text(tmp_path / "board.html", "page")
+    append_line(tmp_path / "history.jsonl", "{}")
+    append_line(tmp_path / "history.jsonl", "{}")
+    folder = subfolder(tmp_path, "history")
+    assert (outside / "t").read_text() == "TARGET" and sorted(p.name for p in outside.iterdir()) == ["t"]
+    assert (tmp_path / "board.html").read_text() == "page" and not (tmp_path / "board.html").is_symlink()
+    assert (tmp_path / "history.jsonl").read_text() == "{}\n{}\n"
+    assert folder.is_dir() and not folder.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["board.html", "history", "history.jsonl", "outside"]
 
 
 def _open_all(pages, url: str):
     """Each page in headless Chromium: (title, pwned flag, whether the page's own sort script ran,
-    its innerText; requests other than the page itself and data: URIs, with those that failed;
-    console messages)."""
+    its textContent (folded parts too); requests other than the page itself and data: URIs, with
+    those that failed; console messages)."""
     from playwright.sync_api import sync_playwright
 
     browser_helper = pytest.importorskip("tests.browser")
@@ -265,7 +290,7 @@ def _open_all(pages, url: str):
                 page.wait_for_timeout(300)
                 info = page.evaluate("""() => ({title: document.title, pwned: window.__pwned === 1,
                     sorted: Array.from(document.querySelectorAll('th')).some(th => th.title === 'sort by this column'),
-                    text: document.body.innerText})""")
+                    text: document.body.textContent})""")
                 own = path.resolve().as_uri()
                 others = [u for u in requests if u != own and not u.startswith("data:")]
                 out.append((info, (others, failed), console))
@@ -288,7 +313,7 @@ def test_pages_run_no_data_script_and_load_nothing_in_chromium(reports, server):
         assert MARKER not in info["text"]
     report_text = results[0][0]["text"]
     assert "A<img src=x onerror=" in report_text and "d<svg onload=" in report_text  # shown as text
-    assert "$\\frac{a}{b}$" in report_text
+    assert "$\\frac{a}{b}$" in report_text and f"B![x]({reports['secret']})" in report_text
     assert "C</style><script>" in results[2][0]["text"]  # the CoDI page shows the name too
     assert hits == []
 

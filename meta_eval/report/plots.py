@@ -61,6 +61,13 @@ def plain(name) -> str:
     return re.sub(r"[\x00-\x1f\x7f]", " ", str(name))
 
 
+def legend_label(name) -> str:
+    """`plain(name)` for a legend entry: matplotlib leaves out entries whose label starts with
+    `_`, so such a name gets a leading space and stays in the legend."""
+    text = plain(name)
+    return " " + text if text.startswith("_") else text
+
+
 def short(name: str, width: int = 28) -> str:
     name = plain(name).removeprefix("human_")
     return name if len(name) <= width else name[: width - 1] + "…"
@@ -125,9 +132,9 @@ def correlations(group: GroupResult):
             lows = np.array([intervals[m].low if m in intervals else np.nan for m in metrics], dtype=float)
             highs = np.array([intervals[m].high if m in intervals else np.nan for m in metrics], dtype=float)
             err = np.nan_to_num(np.abs(np.vstack([xs - lows, highs - xs])))
-            ax.errorbar(xs, ys, xerr=err, fmt="o", ms=4, capsize=2, label=short(human))
+            ax.errorbar(xs, ys, xerr=err, fmt="o", ms=4, capsize=2, label=legend_label(short(human)))
         else:
-            ax.plot(xs, ys, "o", ms=4, label=short(human))
+            ax.plot(xs, ys, "o", ms=4, label=legend_label(short(human)))
     ax.set_yticks(np.arange(len(metrics)), [short(m) for m in metrics], fontsize=8)
     ax.axvline(0, color="grey", lw=0.8)
     ax.set_xlabel(f"{method} correlation ({level} level); {note}")
