@@ -379,3 +379,9 @@ def test_render_embeds_only_the_images_it_is_given(tmp_path):
     assert MARKER not in page and base64.b64encode(secret.read_bytes()).decode()[:16] not in page
     assert page.count("<img") == 1 and page.count("image not embedded") == 4
     assert "&lt;script&gt;x()&lt;/script&gt;" in page and "<details><summary>3 rows</summary>" in page
+
+
+def test_aligned_tables_use_classes_not_style_attributes(tmp_path):
+    page = render("| run | score |\n|---|---:|\n| bleu | 1.5 |\n", tmp_path)
+    assert '<td class="al-right">1.5</td>' in page and '<th class="al-right">score</th>' in page
+    assert " style=" not in page
