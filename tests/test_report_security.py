@@ -77,7 +77,7 @@ def payload_names(url: str, secret) -> tuple[list[str], list[str], list[str]]:
                "+x",
                "_underscore",
                "NUL\x00and\nnewline`code`"]
-    datasets = [f"d<svg onload=\"{PWNED};fetch('{url}/svg')\">", "..", "$x$/../../up"]
+    datasets = [f"d<svg onload=\"{PWNED};fetch('{url}/svg')\">", "..", "$x$/../../up", "report.html"]
     metrics = [f"m<img src={url}/metric.png>", "m$x^2$"]
     return systems, datasets, metrics
 
@@ -237,8 +237,9 @@ def test_dotdot_and_slash_names_write_nothing_outside_the_report_folder(reports)
     for path in meta_dir.rglob("*"):
         assert path.resolve().is_relative_to(meta_dir.resolve()), path
     folders = {p.name for p in meta_dir.iterdir() if p.is_dir()}
-    assert folders == {safe_name(d) for d in set(reports["frame"]["dataset"])}
-    assert not {".", ".."} & folders
+    assert len(folders) == len(set(reports["frame"]["dataset"]))
+    assert {safe_name(d) for d in set(reports["frame"]["dataset"])} - folders == {"report.html"}
+    assert not {".", ".."} & folders and (meta_dir / "report.html").is_file()  # the dataset did not take its name
 
 
 def test_symlinks_at_report_files_are_replaced_and_their_targets_untouched(reports):

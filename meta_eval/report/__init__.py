@@ -25,6 +25,8 @@ from meta_eval.report.markdown import report_markdown
 from meta_eval.results import GroupResult, MetaResult, to_json_dict
 
 FORMATS = ("both", "html", "md")
+REPORT_FILES = ("results.json", "report.md", "report.html", "leaderboard.csv", "leaderboard.json", "leaderboard.html",
+                "corpus_bleu.json")
 
 
 def _figures(group: GroupResult):
@@ -68,12 +70,12 @@ def write_report(result: MetaResult, out_dir, fmt: str = "both", scores: str | N
     results = json.dumps(to_json_dict(result), indent=1, allow_nan=False) + "\n"
     paths = {"json": write_text(out / "results.json", results)}
     images: dict[str, list[tuple[str, str]]] = {}
-    folders: dict[str, str] = {}  # group name -> its folder, one folder per group
+    taken = set(REPORT_FILES)  # a dataset named "report.html" gets a folder of another name
     for group in result.groups:
         folder = safe_name(group.name)
-        while folder in folders.values():  # a plain name equal to another's slug: keep them apart
+        while folder in taken:  # a plain name equal to a report file or to another's slug: keep them apart
             folder = safe_name(folder + "/")
-        folders[group.name] = folder
+        taken.add(folder)
         images[group.name] = []
         for name, caption, fig in _figures(group):
             if fig is None:
