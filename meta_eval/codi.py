@@ -325,14 +325,14 @@ def _scaled(value: Any, scale: float = 1.0) -> float | None:
 
 def markdown(report: dict[str, Any], images: Sequence[str] = ()) -> str:
     """Accuracy (%) per task, the CoDI score and Self-BLEU (x100) per system."""
-    from scoring.tables import markdown_table
+    from scoring.tables import markdown_code, markdown_table, markdown_text
 
     index = {(r["system"], r["task"], r["measure"]): r for r in report["results"]}
 
     def value(system, task, measure, scale=1.0):
         return _scaled(index.get((system, task, measure), {}).get("value"), scale)
 
-    lines = ["# CoDI-Eval report", "", f"Signature: `{report['signature']}`", "",
+    lines = ["# CoDI-Eval report", "", f"Signature: {markdown_code(report['signature'])}", "",
              "Accuracy in %, Self-BLEU x 100 (mean over tasks).", "",
              markdown_table(["system", *TASKS, "CoDI score", "Self-BLEU"],
                             [[s, *[value(s, t, "accuracy", 100) for t in TASKS], value(s, "all", "codi_score"),
@@ -344,12 +344,13 @@ def markdown(report: dict[str, Any], images: Sequence[str] = ()) -> str:
     errors = [r for r in report["results"] if r.get("n_errors")]
     if errors:
         lines += ["Rows that could not be scored (counted as failures):", ""]
-        lines += [f"- {r['system']} / {r['task']}: {r['n_errors']} of {r['n_rows']} rows" for r in errors]
+        lines += [f"- {markdown_text(r['system'])} / {markdown_text(r['task'])}: {r['n_errors']} of {r['n_rows']} rows"
+                  for r in errors]
         lines.append("")
-    lines += ["Signatures:", "", f"- accuracy: `{report['signatures']['accuracy']}`",
-              f"- self-BLEU: `{report['signatures']['self_bleu']}`"]
+    lines += ["Signatures:", "", f"- accuracy: {markdown_code(report['signatures']['accuracy'])}",
+              f"- self-BLEU: {markdown_code(report['signatures']['self_bleu'])}"]
     if report["signatures"].get("metric"):
-        lines.append(f"- metric: `{report['signatures']['metric']}`")
+        lines.append(f"- metric: {markdown_code(report['signatures']['metric'])}")
     if images:
         lines += ["", "## Plots", ""] + [f"![{name}]({name})" for name in images]
     return "\n".join(lines) + "\n"
@@ -362,6 +363,17 @@ def plot_accuracy(report: dict[str, Any], path: pathlib.Path) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from meta_eval.report.plots import save, text_only
+
+    with text_only():  # system names are drawn as text, never as mathtext
+        fig = _accuracy_figure(plt, report)
+    save(fig, path)
+    return path.name
+
+
+def _accuracy_figure(plt, report: dict[str, Any]):
+    from meta_eval.report.plots import legend_label
+
     index = {(r["system"], r["task"], r["measure"]): r["value"] for r in report["results"]}
     groups = list(TASKS) + ["CoDI score"]
     systems = report["systems"]
@@ -370,32 +382,31 @@ def plot_accuracy(report: dict[str, Any], path: pathlib.Path) -> str:
     for k, system in enumerate(systems):
         values = [100 * (index.get((system, t, "accuracy")) or 0) for t in TASKS]
         values.append(index.get((system, "all", "codi_score")) or 0)
-        ax.bar([i + k * width for i in range(len(groups))], values, width, label=system)
+        ax.bar([i + k * width for i in range(len(groups))], values, width, label=legend_label(system))
     ax.set_xticks([i + width * (len(systems) - 1) / 2 for i in range(len(groups))], groups)
     ax.set_ylabel("accuracy (%)")
     ax.set_ylim(0, 100)
     ax.set_title("CoDI-Eval accuracy per task")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path.name
+    return fig
 
 
 def write_report(report: dict[str, Any], out_dir: str | pathlib.Path, plot: bool = True) -> dict[str, pathlib.Path]:
     """`results.json` (every number with its signature), `report.md`, a self-contained
     `report.html` and `codi_accuracy.png` in `out_dir` (the meta-evaluation report layout)."""
+    from meta_eval.report.files import write_text
     from meta_eval.report.html import render
 
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "results.json", "md": out / "report.md", "html": out / "report.html"}
-    paths["json"].write_text(json.dumps(report, indent=1, ensure_ascii=False, allow_nan=False) + "\n")
+    paths = {"json": write_text(out / "results.json",
+                                json.dumps(report, indent=1, ensure_ascii=False, allow_nan=False) + "\n")}
     images = []
     if plot:
         images.append(plot_accuracy(report, out / "codi_accuracy.png"))
         paths["png"] = out / images[0]
     text = markdown(report, images)
-    paths["md"].write_text(text)
-    paths["html"].write_text(render(text, out, title="CoDI-Eval report"))
+    paths["md"] = write_text(out / "report.md", text)
+    paths["html"] = write_text(out / "report.html", render(text, out, title="CoDI-Eval report", images=images))
     return paths

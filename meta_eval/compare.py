@@ -313,12 +313,15 @@ LEADERBOARD_FIELDS = ("dataset", "column", "system", "mean", "low", "high", "ran
 
 
 def leaderboard_csv(rows: Iterable[LeaderboardRow]) -> str:
-    """The leaderboard as CSV text (header `LEADERBOARD_FIELDS`)."""
+    """The leaderboard as CSV text (header `LEADERBOARD_FIELDS`). Text cells that a spreadsheet
+    would run as a formula start with `'` (`scoring.tables.spreadsheet_cell`); numbers are as they are."""
+    from scoring.tables import spreadsheet_cell
+
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(LEADERBOARD_FIELDS)
     for row in rows:
-        writer.writerow([getattr(row, name) for name in LEADERBOARD_FIELDS])
+        writer.writerow([spreadsheet_cell(getattr(row, name)) for name in LEADERBOARD_FIELDS])
     return buffer.getvalue()
 
 
@@ -340,13 +343,14 @@ def comparisons_json(comparisons: Sequence[SystemComparison], **extra) -> str:
 
 def comparison_markdown(comparisons: Sequence[SystemComparison], digits: int = 4) -> str:
     """Leaderboard and pairwise tables, one section per (dataset, column)."""
-    from scoring.tables import markdown_table
+    from scoring.tables import markdown_code, markdown_table, markdown_text
 
     out = []
     for comp in comparisons:
         arrow = "lower is better" if comp.lower_is_better else "higher is better"
-        out.append(f"#### {comp.column} on `{comp.dataset}` ({arrow})\n")
-        out.append(f"{comp.n_units} paired units (`{comp.unit}`), {comp.n_units_dropped} dropped for a missing score.\n")
+        out.append(f"#### {markdown_text(comp.column)} on {markdown_code(comp.dataset)} ({arrow})\n")
+        out.append(f"{comp.n_units} paired units ({markdown_code(comp.unit)}), {comp.n_units_dropped} dropped for a "
+                   "missing score.\n")
         out.append(markdown_table(["rank", "system", "mean", "95% low", "95% high"],
                                   [[s.rank, s.system, s.mean, s.interval.low, s.interval.high] for s in comp.systems],
                                   digits))
@@ -364,5 +368,5 @@ def comparison_markdown(comparisons: Sequence[SystemComparison], digits: int = 4
             out.append(f"The {TEST_NAMES[name]} for reference (it decides no mark):\n")
             out.append(markdown_table(["A", "B", f"p ({name})"], [[p.a, p.b, decisive_p(p, name)] for p in comp.pairs],
                                       digits))
-        out.append(f"`{comp.signature}`\n")
+        out.append(f"{markdown_code(comp.signature)}\n")
     return "\n".join(out)

@@ -129,8 +129,11 @@ def markdown_section(rows: list[CorpusRow]) -> str:
     lines = ["## Corpus BLEU / chrF per system", "",
              "From the per-row sacreBLEU statistics stored by the `bleu`/`chrf` runs (never re-scored).", "",
              "| run | dataset | system | rows | corpus score |", "|---|---|---|---:|---:|"]
+    from scoring.tables import markdown_text
+
     for row in rows:
-        lines.append(f"| {row.metric} | {row.dataset or ''} | {row.system or ''} | {row.rows} | {row.score:.4f} |")
+        lines.append(f"| {markdown_text(row.metric)} | {markdown_text(row.dataset or '')} | "
+                     f"{markdown_text(row.system or '')} | {row.rows} | {row.score:.4f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -146,7 +149,9 @@ def report_section(source: str, out_dir, paths: dict | None = None) -> str:
     if not rows:
         return ""
     path = pathlib.Path(out_dir) / "corpus_bleu.json"
-    path.write_text(json.dumps([row.__dict__ for row in rows], indent=1, allow_nan=False) + "\n")
+    from meta_eval.report.files import write_text
+
+    write_text(path, json.dumps([row.__dict__ for row in rows], indent=1, allow_nan=False) + "\n")
     if paths is not None:
         paths["corpus_bleu"] = path
     return "\n" + markdown_section(rows)

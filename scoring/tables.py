@@ -1,16 +1,64 @@
 """The one Markdown table writer every report uses (meta-evaluation, system comparison, CoDI, splits).
 
 Cells: `None` and non-finite floats print as an en dash; floats with `digits` decimals (or a
-per-column format); everything else with `str`, with `|` escaped so a cell never splits a row.
+per-column format); everything else with `str`, escaped by `markdown_text`, so a cell is text:
+it never splits a row, opens a link, an image or raw HTML.
+
+Values from the data (system, dataset, metric and column names, file names) are text wherever
+they land in Markdown: `markdown_text` for running text and table cells, `markdown_code` inside
+a code span. `spreadsheet_cell` neutralises a CSV cell that a spreadsheet would run as a formula.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Callable, Sequence
 
 MISSING = "–"
 Formatter = Callable[[Any], str]
+
+_ALWAYS = frozenset("\\`*[]<>&!#|~")  # Markdown syntax anywhere in a line (links, images, HTML, code, emphasis)
+_LINE_START = frozenset("-+=")  # list items and setext underlines when a value starts a line
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
+_ORDERED = re.compile(r"^(\d{1,9})([.)])")
+FORMULA_START = tuple("=+-@\t\r")  # a spreadsheet runs a cell starting with one of these
+
+
+def markdown_text(value: Any) -> str:
+    """`value` as Markdown that renders as exactly its text (CommonMark backslash escapes):
+    control characters and line breaks become spaces, Markdown punctuation is escaped, and `_`
+    only where it could open emphasis (between two letters or digits it stays as it is)."""
+    text = _CONTROL.sub(" ", str(value))
+    out = []
+    for k, ch in enumerate(text):
+        if ch in _ALWAYS or (k == 0 and ch in _LINE_START):
+            out.append("\\" + ch)
+        elif ch == "_" and not (0 < k < len(text) - 1 and text[k - 1].isalnum() and text[k + 1].isalnum()):
+            out.append("\\_")
+        else:
+            out.append(ch)
+    escaped = "".join(out)
+    return _ORDERED.sub(lambda m: m.group(1) + "\\" + m.group(2), escaped, count=1)
+
+
+def markdown_code(value: Any) -> str:
+    """`value` as an inline code span (shown verbatim): the fence is one backtick longer than
+    the longest run of backticks inside, padded with spaces where the text starts or ends with one."""
+    text = _CONTROL.sub(" ", str(value))
+    runs = [len(run) for run in re.findall(r"`+", text)]
+    fence = "`" * (max(runs, default=0) + 1)
+    pad = " " if text[:1] in ("`", " ") or text[-1:] in ("`", " ") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def spreadsheet_cell(value: Any) -> Any:
+    """A CSV cell a spreadsheet shows as text: a string starting with `=`, `+`, `-`, `@`, a tab or a
+    carriage return gets a leading `'`. Only strings change: numbers (negative ones too) stay
+    numbers, so numeric columns read back unchanged."""
+    if isinstance(value, str) and value.startswith(FORMULA_START):
+        return "'" + value
+    return value
 
 
 def format_cell(value: Any, digits: int = 4) -> str:
@@ -25,7 +73,7 @@ def format_cell(value: Any, digits: int = 4) -> str:
         if not math.isfinite(value):
             return MISSING
         return f"{value:.{digits}f}"
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    return markdown_text(value)
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]], digits: int = 4,

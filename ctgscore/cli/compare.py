@@ -188,7 +188,9 @@ def handle(args: argparse.Namespace) -> int:
         raise InputError(f"scores {args.scores}: nothing to compare ({skipped[0]})")
     text = render(comparisons, fmt, previous)
     if output is not None:
-        output.write_text(text, encoding="utf-8")
+        from meta_eval.report.files import write_text
+
+        write_text(output, text)  # a symlink at the output is replaced, not followed
     board = compare.leaderboard(comparisons)
     summary = {"ok": True, "command": "compare", "output": str(output) if output else None, "format": fmt,
                "rows": acc.input_rows, "rows_read": acc.rows, "error_rows": acc.error_rows, "cells": acc.n_cells,

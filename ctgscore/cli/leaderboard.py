@@ -76,6 +76,7 @@ def handle(args: argparse.Namespace) -> int:
     board_json = out / "leaderboard.json"
     previous = compare_cli.read_previous(str(board_json)) if board_json.exists() else None
     from meta_eval import compare
+    from meta_eval.report.files import append_line, subfolder, write_text
     from ray_jobs import score_corpus
 
     config = score_corpus.load_config(run_cli.config_path(args), overrides=run_cli.overrides(args))
@@ -93,15 +94,13 @@ def handle(args: argparse.Namespace) -> int:
     document = compare.leaderboard_document(comparisons, refreshed=now.isoformat(timespec="seconds"),
                                             scores=str(scores), job=scored)
     text = json.dumps(document, indent=1, allow_nan=False)
-    (out / "board.html").write_text(compare_cli.render(comparisons, "html", previous), encoding="utf-8")
-    board_json.write_text(text, encoding="utf-8")
-    history = out / "history"
-    history.mkdir(exist_ok=True)
-    (history / f"{now.strftime('%Y%m%dT%H%M%SZ')}.json").write_text(text, encoding="utf-8")
+    write_text(out / "board.html", compare_cli.render(comparisons, "html", previous))  # replaces a symlink
+    write_text(board_json, text)
+    history = subfolder(out, "history")
+    write_text(history / f"{now.strftime('%Y%m%dT%H%M%SZ')}.json", text)
     leaders = {f"{c.dataset}/{c.column}": c.systems[0].system for c in comparisons}
-    with open(out / "history.jsonl", "a", encoding="utf-8") as handle_:
-        handle_.write(json.dumps({"refreshed": document["refreshed"], "job": scored, "rows": acc.input_rows,
-                                  "leaders": leaders}) + "\n")
+    append_line(out / "history.jsonl", json.dumps({"refreshed": document["refreshed"], "job": scored,
+                                                   "rows": acc.input_rows, "leaders": leaders}))
     rows_scored = sum(v["rows_scored"] or 0 for v in scored.values())
     rows_cached = sum(v["rows_cached"] or 0 for v in scored.values())
     summary = {"ok": not problems, "command": "leaderboard", "output": str(out), "page": str(out / "board.html"),

@@ -4,6 +4,10 @@ self-contained page (`leaderboard.html`, the same page `ctgscore compare -o boar
 
 Modules: `plots` (figures), `markdown` (the report text), `html` (rendering and embedding).
 Sections and plots whose data does not exist are left out, each with a one-line reason.
+
+Names from the data are text everywhere (docs/meta_eval.md, "How reports treat data"): escaped in
+the Markdown and HTML, plain text in plots, made safe as file names (`files.safe_name`); the HTML
+embeds only the plots written here, and every file is written by replacing what is at its path.
 """
 
 from __future__ import annotations
@@ -14,16 +18,15 @@ import pathlib
 from meta_eval.compare import comparisons_json, leaderboard_csv
 from meta_eval.compare import leaderboard as leaderboard_rows
 from meta_eval.report import plots
+from meta_eval.report.files import safe_name, subfolder, write_text
 from meta_eval.report.html import render
 from meta_eval.report.leaderboard import leaderboard_html
 from meta_eval.report.markdown import report_markdown
 from meta_eval.results import GroupResult, MetaResult, to_json_dict
 
 FORMATS = ("both", "html", "md")
-
-
-def safe_name(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in str(name)) or "group"
+REPORT_FILES = ("results.json", "report.md", "report.html", "leaderboard.csv", "leaderboard.json", "leaderboard.html",
+                "corpus_bleu.json")
 
 
 def _figures(group: GroupResult):
@@ -64,37 +67,37 @@ def write_report(result: MetaResult, out_dir, fmt: str = "both", scores: str | N
         raise UsageError(f"report format {fmt!r}: use one of {', '.join(FORMATS)}")
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "results.json"}
-    paths["json"].write_text(json.dumps(to_json_dict(result), indent=1, allow_nan=False) + "\n")
+    results = json.dumps(to_json_dict(result), indent=1, allow_nan=False) + "\n"
+    paths = {"json": write_text(out / "results.json", results)}
     images: dict[str, list[tuple[str, str]]] = {}
+    taken = set(REPORT_FILES)  # a dataset named "report.html" gets a folder of another name
     for group in result.groups:
         folder = safe_name(group.name)
+        while folder in taken:  # a plain name equal to a report file or to another's slug: keep them apart
+            folder = safe_name(folder + "/")
+        taken.add(folder)
         images[group.name] = []
         for name, caption, fig in _figures(group):
             if fig is None:
                 continue
-            (out / folder).mkdir(exist_ok=True)
-            plots.save(fig, out / folder / name)
+            plots.save(fig, subfolder(out, folder) / name)
             images[group.name].append((caption, f"{folder}/{name}"))
             paths[f"{folder}/{name}"] = out / folder / name
     comparisons = [c for g in result.groups for c in g.systems]
     if comparisons:
         rows = leaderboard_rows(comparisons)
-        paths["leaderboard_csv"] = out / "leaderboard.csv"
-        paths["leaderboard_csv"].write_text(leaderboard_csv(rows))
-        paths["leaderboard_json"] = out / "leaderboard.json"
-        paths["leaderboard_json"].write_text(comparisons_json(comparisons) + "\n")  # the format --previous reads
-        paths["leaderboard_html"] = out / "leaderboard.html"
-        paths["leaderboard_html"].write_text(leaderboard_html(comparisons))
+        paths["leaderboard_csv"] = write_text(out / "leaderboard.csv", leaderboard_csv(rows))
+        # the format --previous reads
+        paths["leaderboard_json"] = write_text(out / "leaderboard.json", comparisons_json(comparisons) + "\n")
+        paths["leaderboard_html"] = write_text(out / "leaderboard.html", leaderboard_html(comparisons))
     text = report_markdown(result, images)
     if scores is not None:
         from meta_eval.corpus_bleu import report_section  # corpus BLEU/chrF per system, from stored statistics
 
         text += report_section(str(scores), out, paths)
     if fmt in ("both", "md"):
-        paths["md"] = out / "report.md"
-        paths["md"].write_text(text)
+        paths["md"] = write_text(out / "report.md", text)
     if fmt in ("both", "html"):
-        paths["html"] = out / "report.html"
-        paths["html"].write_text(render(text, out))
+        written = [path for _, path in (pair for pairs in images.values() for pair in pairs)]
+        paths["html"] = write_text(out / "report.html", render(text, out, images=written))
     return paths

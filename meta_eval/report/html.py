@@ -1,8 +1,9 @@
 """Self-contained HTML from the report's Markdown: rendered by markdown-it-py (CommonMark with
-tables and the report's own <details> blocks), every image embedded as a
-`data:image/png;base64,...` URI, styles inline, and a table of contents linking every h2/h3
-section (each heading gets an id from its text). Every table sorts by a click on its header
-(`meta_eval.report.sortable`)."""
+tables and the report's own <details> blocks; raw HTML off, so data shows as text), the images
+the report wrote embedded as `data:image/png;base64,...` URIs (no other file), styles inline,
+and a table of contents linking every h2/h3 section (each heading gets an id from its text).
+Every table sorts by a click on its header (`meta_eval.report.sortable`). Data is text on the
+page: see docs/meta_eval.md, "How reports treat data"."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import base64
 import html
 import pathlib
 import re
+from typing import Iterable
 
 STYLE = ("body{font:14px/1.45 system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;"
          "overflow-wrap:anywhere}"
@@ -20,7 +22,8 @@ STYLE = ("body{font:14px/1.45 system-ui,sans-serif;max-width:1200px;margin:2em a
          "h1 code,h2 code,h3 code{font-size:1em}details{margin:.3em 0 1em}summary{cursor:pointer;color:#245}"
          "blockquote{margin:.5em 0;padding:.2em .8em;border-left:4px solid #d90;background:#fff8e6}"
          "nav.toc{border:1px solid #ddd;padding:.3em 1em;margin:1em 0;background:#fafafa}"
-         "nav.toc ul{margin:.2em 0;padding-left:1.3em}")
+         "nav.toc ul{margin:.2em 0;padding-left:1.3em}.al-left{text-align:left}.al-right{text-align:right}"
+         ".al-center{text-align:center}")
 
 
 def data_uri(path: pathlib.Path) -> str:
@@ -53,23 +56,72 @@ def _toc(entries: list[tuple[int, str, str]]) -> str:
     return f'<nav class="toc"><strong>Contents</strong><ul>{"".join(items)}</ul></nav>'
 
 
-def render(markdown_text: str, base: pathlib.Path, title: str = "Meta-evaluation report") -> str:
-    """HTML page of `markdown_text`; image paths are read relative to `base` and embedded; a table
-    of contents follows the first h1."""
+_DETAILS_OPEN = re.compile(r"<details><summary>([^<>]*)</summary>")
+_ALIGN = re.compile(r"text-align:(left|right|center)")
+
+
+def _own_html(tokens: list) -> list:
+    """Raw HTML is off, so the report's own folds (`markdown.folded`: a paragraph that is exactly
+    `<details><summary>TEXT</summary>`, and one that is exactly `</details>`) are parsed as text;
+    they become the elements here, the summary escaped. Data cannot make such a paragraph: its
+    `<` always reaches the Markdown escaped (`scoring.tables.markdown_text`)."""
+    from markdown_it.token import Token
+
+    out: list = []
+    k = 0
+    while k < len(tokens):
+        token = tokens[k]
+        if token.type == "paragraph_open" and k + 2 < len(tokens) and tokens[k + 1].type == "inline":
+            source = tokens[k + 1].content
+            opened = _DETAILS_OPEN.fullmatch(source)
+            if opened or source == "</details>":
+                summary = html.escape(html.unescape(opened.group(1))) if opened else ""
+                content = f"<details><summary>{summary}</summary>\n" if opened else "</details>\n"
+                out.append(Token("html_block", "", 0, content=content, block=True))
+                k += 3
+                continue
+        out.append(token)
+        k += 1
+    return out
+
+
+def _embed(child, base: pathlib.Path, images: set[str]) -> None:
+    """An image token: its file embedded when it is one the report wrote (`images`, relative to
+    `base`) and still a regular file inside `base`; anything else becomes its alt text."""
+    src = str(child.attrGet("src") or "")
+    root = base.resolve()
+    path = base / src
+    inside = src in images and not path.is_symlink() and path.is_file() and path.resolve().is_relative_to(root)
+    if inside:
+        child.attrSet("src", data_uri(path))
+        return
+    child.type, child.tag, child.attrs, child.children = "text", "", {}, None
+    child.content = f"[image not embedded: {child.content}]"
+
+
+def render(markdown_text: str, base: pathlib.Path, title: str = "Meta-evaluation report",
+           images: Iterable[str] = ()) -> str:
+    """HTML page of `markdown_text`: raw HTML in the text is shown as text (the report's own
+    folds apart, `_own_html`); `images` (paths relative to `base`, the files the report wrote)
+    are embedded, and no other path the text names is read; a table of contents follows the
+    first h1; the page carries the Content-Security-Policy of `meta_eval.report.page`."""
     from markdown_it import MarkdownIt
 
-    md = MarkdownIt("commonmark").enable("table")
-    tokens = md.parse(markdown_text)
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    tokens = _own_html(md.parse(markdown_text))
+    allowed = {str(name) for name in images}
     seen: dict[str, int] = {}
     entries = []
     for k, token in enumerate(tokens):
         for child in token.children or ():
             if child.type == "image":
-                src = str(child.attrGet("src"))
-                if not src.startswith("data:"):
-                    child.attrSet("src", data_uri(base / src))
+                _embed(child, pathlib.Path(base), allowed)
+        align = _ALIGN.fullmatch(str(token.attrGet("style") or "")) if token.type in ("th_open", "td_open") else None
+        if align:  # an inline style attribute would be refused by the page's policy: a class instead
+            token.attrs.pop("style")
+            token.attrSet("class", f"al-{align.group(1)}")
         if token.type == "heading_open" and token.tag in ("h2", "h3"):
-            text = tokens[k + 1].content.replace("`", "")
+            text = "".join(c.content for c in tokens[k + 1].children or () if c.type in ("text", "code_inline"))
             anchor = slug(text, seen)
             token.attrSet("id", anchor)
             entries.append((int(token.tag[1]), anchor, text))
@@ -77,7 +129,7 @@ def render(markdown_text: str, base: pathlib.Path, title: str = "Meta-evaluation
     if entries:
         toc = _toc(entries)
         body = body.replace("</h1>", "</h1>\n" + toc, 1) if "</h1>" in body else toc + body
-    from meta_eval.report.sortable import SORT_SCRIPT
+    from meta_eval.report.page import page
+    from meta_eval.report.sortable import SORT_JS
 
-    return (f"<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
-            f"<style>{STYLE}</style></head><body class=\"sortable-all\">\n{body}{SORT_SCRIPT}</body></html>\n")
+    return page(title, body, styles=[STYLE], scripts=[SORT_JS], body_attrs=' class="sortable-all"')

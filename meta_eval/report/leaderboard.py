@@ -19,7 +19,8 @@ import math
 from typing import Sequence
 
 from meta_eval.compare import CLUSTER_DEFINITION, TEST_NAMES, decisive_p, decisive_test, significance_clusters
-from meta_eval.report.sortable import SORT_SCRIPT
+from meta_eval.report.page import page
+from meta_eval.report.sortable import SORT_JS
 from meta_eval.results import SystemComparison
 
 PAGE_STYLE = ("body{font:14px/1.45 system-ui,sans-serif;max-width:1180px;margin:1.5em auto;padding:0 1em;"
@@ -188,9 +189,9 @@ def leaderboard_section(comparisons: Sequence[SystemComparison], previous: dict 
 
 def leaderboard_html(comparisons: Sequence[SystemComparison], previous: dict | None = None,
                      title: str = "Leaderboard") -> str:
-    """The whole page (see the module doc)."""
+    """The whole page (see the module doc), under the Content-Security-Policy of
+    `meta_eval.report.page`."""
     since = " (moves since the previous refresh)" if previous is not None else ""
-    return (f"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
-            f"<meta name=\"viewport\" content=\"width=device-width\"><style>{PAGE_STYLE}</style></head><body>"
-            f"<h1>{html.escape(title)}{since}</h1>\n{leaderboard_section(comparisons, previous)}\n{SORT_SCRIPT}\n"
-            "</body></html>\n")
+    body = f"<h1>{html.escape(title)}{since}</h1>\n{leaderboard_section(comparisons, previous)}"
+    return page(title, body, styles=[PAGE_STYLE], body_styles=[STYLE], scripts=[SORT_JS],
+                head="<meta name=\"viewport\" content=\"width=device-width\">")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import html
+
 from meta_eval.compare import comparison_markdown
 from meta_eval.results import GroupResult, MetaResult, SignificanceBlock
-from scoring.tables import markdown_table
+from scoring.tables import markdown_code, markdown_table
+from scoring.tables import markdown_text as text
 
 LEVEL_ORDER = ["sample", "document", "system"]
 METHOD_ORDER = ["pearson", "spearman", "kendall", "pairwise_accuracy", "soft_pairwise_accuracy",
@@ -17,11 +20,16 @@ SMALL_GROUP = 5  # checklist quality groups smaller than this are warned about
 FOLD_ROWS = 12  # tables longer than this are folded in <details>
 
 
+def names(values, empty: str = "–") -> str:
+    """Names from the data as one comma-separated Markdown text (each escaped)."""
+    return ", ".join(text(v) for v in values) or empty
+
+
 def folded(summary: str, lines: list[str], rows: int | None = None) -> list[str]:
     """`lines` inside a <details> block (closed) when `rows` is None or above FOLD_ROWS."""
     if rows is not None and rows <= FOLD_ROWS:
         return lines
-    return [f"<details><summary>{summary}</summary>", ""] + lines + ["", "</details>", ""]
+    return [f"<details><summary>{html.escape(summary)}</summary>", ""] + lines + ["", "</details>", ""]
 
 
 def rule_text(block: SignificanceBlock) -> str:
@@ -35,7 +43,7 @@ def rule_text(block: SignificanceBlock) -> str:
 
 
 def sign_convention(result: MetaResult) -> str:
-    lower = ", ".join(result.input.lower_is_better) or "none in this input"
+    lower = names(result.input.lower_is_better, "none in this input")
     return ("**Sign convention.** Lower-is-better metrics (here: " + lower + ") are negated before every "
             "correlation, significance test and transfer table, so a positive correlation always means agreement "
             "with the humans and 'A > B' always means 'A agrees better'. The checklist and the system leaderboard "
@@ -62,9 +70,9 @@ def _correlations(group: GroupResult, variant: str) -> list[str]:
 
 
 def _significance(block: SignificanceBlock) -> list[str]:
-    title = f"### Significance: {block.human}, {block.level} level, {block.method}"
+    title = f"### Significance: {text(block.human)}, {block.level} level, {block.method}"
     out = [title, "", f"Test: {TEST_NAMES[block.test]}; {rule_text(block)}", ""]
-    out += [f"> **Warning:** {w}." for w in block.warnings] + ([""] if block.warnings else [])
+    out += [f"> **Warning:** {text(w)}." for w in block.warnings] + ([""] if block.warnings else [])
     interval_name = {"bootstrap": "bootstrap", "perm_both": "–"}.get(block.test, "subsample")
     if block.test != "perm_both":
         out.append(markdown_table(["metric", "correlation", f"95% low ({interval_name})",
@@ -85,7 +93,7 @@ def _significance(block: SignificanceBlock) -> list[str]:
     rows = [row + [block.mark(c.a, c.b)] for row, c in zip(rows, pairs)]
     marked = sum(block.mark(c.a, c.b) not in ("no", "–") for c in pairs)
     out += folded(f"{len(pairs)} pairs, {marked} marked", [markdown_table(header + ["result"], rows)], len(pairs))
-    out += folded("signature", [f"`{block.signature}`"])
+    out += folded("signature", [markdown_code(block.signature)])
     return out + [""]
 
 
@@ -128,12 +136,12 @@ def _checklist(group: GroupResult) -> list[str]:
     for human in humans:
         items = [a for a in chk.aspect_level if a.human == human]
         sizes = items[0]
-        out += [f"Aspect level, quality groups of {human} (Lo {sizes.size_lo}, Mod {sizes.size_mod}, "
+        out += [f"Aspect level, quality groups of {text(human)} (Lo {sizes.size_lo}, Mod {sizes.size_mod}, "
                 f"Hi {sizes.size_hi} rows):", ""]
         small = min(sizes.size_lo, sizes.size_mod, sizes.size_hi)
         if small < SMALL_GROUP:
-            out += [f"> **Warning:** a quality group of {human} has {small} row(s): a KS statistic over fewer than "
-                    f"{SMALL_GROUP} rows says little.", ""]
+            out += [f"> **Warning:** a quality group of {text(human)} has {small} row(s): a KS statistic over fewer "
+                    f"than {SMALL_GROUP} rows says little.", ""]
         out += folded(f"KS per column ({len(items)} rows)",
                       [markdown_table(["column", "KS Lo-Hi", "KS Lo-Mod", "KS Hi-Mod", "preference"],
                                       [[a.column, a.ks_lo_hi, a.ks_lo_mod, a.ks_hi_mod, a.preference]
@@ -141,8 +149,8 @@ def _checklist(group: GroupResult) -> list[str]:
     if chk.system_ks:
         kinds = list(dict.fromkeys(k.kind for k in chk.system_ks))
         pairs = {"easy": chk.easy_pairs, "hard": chk.hard_pairs}
-        out += [f"System pairs ({chk.pairs_from}): " + "; ".join(
-            f"{k}: " + ", ".join(f"({a}, {b})" for a, b in pairs[k]) for k in kinds), "",
+        out += [f"System pairs ({text(chk.pairs_from)}): " + "; ".join(
+            f"{k}: " + ", ".join(f"({text(a)}, {text(b)})" for a, b in pairs[k]) for k in kinds), "",
             markdown_table(["column"] + [f"system KS ({k})" for k in kinds],
                            [[c] + [chk.ks(k, c) for k in kinds] for c in chk.columns])]
     easy = [p for p in chk.preference_similarity if p.kind == "easy"]
@@ -152,7 +160,7 @@ def _checklist(group: GroupResult) -> list[str]:
         labels = {p.column: p.labels for p in chk.preference_labels if p.kind == "easy"}
         same = [h for h in sim_humans[1:] if labels.get(h) is not None and labels.get(h) == labels.get(sim_humans[0])]
         if same:
-            out += [f"The columns of {', '.join([sim_humans[0]] + same)} are identical because these human aspects "
+            out += [f"The columns of {names([sim_humans[0]] + same)} are identical because these human aspects "
                     "label every Easy system pair the same way.", ""]
         out += folded(f"preference similarity ({len(chk.columns)} rows)",
                       [markdown_table(["column"] + sim_humans,
@@ -184,7 +192,8 @@ def _darr(group: GroupResult) -> list[str]:
 def _omitted(group: GroupResult) -> list[str]:
     if not group.omitted:
         return []
-    return ["### Left out", ""] + [f"- {section}: {reason}." for section, reason in group.omitted.items()] + [""]
+    items = [f"- {text(section)}: {text(reason)}." for section, reason in group.omitted.items()]
+    return ["### Left out", ""] + items + [""]
 
 
 def _plots(images: list[tuple[str, str]]) -> list[str]:
@@ -192,16 +201,15 @@ def _plots(images: list[tuple[str, str]]) -> list[str]:
         return []
     out = []
     for caption, path in images:
-        out += [f"![{caption}]({path})", "", f"*{caption}*", ""]
+        out += [f"![{text(caption)}]({path})", "", f"*{text(caption)}*", ""]
     return ["### Plots", ""] + folded(f"{len(images)} plots", out)
 
 
 def group_markdown(result: MetaResult, group: GroupResult, images: list[tuple[str, str]]) -> list[str]:
     """One dataset section, summary first; `images` are (caption, relative path) pairs. The
     sections come from `GROUP_SECTIONS` in order (one list to extend, e.g. with a leaderboard)."""
-    out = [f"## Dataset {group.name}", "",
-           f"{group.rows} rows; human aspects: {', '.join(group.humans) or '–'}; "
-           f"metrics: {', '.join(group.metrics) or '–'}.", ""]
+    out = [f"## Dataset {text(group.name)}", "",
+           f"{group.rows} rows; human aspects: {names(group.humans)}; metrics: {names(group.metrics)}.", ""]
     for section in GROUP_SECTIONS:
         out += section(result, group, images)
     return out
@@ -225,15 +233,15 @@ def report_markdown(result: MetaResult, images: dict[str, list[tuple[str, str]]]
     opts = result.options
     correction = getattr(opts, "correction", "none")
     out = ["# Meta-evaluation report", "",
-           f"Input `{inp.source}`: {inp.rows_in} rows, {inp.rows_error} with an error in at least one metric run "
-           "(their scores on that run are excluded), "
+           f"Input {markdown_code(inp.source)}: {inp.rows_in} rows, {inp.rows_error} with an error in at least one "
+           "metric run (their scores on that run are excluded), "
            f"{inp.rows_skipped} skipped by a metric run that does not apply to them (not errors); "
-           f"human aspects: {', '.join(inp.humans) or '–'}; metrics: {', '.join(inp.metrics)}.", "",
+           f"human aspects: {names(inp.humans)}; metrics: {names(inp.metrics)}.", "",
            sign_convention(result), "",
            f"Significance test: {TEST_NAMES[opts.significance]}, alpha {opts.alpha:g}, multiple-comparison "
            f"correction: {correction}. Every mark agrees with the interval shown beside it; '–' marks a "
            "comparison that is undefined (a constant metric).", ""]
-    out += folded("Signatures", [f"`{result.signature}`", ""] + ([markdown_table(
+    out += folded("Signatures", [markdown_code(result.signature), ""] + ([markdown_table(
         ["metric run (columns)", "rows", "rows with error", "signature"],
         [[r.columns, r.rows, r.rows_error, "; ".join(r.signatures)[:200]] for r in inp.runs])] if inp.runs else []))
     for group in result.groups:
@@ -241,7 +249,7 @@ def report_markdown(result: MetaResult, images: dict[str, list[tuple[str, str]]]
     if result.transfer:
         out += ["## Transfer (correlation per dataset)", ""]
         for table in result.transfer:
-            out += [f"{table.human} ({table.method}, sample level):", "",
+            out += [f"{text(table.human)} ({table.method}, sample level):", "",
                     markdown_table(["metric"] + list(table.datasets),
                                    [[m] + list(row) for m, row in zip(table.metrics, table.values)])]
     return "\n".join(out) + "\n"

@@ -1,6 +1,7 @@
 """PNG plots of a `GroupResult` (matplotlib, Agg backend). Each function returns a figure or None
 when its data does not exist (the report then leaves the plot out and says why).
 
+Every label is plain text (`text_only`: no mathtext), whatever the names in the data are.
 Titles name the dataset and the human aspect; heatmap cells are annotated in black or white,
 whichever contrasts with the cell colour, and the figure grows with the number of rows so every
 label stays readable.
@@ -25,6 +26,27 @@ def _plt():
     return plt
 
 
+def text_only():
+    """Context in which every label is plain text: matplotlib's mathtext (`$...$`) and TeX are
+    off, so a name from the data is drawn as it is and never parsed (a `$\\frac` name would
+    otherwise be typeset, and an unbalanced one raise)."""
+    import matplotlib
+
+    return matplotlib.rc_context({"text.parse_math": False, "text.usetex": False})
+
+
+def plain_labels(draw):
+    """Decorator: `draw` builds its figure under `text_only`."""
+    import functools
+
+    @functools.wraps(draw)
+    def wrapped(*args, **kwargs):
+        with text_only():
+            return draw(*args, **kwargs)
+
+    return wrapped
+
+
 def natural_key(name) -> list:
     """Sort key that orders M2 before M10 (digit runs compare as numbers)."""
     import re
@@ -32,8 +54,22 @@ def natural_key(name) -> list:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(name))]
 
 
+def plain(name) -> str:
+    """A name as one line of drawable text: control characters (NUL, line breaks) become spaces."""
+    import re
+
+    return re.sub(r"[\x00-\x1f\x7f]", " ", str(name))
+
+
+def legend_label(name) -> str:
+    """`plain(name)` for a legend entry: matplotlib leaves out entries whose label starts with
+    `_`, so such a name gets a leading space and stays in the legend."""
+    text = plain(name)
+    return " " + text if text.startswith("_") else text
+
+
 def short(name: str, width: int = 28) -> str:
-    name = str(name).removeprefix("human_")
+    name = plain(name).removeprefix("human_")
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
@@ -62,6 +98,7 @@ def _grid_size(n_rows: int, n_cols: int) -> tuple[float, float]:
     return max(7.5, 3.5 + 0.55 * n_cols), max(5.0, 2.2 + 0.42 * n_rows)
 
 
+@plain_labels
 def correlations(group: GroupResult):
     """Each metric's correlation with each human aspect, with resampling intervals when there
     are any (the first significance level)."""
@@ -95,18 +132,19 @@ def correlations(group: GroupResult):
             lows = np.array([intervals[m].low if m in intervals else np.nan for m in metrics], dtype=float)
             highs = np.array([intervals[m].high if m in intervals else np.nan for m in metrics], dtype=float)
             err = np.nan_to_num(np.abs(np.vstack([xs - lows, highs - xs])))
-            ax.errorbar(xs, ys, xerr=err, fmt="o", ms=4, capsize=2, label=short(human))
+            ax.errorbar(xs, ys, xerr=err, fmt="o", ms=4, capsize=2, label=legend_label(short(human)))
         else:
-            ax.plot(xs, ys, "o", ms=4, label=short(human))
+            ax.plot(xs, ys, "o", ms=4, label=legend_label(short(human)))
     ax.set_yticks(np.arange(len(metrics)), [short(m) for m in metrics], fontsize=8)
     ax.axvline(0, color="grey", lw=0.8)
     ax.set_xlabel(f"{method} correlation ({level} level); {note}")
     ax.legend(fontsize=8, loc="best", title="human aspect", title_fontsize=8)
-    ax.set_title(f"{group.name}: metric–human correlation, every aspect")
+    ax.set_title(f"{plain(group.name)}: metric–human correlation, every aspect")
     fig.tight_layout()
     return fig
 
 
+@plain_labels
 def significance(group: GroupResult, block: SignificanceBlock):
     """Pairwise heatmap for one human aspect: p-values (bootstrap) or win shares (subsample)."""
     if len(block.metrics) < 2:
@@ -131,7 +169,8 @@ def significance(group: GroupResult, block: SignificanceBlock):
         label = f"share of draws the row wins\n(significant above {1 - block.alpha:g})"
         test = f"BARTScore subsample test, {block.resamples} draws"
     fig.colorbar(image, ax=ax, label=label)
-    ax.set_title(f"{group.name}: {short(block.human, 40)}\n{block.level} level, {block.method}; {test}", fontsize=10)
+    ax.set_title(f"{plain(group.name)}: {short(block.human, 40)}\n{block.level} level, {block.method}; {test}",
+                 fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -144,6 +183,7 @@ def _grouped_bars(ax, series: dict, labels: list[str]) -> None:
     ax.set_xticks(range(len(labels)), [short(c, 18) for c in labels], rotation=60, ha="right", fontsize=8)
 
 
+@plain_labels
 def checklist_system_ks(group: GroupResult, chk: ChecklistBlock):
     if not chk.system_ks:
         return None
@@ -153,12 +193,13 @@ def checklist_system_ks(group: GroupResult, chk: ChecklistBlock):
     fig, ax = plt.subplots(figsize=(max(8, 0.45 * len(columns) + 3), 5.5))
     _grouped_bars(ax, {f"{kind} pairs": [chk.ks(kind, c) for c in columns] for kind in kinds}, columns)
     ax.set_ylabel("mean system-level KS")
-    ax.set_title(f"{group.name}: checklist system-level discrimination (KS between the systems of a pair)")
+    ax.set_title(f"{plain(group.name)}: checklist system-level discrimination (KS between the systems of a pair)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 
 
+@plain_labels
 def checklist_aspect_ks(group: GroupResult, chk: ChecklistBlock, human: str):
     items = [a for a in chk.aspect_level if a.human == human][:MAX_ROWS]
     if not items:
@@ -168,12 +209,13 @@ def checklist_aspect_ks(group: GroupResult, chk: ChecklistBlock, human: str):
     _grouped_bars(ax, {"Lo-Hi": [a.ks_lo_hi for a in items], "Lo-Mod": [a.ks_lo_mod for a in items],
                        "Hi-Mod": [a.ks_hi_mod for a in items]}, [a.column for a in items])
     ax.set_ylabel("KS between quality groups")
-    ax.set_title(f"{group.name}: checklist aspect-level KS, quality groups of {short(human, 40)}")
+    ax.set_title(f"{plain(group.name)}: checklist aspect-level KS, quality groups of {short(human, 40)}")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 
 
+@plain_labels
 def preference_similarity(group: GroupResult, chk: ChecklistBlock, kind: str = "easy"):
     items = [p for p in chk.preference_similarity if p.kind == kind]
     if not items:
@@ -187,11 +229,13 @@ def preference_similarity(group: GroupResult, chk: ChecklistBlock, kind: str = "
     fig, ax = plt.subplots(figsize=_grid_size(len(humans), len(metrics)))
     image = _heatmap(ax, matrix, humans, metrics, "magma", 0.0, 1.0)
     fig.colorbar(image, ax=ax, label="preference similarity S")
-    ax.set_title(f"{group.name}: system-level preference similarity\nto each human aspect ({kind} pairs)", fontsize=10)
+    ax.set_title(f"{plain(group.name)}: system-level preference similarity\nto each human aspect ({kind} pairs)",
+                 fontsize=10)
     fig.tight_layout()
     return fig
 
 
+@plain_labels
 def win_fractions(group: GroupResult, chk: ChecklistBlock, column: str):
     item = next((w for w in chk.win_fractions if w.column == column), None)
     if item is None:
@@ -204,7 +248,7 @@ def win_fractions(group: GroupResult, chk: ChecklistBlock, column: str):
     fig, ax = plt.subplots(figsize=_grid_size(n, n))
     image = _heatmap(ax, matrix, systems, systems, "RdBu", 0.0, 1.0)
     fig.colorbar(image, ax=ax, label="share of same-doc_id games\nthe row wins (ties count)")
-    ax.set_title(f"{group.name}: pairwise win fractions per doc_id\n{short(column, 40)}", fontsize=10)
+    ax.set_title(f"{plain(group.name)}: pairwise win fractions per doc_id\n{short(column, 40)}", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -212,6 +256,7 @@ def win_fractions(group: GroupResult, chk: ChecklistBlock, column: str):
 CLUSTER_COLORS = ("#2e7d32", "#1565c0", "#ef6c00", "#6a1b9a", "#c62828", "#00838f", "#5d4037", "#455a64")
 
 
+@plain_labels
 def leaderboard(comp):
     """One comparison (`meta_eval.results.SystemComparison`) as a ranked dot plot: each system's
     mean and 95 % bootstrap interval, best at the top, coloured by significance cluster
@@ -234,13 +279,19 @@ def leaderboard(comp):
                                         for s in systems], fontsize=9)
     ax.invert_yaxis()
     arrow = "lower is better" if comp.lower_is_better else "higher is better"
-    ax.set_xlabel(f"{comp.column}: mean over {comp.n_units} {comp.unit} with 95% interval ({arrow})", fontsize=9)
-    ax.set_title(f"{comp.dataset}: {comp.column}, significance clusters", fontsize=11)
+    ax.set_xlabel(f"{plain(comp.column)}: mean over {comp.n_units} {comp.unit} with 95% interval ({arrow})", fontsize=9)
+    ax.set_title(f"{plain(comp.dataset)}: {plain(comp.column)}, significance clusters", fontsize=11)
     ax.grid(axis="x", color="#eee")
     fig.tight_layout()
     return fig
 
 
 def save(fig, path) -> None:
-    fig.savefig(path, dpi=DPI)
-    _plt().close(fig)
+    """The figure as PNG at `path` (a symlink there is replaced, `meta_eval.report.files`), then closed."""
+    from meta_eval.report.files import write_figure
+
+    try:
+        with text_only():
+            write_figure(fig, path, DPI)
+    finally:
+        _plt().close(fig)

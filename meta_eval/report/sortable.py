@@ -1,8 +1,9 @@
 """Click a table's header cell to sort its rows by that column (again to reverse): one small
-inline script, no external file. Numbers sort as numbers (an interval by its lower end),
+inline script, no external file (`SORT_JS` its text, which the page's Content-Security-Policy
+hashes; `SORT_SCRIPT` the element). Numbers sort as numbers (an interval by its lower end),
 text as text, and cells without a value ("–", empty) last."""
 
-SORT_SCRIPT = """<script>
+SORT_JS = """
 (function () {
   function key(cell) {
     var text = cell.innerText.trim().replace(/\\u2212/g, '-');
@@ -31,4 +32,5 @@ SORT_SCRIPT = """<script>
     });
   });
 })();
-</script>"""
+"""
+SORT_SCRIPT = f"<script>{SORT_JS}</script>"
