@@ -45,6 +45,7 @@ def models_512(tiny_models, tmp_path_factory) -> dict[str, str]:
     return {name: _with_positions(tiny_models[name], root / name, 512) for name in ("bart", "pegasus", "gpt2")}
 
 
+@pytest.mark.timeout(600)
 def test_unset_max_length_is_the_position_table_and_named_in_the_signature(models_512, tiny_models):
     from scoring.bartscore import BARTScorer
     from scoring.ctrleval import CTRLEval
@@ -69,6 +70,7 @@ def test_unset_max_length_is_the_position_table_and_named_in_the_signature(model
     assert "|max_length:1024|" in build_metric("bartscore", {"model": tiny_models["bart"], "directions": ["s_h"]}).signature_string()
 
 
+@pytest.mark.timeout(600)
 def test_cli_explicit_max_length_past_the_table_exits_2(models_512, tmp_path):
     from ctgscore.testing.cli import run_cli
 
@@ -82,6 +84,7 @@ def test_cli_explicit_max_length_past_the_table_exits_2(models_512, tmp_path):
     assert proc.returncode == 2 and "max_length 1024 is past the position table" in proc.stderr
 
 
+@pytest.mark.timeout(600)
 def test_bartscore_with_a_tiny_t5_matches_a_teacher_forced_loop(tmp_path):
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 

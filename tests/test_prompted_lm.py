@@ -67,6 +67,7 @@ def naive_row(metric, row) -> dict[str, float]:
     return out
 
 
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_every_family_matches_a_naive_loop_and_independent_forwards(llms, family):
     params = {"model": llms[family], "templates": TEMPLATES, "directions": ["s_h", "r_h", "h_r", "f"], "token_budget": 256}
@@ -188,6 +189,7 @@ def test_templates_rows_past_the_context_and_skips(llms, tmp_path):
     assert out[3]["error"] is None and math.isfinite(out[3]["gptscore_fluency_s_h"])
 
 
+@pytest.mark.timeout(300)
 def test_cli_scores_with_gptscore(llms, tmp_path):
     from ctgscore.testing.cli import run_cli
 
@@ -231,3 +233,31 @@ def test_job_scores_a_mixed_dump_with_gptscore(ray_local, llms, sample_corpus, t
             assert got["error"] is None and got["gptscore_fluency_h_r"] == pytest.approx(expected["gptscore_fluency_h_r"], abs=1e-6)
         else:  # a SummEval article past the 512-token context: the row's error, the same in the job
             assert got["error"] == expected["error"] and "max_length 512" in got["error"]
+
+
+def test_out_of_memory_splits_a_continuation_batch_and_the_budget_counts_the_prompt(llms):
+    from transformers import AutoModelForCausalLM
+
+    from scoring.prompt_cache import PromptedLikelihood
+
+    model = AutoModelForCausalLM.from_pretrained(llms["llama"]).eval()
+    prompts = [list(range(3, 43))] * 6
+    continuations = [list(range(50, 50 + n)) for n in (3, 9, 5, 7, 2, 8)]
+    expected = PromptedLikelihood(model, pad_id=0).continuation_logprobs(Ragged.from_lists(prompts), Ragged.from_lists(continuations))
+    engine = PromptedLikelihood(model, pad_id=0, token_budget=10_000)
+    forward = engine._forward
+
+    def failing(input_ids, attention_mask, cache, last_only):
+        if cache is not None and input_ids.shape[0] > 2:  # continuation batches of more than 2 rows
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return forward(input_ids, attention_mask, cache, last_only)
+
+    engine._forward = failing
+    got = engine.continuation_logprobs(Ragged.from_lists(prompts), Ragged.from_lists(continuations))
+    assert engine.stats["oom_splits"] >= 2 and engine.stats["prompt_passes"] == 1
+    assert [n for _, n in got] == [n for _, n in expected]
+    assert all(abs(a - b) <= 1e-5 * max(1.0, abs(b)) for (a, _), (b, _) in zip(got, expected))
+    # the budget counts prompt + continuation tokens per row: 40 + 9 = 49 per row, so 100 tokens fit 2 rows
+    narrow = PromptedLikelihood(model, pad_id=0, token_budget=100)
+    narrow.continuation_logprobs(Ragged.from_lists(prompts), Ragged.from_lists(continuations))
+    assert narrow.stats["continuation_passes"] == 3
