@@ -11,9 +11,10 @@ Sharing (`share_prompts`, on by default):
   cached keys/values are broadcast (`expand`, no copy) over the batch's rows, each row's
   continuation right-padded, the attention mask all ones over the prompt. Position j of a
   continuation sits at position m + j, as in the independent forward;
-- prompts whose ids share a prefix of at least `min_shared_prefix` tokens (two aspects'
-  templates around one source, say) form a cluster: the common prefix runs once and each
-  prompt's remaining tokens run on top of it;
+- distinct prompts whose ids share a prefix of at least `min_shared_prefix` tokens (two
+  aspects' templates that open the same way, say) form a prefix tree: each shared part runs
+  once, on top of its parent's cache, and each prompt's own remaining tokens on top of that
+  (the whole prompt is never re-run: prompt tokens computed <= distinct prompt tokens);
 - a prompt with a single continuation that shares nothing runs with its continuation as one
   sequence, batched with the others (the independent path): caching it would save nothing.
 `stats` counts prompt tokens requested (sum over pairs of the prompt length: what independent
@@ -58,29 +59,24 @@ def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
     return int(differ[0]) if len(differ) else width
 
 
-def prefix_clusters(prompts: list[np.ndarray], min_shared: int) -> list[tuple[list[int], int]]:
-    """Distinct prompts grouped by a shared prefix: (members, shared prefix length) per cluster,
-    prompts sorted by their ids so that prompts with a common prefix are neighbours. A cluster
-    of several prompts shares at least `min_shared` tokens, and its prefix stops at least one
-    token short of its shortest member (each member runs at least one token of its own: that
-    position predicts the continuation's first token). A lone prompt has prefix 0."""
-    order = sorted(range(len(prompts)), key=lambda u: prompts[u].tolist())
-    clusters: list[tuple[list[int], int]] = []
-    members: list[int] = []
-    shared = 0
-    for u in order:
-        if members:
-            candidate = min(shared if len(members) > 1 else len(prompts[members[0]]), common_prefix(prompts[members[-1]], prompts[u]))
-            candidate = min(candidate, min(len(prompts[v]) for v in members) - 1, len(prompts[u]) - 1)
-            if candidate >= min_shared:
-                members.append(u)
-                shared = candidate
-                continue
-            clusters.append((members, shared if len(members) > 1 else 0))
-        members, shared = [u], 0
-    if members:
-        clusters.append((members, shared if len(members) > 1 else 0))
-    return clusters
+def prefix_runs(prompts: list[np.ndarray], members: list[int], start: int, min_shared: int) -> list[tuple[list[int], int]]:
+    """One level of the prefix tree: `members` (distinct prompts sorted by their ids, all
+    sharing their first `start` tokens, already computed) split into runs of neighbours that
+    share at least `min_shared` more tokens. Returns (run, shared) with `shared` the run's common
+    prefix length, stopping at least one token short of its shortest member (each member runs
+    at least one token of its own: that position predicts the continuation's first token);
+    a lone prompt has shared = `start`."""
+    def shared_with(a: int, b: int) -> int:
+        return min(common_prefix(prompts[a], prompts[b]), len(prompts[a]) - 1, len(prompts[b]) - 1)
+
+    runs: list[tuple[list[int], int]] = []
+    for u in members:
+        if runs and shared_with(runs[-1][0][-1], u) >= start + min_shared:
+            run, shared = runs[-1]
+            runs[-1] = (run + [u], min(shared, shared_with(run[-1], u)) if len(run) > 1 else shared_with(run[-1], u))
+        else:
+            runs.append(([u], start))
+    return runs
 
 
 def expand_cache(cache, rows: int):
@@ -155,20 +151,30 @@ class PromptedLikelihood:
                 firsts.append(k)
             groups[u].append(k)
         arrays = [prompts.values[prompts.offsets[k] : prompts.offsets[k + 1]] for k in firsts]
+        order = sorted(range(len(arrays)), key=lambda u: arrays[u].tolist())  # shared prefixes: neighbours
         alone: list[int] = []
-        for members, shared in prefix_clusters(arrays, self.min_shared_prefix):
-            if len(members) == 1 and len(groups[members[0]]) == 1:
-                alone.append(groups[members[0]][0])
-                continue
-            prefix_cache = None
-            if shared:
-                prefix_cache, _ = self._run_prompt(arrays[members[0]][:shared], None)
-            for u in members:
-                cache, last = self._run_prompt(arrays[u][shared:], prefix_cache)
-                self._score_group(groups[u], len(arrays[u]), cache, last, continuations)
-                del cache, last
+        self._prefix_tree(order, 0, None, arrays, groups, continuations, alone)
         if alone:
             self._independent(alone, prompts, continuations)
+
+    def _prefix_tree(self, members: list[int], start: int, cache, arrays, groups, continuations: Ragged, alone: list[int]) -> None:
+        """Distinct prompts `members` whose first `start` tokens are in `cache`: each run of
+        prompts sharing at least `min_shared_prefix` more tokens runs that common part once on
+        top of `cache` and recurses; a prompt alone runs the rest of its tokens and scores its
+        continuations (or, with one continuation and nothing cached, joins the independent path)."""
+        for run, shared in prefix_runs(arrays, members, start, self.min_shared_prefix):
+            if len(run) > 1:
+                child, _ = self._run_prompt(arrays[run[0]][start:shared], cache)
+                self._prefix_tree(run, shared, child, arrays, groups, continuations, alone)
+                del child
+                continue
+            u = run[0]
+            if cache is None and len(groups[u]) == 1:
+                alone.append(groups[u][0])
+                continue
+            prompt_cache, last = self._run_prompt(arrays[u][start:], cache)
+            self._score_group(groups[u], len(arrays[u]), prompt_cache, last, continuations)
+            del prompt_cache, last
 
     def _run_prompt(self, ids: np.ndarray, prefix_cache):
         """Forward `ids` (one prompt, or its part after a cached prefix) once; returns its cache

@@ -115,10 +115,11 @@ def test_shared_prompts_equal_independent_forwards_exactly_in_float64(llms, fami
         engine = PromptedLikelihood(model, pad_id=0, share_prompts=share, token_budget=128)
         results[share] = engine.continuation_logprobs(Ragged.from_lists(prompts), Ragged.from_lists(continuations))
         if share:
-            # distinct prompts of 30, 40, 33 and 12 tokens share a prefix of 11 tokens (one short of
-            # the shortest), which runs once, then each its own rest: 1 + 19 + 29 + 22; [9, 9, 9] runs
+            # a prefix tree over the distinct prompts of 12, 30, 33 and 40 tokens: 11 tokens shared
+            # by all (one short of the shortest), the 12-token prompt's last 1, then 18 more shared
+            # by the other three (29, one short of 30), then their own 1, 4 and 11; [9, 9, 9] runs
             # once for its 3 continuations; the lone 2-token prompt runs with its one continuation
-            assert engine.stats["prompt_tokens_computed"] == 11 + 1 + 19 + 29 + 22 + 3 + 2
+            assert engine.stats["prompt_tokens_computed"] == 11 + 1 + 18 + 1 + 4 + 11 + 3 + 2
             assert engine.stats["prompt_tokens_requested"] == sum(len(p) for p in prompts)
     for (a, n), (b, m) in zip(results[True], results[False]):
         assert n == m and abs(a - b) <= (1e-9 if family == "llama" else 1e-5)
@@ -126,18 +127,18 @@ def test_shared_prompts_equal_independent_forwards_exactly_in_float64(llms, fami
         assert total == pytest.approx(naive_logprob(model, prompt, continuation)[1], rel=1e-6)  # logits in float32
 
 
-def test_prefix_clusters_share_at_least_the_minimum_and_leave_each_prompt_a_token():
+def test_prefix_runs_share_at_least_the_minimum_and_leave_each_prompt_a_token():
     import numpy as np
 
-    from scoring.prompt_cache import prefix_clusters
+    from scoring.prompt_cache import prefix_runs
 
     prompts = [np.array(p) for p in ([1, 2, 3, 4, 5], [1, 2, 3, 4, 6, 7], [9, 9], [1, 2, 3, 4, 5, 8], [1, 2])]
-    clusters = prefix_clusters(prompts, min_shared=3)
-    assert sorted(sorted(m) for m, _ in clusters) == [[0, 1, 3], [2], [4]]
-    shared = {tuple(sorted(m)): s for m, s in clusters}
-    assert shared[(0, 1, 3)] == 4 and shared[(2,)] == 0
-    # identical prompts never arrive here (they are one group); a prefix equal to a whole prompt stops one short
-    assert dict((tuple(m), s) for m, s in prefix_clusters([np.array([1, 2, 3]), np.array([1, 2, 3, 4])], 1))[(0, 1)] == 2
+    order = sorted(range(len(prompts)), key=lambda u: prompts[u].tolist())
+    assert prefix_runs(prompts, order, 0, 3) == [([4], 0), ([0, 3, 1], 4), ([2], 0)]
+    # one level down: past the shared 4 tokens, [1 2 3 4 5] and [1 2 3 4 5 8] share one more, under the minimum
+    assert prefix_runs(prompts, [0, 3, 1], 4, 1) == [([0], 4), ([3], 4), ([1], 4)]
+    # a prefix equal to a whole prompt stops one token short of it
+    assert prefix_runs([np.array([1, 2, 3]), np.array([1, 2, 3, 4])], [0, 1], 0, 1) == [([0, 1], 2)]
 
 
 def test_sum_reduction_chat_template_and_separate_tokenisation(llms):
