@@ -108,3 +108,22 @@ def test_bartscore_with_a_tiny_t5_matches_a_teacher_forced_loop(tmp_path):
         logprobs = torch.log_softmax(logits.float(), -1)
         expected = sum(logprobs[t, y].item() for t, y in enumerate(target)) / len(target)
         assert result["error"] is None and result["bartscore_s_h"] == pytest.approx(expected, abs=1e-5)
+
+
+@pytest.mark.timeout(300)
+def test_classifiers_follow_their_table_and_refuse_an_explicit_length_past_it(tmp_path):
+    from ctgscore.testing.tiny_classifier import build_tiny_classifier
+    from scoring.codi.classifiers import SequenceClassifier
+
+    folder = str(build_tiny_classifier(tmp_path / "c128", ["neg", "pos"], max_positions=128))
+    roberta = str(build_tiny_classifier(tmp_path / "r128", ["neg", "pos"], arch="roberta", max_positions=128))
+    assert SequenceClassifier(folder).max_length == 128 and SequenceClassifier(roberta).max_length == 128
+    with pytest.raises(UsageError, match="max_length 512 is past the position table .* .128 positions"):
+        SequenceClassifier(folder, max_length=512)
+    assert SequenceClassifier(folder, max_length=512, clamp_to_table=True).max_length == 128  # CoDI-Eval's shared value
+    metric = build_metric("attribute_accuracy", {"classifiers": {"sentiment": folder}})
+    assert '"sentiment":128' in metric.signature_string()
+    out = metric.score_rows([{"id": "a", "text": "word " * 300, "attributes": {"sentiment": "pos"}}])
+    assert out[0]["error"] is None and out[0]["warning"] == "truncated to the classifier's max_length"
+    with pytest.raises(UsageError, match="past the position table"):
+        build_metric("attribute_accuracy", {"classifiers": {"sentiment": folder}, "max_length": 512})
