@@ -133,15 +133,20 @@ class PromptedLM:
                                                                         share_prompts=share_prompts)
 
     def prompt_ids(self, prompts: Sequence[str]) -> list[list[int]]:
-        """G3: [start] + ids(prompt), or ids(chat-wrapped prompt) with `chat_template`."""
+        """G3: [start] + ids(prompt), or ids(chat-wrapped prompt) with `chat_template`. Each
+        distinct prompt is tokenised once (a dump repeats each source across its systems)."""
         if not prompts:
             return []
+        unique = list(dict.fromkeys(prompts))
         if self.chat_template:
             texts = [self.tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
-                     for p in prompts]
-            return [list(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
-        head = [] if self.start_id is None else [self.start_id]
-        return [head + list(ids) for ids in self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]]
+                     for p in unique]
+            encoded = [list(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+        else:
+            head = [] if self.start_id is None else [self.start_id]
+            encoded = [head + list(ids) for ids in self.tokenizer(unique, add_special_tokens=False)["input_ids"]]
+        by_text = dict(zip(unique, encoded))
+        return [by_text[p] for p in prompts]
 
     def continuation_ids(self, continuations: Sequence[str]) -> list[list[int]]:
         """G3: ids(continuation), no special tokens, tokenised on its own."""
