@@ -45,7 +45,7 @@ class AttributeAccuracyMetric(RowMetric):
     optional_columns = ("attributes", "attribute")
 
     def __init__(self, classifiers: Mapping[str, str], label_maps: Mapping[str, Mapping[str, Any]] | None = None,
-                 dtype: str = "float32", device: str = "cpu", max_length: int = 512, token_budget: int = 8192,
+                 dtype: str = "float32", device: str = "cpu", max_length: int | None = None, token_budget: int = 8192,
                  batch_size: int = 32, cache_dir: str | None = None):
         from scoring.codi.classifiers import SequenceClassifier
 

@@ -29,7 +29,7 @@ from scoring import preprocess as preprocessing
 from scoring.engine import DEFAULT_TOKEN_BUDGET, Ragged, Seq2SeqLikelihood
 from scoring.errors import UsageError
 from scoring.metric import RowMetric
-from scoring.model_limits import limits_for, raise_row_error
+from scoring.model_limits import default_max_length, limits_for, raise_row_error
 from scoring.models import file_digest, load_pretrained, load_tokenizer, resolve_model
 from scoring.params import check_choice, check_model_args, check_positive_int, check_text_list, check_text_lists
 from scoring.resources import bartscore_prompt_path
@@ -68,7 +68,7 @@ class BARTScorer:
         self,
         checkpoint: str = "facebook/bart-large-cnn",
         device: str = "cpu",
-        max_length: int = 1024,
+        max_length: int | None = None,
         dtype: str = "float32",
         token_budget: int = DEFAULT_TOKEN_BUDGET,
         revision: str | None = None,
@@ -84,7 +84,8 @@ class BARTScorer:
         self.limits = limits_for(self.source)
         self.limits.check_max_length(max_length)
         self.model = load_pretrained(AutoModelForSeq2SeqLM, self.source, dtype=dtype, device=device)
-        self.max_length = int(max_length)
+        # unset: the model's own limit (position table; the tokenizer's for relative positions)
+        self.max_length = default_max_length(max_length, self.limits, self.tokenizer)
         self.dtype = dtype
         self.state_dict_digest: str | None = None
         self.engine = None if self.model is None else Seq2SeqLikelihood(  # None: built to prepare ids only
@@ -275,7 +276,7 @@ class BARTScoreMetric(RowMetric):
         revision: str | None = None,
         dtype: str = "float32",
         device: str = "cpu",
-        max_length: int = 1024,
+        max_length: int | None = None,
         token_budget: int = DEFAULT_TOKEN_BUDGET,
         cache_dir: str | None = None,
         compile: bool = False,

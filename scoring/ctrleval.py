@@ -47,7 +47,7 @@ from scoring.engine import DEFAULT_TOKEN_BUDGET, Ragged, Seq2SeqLikelihood
 from scoring.errors import UsageError
 from scoring.iwf import load_iwf
 from scoring.metric import RowError, RowMetric
-from scoring.model_limits import limits_for, raise_row_error
+from scoring.model_limits import default_max_length, limits_for, raise_row_error
 from scoring.models import file_digest, load_pretrained, load_tokenizer, resolve_model
 from scoring.params import check_choice, check_model_args, check_positive_int, check_text_list
 from scoring.resources import ctrleval_task_paths, resource_path
@@ -184,7 +184,7 @@ class CTRLEval:
         verbalizers: str | None = None,
         device: str = "cpu",
         dtype: str = "float32",
-        max_length: int = 1024,
+        max_length: int | None = None,
         token_budget: int = DEFAULT_TOKEN_BUDGET,
         revision: str | None = None,
         cache_dir: str | None = None,
@@ -219,7 +219,8 @@ class CTRLEval:
             raise UsageError(f"model: tokenizer of {model} has no sentence mask token {MASK}")
         self.prompt_files = (prompts, verbalizers)
         self.dtype = dtype
-        self.max_length = int(max_length)
+        # unset: the model's own limit (position table; the tokenizer's for relative positions)
+        self.max_length = default_max_length(max_length, self.limits, self.tokenizer)
         self.engine = None if self.model is None else Seq2SeqLikelihood(  # None: built to prepare ids only
             self.model, pad_id=self.tokenizer.pad_token_id, decoder_start_id=self.model.config.decoder_start_token_id,
             token_budget=token_budget, compile_layers=bool(compile),
@@ -427,7 +428,7 @@ class CTRLEvalMetric(RowMetric):
         verbalizers: str | None = None,
         dtype: str = "float32",
         device: str = "cpu",
-        max_length: int = 1024,
+        max_length: int | None = None,
         token_budget: int = DEFAULT_TOKEN_BUDGET,
         revision: str | None = None,
         cache_dir: str | None = None,

@@ -99,3 +99,21 @@ def raise_row_error(limits: ModelLimits, values, offsets, owners, what: str) -> 
         owner_of = {k: int(owners[k]) for k in found}
         k = min(found, key=lambda k: (owner_of[k], k))
         raise RowError(owner_of[k], f"{what}: {found[k]}")
+
+
+# tokenizers without a known limit report a huge sentinel (transformers' VERY_LARGE_INTEGER)
+_UNSET_TOKENIZER_LIMIT = 1_000_000
+
+
+def default_max_length(max_length: int | None, limits: ModelLimits, tokenizer=None, fallback: int = 1024) -> int:
+    """`max_length` as given; unset, the model's own limit: its position table, or, for
+    relative positions (T5), the tokenizer's `model_max_length`; `fallback` when neither
+    says (docs/metrics.md, "max_length")."""
+    if max_length is not None:
+        return int(max_length)
+    if limits.positions is not None:
+        return int(limits.positions)
+    declared = getattr(tokenizer, "model_max_length", None)
+    if isinstance(declared, int) and 0 < declared < _UNSET_TOKENIZER_LIMIT:
+        return declared
+    return int(fallback)

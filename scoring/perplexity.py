@@ -18,7 +18,7 @@ import numpy as np
 
 from scoring.engine import DEFAULT_TOKEN_BUDGET, CausalLikelihood, Ragged
 from scoring.metric import RowMetric
-from scoring.model_limits import ModelLimits, raise_row_error
+from scoring.model_limits import ModelLimits, default_max_length, raise_row_error
 from scoring.models import load_config, load_pretrained, load_tokenizer, resolve_model
 from scoring.text_encoding import id_lists
 
@@ -55,7 +55,7 @@ class Perplexity:
         self.limits.check_max_length(max_length)
         self.model = load_pretrained(AutoModelForCausalLM, self.source, dtype=dtype, device=device)
         self.dtype = dtype
-        self.max_length = int(max_length or self.limits.positions or 1024)
+        self.max_length = default_max_length(max_length, self.limits, self.tokenizer)
         start = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else self.tokenizer.eos_token_id
         if start is None:
             raise ValueError(f"{model}: tokenizer has neither a BOS nor an EOS token to start from")

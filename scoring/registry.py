@@ -30,6 +30,7 @@ BUILTIN_METRICS: dict[str, str] = {
     "bartscore": "scoring.bartscore:BARTScoreMetric",
     "ctrleval": "scoring.ctrleval:CTRLEvalMetric",
     "perplexity": "scoring.perplexity:PerplexityMetric",
+    "gptscore": "scoring.prompted_lm:GPTScoreMetric",
     "codi": "scoring.codi.metric:CodiMetric",
     "bleu": "scoring.bleu:BLEUMetric",
     "chrf": "scoring.bleu:CHRFMetric",

@@ -115,7 +115,7 @@ def test_max_length_past_the_position_table_is_refused_before_the_weights(bart_w
 
     # the weights have 1,024 positions: loading them would fail, so the refusal comes first
     with pytest.raises(UsageError, match="max_length 1024 is past the position table of bart .512 positions"):
-        BARTScoreMetric(model=bart_with_512_positions)
+        BARTScoreMetric(model=bart_with_512_positions, max_length=1024)
     with pytest.raises(UsageError, match="max_length"):
         PerplexityMetric(model=tiny_models["gpt2"], max_length=100_000)
 
@@ -126,7 +126,7 @@ def test_cli_refuses_max_length_and_scores_around_the_bad_row(bart_with_512_posi
     source = tmp_path / "rows.parquet"
     pq.write_table(pa.Table.from_pylist(data), source)
     proc = run_cli(["score", "-m", "bartscore", "--param", f"model={bart_with_512_positions}", "--param", "directions=s_h",
-                    "-i", source, "-o", tmp_path / "refused.parquet"])
+                    "--param", "max_length=1024", "-i", source, "-o", tmp_path / "refused.parquet"])
     assert_user_error(proc, 2, "max_length 1024", "512 positions")
     assert not (tmp_path / "refused.parquet").exists()
 
@@ -152,10 +152,10 @@ def test_ray_job_scores_around_the_bad_row_and_refuses_max_length(ray_local, bar
     (tmp_path / "in").mkdir()
     pq.write_table(pa.Table.from_pylist(data), tmp_path / "in" / "rows.parquet")
 
-    def job(model, out):
+    def job(model, out, **extra):
         return parse_config({"input": str(tmp_path / "in"), "output": str(tmp_path / out), "part_rows": 4, "progress": False,
                              "pool": {"min_size": 1, "max_size": 1, "num_cpus": 0.5},
-                             "metrics": [{"name": "bartscore", "params": {"model": model, "directions": ["s_h"]}}]})
+                             "metrics": [{"name": "bartscore", "params": {"model": model, "directions": ["s_h"], **extra}}]})
 
     report = run_job(job(folder, "out"))["metrics"]["bartscore"]
     assert report["rows_out"] == 6 and report["rows_error"] == 1 and report.get("rows_retry", 0) == 0
@@ -163,4 +163,4 @@ def test_ray_job_scores_around_the_bad_row_and_refuses_max_length(ray_local, bar
     assert out[4]["error"] == f"s_h source: token id {rows} is outside the vocabulary of bart ({rows} embedding rows)"
     assert all(r["error"] is None and r["bartscore_s_h"] < 0 for i, r in enumerate(out) if i != 4)
     with pytest.raises(UsageError, match="max_length 1024 is past the position table of bart .512 positions"):
-        run_job(job(bart_with_512_positions, "refused"))
+        run_job(job(bart_with_512_positions, "refused", max_length=1024))

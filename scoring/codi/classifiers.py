@@ -93,14 +93,18 @@ class SequenceClassifier:
         model: str,
         dtype: str = "float32",
         device: str = "cpu",
-        max_length: int = 512,
+        max_length: int | None = None,
         token_budget: int = 8192,
         batch_size: int = 32,
         cache_dir: str | None = None,
+        clamp_to_table: bool = False,
     ):
+        """`max_length` unset: the model's position table (docs/metrics.md, "max_length"); given
+        past the table: refused (UsageError, exit 2), or, with `clamp_to_table` (one value shared
+        by classifiers of different tables, as CoDI-Eval's), cut to the table."""
         from transformers import AutoModelForSequenceClassification
 
-        from scoring.models import load_pretrained, load_tokenizer
+        from scoring.models import load_config, load_pretrained, load_tokenizer
         from scoring.params import check_model_args, check_positive_int
 
         check_model_args(dtype, device, token_budget, max_length)
@@ -112,18 +116,27 @@ class SequenceClassifier:
         self.token_budget = int(token_budget)
         self.batch_size = int(batch_size)
         self.tokenizer = load_tokenizer(self.source)
-        from scoring.model_limits import limits_for
+        from scoring.model_limits import default_max_length, limits_for
 
-        self.limits = limits_for(self.source)  # embedding rows, from the config (max_length is clamped below)
+        config = load_config(self.source)  # the length is settled before the weights load
+        self.limits = limits_for(self.source, config)  # embedding rows and positions, from the config
+        limit = getattr(config, "max_position_embeddings", None) or max_length
+        if limit is not None and getattr(config, "model_type", "") in _ROBERTA_LIKE:
+            limit -= 2  # positions start after the padding index
+        if max_length is None:
+            self.max_length = int(limit) if limit is not None else default_max_length(None, self.limits, self.tokenizer)
+        elif clamp_to_table:
+            self.max_length = int(min(max_length, limit))
+        else:
+            from scoring.model_limits import ModelLimits
+
+            ModelLimits(self.limits.model, self.limits.vocabulary, limit).check_max_length(max_length)
+            self.max_length = int(max_length)
         self.model = load_pretrained(AutoModelForSequenceClassification, self.source, dtype=dtype, device=device)
         config = self.model.config
         self.id2label = {int(k): str(v) for k, v in config.id2label.items()}
         self.label2id = {v: k for k, v in self.id2label.items()}
         self.problem_type = getattr(config, "problem_type", None)
-        limit = getattr(config, "max_position_embeddings", None) or max_length
-        if getattr(config, "model_type", "") in _ROBERTA_LIKE:
-            limit -= 2  # positions start after the padding index
-        self.max_length = int(min(max_length, limit))
 
     def describe(self) -> dict[str, Any]:
         return {**self.source.identity(), "labels": [self.id2label[i] for i in sorted(self.id2label)]}

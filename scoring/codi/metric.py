@@ -134,6 +134,7 @@ class CodiMetric(RowMetric):
                     dtype=self.dtype,
                     device=self.device,
                     max_length=self.max_length,
+                    clamp_to_table=True,  # one max_length for four classifiers: each keeps to its table
                     token_budget=self.token_budget,
                     batch_size=self.batch_size,
                     cache_dir=self.model_cache_dir,
