@@ -67,13 +67,13 @@ def output_format(args: argparse.Namespace) -> str:
 
 def _score_fields(label: str, files: list[str]) -> list[tuple[str, bool]]:
     """(column, numeric and not boolean) for the score columns of a run (its first file's schema)."""
-    import fsspec
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from scoring import schema
+    from scoring.s3_filesystem import url_to_fs
 
-    fs, root = fsspec.core.url_to_fs(files[0])
+    fs, root = url_to_fs(files[0])
     try:
         with fs.open(root, "rb") as handle:
             fields = pq.read_schema(handle)
