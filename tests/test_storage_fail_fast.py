@@ -101,3 +101,17 @@ def test_only_requests_that_never_connected_stop_early():
     # after connecting: the standard policy decides (all of max_attempts)
     assert s3_options.stop_connect_retries(attempts=5, caught_exception=read) is None
     assert s3_options.stop_connect_retries(attempts=5, caught_exception=None) is None
+
+
+@pytest.mark.timeout(120)
+def test_an_s3_prefix_with_nothing_there_is_one_line_not_internal(cli, moto, s3_bucket, monkeypatch, tmp_path):
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+                       "AWS_EC2_METADATA_DISABLED": "true", "AWS_ENDPOINT_URL": moto}.items():
+        monkeypatch.setenv(key, value)
+    for command in (["meta", "-s", f"s3://{s3_bucket}/scores/", "-o", tmp_path / "report"],
+                    ["compare", "-s", f"s3://{s3_bucket}/scores/", "-o", tmp_path / "board.md"]):
+        line = assert_user_error(cli(command), 1, f"s3://{s3_bucket}/scores/", "no such file, folder or prefix")
+        assert "internal error" not in line
+    line = assert_user_error(cli(["meta", "-s", "s3://no-such-bucket-i36/scores/", "-o", tmp_path / "report"]), 1,
+                             "s3://no-such-bucket-i36/scores/")
+    assert "internal error" not in line
