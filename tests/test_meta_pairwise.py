@@ -294,3 +294,12 @@ def test_meta_takes_the_averaging_and_spa_settings_into_its_signature(cli, tmp_p
         spa = found[averaging][("m1", "soft_pairwise_accuracy")]["value"]
         assert spa == soft_pairwise_accuracy(grid["m1"].to_numpy(), grid["human_quality"].to_numpy(), trials=50, seed=seed)
     assert found["item"][("m1", "soft_pairwise_accuracy")]["value"] != found["pool"][("m1", "soft_pairwise_accuracy")]["value"]
+
+
+def test_an_unknown_averaging_is_a_usage_error():
+    from meta_eval.pipeline import Options
+    from scoring.errors import UsageError
+
+    assert Options().tie_averaging == "item" and Options(resamples=0).spa_trials == 1000
+    with pytest.raises(UsageError, match="tie averaging 'mean'"):
+        Options.from_mapping({"tie_averaging": "mean"})
