@@ -115,3 +115,14 @@ def test_an_s3_prefix_with_nothing_there_is_one_line_not_internal(cli, moto, s3_
     line = assert_user_error(cli(["meta", "-s", "s3://no-such-bucket-i36/scores/", "-o", tmp_path / "report"]), 1,
                              "s3://no-such-bucket-i36/scores/")
     assert "internal error" not in line
+
+
+def test_only_an_s3_clients_own_exception_becomes_a_storage_error():
+    from botocore.exceptions import EndpointConnectionError, NoCredentialsError
+
+    from ctgscore.cli.main import _storage_failure
+
+    assert _storage_failure(ValueError("read timed out"), ["meta", "-s", "s3://b/x"]) is None  # a bug stays internal
+    refused = _storage_failure(EndpointConnectionError(endpoint_url="http://127.0.0.1:9/b"), ["meta", "-s", "s3://b/x"])
+    assert isinstance(refused, StorageError) and str(refused).startswith("cannot access s3://b/x: storage unreachable")
+    assert str(_storage_failure(NoCredentialsError(), ["run", "job.yaml"])).startswith("cannot access S3: no AWS credentials")
