@@ -121,6 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         storage = _storage_failure(exc, argv)
         if storage is not None:
             return _report(str(storage), storage.exit_code, as_json)
+        if debug:
             return _report(f"internal error: {type(exc).__name__}: {exc}", 1, as_json)
         return _report(f"internal error: {type(exc).__name__}: {exc}; rerun with --debug for the traceback", 1,
                        as_json)
