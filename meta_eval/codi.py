@@ -32,6 +32,7 @@ from collections import Counter, defaultdict
 from typing import Any, Iterable, Sequence
 
 from scoring.codi import TASKS, rules
+from scoring.errors import InputError
 from scoring.signature import Signature, library_versions
 
 VERSION = "2"
@@ -261,9 +262,13 @@ def aggregate(
     """The report dict: per system, per task accuracy and Self-BLEU (`self_bleu_method`: "nltk",
     CoDI-Eval's, or "sacrebleu"), the CoDI score; every number is a record carrying its signature."""
     records = _records(rows, scores)
-    unknown = sorted({str(r["task"]) for r in records if r["task"] not in TASKS})
+    unknown = [(index, r["task"]) for index, r in enumerate(records) if r["task"] not in TASKS]
     if unknown:
-        raise ValueError(f"rows with unknown or missing constraint task: {unknown}")
+        index, task = unknown[0]
+        row_id = rows[index].get("id")
+        where = f"row {index}" + (f" (id {row_id!r})" if row_id is not None else "")
+        what = f"unknown constraint task {task!r}" if task is not None else "no constraint task"
+        raise InputError(f"{where}: {what} (known: {', '.join(TASKS)}); {len(unknown)} rows like it")
     groups: dict[tuple[str, str], list] = defaultdict(list)
     for r in records:
         groups[(r["system"], r["task"])].append(r)

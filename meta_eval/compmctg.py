@@ -141,13 +141,13 @@ def per_combination(frame, aspects: Sequence[str]) -> list[dict[str, Any]]:
 def scored_frame(dump: str, scores, storage_options: Mapping[str, Any] | None = None):
     """Stored scores (a DataFrame in `ctgscore.load_scores` layout, one row per id) joined by
     id with the dump's attribute combinations, one `attr:<aspect>` column per aspect."""
-    import fsspec
     import pandas as pd
 
     from scoring.attribute_accuracy import row_attributes
     from scoring.parquet_read import read_parquet_here
+    from scoring.s3_filesystem import url_to_fs
 
-    fs, root = fsspec.core.url_to_fs(str(dump), **dict(storage_options or {}))
+    fs, root = url_to_fs(str(dump), storage_options)
     files = sorted(p for p in fs.find(root) if is_data_file(p)) if fs.isdir(root) else [root]
     records = []
     for name in files:

@@ -26,7 +26,7 @@ RESAMPLED = ("pearson", "spearman", "kendall", "pairwise_accuracy")  # what sign
 PAIRWISE = ("soft_pairwise_accuracy", "tie_calibrated_accuracy")
 METHODS = RESAMPLED + PAIRWISE
 SYSTEM_ONLY = ("pairwise_accuracy", "soft_pairwise_accuracy")  # O(n^2) in the units: system level only
-SAMPLE_ONLY = ("tie_calibrated_accuracy",)  # pairs of rows that share a document, pooled
+SAMPLE_ONLY = ("tie_calibrated_accuracy",)  # pairs of rows that share a document
 LEVELS = ("sample", "document", "system")
 
 
@@ -149,23 +149,26 @@ def soft_pairwise(frame, metric, human, doc_col="doc_id", system_col="system", t
     return Correlation(metric, human, "system", "soft_pairwise_accuracy", value, int(metric_grid.shape[1]))
 
 
-def tie_calibrated(frame, metric, human, doc_col="doc_id") -> Correlation:
+def tie_calibrated(frame, metric, human, doc_col="doc_id", average="item") -> Correlation:
     """acc_eq over the pairs of rows that share a document (all pairs when there is no document
-    column), with its tie threshold epsilon (`meta_eval.pairwise`)."""
+    column), per document then averaged (`average="item"`, WMT24) or pooled (`"pool"`), with its
+    tie threshold epsilon (`meta_eval.pairwise`)."""
     from meta_eval.pairwise import tie_calibrated_accuracy
 
     grouped = doc_col in frame and frame[doc_col].notna().any()
     sub = _clean(frame, metric, human, [doc_col] if grouped else [])
-    value, epsilon = tie_calibrated_accuracy(sub[metric], sub[human], sub[doc_col] if grouped else None)
+    value, epsilon = tie_calibrated_accuracy(sub[metric], sub[human], sub[doc_col] if grouped else None, average=average)
     return Correlation(metric, human, "sample", "tie_calibrated_accuracy", value, int(len(sub)), epsilon=epsilon)
 
 
 def at_level(frame, metric, human, level, method="spearman", variant="b",
-             doc_col="doc_id", system_col="system") -> Correlation:
+             doc_col="doc_id", system_col="system", trials=1000, seed=0, tie_average="item") -> Correlation:
+    """One statistic at one level; `trials` and `seed` are SPA's permutations, `tie_average` the
+    tie-calibrated accuracy's averaging ("item" or "pool")."""
     if method == "soft_pairwise_accuracy" and level == "system":
-        return soft_pairwise(frame, metric, human, doc_col, system_col)
+        return soft_pairwise(frame, metric, human, doc_col, system_col, trials=trials, seed=seed)
     if method == "tie_calibrated_accuracy" and level == "sample":
-        return tie_calibrated(frame, metric, human, doc_col)
+        return tie_calibrated(frame, metric, human, doc_col, average=tie_average)
     if level == "sample":
         return sample_level(frame, metric, human, method, variant)
     if level == "document":
@@ -194,7 +197,8 @@ def darr_kendall(frame, metric, better_col="human_darr_better", pair_col="doc_id
 
 
 def correlation_table(frame, metrics, humans, levels=LEVELS, methods=METHODS, variant="b",
-                      doc_col="doc_id", system_col="system") -> list[Correlation]:
+                      doc_col="doc_id", system_col="system", trials=1000, seed=0,
+                      tie_average="item") -> list[Correlation]:
     """One `Correlation` for every combination that applies.
 
     Levels whose grouping column is missing or empty are skipped (e.g. CTRLEval has no system).
@@ -209,5 +213,6 @@ def correlation_table(frame, metrics, humans, levels=LEVELS, methods=METHODS, va
                 for method in methods:
                     if method in SYSTEM_ONLY and level != "system" or method in SAMPLE_ONLY and level != "sample":
                         continue
-                    rows.append(at_level(frame, metric, human, level, method, variant, doc_col, system_col))
+                    rows.append(at_level(frame, metric, human, level, method, variant, doc_col, system_col,
+                                         trials=trials, seed=seed, tie_average=tie_average))
     return rows

@@ -8,7 +8,8 @@
 * tie-calibrated pairwise accuracy (acc_eq; Deutsch et al. 2023), segment level: over the pairs
   of rows that share a unit (the same input given to two systems), the share where metric and
   humans agree, a tie agreeing only with a tie, the metric's tie being |m_a - m_b| <= epsilon
-  with epsilon chosen to maximise the accuracy (Eqs. 2-3).
+  with epsilon chosen to maximise the accuracy (Eqs. 2-3); per unit, then averaged over units
+  as WMT24 does (Eq. 4), or over all pairs pooled (Eq. 5).
 """
 
 from __future__ import annotations
@@ -68,28 +69,41 @@ def soft_pairwise_accuracy(metric: np.ndarray, human: np.ndarray, trials: int = 
     return float(np.mean(1.0 - np.abs(p_human - p_metric)))
 
 
-def unit_pairs(groups) -> tuple[np.ndarray, np.ndarray]:
-    """Indices (a, b), a < b, of every pair of rows in the same group."""
-    codes = np.unique(np.asarray(groups, dtype=object).astype(str), return_inverse=True)[1]
+def unit_pairs(groups, with_group: bool = False):
+    """Indices (a, b), a < b, of every pair of rows in the same group; with `with_group`, also
+    each pair's group as a code 0..G-1 (a, b, group)."""
+    codes = np.unique(np.asarray(groups, dtype=object).astype(str), return_inverse=True)[1].reshape(-1)
     order = np.argsort(codes, kind="stable")
     bounds = np.flatnonzero(np.diff(codes[order])) + 1
-    firsts, seconds = [], []
+    firsts, seconds, owners = [], [], []
     for members in np.split(order, bounds):
         a, b = np.triu_indices(len(members), k=1)
         firsts.append(members[a])
         seconds.append(members[b])
+        owners.append(np.full(len(a), codes[members[0]] if len(members) else 0, dtype=int))
     if not firsts:
-        return np.empty(0, int), np.empty(0, int)
-    return np.concatenate(firsts), np.concatenate(seconds)
+        empty = np.empty(0, int)
+        return (empty, empty, empty) if with_group else (empty, empty)
+    pairs = np.concatenate(firsts), np.concatenate(seconds)
+    return (*pairs, np.concatenate(owners)) if with_group else pairs
 
 
-def tie_calibrated_accuracy(metric, human, groups=None) -> tuple[float, float]:
-    """(acc_eq, epsilon) over the pairs of rows sharing a group (`groups`: the unit of each row;
-    None: every pair of rows). acc_eq(eps) = (C(eps) + T_hm(eps)) / N, C the pairs both order the
-    same way with the metric's difference above eps, T_hm the pairs both tie (human difference 0,
-    metric difference at most eps); eps ranges over 0 and every |metric difference|, and the
-    smallest eps of the largest accuracy is returned. (NaN, NaN) without pairs, or with more
-    than `MAX_PAIRS`."""
+AVERAGING = ("item", "pool")  # tie-calibrated accuracy: WMT24's mean over items, or all pairs pooled
+
+
+def tie_calibrated_accuracy(metric, human, groups=None, average: str = "item") -> tuple[float, float]:
+    """(acc_eq, epsilon) over the pairs of rows sharing a group (`groups`: the item, i.e. the
+    document or segment, of each row; None: every pair of rows, one item).
+
+    For one item, acc_eq(eps) = (C(eps) + T_hm(eps)) / N (Eq. 2), C the pairs both order the same
+    way with the metric's difference above eps, T_hm the pairs both tie (human difference 0,
+    metric difference at most eps), N the item's pairs. `average="item"` (WMT24's metrics task,
+    the default) averages that over the items with at least one pair (Eq. 4); `"pool"` counts
+    all pairs as one item (Eq. 5). One eps serves every item; it ranges over 0 and every
+    |metric difference| (Eq. 3), and the smallest eps of the largest accuracy is returned.
+    (NaN, NaN) without pairs, or with more than `MAX_PAIRS`."""
+    if average not in AVERAGING:
+        raise ValueError(f"unknown averaging {average!r} (use one of {AVERAGING})")
     metric, human = np.asarray(metric, float), np.asarray(human, float)
     sizes = np.unique(np.asarray(groups, dtype=object).astype(str), return_counts=True)[1] if groups is not None \
         else np.array([len(metric)])
@@ -97,8 +111,9 @@ def tie_calibrated_accuracy(metric, human, groups=None) -> tuple[float, float]:
         return math.nan, math.nan  # e.g. a large dump without documents: every row paired with every row
     if groups is None:
         a, b = np.triu_indices(len(metric), k=1)
+        item = np.zeros(len(a), int)
     else:
-        a, b = unit_pairs(groups)
+        a, b, item = unit_pairs(groups, with_group=True)
     if not len(a):
         return math.nan, math.nan
     dm, dh = metric[a] - metric[b], human[a] - human[b]
@@ -107,10 +122,27 @@ def tie_calibrated_accuracy(metric, human, groups=None) -> tuple[float, float]:
     agrees = ~human_tie & (np.sign(dm) == np.sign(dh))  # counts while the metric's gap exceeds eps
     candidates = np.unique(np.concatenate([[0.0], gap]))
     order = np.argsort(gap, kind="stable")
-    sorted_gap = gap[order]
-    ties_below = np.concatenate([[0], np.cumsum(human_tie[order])])  # human ties among the k smallest gaps
-    agree_below = np.concatenate([[0], np.cumsum(agrees[order])])
-    k = np.searchsorted(sorted_gap, candidates, side="right")  # pairs with gap <= eps
-    correct = ties_below[k] + (agree_below[-1] - agree_below[k])
-    best = int(np.argmax(correct))  # the first maximum: the smallest epsilon
-    return float(correct[best] / len(a)), float(candidates[best])
+    k = np.searchsorted(gap[order], candidates, side="right")  # pairs with gap <= eps
+    if average == "pool" or groups is None:
+        # integer counts: the accuracy of every eps is exact, so is the first maximum
+        ties_below = np.concatenate([[0], np.cumsum(human_tie[order])])  # human ties among the k smallest gaps
+        agree_below = np.concatenate([[0], np.cumsum(agrees[order])])
+        correct = ties_below[k] + (agree_below[-1] - agree_below[k])
+        best = int(np.argmax(correct))  # the first maximum: the smallest epsilon
+        return float(correct[best] / len(a)), float(candidates[best])
+    # per item: a pair of an item with N pairs weighs 1/N; the mean over items of (C + T_hm) / N
+    # is (sum of agreeing weights above eps + sum of tie weights at or below eps) / items
+    pairs_per_item = np.bincount(item)
+    weight = 1.0 / pairs_per_item[item]
+    items = int(np.count_nonzero(pairs_per_item))
+    ties_below = np.concatenate([[0.0], np.cumsum((human_tie * weight)[order])])
+    agree_below = np.concatenate([[0.0], np.cumsum((agrees * weight)[order])])
+    accuracy = (ties_below[k] + (agree_below[-1] - agree_below[k])) / items
+    # the first eps within rounding of the maximum (sums of 1/N in another order differ in the last bits)
+    best = int(np.flatnonzero(accuracy >= accuracy.max() - 1e-12)[0])
+    # its value from integer counts per item, so that a perfect metric scores exactly 1
+    eps = candidates[best]
+    hits = np.where(gap <= eps, human_tie, agrees).astype(int)
+    present = pairs_per_item > 0
+    shares = np.bincount(item, weights=hits)[present] / pairs_per_item[present]
+    return float(math.fsum(shares) / items), float(eps)

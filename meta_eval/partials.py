@@ -58,9 +58,9 @@ class Partial:
 
 
 def _open(path: str, storage_options: dict | None):
-    import fsspec
+    from scoring.s3_filesystem import url_to_fs
 
-    fs, root = fsspec.core.url_to_fs(path, **dict(storage_options or {}))
+    fs, root = url_to_fs(path, storage_options)
     return fs.open(root, "rb")
 
 

@@ -21,13 +21,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from meta_eval import bootstrap, checklist, compare, correlation, marks, permutation, subsample
+from meta_eval import bootstrap, checklist, compare, correlation, marks, pairwise, permutation, subsample
+from meta_eval.defaults import DEFAULT_RESAMPLES
 from meta_eval.io import Table, finite_mask
 from meta_eval.results import GroupResult, InputSummary, MetaResult, MetricRun, SignificanceBlock, TransferTable
 from meta_eval.runner import Runner
 from scoring.errors import InputError
 
-VERSION = "2"
+VERSION = "3"  # 3: tie-calibrated accuracy averaged per item by default; SPA follows resamples and seed
 DARR = "human_darr_better"
 SIGNIFICANCE_TESTS = ("bootstrap", "bartscore_subsample", "perm_both")
 
@@ -49,6 +50,12 @@ class Options:
     run_checklist: bool = True
     compare_systems: bool = True
     trials: int = 10000  # approximate randomisation trials in the system comparison
+    tie_averaging: str = "item"  # tie-calibrated accuracy: per item then averaged (WMT24), or "pool"
+
+    @property
+    def spa_trials(self) -> int:
+        """SPA's sign flips: `resamples` (1,000 when resampling is turned off: SPA needs them)."""
+        return self.resamples or DEFAULT_RESAMPLES
 
     @classmethod
     def from_mapping(cls, values: dict) -> "Options":
@@ -81,6 +88,8 @@ class Options:
             raise UsageError(f"unknown level(s) {bad}: use {', '.join(correlation.LEVELS)}")
         if self.resamples < 0 or self.draws < 0 or self.trials < 0:
             raise UsageError("resamples, draws and trials must be >= 0")
+        if self.tie_averaging not in pairwise.AVERAGING:
+            raise UsageError(f"tie averaging {self.tie_averaging!r}: use one of {', '.join(pairwise.AVERAGING)}")
 
 
 def oriented(frame: pd.DataFrame, lower_is_better) -> pd.DataFrame:
@@ -150,7 +159,8 @@ def analyse_group(table: Table, name: str, opts: Options, runner: Runner | None 
         else:
             result.levels.append(level)
     result.correlations = correlation.correlation_table(frame, metrics, humans, result.levels, opts.methods,
-                                                        opts.variant)
+                                                        opts.variant, trials=opts.spa_trials, seed=opts.seed,
+                                                        tie_average=opts.tie_averaging)
     jobs = []
     if DARR in raw and metrics:
         result.darr = [correlation.darr_kendall(frame, m) for m in metrics]
@@ -251,6 +261,9 @@ def run_meta(table: Table, opts: Options | None = None, runner: Runner | None = 
                             if opts.significance == "bartscore_subsample" else
                             {"resamples": opts.resamples, "seed": opts.seed, "block_size": bootstrap.BLOCK_SIZE})},
         "lower_is_better": "negated", "checklist_pairs": opts.pairs, "groups": "dataset",
+        **({"soft_pairwise_accuracy": {"permutations": opts.spa_trials, "seed": opts.seed}}
+           if "soft_pairwise_accuracy" in opts.methods else {}),
+        **({"tie_calibrated_accuracy": {"average": opts.tie_averaging}} if "tie_calibrated_accuracy" in opts.methods else {}),
         **library_versions("scipy", "numpy", "pandas", "levenshtein")})
     summary = InputSummary(
         source=display_source(table.source), rows_in=table.n_input_rows, rows_error=table.n_error_rows, humans=tuple(table.humans),

@@ -54,9 +54,9 @@ class Run:
 
 
 def _filesystem(path: str, storage_options: Mapping[str, Any] | None):
-    import fsspec
+    from scoring.s3_filesystem import url_to_fs
 
-    fs, root = fsspec.core.url_to_fs(path, **dict(storage_options or {}))
+    fs, root = url_to_fs(path, storage_options)
     return fs, root.rstrip("/") or root
 
 

@@ -175,11 +175,10 @@ def _copy_from_s3(uri: str, cache_dir: pathlib.Path, storage_options: dict | Non
     """Copy a model prefix into `cache_dir/models/<content key>` unless that exact content is
     there already. The prefix is listed on every load (one request); the copy is written to a
     temp folder and renamed into place, and re-done if the prefix changed while copying."""
-    import s3fs
-
     from scoring.errors import StorageError
+    from scoring.s3_filesystem import S3FileSystem
 
-    fs = s3fs.S3FileSystem(**(storage_options or s3_storage_options()))
+    fs = S3FileSystem(**(storage_options or s3_storage_options()))
     models = cache_dir / "models"
     models.mkdir(parents=True, exist_ok=True)
     for _ in range(3):

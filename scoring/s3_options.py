@@ -3,8 +3,12 @@
 Endpoint and region come from the caller, else `$AWS_ENDPOINT_URL` / `$AWS_DEFAULT_REGION`.
 Retries: botocore's "standard" mode (exponential backoff with jitter on connection errors,
 timeouts, throttling and 5xx), `max_attempts` attempts per request, first try included,
-`$CTGSCORE_S3_MAX_ATTEMPTS` by default. No credentials: each process finds its own through
-the AWS default chain, so none is ever serialised with a filesystem object.
+`$CTGSCORE_S3_MAX_ATTEMPTS` by default. A request that never reached the endpoint (connection
+refused, no such host, connect timeout after `CONNECT_TIMEOUT_S`) is tried at most
+`CONNECT_ATTEMPTS` times (`stop_connect_retries`, installed by `scoring.s3_filesystem`): a
+closed port or a wrong endpoint fails in seconds instead of after a minute of backoff, while a
+blip still gets its retry. No credentials: each process finds its own through the AWS default
+chain, so none is ever serialised with a filesystem object.
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ import os
 from typing import Any
 
 DEFAULT_MAX_ATTEMPTS = 6
-CONNECT_TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_S = 3.0
+CONNECT_ATTEMPTS = 2
 READ_TIMEOUT_S = 60.0
 DEFAULT_REGION = "us-east-1"
 
@@ -42,3 +47,23 @@ def s3fs_options(endpoint_url: str | None = None, region: str | None = None, att
         "client_kwargs": {"endpoint_url": endpoint} if endpoint else {"region_name": region},
     }
     return options
+
+
+def never_connected(exc: BaseException) -> bool:
+    """Whether a botocore request failed before reaching the endpoint: connection refused,
+    unknown host, connect timeout (botocore's `ConnectionError` family; a connection reset or a
+    read timeout after connecting is not one)."""
+    try:
+        from botocore.exceptions import ConnectionError as BotoConnectionError
+    except ImportError:  # pragma: no cover - s3fs not installed: local files only
+        return False
+    return isinstance(exc, BotoConnectionError)
+
+
+def stop_connect_retries(attempts: int = 0, caught_exception: BaseException | None = None, **_: Any):
+    """A botocore `needs-retry` handler run before the standard one: `False` (no more retries)
+    once a request that never reached the endpoint has been tried `CONNECT_ATTEMPTS` times;
+    `None` (let the standard policy decide) otherwise."""
+    if caught_exception is not None and attempts >= CONNECT_ATTEMPTS and never_connected(caught_exception):
+        return False
+    return None

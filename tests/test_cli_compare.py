@@ -144,3 +144,45 @@ def test_a_dataset_that_cannot_be_compared_is_skipped_not_fatal(table, tmp_path)
     only_lone = tmp_path / "lone.parquet"
     pq.write_table(pa.Table.from_pandas(lone, preserve_index=False), only_lone)
     assert_user_error(run_cli_in_process(["compare", "-s", only_lone, "--columns", "m"]), 1, "nothing to compare", "single")
+
+
+def _moves(page) -> list[str]:
+    import re
+
+    return re.findall(r'<td class="(?:up|down|new|)">([^<]*)</td>', page.read_text())
+
+
+def test_previous_reads_the_meta_reports_results_json(table, tmp_path):
+    """`--previous` reads any of the three: the meta report's results.json too."""
+    path, _ = table
+    frame = pq.read_table(path).to_pandas()
+    with_human = tmp_path / "with_human.parquet"
+    frame["human_q"] = np.arange(len(frame), dtype=float) % 5
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), with_human)
+    report = tmp_path / "report"
+    proc = run_cli_in_process(["meta", "-s", with_human, "-o", report, "--metrics", "m", "--tasks", "0", "--resamples", "50",
+                               "--trials", "50", "--no-checklist"])
+    assert proc.returncode == 0, proc.stderr
+    pages = {}
+    for name in ("results.json", "leaderboard.json"):
+        pages[name] = tmp_path / f"board-{name}.html"
+        proc = run_cli_in_process(["compare", "-s", path, "--columns", "m", "-o", pages[name], "--previous", report / name,
+                                   "--resamples", "50", "--trials", "50"])
+        assert proc.returncode == 0, proc.stderr
+    # the same ranks as the report's: nobody moved, by either file
+    assert _moves(pages["results.json"]) == _moves(pages["leaderboard.json"]) == ["=", "=", "="]
+
+
+def test_previous_of_another_dataset_or_kind_is_refused(table, tmp_path):
+    path, _ = table
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"leaderboard": [{"dataset": "summeval", "column": "m", "system": "A", "rank": 1}]}))
+    args = ["compare", "-s", path, "--columns", "m", "-o", tmp_path / "b.html", "--resamples", "20", "--trials", "20"]
+    assert_user_error(run_cli_in_process(args + ["--previous", other]), 2, "--previous", "other.json",
+                      "dataset 'summeval'", "dataset 'toy'")
+    other.write_text(json.dumps({"leaderboard": [{"dataset": "toy", "column": "bleu", "system": "A", "rank": 1}]}))
+    assert_user_error(run_cli_in_process(args + ["--previous", other]), 2, "columns 'bleu'", "'m'")
+    other.write_text(json.dumps({"rows": []}))
+    assert_user_error(run_cli_in_process(args + ["--previous", other]), 2, "not a leaderboard JSON")
+    assert_user_error(run_cli_in_process(args + ["--previous", path]), 2, "not a leaderboard JSON", "scores.parquet")
+    assert not (tmp_path / "b.html").exists()

@@ -129,7 +129,7 @@ def test_convert_errors(tmp_path):
     dump = tmp_path / "d.jsonl"
     dump.write_text(json.dumps({"hyp": "x", "uid": 1}) + "\n")
     assert_user_error(run_cli_in_process(["convert", "-i", dump, "-o", out, "--map", "hypothesis=hyp"]), 2, "'hypothesis'")
-    assert_user_error(run_cli_in_process(["convert", "-i", dump, "-o", out, "--map", "text=hypo"]), 1, "'hypo'", "hyp")
+    assert_user_error(run_cli_in_process(["convert", "-i", dump, "-o", out, "--map", "text=hypo"]), 2, "'hypo'", "hyp")
     assert_user_error(run_cli_in_process(["convert", "-o", out]), 2, "-c CANDIDATES")
     cands, refs = tmp_path / "c.txt", tmp_path / "r.txt"
     cands.write_text("a\nb\nc\n")

@@ -9,6 +9,7 @@ import pytest
 
 from meta_eval import codi as aggregate
 from scoring.codi import TASKS
+from scoring.errors import InputError
 
 
 def test_fast_self_bleu_equals_sacrebleu_sentence_score():
@@ -146,5 +147,13 @@ def test_missing_task_gives_no_codi_score():
 
 def test_rows_without_a_task_are_rejected():
     rows = [{"id": "1", "system": "A", "constraint": None, "text": "x"}]
-    with pytest.raises(ValueError, match="unknown or missing constraint task"):
+    with pytest.raises(InputError, match=r"row 0 \(id '1'\): no constraint task \(known: "):
         aggregate.aggregate(rows, [{"id": "1", "codi_success": None, "error": "missing"}])
+
+
+def test_rows_of_an_unknown_task_are_named():
+    rows = [{"id": f"r{i}", "system": "A", "constraint": json.dumps({"task": task}), "text": "x"}
+            for i, task in enumerate(["length", "poetry", "poetry"])]
+    scores = [{"id": row["id"], "codi_success": 1.0, "error": None} for row in rows]
+    with pytest.raises(InputError, match=r"row 1 \(id 'r1'\): unknown constraint task 'poetry' .*; 2 rows like it"):
+        aggregate.aggregate(rows, scores)

@@ -82,3 +82,44 @@ def test_the_page_renders_in_chromium(comparisons, tmp_path):
     red = np.abs(pixels - [0xD0, 0x64, 0x5A]).sum(axis=1) < 30
     assert green.sum() > 300 and red.sum() > 300  # the matrix's marks were painted
     json.dumps(rendered.anchors)
+
+
+def test_numbers_keep_four_digits_without_an_exponent_in_the_usual_range():
+    from meta_eval.report.leaderboard import _fmt
+
+    assert [_fmt(v) for v in (0.012345, 12.3456, 1234.5, 12345.6, -98765.4, 3.2e-6, 2e16, None, float("nan"))] == \
+        ["0.01235", "12.35", "1234", "12346", "-98765", "3.2e-06", "2e+16", "–", "–"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_page_fits_a_phone_with_perplexity_sized_numbers(tmp_path):
+    """At 390 px, with numbers in the tens of thousands (perplexity), a long system name and the
+    moves column: nothing widens the page, and no number or interval breaks over lines."""
+    from tests.browser import render
+
+    rng = np.random.default_rng(7)
+    base = rng.normal(size=30) * 3000 + 12000
+    shifts = {"a-system-with-a-rather-long-name": 500.0, "b": 0.0, "c": -400.0, "d": 100.0}
+    frame = pd.concat([pd.DataFrame({"doc_id": np.arange(30), "system": name, "dataset": "toy",
+                                     "perplexity": base + shift + rng.normal(0, 900, 30)})
+                       for name, shift in shifts.items()])
+    comps = compare.compare_systems(frame, ["perplexity"], n_resamples=200, trials=200, seed=1)
+    previous = {"leaderboard": [{"dataset": "toy", "column": "perplexity", "system": "b", "rank": 1}]}
+    page = tmp_path / "board.html"
+    page.write_text(leaderboard_html(comps, previous=previous), encoding="utf-8")
+    dom = """() => {
+      document.querySelectorAll('details').forEach(d => d.open = true);
+      const lines = td => { const range = document.createRange(); range.selectNodeContents(td);
+                            return new Set(Array.from(range.getClientRects()).map(r => Math.round(r.top))).size; };
+      const numeric = Array.from(document.querySelectorAll('table td:not(.sys)'));
+      return {texts: numeric.map(td => td.innerText), lines: numeric.map(lines),
+              boxes: Array.from(document.querySelectorAll('.scroll')).map(b => b.getBoundingClientRect().right),
+              width: document.documentElement.scrollWidth};
+    }"""
+    rendered, info = render(page, width=390, height=800, evaluate=dom)
+    assert rendered.scroll_width <= 390 and info["width"] <= 390
+    assert all(right <= 390 for right in info["boxes"])
+    assert not [t for t in info["texts"] if "e+" in t]
+    assert any(" – " in t and len(t) >= 13 for t in info["texts"])  # an interval of two 5-digit numbers
+    assert max(info["lines"]) == 1, list(zip(info["texts"], info["lines"]))

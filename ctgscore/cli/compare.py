@@ -67,13 +67,13 @@ def output_format(args: argparse.Namespace) -> str:
 
 def _score_fields(label: str, files: list[str]) -> list[tuple[str, bool]]:
     """(column, numeric and not boolean) for the score columns of a run (its first file's schema)."""
-    import fsspec
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from scoring import schema
+    from scoring.s3_filesystem import url_to_fs
 
-    fs, root = fsspec.core.url_to_fs(files[0])
+    fs, root = url_to_fs(files[0])
     try:
         with fs.open(root, "rb") as handle:
             fields = pq.read_schema(handle)
@@ -186,6 +186,8 @@ def handle(args: argparse.Namespace) -> int:
                                                         args.tasks, args.num_cpus)
     if not comparisons:
         raise InputError(f"scores {args.scores}: nothing to compare ({skipped[0]})")
+    if previous is not None:
+        check_previous_matches(previous, comparisons, args.previous)
     text = render(comparisons, fmt, previous)
     if output is not None:
         from meta_eval.report.files import write_text
@@ -210,9 +212,11 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def read_previous(path: str) -> dict:
-    """A previous leaderboard JSON (`meta_eval.compare.leaderboard_document`: the meta report's
-    `leaderboard.json`, `compare -o board.json` or the leaderboard command's). A file that is
-    not there is a usage error (exit 2); one that is not a leaderboard is an input error."""
+    """A previous leaderboard: any leaderboard JSON (`meta_eval.compare.leaderboard_document`:
+    the meta report's `leaderboard.json`, `compare -o board.json`, the leaderboard command's)
+    or the meta report's `results.json` (its system comparisons), as a dict with a
+    `leaderboard` list of (dataset, column, system, rank) rows. A file that is not there, or
+    not one of these, is a usage error (exit 2): the flag names the wrong file."""
     import json
     import os
 
@@ -221,9 +225,52 @@ def read_previous(path: str) -> dict:
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"--previous {path}: cannot read it as JSON ({exc})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("leaderboard"), list):
-        raise InputError(f"--previous {path}: not a leaderboard JSON (no 'leaderboard' list; write one with "
-                         "`ctgscore compare -o board.json`, `ctgscore leaderboard` or `ctgscore meta`)")
-    return data
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, not UTF-8 (a Parquet file)
+        raise UsageError(f"--previous {path}: not a leaderboard JSON (cannot read it as JSON: "
+                         f"{type(exc).__name__}); give the leaderboard.json or results.json of an earlier run") from None
+    if isinstance(data, dict) and isinstance(data.get("leaderboard"), list):
+        return data
+    rows = _results_leaderboard(data)
+    if rows is None:
+        raise UsageError(f"--previous {path}: not a leaderboard JSON (no 'leaderboard' list and no system comparisons; "
+                         "write one with `ctgscore compare -o board.json`, `ctgscore leaderboard` or `ctgscore meta`)")
+    return {"leaderboard": rows}
+
+
+def _results_leaderboard(data) -> list[dict] | None:
+    """The leaderboard rows of a meta report's `results.json` (`groups[].systems[]`: one system
+    comparison per dataset and column), or None when `data` is not one."""
+    if not isinstance(data, dict) or not isinstance(data.get("groups"), list):
+        return None
+    rows = []
+    for group in data["groups"]:
+        for comp in (group.get("systems") or []) if isinstance(group, dict) else []:
+            if not isinstance(comp, dict) or not isinstance(comp.get("systems"), list):
+                continue
+            rows += [{"dataset": comp.get("dataset"), "column": comp.get("column"), "system": row.get("system"),
+                      "rank": row.get("rank"), "mean": row.get("mean")}
+                     for row in comp["systems"] if isinstance(row, dict) and row.get("rank") is not None]
+    return rows or None
+
+
+def check_previous_matches(previous: dict, comparisons, path: str) -> None:
+    """Refuse a previous leaderboard that shares no dataset (or no score column of a shared
+    dataset) with this one: every system would show as "new"."""
+    def named(values) -> str:
+        return ", ".join(repr(str(v)) for v in sorted(values, key=str)) or "none"
+
+    rows = [row for row in previous.get("leaderboard", []) if isinstance(row, dict)]
+    if not rows:
+        return
+    before = {(row.get("dataset"), row.get("column")) for row in rows}
+    now = {(comp.dataset, comp.column) for comp in comparisons}
+    if before & now:
+        return
+    before_sets, now_sets = {d for d, _ in before}, {d for d, _ in now}
+    if not before_sets & now_sets:
+        raise UsageError(f"--previous {path}: a leaderboard of dataset {named(before_sets)}, these scores are of dataset "
+                         f"{named(now_sets)}; give the previous leaderboard of the same dataset")
+    shared = before_sets & now_sets
+    raise UsageError(f"--previous {path}: ranks columns {named({c for d, c in before if d in shared})} of dataset "
+                     f"{named(shared)}, these are {named({c for d, c in now if d in shared})}; give the previous "
+                     "leaderboard of the same columns")

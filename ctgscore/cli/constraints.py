@@ -138,9 +138,12 @@ def handle_report(args: argparse.Namespace) -> int:
     rows = pq.read_table(args.input).to_pylist()
     scores = join_scores(rows, pq.read_table(args.scores).to_pylist(), args.scores)
     signatures = sorted({s.get("signature") for s in scores if s.get("signature")})
-    report = aggregate.aggregate(rows, scores, metric_signature="; ".join(signatures) or None,
-                                 toxicity_threshold=args.toxicity_threshold, with_self_bleu=not args.no_self_bleu,
-                                 self_bleu_method=args.self_bleu)
+    try:
+        report = aggregate.aggregate(rows, scores, metric_signature="; ".join(signatures) or None,
+                                     toxicity_threshold=args.toxicity_threshold, with_self_bleu=not args.no_self_bleu,
+                                     self_bleu_method=args.self_bleu)
+    except InputError as exc:
+        raise InputError(f"{args.input}: {exc}") from None
     paths = aggregate.write_report(report, output)
     files = {name: str(path) for name, path in paths.items()}
     lines = [f"constraints report: {len(rows)} rows -> {output}"] + [f"  {name}: {path}" for name, path in files.items()]

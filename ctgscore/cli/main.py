@@ -65,6 +65,19 @@ def _os_error_line(exc: OSError) -> str:
     return str(exc) or type(exc).__name__
 
 
+def _storage_failure(exc: Exception, argv: Sequence[str]) -> CtgscoreError | None:
+    """A storage failure no library call turned into a `StorageError` (an S3 client's own
+    exception: no credentials, an endpoint that refuses connections) as one, naming the first
+    `s3://` argument; None when `exc` is no storage failure."""
+    from ray_jobs.storage.failures import storage_error
+
+    # by the raising library only: a bug whose message mentions a timeout stays an internal error
+    if not type(exc).__module__.startswith(("botocore", "aiobotocore", "s3fs", "aiohttp")):
+        return None
+    uri = next((arg for arg in argv if arg.startswith("s3://")), None)
+    return storage_error(exc, uri or "S3", "access")
+
+
 def _report(message: str, code: int, as_json: bool) -> int:
     line = one_line(message)
     print(f"error: {line}", file=sys.stderr)
@@ -105,6 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - anything else is a bug in ctgscore
         if debug:
             traceback.print_exc()
+        storage = _storage_failure(exc, argv)
+        if storage is not None:
+            return _report(str(storage), storage.exit_code, as_json)
+        if debug:
             return _report(f"internal error: {type(exc).__name__}: {exc}", 1, as_json)
         return _report(f"internal error: {type(exc).__name__}: {exc}; rerun with --debug for the traceback", 1,
                        as_json)

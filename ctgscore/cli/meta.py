@@ -36,10 +36,14 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
                         help="human aspects (default: every human_* column)")
     parser.add_argument("--metrics", nargs="+", default=None, metavar="COLUMN",
                         help="metric score columns (default: every numeric score column)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap, the permutation tests and SPA")
     parser.add_argument("--resamples", type=int, default=None,
-                        help="bootstrap resamples and permutation trials (0 = no significance; default 1000, raised "
-                             "under --correction so that 1/(N+1) is at most half of alpha / the pairs of a block)")
+                        help="bootstrap resamples and permutation trials, SPA's sign flips included (0 = no "
+                             "significance, SPA then 1000; default 1000, raised under --correction so that 1/(N+1) is "
+                             "at most half of alpha / the pairs of a block)")
+    parser.add_argument("--tie-averaging", default="item", choices=["item", "pool"],
+                        help="tie-calibrated accuracy: per document then averaged, as WMT24 (item, the default), "
+                             "or over all pairs pooled (pool)")
     parser.add_argument("--tasks", default="auto",
                         help=f"Ray tasks for the resamples (0 or 1: in this process; default auto: this process "
                              f"while rows x resamples < {RAY_WORK:,} (100,000 rows at 1,000 resamples, where Ray's "
@@ -126,7 +130,7 @@ def run_pipeline(table, args: argparse.Namespace, pairs: str):
         significance=args.significance, correction=args.correction, alpha=args.alpha, resamples=args.resamples,
         draws=args.draws,
         seed=args.seed, pairs=pairs, run_checklist=not args.no_checklist,
-        compare_systems=not args.no_compare_systems, trials=args.trials,
+        compare_systems=not args.no_compare_systems, trials=args.trials, tie_averaging=args.tie_averaging,
     )
     tasks = args.tasks if args.tasks != "auto" else (AUTO_TASKS if table.n_input_rows * args.resamples >= RAY_WORK else 0)
     runner = make_runner(tasks, args.num_cpus) if args.resamples > 0 else None

@@ -9,7 +9,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ctgscore.convert.report import ConversionReport
 from scoring import schema
-from scoring.errors import InputError, UsageError
+from scoring.errors import UsageError
 
 CANONICAL_COLUMNS = ("id", "dataset", "doc_id", "system", "source", "prefix", "attribute", "attributes",
                      "constraint", "text", "references")
@@ -175,7 +175,8 @@ def canonical_rows(
     for target, fields in mapping.items():
         absent = [f for f in fields if f not in seen_fields]
         if absent and records:
-            raise InputError(f"{', '.join(report.inputs)}: no field {absent[0]!r} (mapped to {target!r}); "
+            # a field named by `--map` that the data does not have: a usage mistake (exit 2)
+            raise UsageError(f"{', '.join(report.inputs)}: no field {absent[0]!r} (mapped to {target!r} by --map); "
                              f"fields: {', '.join(sorted(seen_fields))}")
     used = {f for fields in mapping.values() for f in fields}
     report.ignored_fields = sorted(f for f in seen_fields

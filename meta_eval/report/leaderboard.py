@@ -35,13 +35,22 @@ STYLE = (
     ".lb code{font-size:11px;word-break:break-all}.lb nav li{margin:2px 0}.lb .definition{background:#f6f8fa;"
     "padding:.4em .8em;border-left:4px solid #8aa}.lb th[aria-sort=ascending]::after{content:' ▲'}"
     ".lb th[aria-sort=descending]::after{content:' ▼'}.lb details{margin:0 0 1em}"
+    # a table wider than a phone's screen scrolls inside its box instead of widening the page;
+    # numbers and intervals never break inside
+    ".lb .scroll{overflow-x:auto;max-width:100%;min-width:0}.lb td{white-space:nowrap}.lb td.sys{white-space:normal;"
+    "overflow-wrap:anywhere}.lb nav a{overflow-wrap:anywhere}"
 )
 COLORS = {"better": "#4c9a5b", "worse": "#d0645a", "same": "#d9d9d9", "undefined": "#ffffff"}
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:
+    """`digits` significant digits, without an exponent from 1e-4 to 1e15: 0.0123, 12.35, 1235,
+    12346 (every integer digit from 10,000 on; no separator, so the sort script reads it whole);
+    an exponent outside."""
     if value is None or not math.isfinite(value):
         return "–"
+    if 10 ** max(digits, 4) <= abs(value) < 1e15:
+        return f"{value:.0f}"
     return f"{value:.{digits}g}"
 
 
@@ -135,7 +144,7 @@ def _table(comp: SystemComparison, clusters: dict[str, int], moved: dict[str, st
         if moved:
             cells += f"<td class=\"{kind}\">{esc(move)}</td>"
         rows.append(f"<tr{cls}>{cells}</tr>")
-    return "<table class=\"board sortable\">" + "".join(rows) + "</table>"
+    return "<div class=\"scroll\"><table class=\"board sortable\">" + "".join(rows) + "</table></div>"
 
 
 def pair_label(comp: SystemComparison, pair) -> str:
@@ -158,7 +167,7 @@ def pairs_table(comp: SystemComparison) -> str:
                     f"<td class=\"p\">{_fmt(decisive_p(pair, test), 3)}</td>"
                     f"<td class=\"sys mark\">{esc(pair_label(comp, pair))}</td></tr>")
     return (f"<details><summary>{len(comp.pairs)} system pairs</summary>"
-            f"<table class=\"pairs sortable\">{''.join(rows)}</table></details>")
+            f"<div class=\"scroll\"><table class=\"pairs sortable\">{''.join(rows)}</table></div></details>")
 
 
 def leaderboard_section(comparisons: Sequence[SystemComparison], previous: dict | None = None) -> str:

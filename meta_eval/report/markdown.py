@@ -65,8 +65,9 @@ def _correlations(group: GroupResult, variant: str) -> list[str]:
             "per-system means; pairwise_accuracy is the share of system pairs the metric orders as the humans do; "
             "soft_pairwise_accuracy (SPA) averages 1 - |p_human - p_metric| over system pairs, p the one-sided "
             "permutation p-value that one system beats the other; tie_calibrated_accuracy is the share of row pairs "
-            "sharing a document that the metric orders or ties as the humans do, the metric tying below the "
-            "threshold that maximises it (docs/pairwise_accuracy.md).", ""]
+            "sharing a document that the metric orders or ties as the humans do (per document then averaged, as "
+            "WMT24, unless the signature says pool), the metric tying below the threshold that maximises it "
+            "(docs/pairwise_accuracy.md).", ""]
 
 
 def _significance(block: SignificanceBlock) -> list[str]:

@@ -17,12 +17,13 @@ from scoring import s3_options
 
 def fsspec_filesystem(uri: str, s3: S3Config, meter: RequestMeter | None = None):
     """fsspec filesystem for the driver or a worker: s3fs (listing cache invalidated by
-    callers) or local. botocore retries each request; `meter` counts the requests sent."""
+    callers) or local. botocore retries each request (a request that never reached the endpoint
+    only `s3_options.CONNECT_ATTEMPTS` times); `meter` counts the requests sent."""
     if not is_s3(uri):
         import fsspec
 
         return fsspec.filesystem("file")
-    import s3fs
+    from scoring.s3_filesystem import S3FileSystem
 
     options = s3_options.s3fs_options(s3.endpoint_url, s3.region)
     options["config_kwargs"]["max_pool_connections"] = STORAGE_CONCURRENCY
@@ -32,7 +33,7 @@ def fsspec_filesystem(uri: str, s3: S3Config, meter: RequestMeter | None = None)
         session = AioSession()
         session.register("before-send.s3", meter.on_request)
         options["session"] = session
-    fs = s3fs.S3FileSystem(**options)
+    fs = S3FileSystem(**options)
     fs.retries = 2  # s3fs's own loop around botocore's: keep the product of both bounded
     return fs
 

@@ -88,15 +88,36 @@ def failure_reason(exc: BaseException, uri: str) -> str:
         return "disk quota exceeded"
     if isinstance(exc, FileNotFoundError) or code == errno.ENOENT:
         return "no such file or object"
+    credentials = credentials_problem(exc)
+    if credentials:
+        return credentials
     if is_transient(exc):
         endpoint = ""
         match = re.search(r"(https?://[^/\"' ]+)", text)
         if match:
             endpoint = f" at {match.group(1)}"
-        return f"storage unreachable{endpoint} after {s3_options.max_attempts()} attempts ({one_line(type(exc).__name__ + ': ' + text, 160)})"
+        attempts = s3_options.CONNECT_ATTEMPTS if any(s3_options.never_connected(item) for item in _chain(exc)) else s3_options.max_attempts()
+        return f"storage unreachable{endpoint} after {attempts} attempts ({one_line(type(exc).__name__ + ': ' + text, 160)})"
     if isinstance(exc, OSError) and exc.strerror:
         return one_line(exc.strerror, 300)
     return one_line(f"{type(exc).__name__}: {text}", 300)
+
+
+_NO_CREDENTIALS = ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError")
+_BAD_CREDENTIALS = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken")
+
+
+def credentials_problem(exc: BaseException) -> str | None:
+    """What is wrong with the AWS credentials behind a storage failure, in words a user can act
+    on, or None when the failure is not about credentials."""
+    for item in _chain(exc):
+        name = type(item).__name__
+        if name in _NO_CREDENTIALS:
+            return ("no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, "
+                    f"or run where an instance role provides them ({name})")
+        if any(marker in str(item) for marker in _BAD_CREDENTIALS):
+            return "the AWS credentials were rejected (invalid access key, secret or expired token)"
+    return None
 
 
 def storage_error(exc: BaseException, uri: str, action: str) -> StorageError:
