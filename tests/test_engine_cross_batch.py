@@ -101,7 +101,7 @@ def test_cross_batch_reads_the_device_once_per_call(scorer):
     finally:
         engine.cross_batch, engine.on_cuda = False, False
     assert engine.stats["encoder_passes"] >= 2 and engine.stats["decoder_passes"] >= 2
-    assert len(seen) == 1 and seen[0].startswith("tolist at engine.py"), seen
+    assert len(seen) == 1 and seen[0].startswith("tolist at ragged.py"), seen
 
 
 def test_cross_batch_halves_a_pool_on_out_of_memory(scorer, monkeypatch):

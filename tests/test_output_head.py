@@ -79,7 +79,7 @@ def test_perplexity_reads_real_positions_only_and_matches_the_model(tiny_models)
 
 
 def test_fused_logsumexp_falls_back_to_eager_when_the_compiler_fails(monkeypatch):
-    from scoring import engine
+    from scoring import output_head as engine
 
     def broken_compile(function, dynamic=None):
         def run(logits):

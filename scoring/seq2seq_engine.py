@@ -1,0 +1,329 @@
+"""The seq2seq likelihood engine: per-target mean token NLL, each source encoded once for all of its
+targets (docs/metrics.md, L1; docs/gpu.md for the CUDA path)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Sequence
+
+import torch
+
+from scoring import shared_source_attention
+from scoring.engine_setup import compile_model_layers, refuse_float16_for, require_ieee_float32
+from scoring.output_head import OutputHead, token_logprobs
+from scoring.planning import CPU_DECODE_TOKEN_BUDGET, DEFAULT_TOKEN_BUDGET, budget_batches, run_splitting_on_oom
+from scoring.ragged import Ragged, collect, is_cuda, to_device
+
+
+class Seq2SeqLikelihood:
+    """Mean target-token NLL under an encoder-decoder model (BARTScore Eq. 1-2 with uniform
+    weights; CTRLEval's lm_score). The decoder input is the target shifted right behind the
+    model's decoder start token, so the model never sees the token it predicts."""
+
+    # Cross-batch planning: the encoder outputs and cross keys/values of consecutive encoder
+    # batches, up to POOL_BUDGETS x token_budget padded source tokens (BART-large bfloat16 at a
+    # 32,768-token budget: about 6.7 GB), stay alive and their targets are planned together,
+    # each decoder chunk's padded tokens within (1 + MAX_DECODER_PADDING) x its real tokens.
+    POOL_BUDGETS = 4
+    MAX_DECODER_PADDING = 0.2
+
+    def __init__(self, model, pad_id: int, decoder_start_id: int, token_budget: int = DEFAULT_TOKEN_BUDGET, max_batch_items: int | None = None,
+                 compile_layers: bool = False, cross_batch: bool | None = None):
+        self.model = model
+        self.pad_id = pad_id
+        self.decoder_start_id = decoder_start_id
+        self.token_budget = int(token_budget)
+        self.max_batch_items = max_batch_items
+        self.device = next(model.parameters()).device
+        self.decode_token_budget = min(self.token_budget, CPU_DECODE_TOKEN_BUDGET) if self.device.type == "cpu" else self.token_budget
+        self.on_cuda = is_cuda(self.device)
+        refuse_float16_for(model)
+        require_ieee_float32(model)
+        self.stats: Counter = Counter()
+        self._pending: list[tuple[list, torch.Tensor]] = []
+        self.head = OutputHead.for_model(model)
+        # rows of one source attend to its keys/values as one query sequence (same numbers)
+        self.shared_source_attention = shared_source_attention.enable(model)
+        self.layout = "auto"  # decoder layout: "auto", "by_length" or "by_slot" (see _decode_plan)
+        # decoder chunks planned across encoder batches: on CUDA unless set (CPU keeps
+        # per-batch planning, so its scores and signatures stay as they were)
+        self.cross_batch = self.on_cuda if cross_batch is None else bool(cross_batch)
+        self.pool_budgets = self.POOL_BUDGETS
+        self.max_decoder_padding = self.MAX_DECODER_PADDING
+        # regional torch.compile of every encoder and decoder layer: CUDA only, off by default
+        self.compiled_layers = compile_model_layers(model) if compile_layers and self.on_cuda else 0
+
+    def batching(self) -> str:
+        """How rows are batched, for the metrics' signatures; cross-batch planning (CUDA) is
+        named only when on, so CPU signatures stay as they were."""
+        text = f"length-sorted,token_budget={self.token_budget},decode_token_budget={self.decode_token_budget}"
+        if self.cross_batch:
+            text += f",decoder_pool={self.pool_budgets}x,max_decoder_padding={self.max_decoder_padding}"
+        return text
+
+    @torch.inference_mode()
+    def mean_nll(self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[Sequence[int]]]) -> list[list[float]]:
+        """For each source i and each of its targets j: -mean log p(target_j | source_i)."""
+        if len(sources) != len(targets):
+            raise ValueError(f"{len(sources)} sources but {len(targets)} target lists")
+        groups, position = [], 0
+        for target_list in targets:
+            groups.append(range(position, position + len(target_list)))
+            position += len(target_list)
+        nll = self.pair_nll(Ragged.from_lists(sources), Ragged.from_lists([t for ts in targets for t in ts]), groups)
+        return [nll[group.start : group.stop] for group in groups]
+
+    @torch.inference_mode()
+    def pair_nll(self, sources: Ragged, targets: Ragged, groups: Sequence[Sequence[int]]) -> list[float]:
+        """-mean log p(target k | source i) for every target k listed in `groups[i]` (each
+        target in one group), as a list indexed by target. Sources are encoded once for all
+        of their targets; `mean_nll` is this call on nested lists."""
+        if len(groups) != len(sources):
+            raise ValueError(f"{len(sources)} sources but {len(groups)} target lists")
+        source_lengths, target_lengths = sources.lengths.tolist(), targets.lengths.tolist()
+        if 0 in source_lengths or 0 in target_lengths:
+            for i, group in enumerate(groups):
+                if source_lengths[i] == 0:
+                    raise ValueError(f"source {i} has no tokens")
+                for j, k in enumerate(group):
+                    if target_lengths[k] == 0:
+                        raise ValueError(f"target {j} of source {i} has no tokens")
+        results = [float("nan")] * len(targets)
+        order = sorted((i for i in range(len(groups)) if len(groups[i])), key=lambda i: -source_lengths[i])
+        plan_lengths = [[target_lengths[k] for k in group] for group in groups]
+        self._pending = []
+        batch_data = (sources, targets, groups, source_lengths, plan_lengths)
+
+        def store(key, value):
+            results[key] = value
+
+        # a pool is one encoder batch, or (cross_batch) the sources of several planned together
+        pool_budget = self.token_budget * (self.pool_budgets if self.cross_batch else 1)
+        for pool in budget_batches(source_lengths, order, pool_budget, None if self.cross_batch else self.max_batch_items):
+            run_splitting_on_oom(pool, lambda p: self._score_pool(p, batch_data), self._count_split)
+            if not self.on_cuda:
+                collect(self._pending, store)
+        collect(self._pending, store)
+        return results
+
+    def _count_split(self) -> None:
+        self.stats["oom_splits"] += 1
+
+    def _score_pool(self, pool: list[int], batch_data) -> None:
+        """Encode the sources `pool` in token-budget batches, then decode all of their targets
+        in one plan."""
+        sources, targets, groups, source_lengths, plan_lengths = batch_data
+        batches = budget_batches(source_lengths, pool, self.token_budget, self.max_batch_items)
+        encoder_states, attention_mask, cross_kv = self._encode(pool, sources) if len(batches) == 1 else self._encode_pool(batches, sources)
+        pool_lengths = [source_lengths[i] for i in pool]
+        row_widths = pool_lengths if self.cross_batch else None
+        for chunk_pairs in self._plan(pool, plan_lengths, encoder_states.shape[1], row_widths):
+            run_splitting_on_oom(
+                chunk_pairs,
+                lambda cp: self._decode_pairs(cp, encoder_states, attention_mask, cross_kv, targets, groups, pool_lengths),
+                self._count_split,
+            )
+
+    def _encode(self, batch: list[int], sources: Ragged):
+        """(encoder states, source mask, cross keys/values or None) of one source batch."""
+        input_ids, attention_mask = sources.padded(batch, self.pad_id, self.device)
+        encoder_states = self.model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        self.stats["encoder_passes"] += 1
+        self.stats["encoded_sources"] += len(batch)
+        return encoder_states, attention_mask, self._cross_attention_kv(encoder_states)
+
+    def _encode_pool(self, batches: list[list[int]], sources: Ragged):
+        """`_encode` of several batches as one pool: rows in batch order, each batch copied into
+        buffers as wide as the pool's longest source (zeros past a row's width, masked out);
+        a batch's own tensors are freed before the next batch runs."""
+        rows = sum(len(batch) for batch in batches)
+        width = int(max(sources.lengths[batch].max() for batch in batches))
+        pooled, start = None, 0
+        for batch in batches:
+            states, mask, cross_kv = self._encode(batch, sources)
+            parts = [states, mask] + [tensor for pair in cross_kv or [] for tensor in pair]
+            if pooled is None:
+                pooled = [_pool_buffer(part, rows, width) for part in parts]
+            for buffer, part in zip(pooled, parts):
+                width_dim = 2 if part.dim() == 4 else 1  # keys/values are (rows, heads, width, dim)
+                buffer.narrow(0, start, len(batch)).narrow(width_dim, 0, part.shape[width_dim]).copy_(part)
+            start += len(batch)
+        kv = pooled[2:]
+        return pooled[0], pooled[1], [(kv[k], kv[k + 1]) for k in range(0, len(kv), 2)] if kv else None
+
+    # Copying one padded source token's cross-attention keys/values for one more target costs
+    # about as much as decoding 1/COPY_TOKENS_PER_DECODE_TOKEN of a target token (measured on
+    # CPU with bart-base shapes; the choice below only needs the order of magnitude).
+    COPY_TOKENS_PER_DECODE_TOKEN = 16
+    # On CUDA a mixed-source decoder chunk gathers at most this many source tokens' keys/values
+    # per token of the budget (32,768-token budget, BART-large bf16: <= 6.4 GB gathered)
+    GATHERED_SOURCE_TOKENS_PER_BUDGET_TOKEN = 2
+
+    def _decode_plan(self, batch: list[int], targets, source_width: int) -> list[list[tuple[int, int, int]]]:
+        """`_plan` for nested target sequences (`targets[i][j]`)."""
+        return self._plan(batch, [[len(t) for t in group] for group in targets], source_width)
+
+    def _plan(self, batch: list[int], lengths: Sequence[Sequence[int]], source_width: int,
+              row_widths: Sequence[int] | None = None) -> list[list[tuple[int, int, int]]]:
+        """Decoder chunks of (row in batch, source, target) for one encoded source batch;
+        `lengths[i][j]` is the length of target j of source i. With `row_widths` (each row's
+        source length: cross-batch planning) a chunk gathers only its own rows' widest source,
+        and padded decoder tokens stay within (1 + max_decoder_padding) x the real ones:
+        by-length chunks are cut so, and by slot is used only when it stays within the cap.
+
+        Two layouts; the cheaper by padded decoder tokens plus key/value copies is used:
+        - by length: all pairs sorted by target length and cut by the token budget (least
+          padding), but a chunk mixing sources must copy each pair's source keys/values;
+        - by slot: target j of every source together, rows in source order, cut into
+          contiguous runs, so each chunk reads a slice of the cached keys/values without a
+          copy (wins when targets are short next to their sources, e.g. CTRLEval label words).
+        """
+        pairs = [(row, i, j) for row, i in enumerate(batch) for j in range(len(lengths[i]))]
+        pair_lengths = [lengths[i][j] for _, i, j in pairs]
+        pair_order = sorted(range(len(pairs)), key=lambda p: -pair_lengths[p])
+        pair_widths = [source_width if row_widths is None else row_widths[row] for row, _, _ in pairs]
+        max_padding = None if row_widths is None else self.max_decoder_padding
+        width_budget = None
+        if self.on_cuda and len(batch) > 1:
+            # a chunk mixing sources gathers every row's cross keys/values (rows x source width
+            # x 2 x layers x d): bound those gathered source tokens like the token budget, or a
+            # chunk of short targets against long sources can ask for tens of GB
+            width_budget = self.GATHERED_SOURCE_TOKENS_PER_BUDGET_TOKEN * self.token_budget
+        by_length = [[pairs[p] for p in chunk] for chunk in budget_batches(
+            pair_lengths, pair_order, self.decode_token_budget, self.max_batch_items,
+            max_chunk_padding=max_padding, widths=pair_widths, width_budget=width_budget)]
+        if len(batch) == 1 or self.layout == "by_length":
+            return by_length
+
+        def padded_tokens(chunks):
+            return sum(len(c) * max(lengths[i][j] for _, i, j in c) for c in chunks)
+
+        by_slot = []
+        for j in range(max(len(lengths[i]) for i in batch)):
+            slot = [(row, i, j) for row, i in enumerate(batch) if j < len(lengths[i])]
+            slot_lengths = [lengths[i][j] for _, i, _ in slot]
+            # a slot that skips sources gathers its rows' keys/values: the same bound as by length
+            slot_widths = [source_width if row_widths is None else row_widths[row] for row, _, _ in slot]
+            runs = budget_batches(slot_lengths, range(len(slot)), self.decode_token_budget, self.max_batch_items, widths=slot_widths,
+                                  width_budget=width_budget if len(slot) < len(batch) else None)
+            by_slot += [[slot[k] for k in run] for run in runs]
+
+        if self.layout == "by_slot":
+            return by_slot
+        if max_padding is not None and padded_tokens(by_slot) > (1.0 + max_padding) * sum(pair_lengths):
+            return by_length
+        if self.on_cuda:
+            # a forward costs a launch-bound few ms whatever its size, a key/value gather about
+            # nothing: the layout with fewer forwards wins, then the one with less padding
+            return min((by_slot, by_length), key=lambda chunks: (len(chunks), padded_tokens(chunks)))
+
+        def gathered_width(chunk):  # the source positions a mixed chunk copies per row
+            return source_width if row_widths is None else max(row_widths[row] for row, _, _ in chunk)
+
+        copied = sum(len(c) * gathered_width(c) for c in by_length if len({row for row, _, _ in c}) > 1)
+        cost_by_length = padded_tokens(by_length) + copied / self.COPY_TOKENS_PER_DECODE_TOKEN
+        return by_slot if padded_tokens(by_slot) <= cost_by_length else by_length
+
+    def _cross_attention_kv(self, encoder_states: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+        """Cross-attention keys and values of every decoder layer for this source batch,
+        projected once and reused by every target of these sources (otherwise each target
+        would project the whole source again). None for architectures without BART-style
+        `encoder_attn.k_proj/v_proj` layers (they fall back to plain decoding)."""
+        decoder = self.model.get_decoder()
+        layers = getattr(decoder, "layers", None)
+        if not layers or not all(hasattr(getattr(layer, "encoder_attn", None), "k_proj") for layer in layers):
+            return None
+        projected = []
+        for layer in layers:
+            attention = layer.encoder_attn
+            shape = (*encoder_states.shape[:-1], -1, attention.head_dim)
+            # the (rows, heads, length, dim) views the layer itself would make: no copy here (a
+            # chunk of contiguous rows reads a slice of them, a mixed chunk gathers its rows)
+            keys = attention.k_proj(encoder_states).view(shape).transpose(1, 2)
+            values = attention.v_proj(encoder_states).view(shape).transpose(1, 2)
+            projected.append((keys, values))
+        return projected
+
+    @staticmethod
+    def _cache_for(cross_kv, rows: list[int], rows_on_device: torch.Tensor, width: int, one_source: bool = False):
+        """An encoder-decoder cache whose cross-attention layers hold the projected source
+        keys/values of these rows, cut to `width` source positions (a view, no copy, when every
+        row is the same source or when the rows are a contiguous run of the source batch),
+        marked as already computed so the decoder only reads them. `rows` is the host list
+        (layout decisions need no device sync), `rows_on_device` the same rows for the gather."""
+        from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+        first = rows[0]
+        contiguous = rows == list(range(first, first + len(rows)))
+        cross = DynamicCache()
+        for layer_index, (keys, values) in enumerate(cross_kv):
+            keys, values = keys[:, :, :width], values[:, :, :width]
+            if one_source:  # one source: broadcast its real positions over the rows
+                keys = keys[first : first + 1].expand(len(rows), -1, -1, -1)
+                values = values[first : first + 1].expand(len(rows), -1, -1, -1)
+            elif contiguous:  # a slice of the cached rows: a view, no copy
+                keys, values = keys[first : first + len(rows)], values[first : first + len(rows)]
+            else:
+                keys, values = keys.index_select(0, rows_on_device), values.index_select(0, rows_on_device)
+            cross.update(keys[:, :, :0], values[:, :, :0], layer_index)  # initialise the layer
+            cross.layers[layer_index].keys, cross.layers[layer_index].values = keys, values
+        cache = EncoderDecoderCache(DynamicCache(), cross)
+        for layer_index in range(len(cross_kv)):
+            cache.is_updated[layer_index] = True
+        return cache
+
+    def _decode_pairs(self, chunk_pairs, encoder_states, attention_mask, cross_kv, targets: Ragged, groups, source_lengths) -> None:
+        row_list = [row for row, _, _ in chunk_pairs]
+        rows = to_device(torch.as_tensor(row_list), self.device)
+        keys = [groups[i][j] for _, i, j in chunk_pairs]
+        labels, label_mask, decoder_inputs = targets.padded(keys, self.pad_id, self.device, self.decoder_start_id)
+        one_source = self.head is not None and cross_kv is not None and all(row == row_list[0] for row in row_list)
+        # one source, or cross-batch planning: only the chunk's widest real source positions
+        # (padding positions would get exactly zero attention weight anyway)
+        width = max(source_lengths[row] for row in row_list) if one_source or self.cross_batch else encoder_states.shape[1]
+        encoder_states, attention_mask = encoder_states[:, :width], attention_mask[:, :width]
+        if self.head is not None:
+            if one_source:  # one source for every row: its unpadded keys/values, no mask needed
+                cache = self._cache_for(cross_kv, row_list, rows, width, one_source=True)
+                first = row_list[0]
+                states, source_mask = encoder_states[first : first + 1].expand(len(rows), -1, -1), None
+            elif cross_kv is not None:
+                cache = self._cache_for(cross_kv, row_list, rows, width)
+                states, source_mask = encoder_states[:1].expand(len(rows), -1, -1), attention_mask.index_select(0, rows)
+            else:
+                cache, states, source_mask = None, encoder_states.index_select(0, rows), attention_mask.index_select(0, rows)
+            hidden = self.model.get_decoder()(
+                input_ids=decoder_inputs,
+                attention_mask=label_mask,
+                # with cached cross keys/values the states only give the mask its shape
+                encoder_hidden_states=states,
+                encoder_attention_mask=source_mask,
+                cache=cache,
+                use_cache=False,
+            ).last_hidden_state
+            sums = self.head.target_logprob_sums(hidden, labels, targets.lengths[keys])
+        else:
+            from transformers.modeling_outputs import BaseModelOutput
+
+            logits = self.model(
+                encoder_outputs=BaseModelOutput(last_hidden_state=encoder_states.index_select(0, rows)),
+                attention_mask=attention_mask.index_select(0, rows),
+                decoder_input_ids=decoder_inputs,
+                decoder_attention_mask=label_mask,
+            ).logits
+            sums = (token_logprobs(logits, labels) * label_mask).sum(-1)
+        self.stats["decoder_passes"] += 1
+        self.stats["decoded_targets"] += len(chunk_pairs)
+        chunk_lengths = targets.lengths[keys]  # host-known: padded vs real decoder tokens
+        self.stats["decoder_tokens_real"] += int(chunk_lengths.sum())
+        self.stats["decoder_tokens_padded"] += len(keys) * int(chunk_lengths.max())
+        self._pending.append((keys, -(sums / label_mask.sum(-1))))
+
+
+
+def _pool_buffer(part: torch.Tensor, rows: int, width: int) -> torch.Tensor:
+    """Zeros for `rows` rows of `width` source positions shaped like `part`; keys/values
+    (rows, heads, width, dim) keep the strides their projection gives them."""
+    if part.dim() == 4:
+        return part.new_zeros((rows, width, part.shape[1], part.shape[3])).transpose(1, 2)
+    return part.new_zeros((rows, width, *part.shape[2:]))
