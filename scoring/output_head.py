@@ -139,12 +139,17 @@ class OutputHead:
         max))), in place on the chunk). The real positions are indexed from the host-side
         lengths, so the loop bounds never wait for the device."""
         owners, columns, total = real_positions(lengths, hidden.device)
-        states, targets = hidden[owners, columns], labels[owners, columns]
-        token_logprobs = torch.empty(total, dtype=torch.float32, device=hidden.device)
+        return self.logprob_sums_at(hidden[owners, columns], labels[owners, columns], owners, labels.shape[0])
+
+    def logprob_sums_at(self, states: torch.Tensor, targets: torch.Tensor, owners: torch.Tensor, rows: int) -> torch.Tensor:
+        """Sum of log p(targets[p] | states[p]) over the positions p of each of `rows` rows
+        (`owners[p]` the row of position p), float32, a chunk of positions at a time."""
+        total = states.shape[0]
+        token_logprobs = torch.empty(total, dtype=torch.float32, device=states.device)
         for start in range(0, total, self.positions_per_chunk):
             stop = start + self.positions_per_chunk
             token_logprobs[start:stop] = self.position_logprobs(states[start:stop], targets[start:stop])
-        sums = torch.zeros(labels.shape[0], dtype=torch.float32, device=hidden.device)
+        sums = torch.zeros(rows, dtype=torch.float32, device=states.device)
         return sums.index_add_(0, owners, token_logprobs)
 
     def position_logprobs(self, states: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

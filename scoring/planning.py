@@ -78,3 +78,21 @@ def budget_batches(lengths: Sequence[int], order: Sequence[int], token_budget: i
         batches.append(current)
     return batches
 
+
+
+def packed_batches(lengths: Sequence[int], order: Sequence[int], token_budget: int, max_items: int | None = None) -> list[list[int]]:
+    """Consecutive runs of `order` whose real tokens (sum of lengths, no padding: sequences
+    packed end to end) stay within `token_budget` (at least one item per run)."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    tokens = 0
+    for index in order:
+        length = max(int(lengths[index]), 1)
+        if current and (tokens + length > token_budget or (max_items is not None and len(current) >= max_items)):
+            batches.append(current)
+            current, tokens = [], 0
+        current.append(index)
+        tokens += length
+    if current:
+        batches.append(current)
+    return batches

@@ -130,6 +130,8 @@ class Seq2SeqLikelihood:
         encoder_states = self.model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         self.stats["encoder_passes"] += 1
         self.stats["encoded_sources"] += len(batch)
+        self.stats["encoder_tokens_real"] += int(sources.lengths[batch].sum())  # host-known lengths
+        self.stats["encoder_tokens_padded"] += input_ids.numel()
         return encoder_states, attention_mask, self._cross_attention_kv(encoder_states)
 
     def _encode_pool(self, batches: list[list[int]], sources: Ragged):

@@ -54,8 +54,9 @@ def test_cross_batch_scores_equal_per_batch_scores(scorer, shape, on_cuda):
     after, pooled = _run(engine, work, True, on_cuda)
     assert after == pytest.approx(before, rel=1e-6)
     assert per_batch["encoder_passes"] > 4  # several encoder batches, so pools do merge them
-    for key in ("decoded_targets", "decoder_tokens_real", "encoded_sources"):
+    for key in ("decoded_targets", "decoder_tokens_real", "encoded_sources", "encoder_tokens_real"):
         assert pooled[key] == per_batch[key]
+    assert per_batch["encoder_tokens_real"] == int(work[0].lengths.sum()) < per_batch["encoder_tokens_padded"]
     assert pooled["decoder_tokens_padded"] < per_batch["decoder_tokens_padded"]
 
 

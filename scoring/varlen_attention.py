@@ -1,0 +1,95 @@
+"""Attention over packed sequences: no padding, no materialised mask.
+
+Sequences are laid end to end in one row of T tokens; which token belongs to which sequence is
+given by cumulative sequence lengths cu = [0, L_1, L_1 + L_2, ..., T] built on the host from
+known lengths (never read back from the device). Attention is then block-diagonal: token i of
+sequence k attends to tokens j of sequence k only, with j <= i for causal (decoder)
+self-attention: softmax(q_i k_j^T * scale) v_j over exactly those j (docs/gpu.md, "Packed
+tokens").
+
+Two kernels, the same numbers:
+- CUDA, bfloat16/float16: torch's `torch.nn.attention.varlen.varlen_attn` (FlashAttention on
+  cu_seqlens), causal as the window (-1, 0);
+- everywhere else (float32, CPU): SDPA per sequence (`is_causal=True`), looping over the
+  host-known lengths, which is also the reference the CUDA kernel is checked against.
+
+Plugged into transformers through the engine's attention function (`packed_attention` is
+called when a forward is given `ctgscore_packing=PackedSegments(...)`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class PackedSegments:
+    """Sequence boundaries of a packed row: `lengths` on the host (numpy int64), `cu_seqlens`
+    (int32, n + 1) on the compute device, `max_length` the longest sequence."""
+
+    lengths: np.ndarray
+    cu_seqlens: torch.Tensor
+    max_length: int
+
+    @property
+    def total(self) -> int:
+        return int(self.lengths.sum())
+
+
+def cu_seqlens(lengths: Sequence[int]) -> np.ndarray:
+    """[0, L_1, L_1 + L_2, ..., sum L] as int32 (the layout FlashAttention's varlen kernels read)."""
+    counts = np.asarray(lengths, dtype=np.int64)
+    out = np.zeros(len(counts) + 1, dtype=np.int32)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
+def varlen_kernel_available(query: torch.Tensor) -> bool:
+    """torch's varlen FlashAttention runs here: CUDA, half precision, torch >= 2.10."""
+    if query.device.type != "cuda" or query.dtype not in (torch.bfloat16, torch.float16):
+        return False
+    try:
+        from torch.nn.attention.varlen import varlen_attn  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def packed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, segments: PackedSegments,
+                     scale: float | None, causal: bool = True) -> torch.Tensor:
+    """Attention of one packed row. query (1, H, T, D), key/value (1, H_kv, T, D) as
+    transformers' attention layers hand them over (H a multiple of H_kv: grouped-query
+    attention); returns (1, T, H, D), the layout the layers expect back."""
+    heads, kv_heads = query.shape[1], key.shape[1]
+    if varlen_kernel_available(query):
+        from torch.nn.attention.varlen import varlen_attn
+
+        output = varlen_attn(
+            query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1),
+            segments.cu_seqlens, segments.cu_seqlens, segments.max_length, segments.max_length,
+            scale=scale, window_size=(-1, 0) if causal else (-1, -1), enable_gqa=heads != kv_heads,
+        )
+        return output.unsqueeze(0)
+    return reference_packed_attention(query, key, value, segments.lengths, scale, causal)
+
+
+def reference_packed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, lengths: Sequence[int],
+                               scale: float | None, causal: bool = True) -> torch.Tensor:
+    """`packed_attention` as SDPA per sequence (host-known lengths: no device read)."""
+    heads, kv_heads = query.shape[1], key.shape[1]
+    if heads != kv_heads:
+        key = key.repeat_interleave(heads // kv_heads, dim=1)
+        value = value.repeat_interleave(heads // kv_heads, dim=1)
+    output = torch.empty((1, query.shape[2], heads, query.shape[3]), dtype=query.dtype, device=query.device)
+    start = 0
+    for length in (int(n) for n in lengths):
+        stop = start + length
+        part = torch.nn.functional.scaled_dot_product_attention(
+            query[:, :, start:stop], key[:, :, start:stop], value[:, :, start:stop], is_causal=causal, scale=scale)
+        output[:, start:stop] = part.transpose(1, 2)
+        start = stop
+    return output
