@@ -117,6 +117,15 @@ def packed_causal(ragged: "Ragged", index: Sequence[int], device) -> dict[str, t
     return parts
 
 
+def length_mask(lengths: Sequence[int], width: int, device) -> torch.Tensor:
+    """(rows, width) int64 mask, 1 on each row's first `lengths[row]` positions, built on the
+    host and copied to `device` (non-blocking from pinned memory on CUDA)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    buffer = torch.empty((len(lengths), width), dtype=torch.long, pin_memory=is_cuda(device))
+    buffer.numpy()[:] = np.arange(width)[None, :] < lengths[:, None]
+    return buffer.to(device, non_blocking=True) if is_cuda(device) else buffer.to(device)
+
+
 def to_device(tensor: torch.Tensor, device) -> torch.Tensor:
     if torch.device(device).type != "cuda":
         return tensor.to(device)

@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections import Counter
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from scoring import shared_source_attention
 from scoring.engine_setup import compile_model_layers, refuse_float16_for, require_ieee_float32
 from scoring.output_head import OutputHead, token_logprobs
 from scoring.planning import CPU_DECODE_TOKEN_BUDGET, DEFAULT_TOKEN_BUDGET, budget_batches, run_splitting_on_oom
-from scoring.ragged import Ragged, collect, is_cuda, to_device
+from scoring.ragged import Ragged, collect, is_cuda, length_mask, to_device
 
 
 class Seq2SeqLikelihood:
@@ -111,20 +112,30 @@ class Seq2SeqLikelihood:
 
     def _score_pool(self, pool: list[int], batch_data) -> None:
         """Encode the sources `pool` in token-budget batches, then decode all of their targets
-        in one plan."""
+        in one plan. A pool of several batches (cross-batch planning) keeps only the encoder
+        states, its rows laid out in the order the decoder chunks first use them, so that a
+        chunk of distinct sources reads a contiguous slice of the keys/values projected once
+        from the pool (a view) instead of gathering them per target."""
         sources, targets, groups, source_lengths, plan_lengths = batch_data
         batches = budget_batches(source_lengths, pool, self.token_budget, self.max_batch_items)
-        encoder_states, attention_mask, cross_kv = self._encode(pool, sources) if len(batches) == 1 else self._encode_pool(batches, sources)
         pool_lengths = [source_lengths[i] for i in pool]
         row_widths = pool_lengths if self.cross_batch else None
-        for chunk_pairs in self._plan(pool, plan_lengths, encoder_states.shape[1], row_widths):
+        chunks = self._plan(pool, plan_lengths, max(pool_lengths), row_widths)
+        if self.cross_batch:  # rows in first-use order (an encoder batch's row order is free)
+            chunks, pool = _rows_in_first_use_order(chunks, pool)
+            pool_lengths = [source_lengths[i] for i in pool]
+        if len(batches) == 1:
+            encoder_states, attention_mask, cross_kv = self._encode(pool, sources)
+        else:
+            encoder_states, attention_mask, cross_kv = self._encode_pool(batches, sources, pool)
+        for chunk_pairs in chunks:
             run_splitting_on_oom(
                 chunk_pairs,
                 lambda cp: self._decode_pairs(cp, encoder_states, attention_mask, cross_kv, targets, groups, pool_lengths),
                 self._count_split,
             )
 
-    def _encode(self, batch: list[int], sources: Ragged):
+    def _encode(self, batch: list[int], sources: Ragged, project: bool = True):
         """(encoder states, source mask, cross keys/values or None) of one source batch."""
         input_ids, attention_mask = sources.padded(batch, self.pad_id, self.device)
         encoder_states = self.model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
@@ -132,26 +143,31 @@ class Seq2SeqLikelihood:
         self.stats["encoded_sources"] += len(batch)
         self.stats["encoder_tokens_real"] += int(sources.lengths[batch].sum())  # host-known lengths
         self.stats["encoder_tokens_padded"] += input_ids.numel()
-        return encoder_states, attention_mask, self._cross_attention_kv(encoder_states)
+        return encoder_states, attention_mask, self._cross_attention_kv(encoder_states) if project else None
 
-    def _encode_pool(self, batches: list[list[int]], sources: Ragged):
-        """`_encode` of several batches as one pool: rows in batch order, each batch copied into
-        buffers as wide as the pool's longest source (zeros past a row's width, masked out);
-        a batch's own tensors are freed before the next batch runs."""
-        rows = sum(len(batch) for batch in batches)
-        width = int(max(sources.lengths[batch].max() for batch in batches))
-        pooled, start = None, 0
+    def _encode_pool(self, batches: list[list[int]], sources: Ragged, rows: list[int]):
+        """`_encode` of several batches as one pool whose row k is source `rows[k]`: each
+        batch's encoder states copied into one buffer as wide as the pool's longest source
+        (zeros past a row's width, masked out by a mask built on the host from the lengths),
+        a batch's own tensors freed before the next batch runs; then the cross keys/values
+        projected once from the pooled states (nothing else is pooled or copied)."""
+        lengths = sources.lengths[np.asarray(rows, dtype=np.int64)]
+        width = int(lengths.max())
+        slot = {source: k for k, source in enumerate(rows)}
+        pooled = None
         for batch in batches:
-            states, mask, cross_kv = self._encode(batch, sources)
-            parts = [states, mask] + [tensor for pair in cross_kv or [] for tensor in pair]
+            states, _, _ = self._encode(batch, sources, project=False)
             if pooled is None:
-                pooled = [_pool_buffer(part, rows, width) for part in parts]
-            for buffer, part in zip(pooled, parts):
-                width_dim = 2 if part.dim() == 4 else 1  # keys/values are (rows, heads, width, dim)
-                buffer.narrow(0, start, len(batch)).narrow(width_dim, 0, part.shape[width_dim]).copy_(part)
-            start += len(batch)
-        kv = pooled[2:]
-        return pooled[0], pooled[1], [(kv[k], kv[k + 1]) for k in range(0, len(kv), 2)] if kv else None
+                pooled = states.new_zeros((len(rows), width, states.shape[-1]))
+            destination = [slot[i] for i in batch]
+            target = pooled[:, : states.shape[1]]
+            if destination == list(range(destination[0], destination[0] + len(batch))):
+                target.narrow(0, destination[0], len(batch)).copy_(states)
+            else:
+                target.index_copy_(0, to_device(torch.as_tensor(destination), self.device), states)
+            self.stats["bytes_pooled"] += states.numel() * states.element_size()
+        mask = length_mask(lengths, width, self.device)
+        return pooled, mask, self._cross_attention_kv(pooled)
 
     # Copying one padded source token's cross-attention keys/values for one more target costs
     # about as much as decoding 1/COPY_TOKENS_PER_DECODE_TOKEN of a target token (measured on
@@ -186,7 +202,10 @@ class Seq2SeqLikelihood:
         pair_widths = [source_width if row_widths is None else row_widths[row] for row, _, _ in pairs]
         max_padding = None if row_widths is None else self.max_decoder_padding
         width_budget = None
-        if self.on_cuda and len(batch) > 1:
+        # cross-batch planning with one target per source: rows are laid out in first-use
+        # order, so every chunk reads a slice of the keys/values and none gathers
+        gathers = not (row_widths is not None and all(len(lengths[i]) <= 1 for i in batch))
+        if self.on_cuda and len(batch) > 1 and gathers:
             # a chunk mixing sources gathers every row's cross keys/values (rows x source width
             # x 2 x layers x d): bound those gathered source tokens like the token budget, or a
             # chunk of short targets against long sources can ask for tens of GB
@@ -246,8 +265,7 @@ class Seq2SeqLikelihood:
             projected.append((keys, values))
         return projected
 
-    @staticmethod
-    def _cache_for(cross_kv, rows: list[int], rows_on_device: torch.Tensor, width: int, one_source: bool = False):
+    def _cache_for(self, cross_kv, rows: list[int], rows_on_device: torch.Tensor, width: int, one_source: bool = False):
         """An encoder-decoder cache whose cross-attention layers hold the projected source
         keys/values of these rows, cut to `width` source positions (a view, no copy, when every
         row is the same source or when the rows are a contiguous run of the source batch),
@@ -267,6 +285,7 @@ class Seq2SeqLikelihood:
                 keys, values = keys[first : first + len(rows)], values[first : first + len(rows)]
             else:
                 keys, values = keys.index_select(0, rows_on_device), values.index_select(0, rows_on_device)
+                self.stats["bytes_gathered"] += 2 * keys.numel() * keys.element_size()
             cross.update(keys[:, :, :0], values[:, :, :0], layer_index)  # initialise the layer
             cross.layers[layer_index].keys, cross.layers[layer_index].values = keys, values
         cache = EncoderDecoderCache(DynamicCache(), cross)
@@ -323,9 +342,18 @@ class Seq2SeqLikelihood:
 
 
 
-def _pool_buffer(part: torch.Tensor, rows: int, width: int) -> torch.Tensor:
-    """Zeros for `rows` rows of `width` source positions shaped like `part`; keys/values
-    (rows, heads, width, dim) keep the strides their projection gives them."""
-    if part.dim() == 4:
-        return part.new_zeros((rows, width, part.shape[1], part.shape[3])).transpose(1, 2)
-    return part.new_zeros((rows, width, *part.shape[2:]))
+def _rows_in_first_use_order(chunks: list[list[tuple[int, int, int]]], pool: list[int]):
+    """The pool's rows renumbered in the order the decoder chunks first use them, so a chunk
+    whose sources appear nowhere earlier is a contiguous run of rows: (the chunks with new
+    row numbers, the pool's sources in that order)."""
+    order: dict[int, int] = {}
+    for chunk in chunks:
+        for row, _, _ in chunk:
+            order.setdefault(row, len(order))
+    for row in range(len(pool)):  # rows without targets (none are planned, but keep every row)
+        order.setdefault(row, len(order))
+    renumbered = [[(order[row], i, j) for row, i, j in chunk] for chunk in chunks]
+    sources = [0] * len(pool)
+    for row, new in order.items():
+        sources[new] = pool[row]
+    return renumbered, sources

@@ -58,6 +58,11 @@ def test_cross_batch_scores_equal_per_batch_scores(scorer, shape, on_cuda):
         assert pooled[key] == per_batch[key]
     assert per_batch["encoder_tokens_real"] == int(work[0].lengths.sum()) < per_batch["encoder_tokens_padded"]
     assert pooled["decoder_tokens_padded"] < per_batch["decoder_tokens_padded"]
+    # pools hold encoder states only (no keys/values, no mask): at most d x 4 bytes per
+    # encoded token; keys/values are projected from the pool, never copied into it
+    assert 0 < pooled["bytes_pooled"] <= pooled["encoder_tokens_padded"] * engine.model.config.d_model * 4
+    if shape == "distinct":  # rows in first-use order: every chunk reads a slice, none gathers
+        assert pooled.get("bytes_gathered", 0) == 0
 
 
 @pytest.mark.parametrize("layout", ["auto", "by_slot"])
