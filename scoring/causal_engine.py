@@ -19,7 +19,7 @@ from typing import Sequence
 import torch
 
 from scoring import shared_source_attention
-from scoring.engine_setup import require_ieee_float32
+from scoring.engine_setup import compile_model_layers, require_ieee_float32
 from scoring.output_head import OutputHead, token_logprobs
 from scoring.planning import DEFAULT_TOKEN_BUDGET, budget_batches, packed_batches, run_splitting_on_oom
 from scoring.ragged import Ragged, collect, is_cuda, packed_causal
@@ -29,7 +29,8 @@ from scoring.varlen_attention import PackedSegments
 class CausalLikelihood:
     """Summed token NLL under a causal LM, every token after the first predicted."""
 
-    def __init__(self, model, pad_id: int, token_budget: int = DEFAULT_TOKEN_BUDGET, max_batch_items: int | None = None):
+    def __init__(self, model, pad_id: int, token_budget: int = DEFAULT_TOKEN_BUDGET, max_batch_items: int | None = None,
+                 compile_layers: bool = False):
         self.model = model
         self.pad_id = pad_id
         self.token_budget = int(token_budget)
@@ -44,6 +45,8 @@ class CausalLikelihood:
         # its mask function never reads the mask back (no sync); it also runs packed attention
         self.attention_enabled = shared_source_attention.enable(model)
         self.packed = False  # sequences packed into one row (see `can_pack`); off until measured on a GPU
+        # regional torch.compile of every block (GPT-2's `.h` too): CUDA only, off by default
+        self.compiled_layers = compile_model_layers(model) if compile_layers and self.on_cuda else 0
 
     PACKABLE_ARCHITECTURES = ("gpt2", "llama")
 
@@ -92,8 +95,8 @@ class CausalLikelihood:
     def _score_packed(self, batch: list[int], sequences: Ragged) -> None:
         """One forward over the batch packed into one row: no padded token anywhere."""
         packed = packed_causal(sequences, batch, self.device)
-        lengths = sequences.lengths[batch]
-        segments = PackedSegments(lengths, packed["cu_seqlens"], int(lengths.max()))
+        lengths = tuple(sequences.lengths[batch].tolist())  # numpy on the host, no device read
+        segments = PackedSegments(lengths, packed["cu_seqlens"], max(lengths))
         if self._mask_marker is None or self._mask_marker.device != self.device:
             # a 4-D mask is passed through untouched by transformers (no mask is built); the
             # attention function reads the segments instead
@@ -114,7 +117,7 @@ class CausalLikelihood:
         input_ids, mask = sequences.padded(batch, self.pad_id, self.device)
         self._count_tokens(batch, sequences, input_ids.numel())
         if self.head is not None:
-            hidden = self.model.base_model(input_ids=input_ids, attention_mask=mask).last_hidden_state
+            hidden = self.model.base_model(input_ids=input_ids, attention_mask=mask, use_cache=False).last_hidden_state
             # position t predicts token t + 1: a sequence of n tokens has n - 1 predictions
             sums = self.head.target_logprob_sums(hidden[:, :-1], input_ids[:, 1:], sequences.lengths[batch] - 1)
             self._pending.append((list(batch), -sums))

@@ -29,18 +29,32 @@ def require_ieee_float32(model) -> None:
                              "(torch.backends.cuda.matmul.allow_tf32): switch it off, or use dtype bfloat16")
 
 
+def layer_stacks(model) -> list:
+    """The transformer layer lists of `model`: an encoder-decoder's encoder and decoder
+    `.layers`; a causal LM's `.layers` (Llama family) or `.h` (GPT-2)."""
+    stacks = [model.get_encoder(), model.get_decoder()] if hasattr(model, "get_encoder") else [getattr(model, "base_model", model)]
+    found = []
+    for stack in stacks:
+        layers = getattr(stack, "layers", None)
+        if layers is None:
+            layers = getattr(stack, "h", None)
+        if layers is not None:
+            found.append(layers)
+    return found
+
+
 def compile_model_layers(model) -> int:
-    """Regional `torch.compile` (dynamic shapes) of each encoder and decoder layer, in place:
-    LayerNorm, residual adds and activations fused around the GEMMs, fewer kernel launches,
-    compile time per layer type rather than per model. A part dynamo cannot trace (the cache
-    object, say) runs eagerly (`suppress_errors`: never a failed row). Returns the layer count."""
+    """Regional `torch.compile` (dynamic shapes) of each encoder and decoder layer (or each
+    block of a causal LM, GPT-2's `.h` included), in place: LayerNorm, residual adds and
+    activations fused around the GEMMs, fewer kernel launches, compile time per layer type
+    rather than per model. A part dynamo cannot trace (the cache object, say) runs eagerly
+    (`suppress_errors`: never a failed row). Returns the layer count."""
     import torch._dynamo
 
     torch._dynamo.config.suppress_errors = True
     count = 0
-    stacks = [model.get_encoder(), model.get_decoder()] if hasattr(model, "get_encoder") else [model.get_decoder()]
-    for stack in stacks:
-        for layer in getattr(stack, "layers", []):
+    for layers in layer_stacks(model):
+        for layer in layers:
             layer.compile(dynamic=True)
             count += 1
     return count

@@ -28,16 +28,24 @@ import torch
 
 @dataclass(frozen=True)
 class PackedSegments:
-    """Sequence boundaries of a packed row: `lengths` on the host (numpy int64), `cu_seqlens`
-    (int32, n + 1) on the compute device, `max_length` the longest sequence."""
+    """Sequence boundaries of a packed row: `lengths` on the host (Python ints, which a
+    compiled layer can trace, unlike a numpy array), `cu_seqlens` (int32, n + 1) on the
+    compute device, `max_length` the longest sequence."""
 
-    lengths: np.ndarray
+    lengths: tuple[int, ...]
     cu_seqlens: torch.Tensor
     max_length: int
 
+    @classmethod
+    def of(cls, lengths: Sequence[int], device) -> "PackedSegments":
+        """Segments of sequences of `lengths`, cu_seqlens copied to `device` (use the packed
+        batch's own copy where there is one: `scoring.ragged.packed_causal`)."""
+        lengths = tuple(int(n) for n in lengths)
+        return cls(lengths, torch.from_numpy(cu_seqlens(lengths)).to(device), max(lengths))
+
     @property
     def total(self) -> int:
-        return int(self.lengths.sum())
+        return sum(self.lengths)
 
 
 def cu_seqlens(lengths: Sequence[int]) -> np.ndarray:
@@ -86,7 +94,7 @@ def reference_packed_attention(query: torch.Tensor, key: torch.Tensor, value: to
         value = value.repeat_interleave(heads // kv_heads, dim=1)
     output = torch.empty((1, query.shape[2], heads, query.shape[3]), dtype=query.dtype, device=query.device)
     start = 0
-    for length in (int(n) for n in lengths):
+    for length in lengths:
         stop = start + length
         part = torch.nn.functional.scaled_dot_product_attention(
             query[:, :, start:stop], key[:, :, start:stop], value[:, :, start:stop], is_causal=causal, scale=scale)

@@ -10,7 +10,7 @@ import torch
 
 from ctgscore.testing.host_reads import counted_reads
 from scoring.ragged import Ragged, packed_causal
-from scoring.varlen_attention import PackedSegments, cu_seqlens, packed_attention, reference_packed_attention
+from scoring.varlen_attention import PackedSegments, packed_attention, reference_packed_attention
 
 
 def _padded_attention(query, key, value, lengths, causal):
@@ -40,7 +40,8 @@ def test_packed_attention_equals_padded_masked_sdpa(causal, kv_heads):
     total = sum(lengths)
     query = torch.randn(1, 4, total, 8, generator=generator)
     key, value = (torch.randn(1, kv_heads, total, 8, generator=generator) for _ in range(2))
-    segments = PackedSegments(np.asarray(lengths), torch.from_numpy(cu_seqlens(lengths)), max(lengths))
+    segments = PackedSegments.of(lengths, "cpu")
+    assert segments.cu_seqlens.tolist() == [0, 1, 8, 11, 23, 28] and segments.total == total
     got = packed_attention(query, key, value, segments, scale=None, causal=causal)
     assert got.shape == (1, total, 4, 8)
     assert torch.allclose(got, _padded_attention(query, key, value, lengths, causal), atol=1e-6)
@@ -128,7 +129,7 @@ def test_varlen_kernel_matches_the_reference_on_cuda():
     query, key, value = (torch.randn(1, 8, total, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     if not varlen_kernel_available(query):
         pytest.skip("torch.nn.attention.varlen is not available")
-    segments = PackedSegments(np.asarray(lengths), torch.from_numpy(cu_seqlens(lengths)).cuda(), max(lengths))
+    segments = PackedSegments.of(lengths, "cuda")
     got = packed_attention(query, key, value, segments, scale=None, causal=True)
     want = reference_packed_attention(query.float(), key.float(), value.float(), lengths, None, True)
     assert (got.float() - want).abs().max().item() < 2e-2
