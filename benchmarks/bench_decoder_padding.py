@@ -52,7 +52,24 @@ def plan_run(engine: Seq2SeqLikelihood, work, cross_batch: bool, pool_budgets: i
     return {"padded_per_real": stats["decoder_tokens_padded"] / stats["decoder_tokens_real"],
             "decoder_passes": stats["decoder_passes"], "encoder_passes": stats["encoder_passes"],
             "decoder_tokens_real": stats["decoder_tokens_real"], "decoder_tokens_padded": stats["decoder_tokens_padded"],
-            "seconds_cpu_tiny": time.perf_counter() - start, "scores": scores}
+            **memory_traffic(engine, stats), "seconds_cpu_tiny": time.perf_counter() - start, "scores": scores}
+
+
+# BART-large in bfloat16: d 1,024, 12 decoder layers, 2 bytes per element
+LARGE_WIDTH, LARGE_DECODER_LAYERS, LARGE_BYTES = 1024, 12, 2
+
+
+def memory_traffic(engine: Seq2SeqLikelihood, stats) -> dict:
+    """Bytes copied into pools and gathered for decoder chunks (the engine's stats, tiny model,
+    float32), and the same counts at BART-large bfloat16 sizes: a pooled byte is part of one
+    encoder state (d elements), a gathered one part of a source token's keys and values in
+    every decoder layer (2 x layers x d elements)."""
+    config = engine.model.config
+    pooled_tokens = stats["bytes_pooled"] / (config.d_model * 4)
+    gathered_tokens = stats["bytes_gathered"] / (2 * config.decoder_layers * config.d_model * 4)
+    return {"bytes_pooled": stats["bytes_pooled"], "bytes_gathered": stats["bytes_gathered"],
+            "bart_large_bf16_gb_pooled": pooled_tokens * LARGE_WIDTH * LARGE_BYTES / 1e9,
+            "bart_large_bf16_gb_gathered": gathered_tokens * 2 * LARGE_DECODER_LAYERS * LARGE_WIDTH * LARGE_BYTES / 1e9}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -86,6 +103,9 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"budget {budget:,} {CASES[case]}: decoder tokens per real token {before['padded_per_real']:.3f} before "
                   f"({before['decoder_passes']} decoder forwards), {runs['after']['padded_per_real']:.3f} after "
                   f"(pool x{default_pool}, {runs['after']['decoder_passes']} forwards; {others}); "
+                  f"BART-large bf16 traffic after: {runs['after']['bart_large_bf16_gb_pooled']:.1f} GB pooled, "
+                  f"{runs['after']['bart_large_bf16_gb_gathered']:.1f} GB gathered (before: "
+                  f"{before['bart_large_bf16_gb_gathered']:.1f} GB gathered); "
                   f"scores within {runs['after']['max_rel_score_diff']:.1e} relative", flush=True)
     return write_report(args.out, report)
 

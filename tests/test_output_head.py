@@ -181,3 +181,27 @@ def test_compile_is_off_by_default_cuda_only_and_named_in_the_signature_only_whe
     asked = BARTScoreMetric(model=tiny_models["bart"], directions=["s_h"], compile=True)
     assert plain.scorer.engine.compiled_layers == 0 and asked.scorer.engine.compiled_layers == 0  # CPU: not compiled
     assert "compile" not in plain.signature().params and "compile" in asked.signature().params
+
+
+@pytest.mark.parametrize("name", ["bart", "pegasus"])
+@pytest.mark.parametrize("layout", ["padded", "tiled", "padded-tiled"])
+def test_seq2seq_scores_are_the_same_in_every_head_layout(tiny_models, name, layout):
+    """Whole `pair_nll` calls (encoder, cached cross keys/values, decoder, head) with the head's
+    layout switched: within 1e-6 of the default layout."""
+    from scoring.engine import Ragged, Seq2SeqLikelihood
+
+    model = _model(tiny_models, name)
+    config = model.config
+    engine = Seq2SeqLikelihood(model, pad_id=config.pad_token_id, decoder_start_id=config.decoder_start_token_id, token_budget=64)
+    rng = np.random.default_rng(5)
+
+    def ids(n):
+        return rng.integers(3, config.vocab_size, size=n).tolist() + [config.eos_token_id]
+
+    sources = Ragged.from_lists([ids(n) for n in (4, 11, 7, 2)])
+    targets = Ragged.from_lists([ids(n) for n in (3, 8, 1, 5, 12, 2, 6)])
+    groups = [range(0, 3), range(3, 4), range(4, 6), range(6, 7)]
+    want = engine.pair_nll(sources, targets, groups)
+    for attribute, value in LAYOUTS[layout].items():
+        setattr(engine.head, attribute, value)
+    assert engine.pair_nll(sources, targets, groups) == pytest.approx(want, rel=1e-6)
