@@ -14,6 +14,7 @@ from scoring.engine_setup import compile_model_layers, refuse_float16_for, requi
 from scoring.output_head import OutputHead, token_logprobs
 from scoring.planning import CPU_DECODE_TOKEN_BUDGET, DEFAULT_TOKEN_BUDGET, budget_batches, run_splitting_on_oom
 from scoring.ragged import Ragged, collect, is_cuda, length_mask, to_device
+from scoring.varlen_attention import SourceRuns
 
 
 class Seq2SeqLikelihood:
@@ -53,6 +54,10 @@ class Seq2SeqLikelihood:
         self.max_decoder_padding = self.MAX_DECODER_PADDING
         # regional torch.compile of every encoder and decoder layer: CUDA only, off by default
         self.compiled_layers = compile_model_layers(model) if compile_layers and self.on_cuda else 0
+        # cross-attention per source for chunks that would gather keys/values (rows sorted by
+        # source, each source read once for all of its rows: scoring/varlen_attention.py); off
+        # by default until measured on a GPU
+        self.source_runs = False
 
     def batching(self) -> str:
         """How rows are batched, for the metrics' signatures; cross-batch planning (CUDA) is
@@ -205,6 +210,8 @@ class Seq2SeqLikelihood:
         # cross-batch planning with one target per source: rows are laid out in first-use
         # order, so every chunk reads a slice of the keys/values and none gathers
         gathers = not (row_widths is not None and all(len(lengths[i]) <= 1 for i in batch))
+        if self.source_runs and self.shared_source_attention and self.head is not None:
+            gathers = False  # mixed chunks read their sources' keys/values as views, per source
         if self.on_cuda and len(batch) > 1 and gathers:
             # a chunk mixing sources gathers every row's cross keys/values (rows x source width
             # x 2 x layers x d): bound those gathered source tokens like the token budget, or a
@@ -265,6 +272,22 @@ class Seq2SeqLikelihood:
             projected.append((keys, values))
         return projected
 
+    @staticmethod
+    def _cache_view(cross_kv, start: int, stop: int):
+        """An encoder-decoder cache whose cross-attention layers hold rows [start, stop) of the
+        projected keys/values at their full width (views: no copy), marked as computed."""
+        from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+        cross = DynamicCache()
+        for layer_index, (keys, values) in enumerate(cross_kv):
+            keys, values = keys[start:stop], values[start:stop]
+            cross.update(keys[:, :, :0], values[:, :, :0], layer_index)  # initialise the layer
+            cross.layers[layer_index].keys, cross.layers[layer_index].values = keys, values
+        cache = EncoderDecoderCache(DynamicCache(), cross)
+        for layer_index in range(len(cross_kv)):
+            cache.is_updated[layer_index] = True
+        return cache
+
     def _cache_for(self, cross_kv, rows: list[int], rows_on_device: torch.Tensor, width: int, one_source: bool = False):
         """An encoder-decoder cache whose cross-attention layers hold the projected source
         keys/values of these rows, cut to `width` source positions (a view, no copy, when every
@@ -294,6 +317,8 @@ class Seq2SeqLikelihood:
         return cache
 
     def _decode_pairs(self, chunk_pairs, encoder_states, attention_mask, cross_kv, targets: Ragged, groups, source_lengths) -> None:
+        if self.source_runs and self.shared_source_attention and self.head is not None and cross_kv is not None:
+            chunk_pairs = sorted(chunk_pairs, key=lambda pair: pair[0])  # rows by source: runs
         row_list = [row for row, _, _ in chunk_pairs]
         rows = to_device(torch.as_tensor(row_list), self.device)
         keys = [groups[i][j] for _, i, j in chunk_pairs]
@@ -303,11 +328,24 @@ class Seq2SeqLikelihood:
         # (padding positions would get exactly zero attention weight anyway)
         width = max(source_lengths[row] for row in row_list) if one_source or self.cross_batch else encoder_states.shape[1]
         encoder_states, attention_mask = encoder_states[:, :width], attention_mask[:, :width]
+        runs_kwargs = {}
         if self.head is not None:
+            contiguous = row_list == list(range(row_list[0], row_list[0] + len(row_list)))
             if one_source:  # one source for every row: its unpadded keys/values, no mask needed
                 cache = self._cache_for(cross_kv, row_list, rows, width, one_source=True)
                 first = row_list[0]
                 states, source_mask = encoder_states[first : first + 1].expand(len(rows), -1, -1), None
+            elif cross_kv is not None and self.source_runs and self.shared_source_attention and not contiguous:
+                # rows sorted by source: the keys/values of the chunk's first to last source as
+                # a view, each source's positions read once for all of its rows (no gather)
+                first, last = row_list[0], row_list[-1]
+                cache = self._cache_view(cross_kv, first, last + 1)
+                runs = SourceRuns(tuple(row - first for row in row_list), tuple(source_lengths[first : last + 1]))
+                if self.on_cuda:
+                    runs = runs.with_kernel_index(decoder_inputs.shape[1], cross_kv[0][0].shape[2], self.device)
+                runs_kwargs = {shared_source_attention.SOURCE_RUNS_KWARG: runs}
+                states, source_mask = encoder_states[:1].expand(len(rows), -1, -1), None
+                self.stats["source_run_chunks"] += 1
             elif cross_kv is not None:
                 cache = self._cache_for(cross_kv, row_list, rows, width)
                 states, source_mask = encoder_states[:1].expand(len(rows), -1, -1), attention_mask.index_select(0, rows)
@@ -321,6 +359,7 @@ class Seq2SeqLikelihood:
                 encoder_attention_mask=source_mask,
                 cache=cache,
                 use_cache=False,
+                **runs_kwargs,
             ).last_hidden_state
             sums = self.head.target_logprob_sums(hidden, labels, targets.lengths[keys])
         else:

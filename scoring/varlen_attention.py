@@ -101,3 +101,67 @@ def reference_packed_attention(query: torch.Tensor, key: torch.Tensor, value: to
         output[:, start:stop] = part.transpose(1, 2)
         start = stop
     return output
+
+
+@dataclass(frozen=True)
+class SourceRuns:
+    """Cross-attention of a decoder chunk whose rows are sorted by source: query row r reads the
+    keys/values of source `row_sources[r]` (an index into the chunk's U key rows, a view of the
+    pool's rows from the chunk's first source to its last; rows no query uses are skipped),
+    each source's first `source_lengths[u]` positions. All host-side ints: no device read.
+    `kernel_index` (CUDA only): cu_seqlens of the queries and of the keys, and the keys used
+    per segment, for the varlen kernel."""
+
+    row_sources: tuple[int, ...]
+    source_lengths: tuple[int, ...]
+    kernel_index: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+
+    def runs(self) -> list[tuple[int, int, int]]:
+        """(source, first row, row count) of every source some row reads, in row order."""
+        found: list[tuple[int, int, int]] = []
+        for row, source in enumerate(self.row_sources):
+            if found and found[-1][0] == source:
+                found[-1] = (source, found[-1][1], found[-1][2] + 1)
+            else:
+                found.append((source, row, 1))
+        return found
+
+    def with_kernel_index(self, query_length: int, key_width: int, device) -> "SourceRuns":
+        """The same runs with the varlen kernel's index tensors built on the host for queries of
+        `query_length` positions per row and key rows `key_width` positions apart."""
+        runs = self.runs()
+        index = np.zeros(3 * len(runs) + 2, dtype=np.int32)
+        cu_q, cu_k, used = index[: len(runs) + 1], index[len(runs) + 1 : 2 * len(runs) + 2], index[2 * len(runs) + 2 :]
+        np.cumsum([count * query_length for _, _, count in runs], out=cu_q[1:])
+        starts = [source * key_width for source, _, _ in runs] + [len(self.source_lengths) * key_width]
+        cu_k[:] = np.asarray(starts) - starts[0]
+        used[:] = [self.source_lengths[source] for source, _, _ in runs]
+        moved = torch.from_numpy(index)
+        moved = moved.pin_memory().to(device, non_blocking=True) if torch.device(device).type == "cuda" else moved.to(device)
+        return SourceRuns(self.row_sources, self.source_lengths, tuple(moved.split([len(runs) + 1, len(runs) + 1, len(runs)])))
+
+
+def source_run_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, runs: SourceRuns,
+                         scale: float | None) -> torch.Tensor:
+    """Cross-attention of query rows (R, H, L, D) to their own source among key rows
+    (U, H, W, D), no mask: every query of a source's rows attends to that source's real
+    positions, read once for all of its rows. Returns (R, L, H, D)."""
+    rows, heads, length, dim = query.shape
+    if runs.kernel_index is not None and varlen_kernel_available(query) and key.transpose(1, 2).is_contiguous():
+        from torch.nn.attention.varlen import varlen_attn
+
+        cu_q, cu_k, used = runs.kernel_index
+        first = runs.runs()[0][0]
+        flat_keys = key[first:].transpose(1, 2).reshape(-1, key.shape[1], dim)  # a view: the projection's layout
+        flat_values = value[first:].transpose(1, 2).reshape(-1, value.shape[1], dim)
+        output = varlen_attn(query.transpose(1, 2).reshape(rows * length, heads, dim), flat_keys, flat_values, cu_q, cu_k,
+                             length * max(count for _, _, count in runs.runs()), key.shape[2], scale=scale, seqused_k=used)
+        return output.view(rows, length, heads, dim)
+    output = torch.empty((rows, length, heads, dim), dtype=query.dtype, device=query.device)
+    for source, first_row, count in runs.runs():
+        width = runs.source_lengths[source]
+        folded = query[first_row : first_row + count].transpose(0, 1).reshape(1, heads, count * length, dim)
+        part = torch.nn.functional.scaled_dot_product_attention(
+            folded, key[source : source + 1, :, :width], value[source : source + 1, :, :width], scale=scale)
+        output[first_row : first_row + count] = part[0].view(heads, count, length, dim).permute(1, 2, 0, 3)
+    return output

@@ -135,3 +135,26 @@ def test_cross_batch_is_on_for_cuda_only_by_default(tiny_models):
     assert scorer.signature_params()["batching"] == "length-sorted,token_budget=4096,decode_token_budget=2048"
     scorer.engine.cross_batch = True
     assert scorer.signature_params()["batching"].endswith(",decoder_pool=4x,max_decoder_padding=0.2")
+
+
+@pytest.mark.parametrize("shape", ["distinct", "grouped"])
+@pytest.mark.parametrize("cross_batch", [False, True], ids=["per-batch", "cross-batch"])
+def test_source_runs_give_the_same_scores_and_gather_nothing(scorer, shape, cross_batch):
+    """Chunks sorted by source with cross-attention per source (`source_runs`): the scores of
+    the gathering path within 1e-6, no byte gathered, one device read per call (planned as on
+    CUDA, so the varlen kernel's index tensors are built too; the CPU runs the SDPA reference)."""
+    engine = scorer.engine
+    work = _work(scorer.model.config.vocab_size, shape, seed=5)
+    expected, gathering = _run(engine, work, cross_batch, True)
+    engine.source_runs = True
+    try:
+        with counted_reads() as seen:
+            got, stats = _run(engine, work, cross_batch, True)
+    finally:
+        engine.source_runs = False
+    assert got == pytest.approx(expected, rel=1e-6)
+    assert len(seen) == 1 and seen[0].startswith("tolist at ragged.py"), seen
+    assert stats.get("bytes_gathered", 0) == 0
+    if shape == "grouped":
+        assert gathering["bytes_gathered"] > 0 and stats["source_run_chunks"] > 0
+        assert stats["decoder_passes"] <= gathering["decoder_passes"]  # no gather bound on the chunks

@@ -133,3 +133,45 @@ def test_varlen_kernel_matches_the_reference_on_cuda():
     got = packed_attention(query, key, value, segments, scale=None, causal=True)
     want = reference_packed_attention(query.float(), key.float(), value.float(), lengths, None, True)
     assert (got.float() - want).abs().max().item() < 2e-2
+
+
+def _gathered_cross_attention(query, key, value, row_sources, source_lengths):
+    """The gathering way: every row gets its source's keys/values, padding masked out."""
+    index = torch.tensor(row_sources)
+    keys, values = key.index_select(0, index), value.index_select(0, index)
+    allowed = torch.arange(key.shape[2])[None, :] < torch.tensor(source_lengths)[index][:, None]
+    out = torch.nn.functional.scaled_dot_product_attention(query, keys, values, attn_mask=allowed[:, None, None, :])
+    return out.transpose(1, 2)
+
+
+def test_source_runs_attention_equals_gathered_masked_sdpa():
+    from scoring.varlen_attention import SourceRuns, source_run_attention
+
+    generator = torch.Generator().manual_seed(1)
+    row_sources, source_lengths = (0, 0, 0, 2, 3, 3), (5, 9, 7, 2)  # source 1 read by no row
+    query = torch.randn(6, 4, 3, 8, generator=generator)
+    key, value = (torch.randn(4, 9, 4, 8, generator=generator).transpose(1, 2) for _ in range(2))  # the projection's layout
+    runs = SourceRuns(row_sources, source_lengths)
+    assert runs.runs() == [(0, 0, 3), (2, 3, 1), (3, 4, 2)]
+    got = source_run_attention(query, key, value, runs, scale=None)
+    assert torch.allclose(got, _gathered_cross_attention(query, key, value, row_sources, source_lengths), atol=1e-6)
+    indexed = runs.with_kernel_index(query_length=3, key_width=9, device="cpu")
+    cu_q, cu_k, used = (tensor.tolist() for tensor in indexed.kernel_index)
+    assert (cu_q, cu_k, used) == ([0, 9, 12, 18], [0, 18, 27, 36], [5, 7, 2])
+    assert torch.equal(source_run_attention(query, key, value, indexed, scale=None), got)  # CPU: the reference
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_source_runs_kernel_matches_the_reference_on_cuda():
+    from scoring.varlen_attention import SourceRuns, source_run_attention, varlen_kernel_available
+
+    row_sources, source_lengths = (0, 0, 0, 2, 3, 3), (50, 90, 70, 20)
+    query = torch.randn(6, 8, 30, 64, device="cuda", dtype=torch.bfloat16)
+    key, value = (torch.randn(4, 90, 8, 64, device="cuda", dtype=torch.bfloat16).transpose(1, 2) for _ in range(2))
+    if not varlen_kernel_available(query):
+        pytest.skip("torch.nn.attention.varlen is not available")
+    runs = SourceRuns(row_sources, source_lengths).with_kernel_index(30, 90, "cuda")
+    got = source_run_attention(query, key, value, runs, scale=None)
+    want = source_run_attention(query.float(), key.float(), value.float(), SourceRuns(row_sources, source_lengths), None)
+    assert (got.float() - want).abs().max().item() < 2e-2
