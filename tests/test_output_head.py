@@ -205,3 +205,23 @@ def test_seq2seq_scores_are_the_same_in_every_head_layout(tiny_models, name, lay
     for attribute, value in LAYOUTS[layout].items():
         setattr(engine.head, attribute, value)
     assert engine.pair_nll(sources, targets, groups) == pytest.approx(want, rel=1e-6)
+
+
+@pytest.mark.parametrize("tile", [None, 100])
+def test_the_cuda_branch_writes_aligned_float32_rows_on_the_meta_device(tile):
+    """The CUDA head's code path (bf16 GEMM into float32, padded layout) run on the meta device,
+    which checks shapes, dtypes and strides without a GPU: the GEMM writes rows of 1,024 columns
+    and the logits are the first 1,003 of them."""
+    from ctgscore.testing.tiny_causal import VOCABULARY, tiny_llama
+
+    model = tiny_llama().to(dtype=torch.bfloat16)
+    head = OutputHead.for_causal_model(model)
+    model.to("meta")
+    head.on_cuda, head.pad_vocabulary, head.vocabulary_tile = True, True, tile
+    states = torch.empty(7, 32, dtype=torch.bfloat16, device="meta")
+    logits = head._logits(states, 0, VOCABULARY)
+    assert (logits.dtype, logits.shape, logits.stride()) == (torch.float32, (7, VOCABULARY), (1024, 1))
+    assert head.vocabulary_major_weight().shape == (1024, 32)
+    if tile:
+        targets = torch.zeros(7, dtype=torch.long, device="meta")
+        assert head._tiled_logprobs(states, targets).shape == (7,)
