@@ -87,6 +87,29 @@ class Ragged:
 
 
 
+def packed_rows(ragged: "Ragged", index: Sequence[int], device) -> dict[str, torch.Tensor]:
+    """Sequences `index` of `ragged` end to end, for a packed encoder, in one host-built copy:
+    `ids` and `positions` (within each sequence) of the T tokens, `owners` and `columns` (the
+    row and column of each token in the padded layout, to unpack states), `cu_seqlens` (int32)."""
+    index = np.asarray(index, dtype=np.int64)
+    lengths = ragged.lengths[index]
+    count, total = len(index), int(lengths.sum())
+    sizes = (total, total, total, count + 1)
+    buffer = torch.empty(sum(sizes), dtype=torch.long, pin_memory=is_cuda(device))
+    ids, positions, owners, cu = np.split(buffer.numpy(), np.cumsum(sizes)[:-1])
+    starts = np.cumsum(lengths) - lengths
+    positions[:] = np.arange(total) - np.repeat(starts, lengths)
+    ids[:] = ragged.values[np.repeat(ragged.offsets[index], lengths) + positions]
+    owners[:] = np.repeat(np.arange(count), lengths)
+    cu[0] = 0
+    np.cumsum(lengths, out=cu[1:])
+    moved = buffer.to(device, non_blocking=True) if is_cuda(device) else buffer.to(device)
+    parts = dict(zip(("ids", "positions", "owners", "cu_seqlens"), moved.split(sizes)))
+    parts["columns"] = parts["positions"]
+    parts["cu_seqlens"] = parts["cu_seqlens"].int()
+    return parts
+
+
 def packed_causal(ragged: "Ragged", index: Sequence[int], device) -> dict[str, torch.Tensor]:
     """Sequences `index` of `ragged` laid end to end in one row, for a packed causal forward,
     built on the host and copied to `device` in one (pinned, non-blocking on CUDA) copy:

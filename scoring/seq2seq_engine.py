@@ -12,9 +12,10 @@ import torch
 from scoring import shared_source_attention
 from scoring.engine_setup import compile_model_layers, refuse_float16_for, require_ieee_float32
 from scoring.output_head import OutputHead, token_logprobs
+from scoring.packed_encoder import can_pack_encoder, packed_encoder_states
 from scoring.planning import CPU_DECODE_TOKEN_BUDGET, DEFAULT_TOKEN_BUDGET, budget_batches, run_splitting_on_oom
-from scoring.ragged import Ragged, collect, is_cuda, length_mask, to_device
-from scoring.varlen_attention import SourceRuns
+from scoring.ragged import Ragged, collect, is_cuda, length_mask, packed_rows, to_device
+from scoring.varlen_attention import PackedSegments, SourceRuns
 
 
 class Seq2SeqLikelihood:
@@ -58,6 +59,9 @@ class Seq2SeqLikelihood:
         # source, each source read once for all of its rows: scoring/varlen_attention.py); off
         # by default until measured on a GPU
         self.source_runs = False
+        # sources packed into one row through the encoder (no padded token in its GEMMs); off
+        # by default until measured on a GPU (scoring/packed_encoder.py)
+        self.packed_encoder = False
 
     def batching(self) -> str:
         """How rows are batched, for the metrics' signatures; cross-batch planning (CUDA) is
@@ -86,6 +90,9 @@ class Seq2SeqLikelihood:
         of their targets; `mean_nll` is this call on nested lists."""
         if len(groups) != len(sources):
             raise ValueError(f"{len(sources)} sources but {len(groups)} target lists")
+        if self.packed_encoder and not can_pack_encoder(self.model):
+            raise ValueError(f"a packed encoder is not supported for model type {getattr(self.model.config, 'model_type', None)!r} "
+                             f"with attention {getattr(self.model.config, '_attn_implementation', None)!r}")
         source_lengths, target_lengths = sources.lengths.tolist(), targets.lengths.tolist()
         if 0 in source_lengths or 0 in target_lengths:
             for i, group in enumerate(groups):
@@ -142,12 +149,30 @@ class Seq2SeqLikelihood:
 
     def _encode(self, batch: list[int], sources: Ragged, project: bool = True):
         """(encoder states, source mask, cross keys/values or None) of one source batch."""
+        if self.packed_encoder:
+            return self._encode_packed(batch, sources, project)
         input_ids, attention_mask = sources.padded(batch, self.pad_id, self.device)
         encoder_states = self.model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         self.stats["encoder_passes"] += 1
         self.stats["encoded_sources"] += len(batch)
         self.stats["encoder_tokens_real"] += int(sources.lengths[batch].sum())  # host-known lengths
         self.stats["encoder_tokens_padded"] += input_ids.numel()
+        return encoder_states, attention_mask, self._cross_attention_kv(encoder_states) if project else None
+
+    def _encode_packed(self, batch: list[int], sources: Ragged, project: bool):
+        """`_encode` with the batch's sources packed into one row through the encoder (no
+        padded token in its GEMMs), the states then laid out right-padded for the decoder."""
+        packed = packed_rows(sources, batch, self.device)
+        lengths = tuple(sources.lengths[batch].tolist())  # numpy on the host, no device read
+        segments = PackedSegments(lengths, packed["cu_seqlens"], max(lengths))
+        states = packed_encoder_states(self.model.get_encoder(), packed["ids"], packed["positions"], segments)
+        encoder_states = states.new_zeros((len(batch), max(lengths), states.shape[-1]))
+        encoder_states[packed["owners"], packed["columns"]] = states
+        self.stats["encoder_passes"] += 1
+        self.stats["encoded_sources"] += len(batch)
+        self.stats["encoder_tokens_real"] += segments.total
+        self.stats["encoder_tokens_padded"] += segments.total
+        attention_mask = length_mask(lengths, max(lengths), self.device)
         return encoder_states, attention_mask, self._cross_attention_kv(encoder_states) if project else None
 
     def _encode_pool(self, batches: list[list[int]], sources: Ragged, rows: list[int]):

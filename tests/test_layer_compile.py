@@ -108,3 +108,19 @@ def test_a_bart_layer_compiles_without_graph_breaks(tiny_models, stack, targets)
     args, kwargs = _engine_call_arguments(layer, lambda: engine.mean_nll(sources, target_lists))
     breaks, graphs, reasons = _graph_breaks(layer, args, kwargs)
     assert (breaks, graphs) == (0, 1), reasons
+
+
+@pytest.mark.timeout(600)
+def test_a_packed_bart_encoder_layer_compiles_without_graph_breaks(tiny_models):
+    from transformers import AutoModelForSeq2SeqLM
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(tiny_models["bart"]).eval()
+    engine = Seq2SeqLikelihood(model, pad_id=model.config.pad_token_id, decoder_start_id=model.config.decoder_start_token_id,
+                               token_budget=64)
+    engine.packed_encoder = True
+    sources, target_lists = [[0, 5, 6, 7, 2], [0, 8, 2], [0, 9, 10, 11, 12, 2]], [[[0, 5, 2]], [[0, 6, 7, 2]], [[0, 8, 2]]]
+    layer = layer_stacks(model)[0][0]
+    args, kwargs = _engine_call_arguments(layer, lambda: engine.mean_nll(sources, target_lists))
+    assert "ctgscore_packing" in kwargs
+    breaks, graphs, reasons = _graph_breaks(layer, args, kwargs)
+    assert (breaks, graphs) == (0, 1), reasons
