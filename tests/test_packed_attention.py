@@ -177,8 +177,19 @@ def test_source_runs_kernel_matches_the_reference_on_cuda():
     assert (got.float() - want).abs().max().item() < 2e-2
 
 
+def _tiny_mbart():
+    """mBART: learned positions, `layernorm_embedding` and a final `layer_norm` both."""
+    from transformers import MBartConfig, MBartForConditionalGeneration
+
+    torch.manual_seed(0)
+    config = MBartConfig(vocab_size=300, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                         decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128,
+                         decoder_start_token_id=2, attn_implementation="sdpa")
+    return MBartForConditionalGeneration(config).eval()
+
+
 @pytest.mark.parametrize("cross_batch", [False, True], ids=["per-batch", "cross-batch"])
-@pytest.mark.parametrize("name", ["bart", "pegasus"])
+@pytest.mark.parametrize("name", ["bart", "pegasus", "mbart"])
 def test_a_packed_encoder_gives_the_padded_scores_and_pads_nothing(tiny_models, name, cross_batch):
     """Sources packed through the encoder (`packed_encoder`): the padded encoder's scores
     within 1e-6, encoder tokens computed equal to real ones, one device read per call."""
@@ -186,7 +197,7 @@ def test_a_packed_encoder_gives_the_padded_scores_and_pads_nothing(tiny_models, 
 
     from scoring.engine import Seq2SeqLikelihood
 
-    model = AutoModelForSeq2SeqLM.from_pretrained(tiny_models[name]).eval()
+    model = _tiny_mbart() if name == "mbart" else AutoModelForSeq2SeqLM.from_pretrained(tiny_models[name]).eval()
     config = model.config
     engine = Seq2SeqLikelihood(model, pad_id=config.pad_token_id, decoder_start_id=config.decoder_start_token_id,
                                token_budget=64, cross_batch=cross_batch)
