@@ -8,7 +8,9 @@ lengths of `benchmarks/gpu_lengths.json` (1,600 SummEval pairs: distinct sources
 summaries per document; 1,320 CTRLEval text -> prefix pairs) and token budgets 16,384 and
 32,768. "before" is per-batch planning (`cross_batch` off), "after" cross-batch planning at
 the engine's default pool (`POOL_BUDGETS` x the token budget of source tokens) and padding
-cap; other pool sizes are listed beside it. Each run also gives the largest relative
+cap; other pool sizes are listed beside it, and the default pool with cross-attention per
+source (`source_runs`). Each run also reports the bytes copied into pools and gathered for
+decoder chunks, scaled to BART-large bfloat16 sizes. Each run also gives the largest relative
 difference of its scores from "before" (the same numbers, up to float32 rounding).
 
 Run: `.venv/bin/python -m benchmarks.bench_decoder_padding [--token-budgets 16384,32768] [--pools 2,8]`
@@ -42,9 +44,9 @@ def as_ragged(work: dict) -> tuple[Ragged, Ragged, list[range]]:
     return Ragged.from_lists(work["sources"]), Ragged.from_lists([t for ts in work["targets"] for t in ts]), groups
 
 
-def plan_run(engine: Seq2SeqLikelihood, work, cross_batch: bool, pool_budgets: int) -> dict:
+def plan_run(engine: Seq2SeqLikelihood, work, cross_batch: bool, pool_budgets: int, source_runs: bool = False) -> dict:
     """One engine call planned as on CUDA: its decoder padding, forwards and scores."""
-    engine.cross_batch, engine.pool_budgets = cross_batch, pool_budgets
+    engine.cross_batch, engine.pool_budgets, engine.source_runs = cross_batch, pool_budgets, source_runs
     engine.stats.clear()
     start = time.perf_counter()
     scores = engine.pair_nll(*work)
@@ -52,7 +54,24 @@ def plan_run(engine: Seq2SeqLikelihood, work, cross_batch: bool, pool_budgets: i
     return {"padded_per_real": stats["decoder_tokens_padded"] / stats["decoder_tokens_real"],
             "decoder_passes": stats["decoder_passes"], "encoder_passes": stats["encoder_passes"],
             "decoder_tokens_real": stats["decoder_tokens_real"], "decoder_tokens_padded": stats["decoder_tokens_padded"],
-            "seconds_cpu_tiny": time.perf_counter() - start, "scores": scores}
+            **memory_traffic(engine, stats), "seconds_cpu_tiny": time.perf_counter() - start, "scores": scores}
+
+
+# BART-large in bfloat16: d 1,024, 12 decoder layers, 2 bytes per element
+LARGE_WIDTH, LARGE_DECODER_LAYERS, LARGE_BYTES = 1024, 12, 2
+
+
+def memory_traffic(engine: Seq2SeqLikelihood, stats) -> dict:
+    """Bytes copied into pools and gathered for decoder chunks (the engine's stats, tiny model,
+    float32), and the same counts at BART-large bfloat16 sizes: a pooled byte is part of one
+    encoder state (d elements), a gathered one part of a source token's keys and values in
+    every decoder layer (2 x layers x d elements)."""
+    config = engine.model.config
+    pooled_tokens = stats["bytes_pooled"] / (config.d_model * 4)
+    gathered_tokens = stats["bytes_gathered"] / (2 * config.decoder_layers * config.d_model * 4)
+    return {"bytes_pooled": stats["bytes_pooled"], "bytes_gathered": stats["bytes_gathered"],
+            "bart_large_bf16_gb_pooled": pooled_tokens * LARGE_WIDTH * LARGE_BYTES / 1e9,
+            "bart_large_bf16_gb_gathered": gathered_tokens * 2 * LARGE_DECODER_LAYERS * LARGE_WIDTH * LARGE_BYTES / 1e9}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -79,6 +98,9 @@ def main(argv: list[str] | None = None) -> dict:
                 run = plan_run(engine, work, True, pool)
                 run["max_rel_score_diff"] = max(abs(a - b) / abs(b) for a, b in zip(run["scores"], before["scores"]))
                 runs["after" if pool == default_pool else f"pool x{pool}"] = run
+            run = plan_run(engine, work, True, default_pool, source_runs=True)
+            run["max_rel_score_diff"] = max(abs(a - b) / abs(b) for a, b in zip(run["scores"], before["scores"]))
+            runs["after, source runs"] = run
             for run in runs.values():
                 del run["scores"]
             cases[case] = runs
@@ -86,6 +108,11 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"budget {budget:,} {CASES[case]}: decoder tokens per real token {before['padded_per_real']:.3f} before "
                   f"({before['decoder_passes']} decoder forwards), {runs['after']['padded_per_real']:.3f} after "
                   f"(pool x{default_pool}, {runs['after']['decoder_passes']} forwards; {others}); "
+                  f"BART-large bf16 traffic after: {runs['after']['bart_large_bf16_gb_pooled']:.1f} GB pooled, "
+                  f"{runs['after']['bart_large_bf16_gb_gathered']:.1f} GB gathered (before: "
+                  f"{before['bart_large_bf16_gb_gathered']:.1f} GB gathered); with source runs "
+                  f"{runs['after, source runs']['decoder_passes']} forwards, {runs['after, source runs']['padded_per_real']:.3f} "
+                  f"per real token, {runs['after, source runs']['bart_large_bf16_gb_gathered']:.1f} GB gathered; "
                   f"scores within {runs['after']['max_rel_score_diff']:.1e} relative", flush=True)
     return write_report(args.out, report)
 

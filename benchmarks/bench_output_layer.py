@@ -42,7 +42,7 @@ def old_target_logprob_sums(head: OutputHead, hidden, labels, lengths) -> torch.
     bias = bias.reshape(-1).float() if bias is not None else None
     for start in range(0, total, head.positions_per_chunk):
         stop = start + head.positions_per_chunk
-        logits = head._logits(states[start:stop], weight)
+        logits = (states[start:stop] @ weight).float()
         if bias is not None:
             logits += bias
         picked = logits.gather(-1, targets[start:stop, None]).squeeze(-1)

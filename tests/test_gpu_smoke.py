@@ -96,12 +96,12 @@ def test_a_device_side_assert_is_an_accelerator_error():
 def test_pair_nll_never_syncs_before_the_final_collect(tiny_models, monkeypatch):
     """`torch.cuda.set_sync_debug_mode("error")` raises on any synchronising call; it is lifted
     only inside the engine's one collect at the end of the call."""
-    from scoring import engine as engine_module
+    from scoring import seq2seq_engine as engine_module
     from scoring.bartscore import BARTScorer
     from scoring.engine import Ragged
 
     scorer = BARTScorer(tiny_models["bart"], device="cuda", token_budget=256)
-    collect = engine_module._collect
+    collect = engine_module.collect
 
     def collect_allowed(pending, store):
         torch.cuda.set_sync_debug_mode(0)
@@ -110,7 +110,7 @@ def test_pair_nll_never_syncs_before_the_final_collect(tiny_models, monkeypatch)
         finally:
             torch.cuda.set_sync_debug_mode("error")
 
-    monkeypatch.setattr(engine_module, "_collect", collect_allowed)
+    monkeypatch.setattr(engine_module, "collect", collect_allowed)
     sources = Ragged.from_lists([scorer.tokenizer(s)["input_ids"] for s in SOURCES])
     targets = Ragged.from_lists([scorer.tokenizer(t)["input_ids"] for t in TARGETS * 3])
     groups = [range(3 * i, 3 * i + 3) for i in range(len(SOURCES))]

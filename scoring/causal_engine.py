@@ -1,0 +1,127 @@
+"""The causal likelihood engine: summed token NLL of whole sequences (perplexity).
+
+Two layouts of a batch (docs/gpu.md, "Packed tokens"):
+- padded (the default): rows right-padded to the batch's longest, SDPA with a padding mask;
+- packed (`packed = True`; GPT-2 and Llama with the engine's attention function and output
+  head): the batch's sequences end to end in one row, positions restarting at 0 for each,
+  attention block-diagonal and causal from cumulative sequence lengths built on the host
+  (scoring/varlen_attention.py), so no padded token enters a GEMM; batches are cut by real
+  tokens. The same scores within float32 rounding.
+
+`stats` counts forward passes and the tokens each forward computed (`tokens_padded`) against
+the real ones (`tokens_real`); packed, the two are equal."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Sequence
+
+import torch
+
+from scoring import shared_source_attention
+from scoring.engine_setup import compile_model_layers, require_ieee_float32
+from scoring.output_head import OutputHead, token_logprobs
+from scoring.planning import DEFAULT_TOKEN_BUDGET, budget_batches, packed_batches, run_splitting_on_oom
+from scoring.ragged import Ragged, collect, is_cuda, packed_causal
+from scoring.varlen_attention import PackedSegments
+
+
+class CausalLikelihood:
+    """Summed token NLL under a causal LM, every token after the first predicted."""
+
+    def __init__(self, model, pad_id: int, token_budget: int = DEFAULT_TOKEN_BUDGET, max_batch_items: int | None = None,
+                 compile_layers: bool = False):
+        self.model = model
+        self.pad_id = pad_id
+        self.token_budget = int(token_budget)
+        self.max_batch_items = max_batch_items
+        self.device = next(model.parameters()).device
+        self.on_cuda = is_cuda(self.device)
+        require_ieee_float32(model)
+        self.stats: Counter = Counter()
+        self._pending: list[tuple[list, torch.Tensor]] = []
+        # real positions only, float32 chunks: never the [batch, length, vocabulary] logits
+        self.head = OutputHead.for_causal_model(model)
+        # its mask function never reads the mask back (no sync); it also runs packed attention
+        self.attention_enabled = shared_source_attention.enable(model)
+        self.packed = False  # sequences packed into one row (see `can_pack`); off until measured on a GPU
+        # regional torch.compile of every block (GPT-2's `.h` too): CUDA only, off by default
+        self.compiled_layers = compile_model_layers(model) if compile_layers and self.on_cuda else 0
+
+    PACKABLE_ARCHITECTURES = ("gpt2", "llama")
+
+    def can_pack(self) -> bool:
+        """Packing needs the engine's attention function (SDPA models), its output head, and an
+        architecture whose positions come from `position_ids` with no sliding window."""
+        return (self.attention_enabled and self.head is not None
+                and getattr(self.model.config, "model_type", None) in self.PACKABLE_ARCHITECTURES
+                and getattr(self.model.config, "sliding_window", None) is None)
+
+    @torch.inference_mode()
+    def sequence_nll(self, sequences: Sequence[Sequence[int]]) -> list[tuple[float, int]]:
+        """(sum of -log p(x_t | x_<t) over t >= 1, number of predicted tokens) per sequence."""
+        return self.ragged_nll(Ragged.from_lists(sequences))
+
+    @torch.inference_mode()
+    def ragged_nll(self, ragged: Ragged) -> list[tuple[float, int]]:
+        """`sequence_nll` for ids in Arrow's list layout."""
+        lengths = ragged.lengths.tolist()
+        for i, length in enumerate(lengths):
+            if length < 2:
+                raise ValueError(f"sequence {i} needs at least 2 tokens (BOS + one token)")
+        results: list[tuple[float, int]] = [(float("nan"), 0)] * len(lengths)
+        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+        self._pending = []
+
+        def store(i, total):
+            results[i] = (total, lengths[i] - 1)
+
+        if self.packed and not self.can_pack():
+            raise ValueError(f"packed sequences are not supported for model type {getattr(self.model.config, 'model_type', None)!r} "
+                             f"with attention {getattr(self.model.config, '_attn_implementation', None)!r}")
+        plan, score = (packed_batches, self._score_packed) if self.packed else (budget_batches, self._score_batch)
+        for batch in plan(lengths, order, self.token_budget, self.max_batch_items):
+            run_splitting_on_oom(batch, lambda b: score(b, ragged), lambda: self.stats.update(["oom_splits"]))
+            if not self.on_cuda:
+                collect(self._pending, store)
+        collect(self._pending, store)
+        return results
+
+    def _count_tokens(self, batch: list[int], sequences: Ragged, padded: int) -> None:
+        self.stats["forward_passes"] += 1
+        self.stats["tokens_real"] += int(sequences.lengths[batch].sum())
+        self.stats["tokens_padded"] += padded
+
+    def _score_packed(self, batch: list[int], sequences: Ragged) -> None:
+        """One forward over the batch packed into one row: no padded token anywhere."""
+        packed = packed_causal(sequences, batch, self.device)
+        lengths = tuple(sequences.lengths[batch].tolist())  # numpy on the host, no device read
+        segments = PackedSegments(lengths, packed["cu_seqlens"], max(lengths))
+        if self._mask_marker is None or self._mask_marker.device != self.device:
+            # a 4-D mask is passed through untouched by transformers (no mask is built); the
+            # attention function reads the segments instead
+            self._mask_marker = torch.ones((1, 1, 1, 1), dtype=torch.bool, device=self.device)
+        hidden = self.model.base_model(
+            input_ids=packed["ids"][None], position_ids=packed["positions"][None], attention_mask=self._mask_marker,
+            use_cache=False, **{shared_source_attention.PACKING_KWARG: segments},
+        ).last_hidden_state[0]
+        self._count_tokens(batch, sequences, segments.total)
+        predicting = packed["predicting"]
+        sums = self.head.logprob_sums_at(hidden.index_select(0, predicting), packed["ids"].index_select(0, predicting + 1),
+                                         packed["owners"], len(batch))
+        self._pending.append((list(batch), -sums))
+
+    _mask_marker: torch.Tensor | None = None
+
+    def _score_batch(self, batch: list[int], sequences: Ragged) -> None:
+        input_ids, mask = sequences.padded(batch, self.pad_id, self.device)
+        self._count_tokens(batch, sequences, input_ids.numel())
+        if self.head is not None:
+            hidden = self.model.base_model(input_ids=input_ids, attention_mask=mask, use_cache=False).last_hidden_state
+            # position t predicts token t + 1: a sequence of n tokens has n - 1 predictions
+            sums = self.head.target_logprob_sums(hidden[:, :-1], input_ids[:, 1:], sequences.lengths[batch] - 1)
+            self._pending.append((list(batch), -sums))
+            return
+        logits = self.model(input_ids=input_ids, attention_mask=mask).logits
+        logprobs = token_logprobs(logits[:, :-1], input_ids[:, 1:]) * mask[:, 1:]
+        self._pending.append((list(batch), -logprobs.sum(-1)))

@@ -1,0 +1,60 @@
+"""Checks and setup the likelihood engines apply to a model before scoring: dtypes refused or
+required, and the regional `torch.compile` of the transformer layers."""
+
+from __future__ import annotations
+
+import torch
+
+from scoring.ragged import is_cuda
+
+
+def refuse_float16_for(model) -> None:
+    """PEGASUS activations exceed float16's range (NaN/inf NLLs): refuse that pairing."""
+    from scoring.errors import UsageError
+
+    if getattr(model.config, "model_type", None) == "pegasus" and next(model.parameters()).dtype == torch.float16:
+        raise UsageError("dtype float16 is refused for PEGASUS: its activations overflow float16 (inf/NaN scores); "
+                         "use bfloat16 or float32")
+
+
+def require_ieee_float32(model) -> None:
+    """float32 models on CUDA multiply in IEEE float32, not TF32 (10-bit mantissa): TF32 made
+    tiny-BART scores differ from the CPU's by 0.025 nats on an H200. A process that switched TF32
+    on globally gets a one-line error rather than silently rounded scores; use bfloat16 for speed."""
+    from scoring.errors import UsageError
+
+    if is_cuda(next(model.parameters()).device) and next(model.parameters()).dtype == torch.float32:
+        if torch.backends.cuda.matmul.allow_tf32:
+            raise UsageError("dtype float32 on CUDA with TF32 matmuls switched on in this process "
+                             "(torch.backends.cuda.matmul.allow_tf32): switch it off, or use dtype bfloat16")
+
+
+def layer_stacks(model) -> list:
+    """The transformer layer lists of `model`: an encoder-decoder's encoder and decoder
+    `.layers`; a causal LM's `.layers` (Llama family) or `.h` (GPT-2)."""
+    stacks = [model.get_encoder(), model.get_decoder()] if hasattr(model, "get_encoder") else [getattr(model, "base_model", model)]
+    found = []
+    for stack in stacks:
+        layers = getattr(stack, "layers", None)
+        if layers is None:
+            layers = getattr(stack, "h", None)
+        if layers is not None:
+            found.append(layers)
+    return found
+
+
+def compile_model_layers(model) -> int:
+    """Regional `torch.compile` (dynamic shapes) of each encoder and decoder layer (or each
+    block of a causal LM, GPT-2's `.h` included), in place: LayerNorm, residual adds and
+    activations fused around the GEMMs, fewer kernel launches, compile time per layer type
+    rather than per model. A part dynamo cannot trace (the cache object, say) runs eagerly
+    (`suppress_errors`: never a failed row). Returns the layer count."""
+    import torch._dynamo
+
+    torch._dynamo.config.suppress_errors = True
+    count = 0
+    for layers in layer_stacks(model):
+        for layer in layers:
+            layer.compile(dynamic=True)
+            count += 1
+    return count

@@ -1,0 +1,42 @@
+"""The encoder of a BART-family or PEGASUS model run on packed sources: no padded token enters
+its GEMMs (docs/gpu.md, "Packed tokens").
+
+transformers' encoders number positions 0..length-1 per padded row and take no `position_ids`,
+so the engine runs the encoder's own modules in their order on one packed row: token
+embeddings (scaled as the model scales them), positional embeddings at each token's position
+within its own source, BART's `layernorm_embedding`, every layer with block-diagonal
+(non-causal) attention from host-built `cu_seqlens`, PEGASUS's and mBART's final `layer_norm`.
+The same numbers as the padded encoder on each source's real positions, within float32
+rounding (`tests/test_packed_attention.py`)."""
+
+from __future__ import annotations
+
+import torch
+
+from scoring import shared_source_attention
+from scoring.varlen_attention import PackedSegments
+
+ARCHITECTURES = ("bart", "mbart", "pegasus")
+
+
+def can_pack_encoder(model) -> bool:
+    """A supported architecture running the engine's attention function (eval mode: no
+    LayerDrop, no dropout)."""
+    return (getattr(model.config, "model_type", None) in ARCHITECTURES and not model.training
+            and getattr(model.config, "_attn_implementation", None) == shared_source_attention.NAME)
+
+
+def packed_encoder_states(encoder, ids: torch.Tensor, positions: torch.Tensor, segments: PackedSegments) -> torch.Tensor:
+    """(T, d) encoder states of T packed source tokens (`ids`, and `positions` within each
+    source), the sources' boundaries in `segments`."""
+    embeds = encoder.embed_tokens(ids[None]) * getattr(encoder, "embed_scale", 1.0)  # BART scales inside embed_tokens
+    hidden = embeds + encoder.embed_positions(ids[None], 0, position_ids=positions).to(embeds.device)
+    norm = getattr(encoder, "layernorm_embedding", None)
+    if norm is not None:
+        hidden = norm(hidden)
+    for layer in encoder.layers:
+        hidden = layer(hidden, None, **{shared_source_attention.PACKING_KWARG: segments})
+    final = getattr(encoder, "layer_norm", None)
+    if final is not None:
+        hidden = final(hidden)
+    return hidden[0]

@@ -1,0 +1,167 @@
+"""Attention over packed sequences: no padding, no materialised mask.
+
+Sequences are laid end to end in one row of T tokens; which token belongs to which sequence is
+given by cumulative sequence lengths cu = [0, L_1, L_1 + L_2, ..., T] built on the host from
+known lengths (never read back from the device). Attention is then block-diagonal: token i of
+sequence k attends to tokens j of sequence k only, with j <= i for causal (decoder)
+self-attention: softmax(q_i k_j^T * scale) v_j over exactly those j (docs/gpu.md, "Packed
+tokens").
+
+Two kernels, the same numbers:
+- CUDA, bfloat16/float16: torch's `torch.nn.attention.varlen.varlen_attn` (FlashAttention on
+  cu_seqlens), causal as the window (-1, 0);
+- everywhere else (float32, CPU): SDPA per sequence (`is_causal=True`), looping over the
+  host-known lengths, which is also the reference the CUDA kernel is checked against.
+
+Plugged into transformers through the engine's attention function (`packed_attention` is
+called when a forward is given `ctgscore_packing=PackedSegments(...)`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class PackedSegments:
+    """Sequence boundaries of a packed row: `lengths` on the host (Python ints, which a
+    compiled layer can trace, unlike a numpy array), `cu_seqlens` (int32, n + 1) on the
+    compute device, `max_length` the longest sequence."""
+
+    lengths: tuple[int, ...]
+    cu_seqlens: torch.Tensor
+    max_length: int
+
+    @classmethod
+    def of(cls, lengths: Sequence[int], device) -> "PackedSegments":
+        """Segments of sequences of `lengths`, cu_seqlens copied to `device` (use the packed
+        batch's own copy where there is one: `scoring.ragged.packed_causal`)."""
+        lengths = tuple(int(n) for n in lengths)
+        return cls(lengths, torch.from_numpy(cu_seqlens(lengths)).to(device), max(lengths))
+
+    @property
+    def total(self) -> int:
+        return sum(self.lengths)
+
+
+def cu_seqlens(lengths: Sequence[int]) -> np.ndarray:
+    """[0, L_1, L_1 + L_2, ..., sum L] as int32 (the layout FlashAttention's varlen kernels read)."""
+    counts = np.asarray(lengths, dtype=np.int64)
+    out = np.zeros(len(counts) + 1, dtype=np.int32)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
+def varlen_kernel_available(query: torch.Tensor) -> bool:
+    """torch's varlen FlashAttention runs here: CUDA, half precision, torch >= 2.10."""
+    if query.device.type != "cuda" or query.dtype not in (torch.bfloat16, torch.float16):
+        return False
+    try:
+        from torch.nn.attention.varlen import varlen_attn  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def packed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, segments: PackedSegments,
+                     scale: float | None, causal: bool = True) -> torch.Tensor:
+    """Attention of one packed row. query (1, H, T, D), key/value (1, H_kv, T, D) as
+    transformers' attention layers hand them over (H a multiple of H_kv: grouped-query
+    attention); returns (1, T, H, D), the layout the layers expect back."""
+    heads, kv_heads = query.shape[1], key.shape[1]
+    if varlen_kernel_available(query):
+        from torch.nn.attention.varlen import varlen_attn
+
+        output = varlen_attn(
+            query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1),
+            segments.cu_seqlens, segments.cu_seqlens, segments.max_length, segments.max_length,
+            scale=scale, window_size=(-1, 0) if causal else (-1, -1), enable_gqa=heads != kv_heads,
+        )
+        return output.unsqueeze(0)
+    return reference_packed_attention(query, key, value, segments.lengths, scale, causal)
+
+
+def reference_packed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, lengths: Sequence[int],
+                               scale: float | None, causal: bool = True) -> torch.Tensor:
+    """`packed_attention` as SDPA per sequence (host-known lengths: no device read)."""
+    heads, kv_heads = query.shape[1], key.shape[1]
+    if heads != kv_heads:
+        key = key.repeat_interleave(heads // kv_heads, dim=1)
+        value = value.repeat_interleave(heads // kv_heads, dim=1)
+    output = torch.empty((1, query.shape[2], heads, query.shape[3]), dtype=query.dtype, device=query.device)
+    start = 0
+    for length in lengths:
+        stop = start + length
+        part = torch.nn.functional.scaled_dot_product_attention(
+            query[:, :, start:stop], key[:, :, start:stop], value[:, :, start:stop], is_causal=causal, scale=scale)
+        output[:, start:stop] = part.transpose(1, 2)
+        start = stop
+    return output
+
+
+@dataclass(frozen=True)
+class SourceRuns:
+    """Cross-attention of a decoder chunk whose rows are sorted by source: query row r reads the
+    keys/values of source `row_sources[r]` (an index into the chunk's U key rows, a view of the
+    pool's rows from the chunk's first source to its last; rows no query uses are skipped),
+    each source's first `source_lengths[u]` positions. All host-side ints: no device read.
+    `kernel_index` (CUDA only): cu_seqlens of the queries and of the keys, and the keys used
+    per segment, for the varlen kernel."""
+
+    row_sources: tuple[int, ...]
+    source_lengths: tuple[int, ...]
+    kernel_index: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+
+    def runs(self) -> list[tuple[int, int, int]]:
+        """(source, first row, row count) of every source some row reads, in row order."""
+        found: list[tuple[int, int, int]] = []
+        for row, source in enumerate(self.row_sources):
+            if found and found[-1][0] == source:
+                found[-1] = (source, found[-1][1], found[-1][2] + 1)
+            else:
+                found.append((source, row, 1))
+        return found
+
+    def with_kernel_index(self, query_length: int, key_width: int, device) -> "SourceRuns":
+        """The same runs with the varlen kernel's index tensors built on the host for queries of
+        `query_length` positions per row and key rows `key_width` positions apart."""
+        runs = self.runs()
+        index = np.zeros(3 * len(runs) + 2, dtype=np.int32)
+        cu_q, cu_k, used = index[: len(runs) + 1], index[len(runs) + 1 : 2 * len(runs) + 2], index[2 * len(runs) + 2 :]
+        np.cumsum([count * query_length for _, _, count in runs], out=cu_q[1:])
+        starts = [source * key_width for source, _, _ in runs] + [len(self.source_lengths) * key_width]
+        cu_k[:] = np.asarray(starts) - starts[0]
+        used[:] = [self.source_lengths[source] for source, _, _ in runs]
+        moved = torch.from_numpy(index)
+        moved = moved.pin_memory().to(device, non_blocking=True) if torch.device(device).type == "cuda" else moved.to(device)
+        return SourceRuns(self.row_sources, self.source_lengths, tuple(moved.split([len(runs) + 1, len(runs) + 1, len(runs)])))
+
+
+def source_run_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, runs: SourceRuns,
+                         scale: float | None) -> torch.Tensor:
+    """Cross-attention of query rows (R, H, L, D) to their own source among key rows
+    (U, H, W, D), no mask: every query of a source's rows attends to that source's real
+    positions, read once for all of its rows. Returns (R, L, H, D)."""
+    rows, heads, length, dim = query.shape
+    if runs.kernel_index is not None and varlen_kernel_available(query) and key.transpose(1, 2).is_contiguous():
+        from torch.nn.attention.varlen import varlen_attn
+
+        cu_q, cu_k, used = runs.kernel_index
+        first = runs.runs()[0][0]
+        flat_keys = key[first:].transpose(1, 2).reshape(-1, key.shape[1], dim)  # a view: the projection's layout
+        flat_values = value[first:].transpose(1, 2).reshape(-1, value.shape[1], dim)
+        output = varlen_attn(query.transpose(1, 2).reshape(rows * length, heads, dim), flat_keys, flat_values, cu_q, cu_k,
+                             length * max(count for _, _, count in runs.runs()), key.shape[2], scale=scale, seqused_k=used)
+        return output.view(rows, length, heads, dim)
+    output = torch.empty((rows, length, heads, dim), dtype=query.dtype, device=query.device)
+    for source, first_row, count in runs.runs():
+        width = runs.source_lengths[source]
+        folded = query[first_row : first_row + count].transpose(0, 1).reshape(1, heads, count * length, dim)
+        part = torch.nn.functional.scaled_dot_product_attention(
+            folded, key[source : source + 1, :, :width], value[source : source + 1, :, :width], scale=scale)
+        output[first_row : first_row + count] = part[0].view(heads, count, length, dim).permute(1, 2, 0, 3)
+    return output
