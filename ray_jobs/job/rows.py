@@ -76,8 +76,8 @@ class RowCaches:
 
 
 def prepare_table(metric, table: pa.Table, read_columns, carried, cache) -> tuple[pa.Table, dict[str, Any]]:
-    """The CPU stage's work on one unit's rows: settle them (`settle_rows`, then `validate`
-    as `score_rows` applies it) and prepare the rest (`RowMetric.prepare_rows`). Returns the
+    """The CPU stage's work on one unit's rows: settle them (`settle_rows`, then the caps and
+    `validate` as `score_rows` applies them, `RowMetric.check_row`) and prepare the rest (`RowMetric.prepare_rows`). Returns the
     id columns of the prepared rows and what the scoring actor needs besides them: every row's
     key, the settled results, and per prepared row its unit row and its position among the
     rows left to score (the `batch_size` chunks)."""
@@ -85,7 +85,7 @@ def prepare_table(metric, table: pa.Table, read_columns, carried, cache) -> tupl
     valid, positions = [], []
     for position, row_index in enumerate(todo):
         skip = metric.skip_reason(rows[row_index])
-        reason = metric.validate(rows[row_index]) if skip is None else None
+        reason = metric.check_row(rows[row_index]) if skip is None else None
         if skip is not None:
             results[row_index] = metric.skipped_result(skip)
         elif reason is not None:
