@@ -134,7 +134,7 @@ class JobConfig(_Section):
         data = self.model_dump()
         data["metrics"] = []
         for m in self.metrics:
-            entry = {"name": m.name, "label": m.label, "params": m.params}
+            entry = {"name": m.name, "label": m.label, "params": _redacted_params(m.params)}
             if m.pool is not None:
                 entry["pool"] = m.pool.model_dump(exclude_none=True)
             data["metrics"].append(entry)
@@ -142,6 +142,21 @@ class JobConfig(_Section):
         data["s3"]["endpoint_url"] = redact_url(self.s3.endpoint_url)
         data["ray"]["address"] = redact_url(self.ray.address)
         return data
+
+
+def _redacted_params(params: dict[str, Any]) -> dict[str, Any]:
+    """Metric params as the manifest records them: URLs in string values redacted."""
+
+    def one(value):
+        if isinstance(value, str):
+            return redact_url(value) if "://" in value else value
+        if isinstance(value, list):
+            return [one(item) for item in value]
+        if isinstance(value, dict):
+            return {key: one(item) for key, item in value.items()}
+        return value
+
+    return {key: one(value) for key, value in params.items()}
 
 
 def metric_pool(config: JobConfig, spec: MetricSpec) -> PoolConfig:

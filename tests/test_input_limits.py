@@ -294,3 +294,31 @@ def test_score_codi_with_a_nested_constraint_exits_0_with_one_row_error(tmp_path
     proc = cli(["score", "-m", "codi", "-i", str(tmp_path / "in.parquet"), "-o", str(tmp_path / "out.parquet"),
                 "--input-limit", "max_json_depth=0"])
     assert_user_error(proc, 2, "max_json_depth")
+
+
+def test_the_manifest_config_records_no_secret(tmp_path):
+    from ray_jobs.config import parse_config
+
+    config = parse_config({"input": str(REPO / "data" / "sample"), "output": str(tmp_path / "out"),
+                           "s3": {"endpoint_url": "https://minio:m1n10/s3cr3t@storage:9000"},
+                           "metrics": [{"name": "perplexity", "params": {"model": "s3://AKIAEXAMPLE:abc/def@bucket/gpt2"}}]})
+    text = json.dumps(config.as_dict())
+    assert "s3cr3t" not in text and "abc/def" not in text and "AKIAEXAMPLE" not in text
+    assert "https://***@storage:9000" in text and "s3://***@bucket/gpt2" in text
+
+
+def test_the_job_limits_are_strict_and_reach_the_metric(tmp_path):
+    from ray_jobs.config import ConfigError, parse_config
+    from ray_jobs.job.metrics import resolve_metric
+
+    base = {"input": str(REPO / "data" / "sample"), "output": str(tmp_path / "out"), "metrics": [{"name": "chrf"}]}
+    config = parse_config({**base, "limits": {"max_references": 3, "max_inflation": 20}})
+    assert config.limits.max_inflation == 20 and config.limits.max_cell_bytes == limits.MAX_CELL_BYTES
+    metric = resolve_metric(config, config.metrics[0]).build(None)
+    row = {"id": "a", "text": "x", "references": ["y"] * 4}
+    assert "more than 3 (max_references)" in metric.score_rows([row])[0]["error"]
+    assert parse_config(base).limits.row_limits() == limits.RowLimits()
+    for bad, fragment in (({"max_rows": 1}, "unknown key"), ({"max_json_depth": 0}, "max_json_depth"),
+                          ({"max_cell_bytes": "1MB"}, "max_cell_bytes"), ({"max_inflation": 0.5}, "max_inflation")):
+        with pytest.raises(ConfigError, match=fragment):
+            parse_config({**base, "limits": bad})
