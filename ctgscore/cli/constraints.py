@@ -96,7 +96,7 @@ def handle_convert(args: argparse.Namespace) -> int:
 
 
 def handle_score(args: argparse.Namespace) -> int:
-    from ctgscore.cli.score import check_columns, read_input, score_table
+    from ctgscore.cli.score import check_columns, check_inflation, read_input, score_table
     from scoring.registry import check_params
 
     common.check_rate(args.max_error_rate)
@@ -105,7 +105,8 @@ def handle_score(args: argparse.Namespace) -> int:
     limits, max_inflation = common.limits_from(args)
     common.check_not_input(args.output, args.input)
     output = common.check_output_file(args.output)
-    table = read_input(args.input, max_inflation)
+    check_inflation(args.input, max_inflation)
+    table = read_input(args.input)
     metric = common.build_metric("codi", params)
     metric.row_limits = limits
     table = table.select(check_columns(table, metric, args.input))

@@ -30,17 +30,14 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
     parser.set_defaults(handler=handle)
 
 
-def read_input(path: str, max_inflation: float | None = None):
-    """The input Parquet as one Arrow table; an unreadable file, or one whose footer declares
-    more than `max_inflation` times its size uncompressed (`scoring.limits`), is an `InputError`."""
+def read_input(path: str):
+    """The input Parquet as one Arrow table; an unreadable file is an `InputError` (an
+    inflating one is refused before, by `check_inflation`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from scoring.limits import MAX_INFLATION
-
     common.check_input_path(path)
     try:
-        check_inflation(path, MAX_INFLATION if max_inflation is None else max_inflation)
         return pq.read_table(path)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise InputError(f"input {path}: cannot read it as Parquet ({exc})") from None
@@ -51,18 +48,24 @@ def check_inflation(path: str, max_inflation: float) -> None:
     one that declares absurdly more bytes than it holds is an `InputError` naming both sizes."""
     import os
 
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from scoring.limits import inflation_problem
 
+    common.check_input_path(path)
     if os.path.isdir(path):
         files = sorted(os.path.join(folder, name) for folder, _, names in os.walk(path)
                        for name in names if name.endswith(".parquet"))
     else:
         files = [path]
     for file in files:
-        with open(file, "rb") as handle:
-            problem = inflation_problem(pq.ParquetFile(handle).metadata, os.path.getsize(file), max_inflation)
+        try:
+            with open(file, "rb") as handle:
+                metadata = pq.ParquetFile(handle).metadata
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            raise InputError(f"input {file}: cannot read it as Parquet ({exc})") from None
+        problem = inflation_problem(metadata, os.path.getsize(file), max_inflation)
         if problem is not None:
             raise InputError(f"input {file}: {problem}")
 
@@ -127,7 +130,8 @@ def handle(args: argparse.Namespace) -> int:
     limits, max_inflation = common.limits_from(args)
     common.check_not_input(args.output, args.input)
     output = common.check_output_file(args.output)
-    table = read_input(args.input, max_inflation)
+    check_inflation(args.input, max_inflation)
+    table = read_input(args.input)
     metric = common.build_metric(args.metric, params)
     metric.row_limits = limits
     table = table.select(check_columns(table, metric, args.input))
