@@ -276,7 +276,7 @@ def registered_metric_names() -> set[str]:
 def _check_metric(spec: MetricSpec, index: int, known: set[str]) -> MetricSpec:
     path = f"metrics[{index}]"
     label = spec.label or spec.name
-    if not LABEL_PATTERN.match(label) or not label.strip("."):
+    if not LABEL_PATTERN.fullmatch(label) or not label.strip("."):
         raise ConfigError(f"'{path}.label' {label!r} must match {LABEL_PATTERN.pattern} and not be only dots "
                           f"(it names the output folder, which must stay inside 'output')")
     if spec.name not in known:

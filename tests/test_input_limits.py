@@ -252,7 +252,7 @@ def test_the_shipped_corpora_pass_the_inflation_check_comfortably():
 
 
 # ----- paths -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("label", ["..", ".", "...", "a/b", "../x", "a\x00b", "a\\b"])
+@pytest.mark.parametrize("label", ["..", ".", "...", "a/b", "../x", "a\x00b", "a\\b", "..\n", "ok\n"])
 def test_a_label_that_leaves_the_output_folder_is_a_config_error(tmp_path, label, cli):
     import yaml
 
