@@ -214,8 +214,8 @@ def _records(rows: Sequence[dict[str, Any]], scores: Sequence[dict[str, Any]]) -
         try:
             constraint = json.loads(row["constraint"]) if isinstance(row.get("constraint"), str) else row.get("constraint")
             task = constraint["task"]
-        except (TypeError, KeyError, json.JSONDecodeError):
-            task = None
+        except (TypeError, KeyError, json.JSONDecodeError, RecursionError):  # a hostile constraint: no task
+            constraint, task = None, None
         records.append(
             {
                 "system": row.get("system") or "default",

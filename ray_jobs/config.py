@@ -22,6 +22,7 @@ required key or a value of the wrong type is a `ConfigError` naming the key path
     prune: false                       # true: remove outputs whose input shard is gone
     max_error_rate: 0.1                # error_rate_exceeded() reports metrics above this fraction
     s3: {endpoint_url: null, region: us-east-1}
+    limits: {max_cell_bytes: 1000000, max_references: 1000, max_json_depth: 64, max_inflation: 100}
 
 Relative local paths (`input`, `output`, `ray.temp_dir`, and string metric params that name an
 existing file or folder beside the YAML) resolve against the YAML file's folder, not the
@@ -38,8 +39,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from scoring import limits as scoring_limits
 from scoring.error_rate import is_fraction
 from scoring.errors import UsageError
+from scoring.redact import redact_url
 
 LABEL_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -91,6 +94,18 @@ class S3Config(_Section):
     region: str = "us-east-1"
 
 
+class LimitsConfig(_Section):
+    """`limits`: what one cell and one input file may hold (`scoring.limits`, docs/job.md)."""
+
+    max_cell_bytes: int = Field(scoring_limits.MAX_CELL_BYTES, gt=0)  # UTF-8 bytes of one cell
+    max_references: int = Field(scoring_limits.MAX_REFERENCES, gt=0)  # items of one list cell
+    max_json_depth: int = Field(scoring_limits.MAX_JSON_DEPTH, gt=0)  # nesting of a JSON cell
+    max_inflation: float = Field(scoring_limits.MAX_INFLATION, ge=1)  # declared uncompressed / file bytes
+
+    def row_limits(self) -> scoring_limits.RowLimits:
+        return scoring_limits.RowLimits(self.max_cell_bytes, self.max_references, self.max_json_depth)
+
+
 class RayConfig(_Section):
     address: str | None = None  # None: $RAY_ADDRESS when set (ray job submit), else local Ray
     num_cpus: int | None = Field(None, gt=0)  # local Ray only
@@ -112,19 +127,36 @@ class JobConfig(_Section):
     max_error_rate: float = 0.1
     s3: S3Config = Field(default_factory=S3Config)
     ray: RayConfig = Field(default_factory=RayConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
     progress: bool = True
 
     def as_dict(self) -> dict[str, Any]:
         data = self.model_dump()
         data["metrics"] = []
         for m in self.metrics:
-            entry = {"name": m.name, "label": m.label, "params": m.params}
+            entry = {"name": m.name, "label": m.label, "params": _redacted_params(m.params)}
             if m.pool is not None:
                 entry["pool"] = m.pool.model_dump(exclude_none=True)
             data["metrics"].append(entry)
+        data["input"], data["output"] = redact_url(self.input), redact_url(self.output)
         data["s3"]["endpoint_url"] = redact_url(self.s3.endpoint_url)
         data["ray"]["address"] = redact_url(self.ray.address)
         return data
+
+
+def _redacted_params(params: dict[str, Any]) -> dict[str, Any]:
+    """Metric params as the manifest records them: URLs in string values redacted."""
+
+    def one(value):
+        if isinstance(value, str):
+            return redact_url(value) if "://" in value else value
+        if isinstance(value, list):
+            return [one(item) for item in value]
+        if isinstance(value, dict):
+            return {key: one(item) for key, item in value.items()}
+        return value
+
+    return {key: one(value) for key, value in params.items()}
 
 
 def metric_pool(config: JobConfig, spec: MetricSpec) -> PoolConfig:
@@ -132,15 +164,6 @@ def metric_pool(config: JobConfig, spec: MetricSpec) -> PoolConfig:
     if spec.pool is None:
         return config.pool
     return config.pool.model_copy(update=spec.pool.model_dump(exclude_none=True))
-
-
-def redact_url(url: str | None) -> str | None:
-    """A URL without the user:password part (for manifests and messages)."""
-    if not url or "@" not in url.split("//", 1)[-1].split("/", 1)[0]:
-        return url
-    scheme, rest = url.split("//", 1) if "//" in url else ("", url)
-    host = rest.split("@", 1)[1]
-    return f"{scheme}//***@{host}" if scheme else f"***@{host}"
 
 
 # ----- pydantic errors as one line naming the key path ---------------------------------------
@@ -232,7 +255,7 @@ def _validated(data: dict[str, Any]) -> JobConfig:
 
 def _without_nulls(data: dict[str, Any]) -> dict[str, Any]:
     """`pool:`/`s3:`/`ray:` left empty in YAML (null) mean their defaults, `params:` empty {}."""
-    data = {k: v for k, v in data.items() if not (k in ("pool", "s3", "ray") and v is None)}
+    data = {k: v for k, v in data.items() if not (k in ("pool", "s3", "ray", "limits") and v is None)}
     if isinstance(data.get("metrics"), list):
         data["metrics"] = [
             {k: v for k, v in entry.items() if not (k in ("params", "pool") and v is None)} if isinstance(entry, dict) else entry
@@ -253,8 +276,9 @@ def registered_metric_names() -> set[str]:
 def _check_metric(spec: MetricSpec, index: int, known: set[str]) -> MetricSpec:
     path = f"metrics[{index}]"
     label = spec.label or spec.name
-    if not LABEL_PATTERN.match(label):
-        raise ConfigError(f"'{path}.label' {label!r} must match {LABEL_PATTERN.pattern} (it names the output folder)")
+    if not LABEL_PATTERN.fullmatch(label) or not label.strip("."):
+        raise ConfigError(f"'{path}.label' {label!r} must match {LABEL_PATTERN.pattern} and not be only dots "
+                          f"(it names the output folder, which must stay inside 'output')")
     if spec.name not in known:
         raise ConfigError(f"'{path}.name': unknown metric {spec.name!r}; known metrics: {', '.join(sorted(known))}")
     return spec.model_copy(update={"label": label})
@@ -312,6 +336,9 @@ def parse_config(data: Any, base_dir: str | pathlib.Path | None = None) -> JobCo
     def resolve(location: str, key: str) -> str:
         if not location.strip():
             raise ConfigError(f"'{key}' must not be empty")
+        if "://" in location and redact_url(location) != location:
+            raise ConfigError(f"'{key}' {redact_url(location)!r} carries credentials; give them through the "
+                              f"environment or an AWS profile, never in the URL")
         if location.startswith("s3://"):
             if len(location) <= len("s3://") or location[5] == "/":
                 raise ConfigError(f"'{key}' {location!r} must name a bucket: s3://bucket/prefix")

@@ -18,7 +18,7 @@ import traceback
 from typing import Any, Sequence
 
 from scoring.error_rate import is_fraction
-from scoring.errors import CtgscoreError, UsageError
+from scoring.errors import CtgscoreError, UsageError, one_line
 
 
 def run_summary(manifest: dict[str, Any], output: str | None, problems: list[str]) -> dict[str, Any]:
@@ -82,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             traceback.print_exc()
         code = exc.exit_code if isinstance(exc, CtgscoreError) else 1
-        line = " ".join(str(exc).split()) or type(exc).__name__
+        line = one_line(exc) or type(exc).__name__
         print(f"error: {line}", file=sys.stderr)
         if args.json:
             print(json.dumps({"ok": False, "exit_code": code, "error": line}))

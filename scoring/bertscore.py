@@ -38,6 +38,7 @@ from scoring.model_limits import limits_for
 from scoring.models import file_digest, load_pretrained, load_tokenizer, resolve_device, resolve_model
 from scoring.params import check_model_args
 from scoring.signature import Signature, library_versions
+from scoring.text_encoding import tokenize_heads
 
 VERSION = "1"
 # an encoder pass holds no decoder state: larger batches than the likelihood engine's default
@@ -70,14 +71,16 @@ def _byte_level(tokenizer) -> bool:
 def encode_sentences(tokenizer, texts: Sequence[str], max_length: int) -> tuple[list[list[int]], list[bool]]:
     """Token ids with special tokens, as bert-score encodes a sentence (the stripped text,
     right-truncated to `max_length` tokens with the special tokens kept), plus truncation
-    flags. Each text is tokenised once, in one batched call; truncation cuts the content ids."""
+    flags. Each text's head is tokenised once (`tokenize_heads`), in one batched call;
+    truncation cuts the content ids."""
     kwargs = {"add_prefix_space": True} if _byte_level(tokenizer) else {}
     prefix, suffix = _special_tokens_around(tokenizer, kwargs)
     stripped = [text.strip() for text in texts]
     nonempty = [text for text in stripped if text]
-    encoded = tokenizer(nonempty, add_special_tokens=False, verbose=False, **kwargs)["input_ids"] if nonempty else []
-    content = iter(encoded)
     room = max(max_length - len(prefix) - len(suffix), 0)
+    encoded, _ = tokenize_heads(lambda heads: tokenizer(heads, add_special_tokens=False, verbose=False, **kwargs)["input_ids"],
+                                nonempty, room)
+    content = iter(encoded)
     out, truncated = [], []
     for text in stripped:
         ids = next(content) if text else []

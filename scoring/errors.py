@@ -67,9 +67,12 @@ def is_accelerator_error(exc: BaseException) -> bool:
 
 # ----- one line for a message: the one place these rules live --------------------------------
 def one_line(text: object, limit: int | None = None) -> str:
-    """`text` with every run of whitespace (newlines included) as one space, cut to `limit`
-    characters (ending in `...`) when given."""
-    text = " ".join(str(text).split())
+    """`text` with every run of whitespace (newlines included) as one space and every URL
+    redacted (`scoring.redact.redact_text`), cut to `limit` characters (ending in `...`) when
+    given."""
+    from scoring.redact import redact_text
+
+    text = redact_text(" ".join(str(text).split()))
     return text if limit is None or len(text) <= limit else text[: limit - 3] + "..."
 
 

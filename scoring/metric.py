@@ -26,6 +26,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Sequence
 
 from scoring.errors import RETRY_PREFIX, is_accelerator_error, is_out_of_memory
+from scoring.limits import RowLimits, cell_problem
 from scoring.schema import ERROR, SKIPPED, TEXT, WARNING, carried_columns
 from scoring.signature import Signature, stable_hash
 
@@ -55,6 +56,10 @@ class RowMetric(ABC):
     required_columns: tuple[str, ...] = ("text",)
     optional_columns: tuple[str, ...] = ()
     output_columns: tuple[str, ...] = ()
+    json_columns: tuple[str, ...] = ()  # columns holding JSON text: their nesting depth is capped
+    # per-cell caps checked before `validate` or any tokeniser (`check_row`); they decide which
+    # rows are refused, never a number, so they are not part of the signature
+    row_limits: RowLimits = RowLimits()
 
     @abstractmethod
     def signature(self) -> Signature:
@@ -171,6 +176,13 @@ class RowMetric(ABC):
                 return f"empty field '{column}'"
         return None
 
+    def check_row(self, row: dict[str, Any]) -> str | None:
+        """Reason this row cannot be scored, or None: first the per-cell caps (`row_limits`,
+        `scoring.limits.cell_problem`: size, list length, JSON depth), so no parser or tokeniser
+        sees an oversized cell, then `validate`. Every caller (`score_rows`, the job's CPU
+        stage) applies this one check."""
+        return cell_problem(row, self.read_columns(), self.row_limits, self.json_columns) or self.validate(row)
+
     def row_key(self, row: dict[str, Any]) -> str:
         """Hash of the signature and the row content this metric reads: equal keys mean the
         stored score can be reused (nightly incremental re-scoring)."""
@@ -206,7 +218,7 @@ class RowMetric(ABC):
             if skip is not None:
                 results[index] = self.skipped_result(skip)
                 continue
-            reason = self.validate(row)
+            reason = self.check_row(row)
             if reason is not None:
                 results[index] = self.empty_result(reason)
             else:

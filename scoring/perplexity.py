@@ -66,9 +66,13 @@ class Perplexity:
 
     def encode(self, texts: Sequence[str]) -> tuple[list[list[int]], list[bool]]:
         """Per text: [start] + its ids, cut to `max_length` (empty when the text has no
-        tokens), and whether it was cut."""
+        tokens), and whether it was cut; only the text's head is tokenised
+        (`scoring.text_encoding.tokenize_heads`)."""
         sequences, truncated = [], []
-        for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"] if texts else []:
+        from scoring.text_encoding import tokenize_heads
+
+        encoded, _ = tokenize_heads(lambda heads: self.tokenizer(heads, add_special_tokens=False)["input_ids"], texts, self.max_length)
+        for ids in encoded:
             sequence = [self.start_id] + list(ids) if ids else []
             truncated.append(len(sequence) > self.max_length)
             sequences.append(sequence[: self.max_length])

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -22,6 +22,49 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 TOKENIZATION_STYLES = ("slow", "fast")
+
+# Head-keeping tokenisation reads only a text's head (docs/metrics.md, "Tokenising only the
+# head"): a text longer than (max_length + HEAD_MARGIN) * HEAD_CHARS_PER_TOKEN characters is cut
+# at a whitespace before that bound and tokenised; when the cut text still yields more than
+# max_length + HEAD_MARGIN ids, its first max_length ids (and its truncated flag) are those of
+# the whole text, else the bound grows 4-fold (at last: the whole text).
+HEAD_CHARS_PER_TOKEN = 32
+HEAD_MARGIN = 8
+_WHITESPACE = (" ", "\n", "\t", "\r")
+
+
+def text_head(text: str, bound: int) -> str:
+    """`text` cut to at most `bound` characters, at the last whitespace of the bound's second
+    half when there is one (pre-tokenisers split there, so the ids before the cut are those
+    of the whole text), else at the bound itself."""
+    if len(text) <= bound:
+        return text
+    window = text[:bound]
+    at = max(window.rfind(space, bound // 2) for space in _WHITESPACE)
+    return window[:at] if at > 0 else window
+
+
+def tokenize_heads(tokenize: Callable[[list[str]], Sequence[Sequence[int]]], texts: Sequence[str],
+                   max_length: int) -> tuple[list[list[int]], list[str]]:
+    """`tokenize(texts)` for texts of any length without reading more than their heads (see
+    `HEAD_CHARS_PER_TOKEN`): per text, the ids of its head, of which the first `max_length`
+    equal those of the whole text and which number more than `max_length` exactly when the whole
+    text's do; and the heads themselves."""
+    ids: list[list[int] | None] = [None] * len(texts)
+    heads = list(texts)
+    bound = (int(max_length) + HEAD_MARGIN) * HEAD_CHARS_PER_TOKEN
+    pending = list(range(len(texts)))
+    while pending:
+        cut = [text_head(texts[i], bound) for i in pending]
+        encoded = tokenize(cut) if cut else []
+        retry = []
+        for index, head, row in zip(pending, cut, encoded):
+            if len(head) == len(texts[index]) or len(row) > max_length + HEAD_MARGIN:
+                ids[index], heads[index] = list(row), head
+            else:
+                retry.append(index)
+        pending, bound = retry, bound * 4
+    return ids, heads  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -31,15 +74,16 @@ class Encoded:
 
 
 def encode_texts(tokenizer, texts: Sequence[str], max_length: int, special_tokens: bool = True, style: str = "fast") -> list[Encoded]:
-    """Tokenise (in the `fast` or `slow` style, module docstring) and keep the head. With
+    """Tokenise (in the `fast` or `slow` style, module docstring) only the texts' heads
+    (`tokenize_heads`) and keep the first `max_length` ids. With
     special tokens, a trailing end token survives truncation (the same ids as the
     tokenizer's own `truncation=True, max_length=...`)."""
     if not texts:
         return []
     if style == "slow":
-        batch = slow_style_ids(tokenizer, texts, add_eos=special_tokens)
+        batch, _ = tokenize_heads(lambda heads: slow_style_ids(tokenizer, heads, add_eos=special_tokens), texts, max_length)
     elif style == "fast":
-        batch = tokenizer(list(texts), add_special_tokens=special_tokens)["input_ids"]
+        batch, _ = tokenize_heads(lambda heads: tokenizer(heads, add_special_tokens=special_tokens)["input_ids"], texts, max_length)
     else:
         raise ValueError(f"tokenization style must be one of {list(TOKENIZATION_STYLES)}, not {style!r}")
     eos = tokenizer.eos_token_id

@@ -209,6 +209,47 @@ def check_input_path(path: str, what: str = "input") -> None:
         raise UsageError(f"{what} {path}: no such file or folder")
 
 
+def check_not_input(output: str, input_path: str, what: str = "output") -> None:
+    """An output that is the input file itself, or lies inside the input folder, is a usage
+    error (exit 2), refused before anything is written (symlinks resolved)."""
+    if "://" in output or "://" in input_path:
+        return
+    target, source = os.path.realpath(output), os.path.realpath(input_path)
+    if target == source or target.startswith(source.rstrip(os.sep) + os.sep):
+        where = "is the input" if target == source else "is inside the input folder"
+        raise UsageError(f"{what} {output} {where} {input_path}: choose another {what} (the input must stay as it is)")
+
+
+# ----- input limits -----------------------------------------------------------------------
+def add_limit_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--input-limit", action="append", default=[], metavar="NAME=VALUE", dest="input_limit",
+        help="raise or lower an input cap (repeatable): max_cell_bytes, max_references, max_json_depth, "
+             "max_inflation; docs/schema.md, 'Input limits'",
+    )
+
+
+def limits_from(args: argparse.Namespace):
+    """(`scoring.limits.RowLimits`, max_inflation) from `--input-limit NAME=VALUE` flags."""
+    from scoring.limits import MAX_INFLATION, RowLimits
+
+    values: dict[str, Any] = {}
+    for item in getattr(args, "input_limit", None) or []:
+        name, sep, raw = item.partition("=")
+        value = _yaml_value(raw)
+        if not sep or not name.strip():
+            raise UsageError(f"--input-limit {item!r}: expected NAME=VALUE")
+        values[name.strip()] = value
+    inflation = values.pop("max_inflation", MAX_INFLATION)
+    if isinstance(inflation, bool) or not isinstance(inflation, (int, float)) or inflation < 1:
+        raise UsageError(f"--input-limit max_inflation={inflation!r}: expected a number >= 1")
+    try:
+        limits = RowLimits.from_mapping(values)
+    except UsageError as exc:
+        raise UsageError(f"--input-limit: {exc}") from None
+    return limits, float(inflation)
+
+
 # ----- error rate -------------------------------------------------------------------------
 def add_error_rate_option(parser: argparse.ArgumentParser, default: float | None, where: str) -> None:
     parser.add_argument(

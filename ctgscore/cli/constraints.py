@@ -39,6 +39,7 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
     score.add_argument("-o", "--output", required=True, help="output scores Parquet file (its folder must exist)")
     common.add_param_options(score)
     score.add_argument("--chunk-rows", type=int, default=512, help="rows handed to the metric at a time")
+    common.add_limit_option(score)
     common.add_error_rate_option(score, common.DEFAULT_MAX_ERROR_RATE,
                                  f"default {common.DEFAULT_MAX_ERROR_RATE:g}")
     score.set_defaults(handler=_guarded(handle_score))
@@ -95,15 +96,19 @@ def handle_convert(args: argparse.Namespace) -> int:
 
 
 def handle_score(args: argparse.Namespace) -> int:
-    from ctgscore.cli.score import check_columns, read_input, score_table
+    from ctgscore.cli.score import check_columns, check_inflation, read_input, score_table
     from scoring.registry import check_params
 
     common.check_rate(args.max_error_rate)
     params = common.collect_params(args)
     check_params("codi", params)
+    limits, max_inflation = common.limits_from(args)
+    common.check_not_input(args.output, args.input)
     output = common.check_output_file(args.output)
+    check_inflation(args.input, max_inflation)
     table = read_input(args.input)
     metric = common.build_metric("codi", params)
+    metric.row_limits = limits
     table = table.select(check_columns(table, metric, args.input))
     result = score_table(metric, table, args.chunk_rows, progress=common.progress_bars(args))
     common.write_parquet_atomic(result, output)

@@ -24,13 +24,15 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
     parser.add_argument("-i", "--input", required=True, help="input Parquet file or folder of shards")
     parser.add_argument("-o", "--output", required=True, help="output Parquet file (its folder must exist)")
     parser.add_argument("--chunk-rows", type=int, default=256, help="rows handed to the metric at a time")
+    common.add_limit_option(parser)
     common.add_error_rate_option(parser, common.DEFAULT_MAX_ERROR_RATE,
                                  f"default {common.DEFAULT_MAX_ERROR_RATE:g}; 1 never fails on row errors")
     parser.set_defaults(handler=handle)
 
 
 def read_input(path: str):
-    """The input Parquet as one Arrow table; an unreadable file is an `InputError`."""
+    """The input Parquet as one Arrow table; an unreadable file is an `InputError` (an
+    inflating one is refused before, by `check_inflation`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -39,6 +41,33 @@ def read_input(path: str):
         return pq.read_table(path)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise InputError(f"input {path}: cannot read it as Parquet ({exc})") from None
+
+
+def check_inflation(path: str, max_inflation: float) -> None:
+    """Every Parquet file of `path` (a file or a folder of shards) read by its footer only:
+    one that declares absurdly more bytes than it holds is an `InputError` naming both sizes."""
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from scoring.limits import inflation_problem
+
+    common.check_input_path(path)
+    if os.path.isdir(path):
+        files = sorted(os.path.join(folder, name) for folder, _, names in os.walk(path)
+                       for name in names if name.endswith(".parquet"))
+    else:
+        files = [path]
+    for file in files:
+        try:
+            with open(file, "rb") as handle:
+                metadata = pq.ParquetFile(handle).metadata
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            raise InputError(f"input {file}: cannot read it as Parquet ({exc})") from None
+        problem = inflation_problem(metadata, os.path.getsize(file), max_inflation)
+        if problem is not None:
+            raise InputError(f"input {file}: {problem}")
 
 
 def check_columns(table, metric, path: str) -> list[str]:
@@ -98,9 +127,13 @@ def handle(args: argparse.Namespace) -> int:
         raise UsageError(f"--chunk-rows {args.chunk_rows}: expected a positive number")
     params = common.collect_params(args)
     check_params(args.metric, params)
+    limits, max_inflation = common.limits_from(args)
+    common.check_not_input(args.output, args.input)
     output = common.check_output_file(args.output)
+    check_inflation(args.input, max_inflation)
     table = read_input(args.input)
     metric = common.build_metric(args.metric, params)
+    metric.row_limits = limits
     table = table.select(check_columns(table, metric, args.input))
     result = score_table(metric, table, args.chunk_rows, progress=common.progress_bars(args))
     common.write_parquet_atomic(result, output)

@@ -29,6 +29,7 @@ class ResolvedMetric:
     output_columns: tuple[str, ...]
     described_on: dict[str, Any] = field(default_factory=dict)  # node and device, when built in a worker
     pool: PoolConfig = field(default_factory=PoolConfig)
+    row_limits: Any = None  # the job's per-cell caps (`scoring.limits.RowLimits`); None: the defaults
     label: str = field(init=False)  # the output folder name (`spec.label`)
     two_stage: bool = field(init=False)  # the class has the CPU step (`RowMetric.prepare`)
 
@@ -42,7 +43,7 @@ class ResolvedMetric:
 
     def build(self, s3: S3Config | None):
         """The metric object (the same call on the driver and in every worker)."""
-        return build_metric_for(self.spec, self.params, self.cls, s3)
+        return build_metric_for(self.spec, self.params, self.cls, s3, self.row_limits)
 
 
 def resolve_metrics(config: JobConfig, session=None) -> list[ResolvedMetric]:
@@ -81,7 +82,7 @@ def resolve_metric(config: JobConfig, spec: MetricSpec, pool: PoolConfig | None 
             raise
         except Exception as exc:  # noqa: BLE001 - bad params or unloadable model: before any work
             raise _build_error(spec, params, exc) from exc
-    return ResolvedMetric(spec=spec, cls=cls, params=params, pool=pool, **described)
+    return ResolvedMetric(spec=spec, cls=cls, params=params, pool=pool, row_limits=config.limits.row_limits(), **described)
 
 
 def _build_error(spec: MetricSpec, params: dict[str, Any], exc: BaseException) -> Exception:
@@ -172,17 +173,21 @@ def metric_class_for(spec: MetricSpec):
         raise ConfigError(f"metric {spec.label!r}: {exc}") from exc
 
 
-def build_metric_for(spec: MetricSpec, params: dict[str, Any], cls=None, s3: S3Config | None = None):
+def build_metric_for(spec: MetricSpec, params: dict[str, Any], cls=None, s3: S3Config | None = None, row_limits=None):
     """Build the metric object (the same call on the driver and in every scoring actor).
     `cls` is the class resolved on the driver: workers then need only its module, not the
     driver's plugin registry. `s3`, the job's S3 settings, applies to the `s3://` models this
-    process loads as well as to the data (`scoring.models.configure_s3`)."""
+    process loads as well as to the data (`scoring.models.configure_s3`). `row_limits`, the
+    job's `limits` (`scoring.limits.RowLimits`), replace the metric's default caps."""
     if s3 is not None:
         from scoring.models import configure_s3
 
         configure_s3(endpoint_url=s3.endpoint_url, region=s3.region)
     cls = cls or metric_class_for(spec)
     try:
-        return cls(**params)
+        metric = cls(**params)
     except TypeError as exc:
         raise ConfigError(f"bad parameters for metric '{spec.label}': {exc}") from exc
+    if row_limits is not None:
+        metric.row_limits = row_limits
+    return metric

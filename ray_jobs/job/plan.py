@@ -3,7 +3,8 @@ Parquet footers the manifest does not vouch for (`docs/job.md`, "Planning from t
 
 * `read_shards`: list the input shards; a shard the previous manifest lists with the same
   etag and size keeps its recorded rows and column types, every other footer is checked
-  (readable, `id`/`text` present, canonical column types), in parallel; no rows are read;
+  (readable, `id`/`text` present, canonical column types, no absurd declared size), in
+  parallel; no rows are read;
 * `plan_metric`: per metric and shard, the committed parts that can be kept, the row ranges
   (units) still to score, the earlier parts that serve as the row cache, the parts a new
   cover will supersede, and outputs whose shard is gone or unreadable. A part the manifest
@@ -67,7 +68,8 @@ def read_shards(config: JobConfig, in_fs, needed: tuple[str, ...], previous: dic
         raise JobError(f"no *.parquet shards under {config.input}")
     known = _known_inputs(previous)
     to_check = [info for info in infos if (info.uri, info.etag, info.size) not in known]
-    checked = parallel.map_bounded(lambda info: _check(info, in_fs, needed), to_check)
+    max_inflation = config.limits.max_inflation
+    checked = parallel.map_bounded(lambda info: _check(info, in_fs, needed, max_inflation), to_check)
     results = dict(zip((info.uri for info in to_check), checked))
     shards, bad = [], []
     for info in infos:
@@ -80,9 +82,9 @@ def read_shards(config: JobConfig, in_fs, needed: tuple[str, ...], previous: dic
     return shards, bad
 
 
-def _check(info, in_fs, needed) -> tuple[int, dict[str, str]] | shard_checks.BadShard:
+def _check(info, in_fs, needed, max_inflation: float) -> tuple[int, dict[str, str]] | shard_checks.BadShard:
     try:
-        check = shard_checks.check_shard(info, in_fs, needed, read_ids=False)
+        check = shard_checks.check_shard(info, in_fs, needed, read_ids=False, max_inflation=max_inflation)
     except shard_checks.BadShard as exc:
         return exc
     return check.num_rows, check.columns

@@ -76,16 +76,16 @@ class RowCaches:
 
 
 def prepare_table(metric, table: pa.Table, read_columns, carried, cache) -> tuple[pa.Table, dict[str, Any]]:
-    """The CPU stage's work on one unit's rows: settle them (`settle_rows`, then `validate`
-    as `score_rows` applies it) and prepare the rest (`RowMetric.prepare_rows`). Returns the
-    id columns of the prepared rows and what the scoring actor needs besides them: every row's
-    key, the settled results, and per prepared row its unit row and its position among the
-    rows left to score (the `batch_size` chunks)."""
+    """The CPU stage's work on one unit's rows: settle them (`settle_rows`, then the per-cell
+    caps and `validate`, `RowMetric.check_row`, as `score_rows` applies them) and prepare the
+    rest (`RowMetric.prepare_rows`). Returns the id columns of the prepared rows and what the
+    scoring actor needs besides them: every row's key, the settled results, and per prepared
+    row its unit row and its position among the rows left to score (the `batch_size` chunks)."""
     rows, keys, results, todo, cached = settle_rows(metric, table, read_columns, carried, cache)
     valid, positions = [], []
     for position, row_index in enumerate(todo):
         skip = metric.skip_reason(rows[row_index])
-        reason = metric.validate(rows[row_index]) if skip is None else None
+        reason = metric.check_row(rows[row_index]) if skip is None else None
         if skip is not None:
             results[row_index] = metric.skipped_result(skip)
         elif reason is not None:

@@ -11,6 +11,7 @@ from ray_jobs.storage.failures import is_transient, read_failure
 from ray_jobs.storage.listing import ShardInfo
 from ray_jobs.storage.reads import PYTHON_FILE_READS
 from ray_jobs.storage.uris import fs_path
+from scoring.limits import MAX_INFLATION, inflation_problem
 from scoring.schema import REQUIRED_COLUMNS, carried_columns, id_problem, wrong_type
 
 
@@ -34,11 +35,13 @@ class ShardCheck:
     ids: list[str] = field(default_factory=list)
 
 
-def check_shard(info: ShardInfo, fs, needed: tuple[str, ...], read_ids: bool = True) -> ShardCheck:
+def check_shard(info: ShardInfo, fs, needed: tuple[str, ...], read_ids: bool = True,
+                max_inflation: float = MAX_INFLATION) -> ShardCheck:
     """Schema check of one shard before any work starts: the footer must be readable, `id`
     and `text` present, every column the job reads or carries (`needed`, `dataset`, `system`,
     `doc_id`, `human_*`) must have its canonical type, and ids
-    must be non-null and unique within the shard. Raises `BadShard` naming file and field
+    must be non-null and unique within the shard, and the columns it reads must not declare
+    more than `max_inflation` times the file's size uncompressed (`scoring.limits`). Raises `BadShard` naming file and field
     (`transient=True` when storage, not the file, failed after retries)."""
     path = fs_path(info.uri)
     try:
@@ -54,6 +57,9 @@ def check_shard(info: ShardInfo, fs, needed: tuple[str, ...], read_ids: bool = T
             wrong = wrong_type(dict.fromkeys([*needed, *carried]), schema)
             if wrong is not None:
                 raise BadShard(info.uri, f"column '{wrong[0]}' has type {wrong[1]}, expected {wrong[2]}")
+            inflated = inflation_problem(parquet.metadata, info.size, max_inflation, {*REQUIRED_COLUMNS, *needed, *carried})
+            if inflated is not None:
+                raise BadShard(info.uri, inflated)
             ids: list[str] = []
             if read_ids:
                 id_column = parquet.read(columns=["id"], use_threads=PYTHON_FILE_READS["use_threads"]).column("id")

@@ -167,11 +167,14 @@ class SequenceClassifier:
         texts = check_text_list("texts", texts)
         if not texts:
             return np.zeros((0, len(self.id2label)), dtype=np.float32), []
-        full = self.tokenizer(list(texts), truncation=False, verbose=False)["input_ids"]
+        from scoring.text_encoding import tokenize_heads
+
+        full, heads = tokenize_heads(lambda part: self.tokenizer(part, truncation=False, verbose=False)["input_ids"],
+                                     texts, self.max_length)
         truncated = [len(ids) > self.max_length for ids in full]
         if any(truncated):
             cut = self.tokenizer(
-                [t for t, flag in zip(texts, truncated) if flag], truncation=True, max_length=self.max_length
+                [t for t, flag in zip(heads, truncated) if flag], truncation=True, max_length=self.max_length
             )["input_ids"]
             cut_iter = iter(cut)
             full = [next(cut_iter) if flag else ids for ids, flag in zip(full, truncated)]

@@ -39,6 +39,8 @@ def parse_constraint(value: Any) -> dict[str, Any]:
             constraint = json.loads(value)
         except (TypeError, json.JSONDecodeError) as exc:
             raise ValueError(f"field 'constraint' is not JSON: {exc}") from exc
+        except RecursionError:
+            raise ValueError("field 'constraint' nests too deeply to parse") from None
     if not isinstance(constraint, dict):
         raise ValueError("field 'constraint' must be a JSON object")
     task = constraint.get("task")
@@ -65,6 +67,7 @@ def parse_constraint(value: Any) -> dict[str, Any]:
 class CodiMetric(RowMetric):
     name = "codi"
     required_columns = ("text", "constraint")
+    json_columns = ("constraint",)
     output_columns = ("codi_success", "codi_score", "codi_words", "codi_toxicity")
 
     def __init__(

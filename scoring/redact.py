@@ -1,0 +1,78 @@
+"""URL redaction: the one function every printed URL goes through (errors, logs, manifests).
+
+`redact_url` removes what a URL may carry as a secret:
+- the userinfo (`s3://KEY:SECRET@bucket/key` -> `s3://***@bucket/key`), also when the secret
+  holds a `/` (AWS secrets may: `s3://AKIA...:abc/def+ghi@bucket/k`), which a parser that
+  ends the authority at the first `/` would miss;
+- the values of query parameters that carry credentials (`?token=`, `X-Amz-Signature`,
+  `X-Amz-Credential`, `X-Amz-Security-Token`, `sig`, `password`, ...), kept by name so the
+  message still says what was there.
+
+`redact_text` applies it to every URL inside a message (`scheme://...` up to whitespace or a
+quote); `scoring.errors.one_line` calls it, so every one-line error is redacted.
+"""
+
+from __future__ import annotations
+
+import re
+
+MASK = "***"
+
+# query parameter names whose value is a secret (compared lower-case)
+_SECRET_PARAMS = re.compile(
+    r"(token|secret|signature|credential|password|passwd|pwd|apikey|api[-_]key|auth|session|^sig$|^key$|^code$)"
+)
+_URL = re.compile(r"""[A-Za-z][A-Za-z0-9+.-]*://[^\s'"<>`]+""")
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)(.*)$", re.S)
+
+
+def _userinfo_end(rest: str) -> int:
+    """Index of the `@` that ends a userinfo part of `rest` (the URL after `scheme://`), or -1.
+
+    The authority normally ends at the first `/`; an `@` before it ends a userinfo. A secret may
+    hold `/`, so an `@` after a `/` also ends one when the text before that `/` reads as
+    `user:password` (a colon followed by something that is not a port number)."""
+    at = rest.find("@")
+    if at < 0:
+        return -1
+    head = rest[:at]
+    if "/" not in head and "?" not in head and "#" not in head:
+        return at
+    first = re.split(r"[/?#]", head, maxsplit=1)[0]
+    if ":" in first and not first.split(":", 1)[1].isdigit():
+        return at
+    return -1
+
+
+def _redact_query(query: str) -> str:
+    parts = []
+    for item in query.split("&"):
+        name, sep, _value = item.partition("=")
+        if sep and _SECRET_PARAMS.search(name.lower().replace("%2d", "-")):
+            item = f"{name}={MASK}"
+        parts.append(item)
+    return "&".join(parts)
+
+
+def redact_url(url: str | None) -> str | None:
+    """`url` without its secrets (module docstring); None and URL-less text pass unchanged.
+    A `user:password@host` without a scheme loses its userinfo too."""
+    if not url:
+        return url
+    match = _SCHEME.match(url)
+    scheme, rest = (match.group(1), match.group(2)) if match else ("", url)
+    end = _userinfo_end(rest)
+    if end >= 0 and (scheme or ":" in rest[:end]):
+        rest = f"{MASK}@{rest[end + 1:]}"
+    if "?" in rest:
+        base, _, query = rest.partition("?")
+        query, hash_, fragment = query.partition("#")
+        rest = f"{base}?{_redact_query(query)}{hash_}{fragment}"
+    return scheme + rest
+
+
+def redact_text(text: str) -> str:
+    """`text` with every URL in it redacted (`redact_url`)."""
+    if "://" not in text:
+        return text
+    return _URL.sub(lambda m: redact_url(m.group(0)) or "", text)
