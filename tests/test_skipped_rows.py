@@ -30,16 +30,63 @@ def test_rule_skips_rows_without_needed_columns_and_keeps_real_failures():
 def test_bartscore_and_ctrleval_declare_what_they_need(tiny_models):
     bart = build_metric("bartscore", {"model": tiny_models["bart"], "directions": ["s_h", "h_r"]})
     assert bart.applies_columns() == ("source", "references")
-    row = {"id": "x", "text": "a summary .", "source": "a source .", "references": []}
-    assert bart.score_rows([row])[0]["skipped"] == "no references"
-    row["references"] = ["a reference ."]
-    row["source"] = "   "  # present but blank: an error, not a skip
+    assert bart.score_needs() == {"bartscore_s_h": ("source",), "bartscore_h_r": ("references",)}
+    row = {"id": "x", "text": "a summary .", "source": None, "references": []}
+    assert bart.score_rows([row])[0]["skipped"] == "s_h: no source; h_r: no references"  # no score at all
+    row.update(source="   ", references=["a reference ."])  # present but blank: an error, not a skip
     result = bart.score_rows([row])[0]
     assert result["skipped"] is None and result["error"] == "empty field 'source'"
     ctrl = build_metric("ctrleval", {"model": tiny_models["pegasus"], "iwf": tiny_models["iwf"], "aspects": ["coherence", "consistency"]})
     assert ctrl.applies_columns() == ("prefix",)
+    assert ctrl.score_needs() == {"ctrleval_coherence": (), "ctrleval_consistency": ("prefix",)}
     info = describe_metric("bartscore")
     assert "source" in info.needs and "references" in info.needs
+    assert info.columns_by_score["s_h"] == ["text", "source"] and info.columns_by_score["f"] == ["text", "references"]
+    assert describe_metric("ctrleval").columns_by_score == {
+        "coherence": ["text"], "consistency": ["text", "prefix"], "relevance": ["text", "attribute"]}
+
+
+@pytest.mark.parametrize("references", [None, []])
+def test_a_sourced_row_without_references_gets_its_s_h_score(tiny_models, references):
+    """Each direction applies on its own: s->h needs the source only, so a row without
+    references still gets it, equal to what `directions: [s_h]` alone gives, and `skipped`
+    names only the directions it lacked; the two halves (prepare, score_prepared) agree."""
+    both = build_metric("bartscore", {"model": tiny_models["bart"], "directions": ["s_h", "r_h", "h_r", "f"]})
+    alone = build_metric("bartscore", {"model": tiny_models["bart"], "directions": ["s_h"]})
+    rows = [{"id": "a", "text": "the cat sat on the mat .", "source": "a cat sat on a mat today .", "references": references},
+            {"id": "b", "text": "the cat sat on the mat .", "source": None, "references": ["a cat was on the mat ."]},
+            {"id": "c", "text": "the cat sat on the mat .", "source": "a cat sat on a mat today .",
+             "references": ["a cat was on the mat ."]}]
+    expected = alone.score_rows([rows[0]])[0]["bartscore_s_h"]
+    got = both.score_rows(rows)
+    assert got[0]["bartscore_s_h"] == expected and got[0]["error"] is None
+    assert (got[0]["bartscore_r_h"], got[0]["bartscore_h_r"], got[0]["bartscore_f"]) == (None, None, None)
+    assert got[0]["skipped"] == "r_h, h_r, f: no references"
+    assert got[1]["bartscore_s_h"] is None and got[1]["skipped"] == "s_h: no source"
+    assert got[1]["bartscore_r_h"] == got[2]["bartscore_r_h"] and got[1]["bartscore_f"] == got[2]["bartscore_f"]
+    assert got[2]["skipped"] is None and got[2]["bartscore_s_h"] == expected
+    table, reasons = both.prepare_rows(rows)
+    assert reasons == [None, None, None]
+    halves = both.score_prepared_rows(table)
+    for whole, half in zip(got, halves):
+        assert {k: half[k] for k in whole} == whole
+
+
+def test_a_row_without_a_prefix_gets_its_coherence_score(tiny_models):
+    """CTRLEval per aspect: coherence reads the text alone, so a row without a prefix gets it
+    (equal to `aspects: [coherence]` alone); consistency is left out and named."""
+    params = {"model": tiny_models["pegasus"], "iwf": tiny_models["iwf"]}
+    both = build_metric("ctrleval", {**params, "aspects": ["coherence", "consistency"]})
+    alone = build_metric("ctrleval", {**params, "aspects": ["coherence"]})
+    text = "The food was good. I liked it a lot."
+    rows = [{"id": "a", "text": text, "prefix": None}, {"id": "b", "text": text, "prefix": "The food"}]
+    got = both.score_rows(rows)
+    expected = alone.score_rows(rows[:1])[0]["ctrleval_coherence"]
+    assert got[0]["ctrleval_coherence"] == expected and got[0]["ctrleval_consistency"] is None
+    assert got[0]["skipped"] == "consistency: no prefix" and got[0]["error"] is None
+    assert got[1]["skipped"] is None and got[1]["ctrleval_consistency"] is not None
+    table, _ = both.prepare_rows(rows)
+    assert both.score_prepared_rows(table)[0]["ctrleval_coherence"] == expected
 
 
 def _mixed_shards(sample_corpus, folder):
