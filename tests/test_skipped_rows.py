@@ -130,13 +130,21 @@ def test_mixed_dump_scores_every_applicable_row_and_skips_the_rest(ray_local, ti
     assert error_rate_exceeded(manifest) == []  # exit 0 under the default max_error_rate
     bart, ctrl = manifest["metrics"]["bartscore"], manifest["metrics"]["ctrleval"]
     assert (bart["rows_out"], bart["rows_skipped"], bart["rows_error"]) == (16, 8, 0)
-    assert (ctrl["rows_out"], ctrl["rows_skipped"], ctrl["rows_error"]) == (16, 8, 1)
-    assert "8 skipped" in summary_line(manifest)
+    # CTRLEval coherence reads the text alone: the SummEval rows get it, consistency left out
+    assert (ctrl["rows_out"], ctrl["rows_skipped"], ctrl["rows_partial"], ctrl["rows_error"]) == (16, 0, 8, 1)
+    assert bart["skip_reasons"] == {"s_h: no source; h_r: no references": 8}
+    assert ctrl["skip_reasons"] == {"consistency: no prefix": 8}
+    line = summary_line(manifest)
+    assert "8 skipped (8 x 's_h: no source; h_r: no references')" in line
+    assert "8 with some scores left out (8 x 'consistency: no prefix')" in line
     for shard in ("mixed-0.parquet", "mixed-1.parquet"):
-        for label, column, wanted in (("bartscore", "bartscore_s_h", "summeval"), ("ctrleval", "ctrleval_coherence", "ctrleval-senti")):
+        for label, column, wanted in (("bartscore", "bartscore_s_h", "summeval"), ("ctrleval", "ctrleval_consistency", "ctrleval-senti")):
             for row in shard_rows(tmp_path / "out" / label, shard):
                 if row["dataset"] != wanted:
-                    assert row["skipped"] in ("no source", "no prefix") and row["error"] is None and row[column] is None
+                    assert row["skipped"] in ("s_h: no source; h_r: no references", "consistency: no prefix")
+                    assert row["error"] is None and row[column] is None
+                    if label == "ctrleval":
+                        assert row["ctrleval_coherence"] is not None
                 elif row["error"] is None:
                     assert row["skipped"] is None and row[column] is not None
                 else:  # the undecodable text of an applicable row stays an error
@@ -148,6 +156,7 @@ def test_mixed_dump_scores_every_applicable_row_and_skips_the_rest(ray_local, ti
     # a re-run reuses every part and still counts the skipped rows
     again = run_job(config)
     assert again["metrics"]["bartscore"]["rows_scored"] == 0 and again["metrics"]["bartscore"]["rows_skipped"] == 8
+    assert again["metrics"]["ctrleval"]["rows_scored"] == 0 and again["metrics"]["ctrleval"]["rows_skipped"] == 0
     assert again["metrics"]["bartscore"]["footers_read"] == 0  # the count came from the manifest's part records
 
 

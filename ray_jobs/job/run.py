@@ -127,7 +127,7 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
     # 6. manifest, last
     good = [s for s in shards if s.info.uri not in bad_uris]
     schema_notes = [
-        f"{s.info.uri} lacks column '{column}' read by metric {metric.label} (its rows get an error)"
+        f"{s.info.uri} lacks column '{column}' read by metric {metric.label} (the scores that need it are left out of its rows)"
         for metric in metrics
         for s in good
         for column in metric.read_columns
