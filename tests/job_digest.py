@@ -131,10 +131,15 @@ def _close(a: Any, b: Any, rel_tol: float) -> bool:
     return math.isclose(a, b, rel_tol=rel_tol, abs_tol=0.0)
 
 
-def demo_digest(output: pathlib.Path, models_dir: pathlib.Path, sample: pathlib.Path) -> dict[str, dict]:
+def demo_digest(output: pathlib.Path, models_dir: pathlib.Path, sample: pathlib.Path,
+                written_at: pathlib.Path | None = None) -> dict[str, dict]:
     """`output_digest` of the demo's output folder (`python -m ctgscore.demo -o output --cache
-    models_dir` on `sample`), with its run-dependent roots replaced."""
-    return output_digest(output, {str(sample.resolve()): "<input>", str(models_dir): "<models>"})
+    models_dir` on `sample`), with its run-dependent roots replaced; `written_at`: the folder
+    the job wrote, when `output` is a copy of it (its manifest names the original)."""
+    roots = {str(sample.resolve()): "<input>", str(models_dir): "<models>"}
+    if written_at is not None:
+        roots = {str(written_at): "<output>", **roots}
+    return output_digest(output, roots)
 
 
 if __name__ == "__main__":  # record anew, after a deliberate change: python -m tests.job_digest

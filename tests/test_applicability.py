@@ -92,5 +92,7 @@ def test_renaming_an_input_reuses_its_scores_by_content(ray_local, sample_corpus
     assert "0 scored, 20 reused" in line and "reused their scores by content" in line
     assert str(tmp_path / "out" / "text_stats" / "old") in line and "--prune" in line
     pruned = run_job(config(prune=True))
-    assert pruned["metrics"]["text_stats"]["rows_scored"] == 0 and not (tmp_path / "out" / "text_stats" / "old").exists()
+    report = pruned["metrics"]["text_stats"]
+    assert report["rows_scored"] == 0 and report["orphaned_outputs"] == [] and len(report["pruned_outputs"]) == 1
+    assert not list((tmp_path / "out" / "text_stats" / "old").glob("*.parquet"))
     assert len(shard_rows(tmp_path / "out" / "text_stats", "new.parquet")) == 20

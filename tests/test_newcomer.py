@@ -162,7 +162,7 @@ def test_job_digest_tolerates_other_float_kernels_only(demo_run, tmp_path, relat
     recorded = json.loads(RECORDED_DIGEST.read_text())
     copy = _perturbed_copy(demo_run.output, tmp_path / "demo", relative)
     assert (copy / "bartscore").exists() and not (copy / "bartscore").samefile(demo_run.output / "bartscore")
-    problems = compare(demo_digest(copy, REPO / ".cache" / "tiny-models", REPO / "data" / "sample"), recorded)
+    problems = compare(demo_digest(copy, REPO / ".cache" / "tiny-models", REPO / "data" / "sample", demo_run.output), recorded)
     if same:
         assert problems == []
     else:
