@@ -13,7 +13,13 @@ everything else exact. So each file contributes two things:
   order, ids, errors, skip reasons, signatures (the tiny models' digests among them) and
   counts are compared exactly;
 * `scores`: the non-null score values per file and column, in row order, compared within
-  `REL_TOL` (`compare`).
+  `REL_TOL` (`compare`); perplexity as its logarithm, the mean NLL the model computes (exp()
+  multiplies float32 rounding in the NLL by the NLL itself: ~9.5 nats here).
+
+Measured on this repository's demo (AMD EPYC, AVX-512 kernels against torch's scalar kernels,
+`ATEN_CPU_CAPABILITY=default`, same torch): 975 of 2,440 score values differ in their bits;
+the largest relative differences are 6.2e-7 (BARTScore s->h), 3.5e-7 (CTRLEval), 3.3e-7 (log
+perplexity; 3.1e-6 on perplexity itself); BLEU and text_stats agree bit for bit.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import pyarrow.parquet as pq
 from scoring.schema import is_score_column
 
 REL_TOL = 1e-6  # scores across machines: float kernels differ in the last bits, never by this much
+LOG_SPACE_COLUMNS = ("perplexity",)  # compared as log(value): exp(mean NLL) amplifies the NLL's rounding
 # manifest keys whose values depend on the run, not on what was computed
 RUN_DEPENDENT = {"started_at", "finished_at", "wall_s", "rows_per_s", "steady_rows_per_s", "requests", "storage",
                  "described_on", "manifest", "ray", "mtime"}
@@ -118,16 +125,19 @@ def compare(got: dict[str, dict], recorded: dict[str, dict], rel_tol: float = RE
             if a is None or b is None or len(a) != len(b):
                 problems.append(f"{name}: column {column} has other rows")
                 continue
-            far = [i for i, (x, y) in enumerate(zip(a, b)) if not _close(x, y, rel_tol)]
+            log = column in LOG_SPACE_COLUMNS
+            far = [i for i, (x, y) in enumerate(zip(a, b)) if not _close(x, y, rel_tol, log)]
             if far:
                 i = far[0]
                 problems.append(f"{name}: {column}: {len(far)} value(s) beyond {rel_tol:g} relative (row {i}: {a[i]!r} vs {b[i]!r})")
     return problems
 
 
-def _close(a: Any, b: Any, rel_tol: float) -> bool:
+def _close(a: Any, b: Any, rel_tol: float, log: bool = False) -> bool:
     if isinstance(a, str) or isinstance(b, str):
         return a == b  # "nan" only equals "nan"
+    if log and a > 0 and b > 0:
+        a, b = math.log(a), math.log(b)
     return math.isclose(a, b, rel_tol=rel_tol, abs_tol=0.0)
 
 

@@ -89,10 +89,16 @@ def test_renaming_an_input_reuses_its_scores_by_content(ray_local, sample_corpus
         assert report["orphaned_outputs"] == [str(tmp_path / "out" / label / "old")]
         assert shard_rows(tmp_path / "out" / label, "new.parquet") == shard_rows(tmp_path / "out" / label, "old.parquet")
     line = summary_line(again)
-    assert "0 scored, 20 reused" in line and "reused their scores by content" in line
+    assert "0 scored, 20 reused" in line and "reused the scores of the same content" in line
     assert str(tmp_path / "out" / "text_stats" / "old") in line and "--prune" in line
     pruned = run_job(config(prune=True))
     report = pruned["metrics"]["text_stats"]
     assert report["rows_scored"] == 0 and report["orphaned_outputs"] == [] and len(report["pruned_outputs"]) == 1
     assert not list((tmp_path / "out" / "text_stats" / "old").glob("*.parquet"))
+    # a copy of a present input: its scores come from the original's folder, nothing is orphaned
+    (folder / "copy.parquet").write_bytes((folder / "new.parquet").read_bytes())
+    copied = run_job(config())["metrics"]["bleu"]
+    assert (copied["rows_scored"], copied["rows_cached"], copied["rows_out"]) == (0, 40, 40)
+    assert copied["reused_by_content"] == {"copy.parquet": str(tmp_path / "out" / "bleu" / "new")}
+    assert copied["orphaned_outputs"] == []
     assert len(shard_rows(tmp_path / "out" / "text_stats", "new.parquet")) == 20

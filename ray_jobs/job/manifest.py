@@ -144,7 +144,7 @@ def summary_line(manifest: dict[str, Any]) -> str:
     reused = {rel: folder for report in manifest["metrics"].values()
               for rel, folder in (report.get("reused_by_content") or {}).items()}
     if reused:
-        notes.append(f"{len(reused)} renamed shard(s) reused their scores by content: "
+        notes.append(f"{len(reused)} new shard name(s) reused the scores of the same content (renamed or copied): "
                      + ", ".join(f"{rel} from {folder}" for rel, folder in sorted(reused.items())[:5]))
     orphaned = sorted({uri for report in manifest["metrics"].values() for uri in report.get("orphaned_outputs", [])})
     if orphaned:

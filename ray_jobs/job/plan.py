@@ -10,9 +10,10 @@ Parquet footers the manifest does not vouch for (`docs/job.md`, "Planning from t
   records with the listed name, size and etag is known without a read; others' footers are
   read in parallel;
 * reuse by content: a shard with no output of its own whose bytes (etag and size, so the same
-  part names) some vanished shard's complete parts were scored from, by this signature (a
-  renamed input), gets those parts copied under its own folder and kept: none of its rows is
-  scored again. The old folder stays, reported as orphaned, until `prune: true` removes it.
+  part names) another shard's complete parts were scored from, by this signature (a renamed
+  or copied input), gets those parts copied under its own folder and kept: none of its rows is
+  scored again. A renamed input's old folder stays, reported as orphaned, until `prune: true`
+  removes it.
 """
 
 from __future__ import annotations
@@ -147,23 +148,24 @@ def plan_metric(
     for shard in shards:
         files = [listed.uri for listed in files_by_stem.get(layout.shard_stem(shard.rel), [])]
         plan.shards[shard.rel] = _plan_shard(config.part_rows, metric.digest, shard, files, footers)
-    _reuse_by_content(out_fs, config, plan, files_by_stem, recorded)
+    _reuse_by_content(out_fs, config, plan, files_by_stem, recorded, footers)
     return plan
 
 
-def _reuse_by_content(out_fs, config: JobConfig, plan: MetricPlan, files_by_stem, recorded) -> None:
+def _reuse_by_content(out_fs, config: JobConfig, plan: MetricPlan, files_by_stem, recorded, known) -> None:
     """Reuse by content (module docstring): for each shard without output of its own, the
-    complete parts of a vanished shard with the same bytes (the same version in their names,
-    footers of the same etag, size and signature) are copied under the shard's folder, then
-    planned as its own (kept; only rows no such part covers are scored)."""
+    complete parts of another shard's folder (a vanished one: a renamed input; or a present
+    one: a copy) with the same bytes (the same version in their names, footers of the same
+    etag, size and signature) are copied under the shard's folder, then planned as its own
+    (kept; only rows no such part covers are scored). `known`: footers already read."""
     metric = plan.metric
     wanting = [p for p in plan.shards.values()
                if p.shard.num_rows and not files_by_stem.get(layout.shard_stem(p.shard.rel))]
-    if not wanting or not plan.outside:
+    if not wanting:
         return
     by_version: dict[str, list[tuple[str, listing.ListedFile, layout.PartName]]] = {}
-    for stem in plan.outside:
-        for listed in files_by_stem.get(stem, []):
+    for stem, files in files_by_stem.items():
+        for listed in files:
             part = layout.parse_part(listed.uri.rsplit("/", 1)[-1])
             if part is not None:
                 by_version.setdefault(part.version, []).append((stem, listed, part))
@@ -175,7 +177,7 @@ def _reuse_by_content(out_fs, config: JobConfig, plan: MetricPlan, files_by_stem
         footers: dict[str, Any] = {}
         unknown = []
         for stem, listed, _part in candidates:
-            footer = _recorded_footer(recorded.get(stem + ".parquet"), listed, stem + ".parquet", metric.digest)
+            footer = known.get(listed.uri) or _recorded_footer(recorded.get(stem + ".parquet"), listed, stem + ".parquet", metric.digest)
             if footer is None:
                 unknown.append(listed)
             else:
@@ -183,7 +185,7 @@ def _reuse_by_content(out_fs, config: JobConfig, plan: MetricPlan, files_by_stem
         read = parallel.map_bounded(lambda listed: reads.read_footer_metadata(out_fs, listed.uri, listed.size), unknown)
         footers.update(zip((listed.uri for listed in unknown), read))
         plan.footers_read += len(unknown)
-        for stem in dict.fromkeys(stem for stem, _, _ in candidates):  # the first vanished folder that covers rows
+        for stem in dict.fromkeys(stem for stem, _, _ in candidates):  # the first folder whose parts cover rows
             files = [listed.uri for s, listed, _ in candidates if s == stem]
             found = _plan_shard(config.part_rows, metric.digest, shard, files, footers)
             if not found.kept:
