@@ -102,3 +102,12 @@ def test_renaming_an_input_reuses_its_scores_by_content(ray_local, sample_corpus
     assert copied["reused_by_content"] == {"copy.parquet": str(tmp_path / "out" / "bleu" / "new")}
     assert copied["orphaned_outputs"] == []
     assert len(shard_rows(tmp_path / "out" / "text_stats", "new.parquet")) == 20
+
+
+def test_metrics_lists_the_columns_of_each_direction_and_aspect(cli):
+    proc = cli(["metrics", "bartscore", "ctrleval"])
+    assert proc.returncode == 0, proc.stderr
+    lines = [line.split() for line in proc.stdout.splitlines()]
+    assert ["s_h", "text,", "source"] in lines and ["h_r", "text,", "references"] in lines
+    assert ["coherence", "text"] in lines and ["relevance", "text,", "attribute"] in lines
+    assert "reads: text, source, references" in proc.stdout  # no longer `text` alone

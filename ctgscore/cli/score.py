@@ -1,7 +1,9 @@
 """`ctgscore score`: score a local Parquet file (or folder) in this process with one metric.
 
 Rows out == rows in: each output row has the carried columns, the metric's score columns,
-`error`, `warning`, `signature` and `row_key` (docs/schema.md).
+`error`, `warning`, `skipped`, `signature` and `row_key` (docs/schema.md). The summary line
+gives the counts and each score column's mean over the rows that have it; a metric that applies
+to no row of the file is a usage error (exit 2, `scoring.applicability`).
 """
 
 from __future__ import annotations
