@@ -179,7 +179,7 @@ def test_job_with_the_cpu_stage_writes_the_same_parts(ray_local, tiny_models, sa
     rows = pq.read_table(sample_corpus / "summeval-00000.parquet").to_pylist()[:24]
     rows[1]["text"] = None  # invalid
     rows[2]["references"] = ["fine", " "]  # invalid for BARTScore (blank reference)
-    rows[3]["references"] = []  # no references: skipped by BARTScore
+    rows[3]["references"] = []  # no references: BARTScore's s->h only
     rows[4]["text"] = "Three short words"  # under min_words for perplexity
     (tmp_path / "in").mkdir()
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "in" / "summeval.parquet")
@@ -197,7 +197,8 @@ def test_job_with_the_cpu_stage_writes_the_same_parts(ray_local, tiny_models, sa
                 assert have[column] == expected[column], (spec.label, row["id"], column)
             assert have["row_key"] == metric.row_key(row)
     bart_rows = shard_rows(tmp_path / "out" / "bartscore", "summeval.parquet")
-    assert bart_rows[1]["error"] == "null field 'text'" and bart_rows[3]["skipped"] == "no references"
+    assert bart_rows[1]["error"] == "null field 'text'" and bart_rows[3]["skipped"] == "r_h, h_r, f: no references"
+    assert bart_rows[3]["bartscore_s_h"] is not None and bart_rows[3]["bartscore_r_h"] is None
     assert bart_rows[2]["error"] == "empty or null reference in 'references'"
 
     # the stage boundary: read_unit's payload in, int32 id columns out

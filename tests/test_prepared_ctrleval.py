@@ -219,7 +219,7 @@ def test_job_routes_ctrleval_through_the_cpu_stage(ray_local, tiny_models, sampl
     rows = pq.read_table(sample_corpus / "ctrleval_senti-00000.parquet", columns=columns).to_pylist()[:12]
     rows[1]["text"] = "Not how it starts. At all."  # does not start with its prefix
     rows[2]["attribute"] = "nonsense"  # not a verbaliser label
-    rows[3]["prefix"] = None  # no prefix: skipped
+    rows[3]["prefix"] = None  # no prefix: consistency left out, coherence and relevance scored
     rows[4]["text"] = " "  # invalid
     (tmp_path / "in").mkdir()
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "in" / "senti.parquet")
@@ -251,7 +251,8 @@ def test_job_routes_ctrleval_through_the_cpu_stage(ray_local, tiny_models, sampl
             assert have[column] == expected[column], (row["id"], column)
         assert have["row_key"] == metric.row_key(row)
     assert "does not start with its prefix" in got[1]["error"] and "not one of the verbaliser labels" in got[2]["error"]
-    assert got[3]["skipped"] == "no prefix" and got[4]["error"] == "empty field 'text'"
+    assert got[3]["skipped"] == "consistency: no prefix" and got[4]["error"] == "empty field 'text'"
+    assert got[3]["ctrleval_consistency"] is None and None not in (got[3]["ctrleval_coherence"], got[3]["ctrleval_relevance"])
     assert all(got[i]["error"] is None and got[i]["ctrleval_relevance"] is not None for i in (0, *range(5, 12)))
 
     # the stage boundary: read_unit's payload in, CTRLEval's id columns out
