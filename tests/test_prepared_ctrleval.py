@@ -264,5 +264,5 @@ def test_job_routes_ctrleval_through_the_cpu_stage(ray_local, tiny_models, sampl
     ids, meta = read_prepared(out.column(prepare.prepared_column(spec.label))[0].as_py())
     assert ids.schema.field("coherence_source_ids").type == pa.list_(IDS)
     assert ids.schema.field("relevance_label").type == pa.int32()
-    assert meta["rows"] == [0] and sorted(meta["settled"]) == ["1", "2", "3", "4"]
-    assert ids.equals(metric.prepare([rows[0]]))
+    assert meta["rows"] == [0, 3] and sorted(meta["settled"]) == ["1", "2", "4"]  # row 3: no consistency
+    assert ids.equals(metric.prepare([rows[0], rows[3]]))
