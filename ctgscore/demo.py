@@ -107,9 +107,11 @@ def main(argv: list[str] | None = None) -> int:
           f"read them as one table with ctgscore.load_scores({args.output!r})")
     for label, report in manifest["metrics"].items():
         print(f"  {label:<11} {report['rows_out']:>4} rows, {report['rows_error']:>3} with an error, "
-              f"{report.get('rows_skipped', 0):>3} skipped, signature {report['signature'][:80]}")
-    print("skipped rows are rows a metric does not apply to (SummEval rows have no CTRLEval prefix, CTRLEval rows "
-          "no BARTScore source): null scores, their reason in the `skipped` column, not errors.")
+              f"{report.get('rows_skipped', 0):>3} skipped, {report.get('rows_partial', 0):>3} with some scores left out, "
+              f"signature {report['signature'][:80]}")
+    print("a row gets each score whose columns it has: CTRLEval rows have no BARTScore source or references, so "
+          "BARTScore skips them; SummEval rows get CTRLEval coherence (the text alone) but no consistency (no prefix). "
+          "What a row lacked is in its `skipped` column; skipped scores are null, not errors.")
     print(f"manifest: {manifest['manifest']}")
     problems = error_rate_exceeded(manifest)  # the exit code `ctgscore run` gives the same run
     for problem in problems:

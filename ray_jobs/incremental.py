@@ -89,11 +89,11 @@ def footer_digest(footer: tuple[int, dict[str, str]] | None) -> str | None:
 
 
 def load_row_cache(fs, uris: list[str], score_columns: tuple[str, ...]) -> "RowCache":
-    """Rows of earlier parts that scored without error: `row_key` -> score columns and
-    warning. Rows with an error are scored again (the cause may have been transient); an
+    """Rows of earlier parts that scored without error: `row_key` -> score columns, warning
+    and skipped (the scores such a row does not get). Rows with an error are scored again (the cause may have been transient); an
     unreadable or vanished old part is just not reused."""
     cache = RowCache(None, score_columns)
-    columns = ["row_key", *score_columns, "warning", "error"]
+    columns = ["row_key", *score_columns, "warning", "skipped", "error"]
     for uri in uris:
         try:
             table = reads.read_table(fs, uri, columns=columns)
@@ -114,7 +114,8 @@ class RowCache:
 
     def add(self, table: pa.Table) -> None:
         keys = table.column("row_key").to_pylist()
-        values = {column: table.column(column).to_pylist() for column in (*self.score_columns, "warning")}
+        names = (*self.score_columns, "warning", *(["skipped"] if "skipped" in table.column_names else []))
+        values = {column: table.column(column).to_pylist() for column in names}
         for index, key in enumerate(keys):
             self.rows[key] = {column: values[column][index] for column in values}
 

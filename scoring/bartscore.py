@@ -39,8 +39,11 @@ from scoring.text_encoding import encode_ragged, encode_texts, id_lists, read_li
 if TYPE_CHECKING:
     import pyarrow as pa
 
-VERSION = "1.1"
+VERSION = "1.2"  # 1.2: a row gets each direction whose columns it has
 DIRECTIONS = ("s_h", "r_h", "h_r", "f")
+# what each direction reads: s->h the source, the others the references (F: both r->h and h->r)
+DIRECTION_INPUTS = {"s_h": ("text", "source"), "r_h": ("text", "references"), "h_r": ("text", "references"),
+                    "f": ("text", "references")}
 AGGREGATES = {"mean": statistics.fmean, "max": max}
 F_REFERENCE = ("per_reference", "per_direction")
 PROMPT_ORDER = ("references_first", "prompts_first")
@@ -261,6 +264,7 @@ class BARTScoreMetric(RowMetric):
 
     name = "bartscore"
     needs = "text; source for s_h; references for r_h, h_r, f"
+    score_inputs = DIRECTION_INPUTS
 
     def __init__(
         self,
@@ -310,6 +314,10 @@ class BARTScoreMetric(RowMetric):
         self.required_columns = ("text",) + (("source",) if "s_h" in directions else ()) + (("references",) if needs_references else ())
         self.output_columns = tuple(f"bartscore_{d}" for d in directions)
 
+    def score_needs(self) -> dict[str, tuple[str, ...]]:
+        """s_h needs `source`; r_h, h_r and F need `references` (`DIRECTION_INPUTS`)."""
+        return {f"bartscore_{d}": tuple(c for c in DIRECTION_INPUTS[d] if c != "text") for d in self.directions}
+
     def signature(self) -> Signature:
         params = {
             **self.scorer.signature_params(),
@@ -326,7 +334,7 @@ class BARTScoreMetric(RowMetric):
 
     def validate(self, row: dict[str, Any]) -> str | None:
         reason = super().validate(row)
-        if reason is None and "references" in self.required_columns:
+        if reason is None and "references" in self.checked_columns(row):
             references = list(row["references"])
             if any(not isinstance(r, str) or not r.strip() for r in references):
                 return "empty or null reference in 'references'"
@@ -339,9 +347,12 @@ class BARTScoreMetric(RowMetric):
         return [group for group, directions in wanted.items() if any(d in self.directions for d in directions)]
 
     def _entries(self, group: str, source: str | None, text: str, references: list[str] | None) -> list[tuple[str, list[str]]]:
-        """(encoder text, decoder texts) of one row in one pass, before prompting."""
+        """(encoder text, decoder texts) of one row in one pass, before prompting; none when
+        the row lacks the pass's input (its direction is left out for that row)."""
         if group == "s_h":
-            return [(source, [text])]
+            return [] if source is None else [(source, [text])]
+        if not references:
+            return []
         if group == "r_h":
             return [(reference, [text]) for reference in references]
         return [(text, references)]
@@ -357,13 +368,15 @@ class BARTScoreMetric(RowMetric):
     def prepare(self, rows: Sequence[dict[str, Any]]) -> "pa.Table":
         """Per row and pass (`<pass>_source_ids`, `<pass>_target_ids`, `list<list<int32>>`):
         the token ids of every (source, target) pair the row is scored on, in the order
-        (entry, target, prompt), and `truncated` when any of them was cut to `max_length`."""
+        (entry, target, prompt) (no pairs where the row lacks the pass's input), `truncated`
+        when any of them was cut to `max_length`, and `skipped` (`RowMetric.partial_reason`)."""
         import pyarrow as pa
 
         clean = self._clean or (lambda text: text)
         texts = [clean(row["text"]) for row in rows]
-        sources = [clean(row["source"]) for row in rows] if "s_h" in self.directions else [None] * len(rows)
-        references = ([[clean(r) for r in row["references"]] for row in rows] if "references" in self.required_columns
+        sources = ([None if row.get("source") is None else clean(row["source"]) for row in rows] if "s_h" in self.directions
+                   else [None] * len(rows))
+        references = ([[clean(r) for r in row.get("references") or []] for row in rows] if "references" in self.required_columns
                       else [None] * len(rows))
         columns: dict[str, pa.Array] = {}
         truncated = np.zeros(len(rows), dtype=bool)
@@ -387,6 +400,7 @@ class BARTScoreMetric(RowMetric):
             columns[f"{group}_source_ids"] = id_lists(source_values, source_offsets, row_offsets)
             columns[f"{group}_target_ids"] = id_lists(target_values, target_offsets, row_offsets)
         columns["truncated"] = pa.array(truncated, type=pa.bool_())
+        columns["skipped"] = pa.array([self.partial_reason(row) for row in rows], type=pa.string())
         return pa.table(columns)
 
     def score_prepared(self, table: "pa.Table") -> list[dict[str, Any]]:
@@ -401,7 +415,8 @@ class BARTScoreMetric(RowMetric):
         results: list[dict[str, Any]] = [{} for _ in range(table.num_rows)]
         if "s_h" in passes:
             for i, row_scores in enumerate(passes["s_h"]):
-                results[i]["bartscore_s_h"] = statistics.fmean(row_scores[0])
+                if row_scores:  # none: the row has no source
+                    results[i]["bartscore_s_h"] = statistics.fmean(row_scores[0])
         if "references" in self.required_columns:
             precision = passes.get("r_h", [[] for _ in results])  # [row][reference][prompt], score(r -> y)
             recall = passes.get("h_r", [[] for _ in results])  # [row][reference][prompt], score(y -> r)
@@ -410,12 +425,16 @@ class BARTScoreMetric(RowMetric):
                     result["bartscore_r_h"] = self._reduce(precision[i])
                 if recall[i]:
                     result["bartscore_h_r"] = self._reduce(recall[i])
-                if "f" in self.directions:
+                if "f" in self.directions and precision[i] and recall[i]:
                     if self.f_reference == "per_direction":
                         result["bartscore_f"] = (result["bartscore_r_h"] + result["bartscore_h_r"]) / 2
                     else:
                         averaged = [[(p + r) / 2 for p, r in zip(ps, rs)] for ps, rs in zip(precision[i], recall[i])]
                         result["bartscore_f"] = self._reduce(averaged)
+        skipped = table.column("skipped").to_pylist() if "skipped" in table.column_names else [None] * len(results)
+        for result, reason in zip(results, skipped):
+            if reason is not None:
+                result["skipped"] = reason
         return self._finish(results, table.column("truncated").to_pylist())
 
     def _reduce(self, per_reference: list[list[float]]) -> float:

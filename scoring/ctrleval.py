@@ -58,8 +58,10 @@ from scoring.text_encoding import TOKENIZATION_STYLES, encode_ragged, id_lists, 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-VERSION = "1.1"
+VERSION = "1.2"  # 1.2: a row gets each aspect whose columns it has
 MASK = "<mask_1>"
+# what each aspect reads: coherence the text alone, consistency the prefix, relevance the control label
+ASPECT_INPUTS = {"coherence": ("text",), "consistency": ("text", "prefix"), "relevance": ("text", "attribute")}
 ASPECTS = {"coherence": "coherence", "coh": "coherence", "consistency": "consistency", "cons": "consistency",
            "relevance": "relevance", "rel": "relevance", "ar": "relevance"}
 
@@ -142,6 +144,19 @@ class Evaluators:
         if self.labels is not None:
             columns[f"{aspect}_label"] = pa.array(self.labels, type=pa.int32())
         return columns
+
+    def spread(self, owners: Sequence[int], count: int) -> "Evaluators":
+        """These evaluators (of the texts `owners`, in order) as the evaluators of `count` texts:
+        every other text has none (an aspect the row lacks a column for)."""
+        rows = np.zeros(count, dtype=np.int64)
+        rows[np.asarray(owners, dtype=np.int64)] = np.diff(self.bounds)
+        truncated = np.zeros(count, dtype=bool)
+        truncated[np.asarray(owners, dtype=np.int64)] = self.truncated
+        labels = None
+        if self.labels is not None:
+            labels = np.full(count, -1, dtype=np.int64)
+            labels[np.asarray(owners, dtype=np.int64)] = self.labels
+        return Evaluators(self.sources, self.targets, _bounds(rows), truncated, self.weights, labels)
 
     @classmethod
     def from_table(cls, table: "pa.Table", aspect: str) -> "Evaluators":
@@ -417,6 +432,7 @@ class CTRLEvalMetric(RowMetric):
 
     name = "ctrleval"
     needs = "text; prefix for consistency; attribute for relevance"
+    score_inputs = ASPECT_INPUTS
 
     def __init__(
         self,
@@ -459,6 +475,10 @@ class CTRLEvalMetric(RowMetric):
             ("attribute",) if "relevance" in self.aspects else ())
         self.output_columns = tuple(f"ctrleval_{a}" for a in self.aspects)
 
+    def score_needs(self) -> dict[str, tuple[str, ...]]:
+        """Coherence needs the text only, consistency `prefix`, relevance `attribute`."""
+        return {f"ctrleval_{a}": tuple(c for c in ASPECT_INPUTS[a] if c != "text") for a in self.aspects}
+
     def signature(self) -> Signature:
         return Signature(self.name, VERSION, {**self.scorer.signature_params(), "aspects": list(self.aspects)})
 
@@ -478,17 +498,27 @@ class CTRLEvalMetric(RowMetric):
         `<aspect>_weights` (`list<float64>`, NISF per evaluator); for relevance
         `relevance_label` (`int32`, the row's label among the verbaliser labels; the label
         word ids are the scorer's own). Then `truncated` (`bool`): any of the row's ids were
-        cut to `max_length`. A row that cannot be scored (no sentences, a text not starting
-        with its prefix, an unknown label) raises RowError, in aspect order."""
+        cut to `max_length`, and `skipped` (`RowMetric.partial_reason`). A row lacking an
+        aspect's column has no evaluators of that aspect. A row that cannot be scored (no
+        sentences, a text not starting with its prefix, an unknown label) raises RowError, in
+        aspect order."""
         import pyarrow as pa
 
         columns: dict[str, pa.Array] = {}
         truncated = np.zeros(len(rows), dtype=bool)
+        lacking = [self.lacking(row) for row in rows]
         for aspect in self.aspects:
-            evaluators = self._evaluators_of(aspect, rows)
+            owners = [i for i, missing in enumerate(lacking) if f"ctrleval_{aspect}" not in missing]
+            try:
+                evaluators = self._evaluators_of(aspect, [rows[i] for i in owners])
+            except RowError as exc:
+                raise RowError(owners[exc.row_index], exc.reason) from None
+            if len(owners) != len(rows):
+                evaluators = evaluators.spread(owners, len(rows))
             columns.update(evaluators.columns(aspect))
             truncated |= evaluators.truncated
         columns["truncated"] = pa.array(truncated, type=pa.bool_())
+        columns["skipped"] = pa.array([self.partial_reason(row) for row in rows], type=pa.string())
         return pa.table(columns)
 
     def score_prepared(self, table: "pa.Table") -> list[dict[str, Any]]:
@@ -496,10 +526,21 @@ class CTRLEvalMetric(RowMetric):
         results: list[dict[str, Any]] = [{} for _ in range(table.num_rows)]
         if not results:
             return results
+        import pyarrow.compute as pc
+
         self.scorer.engine.max_batch_items = None
         for aspect in self.aspects:
-            for result, value in zip(results, self.scorer.aspect_scores(aspect, Evaluators.from_table(table, aspect))):
-                result[f"ctrleval_{aspect}"] = value
+            counts = pc.list_value_length(table.column(f"{aspect}_source_ids")).to_numpy(zero_copy_only=False)
+            owners = np.flatnonzero(counts > 0)  # rows with no evaluators of this aspect lack its column
+            if len(owners) == 0:
+                continue
+            part = table if len(owners) == table.num_rows else table.take(owners)
+            for i, value in zip(owners, self.scorer.aspect_scores(aspect, Evaluators.from_table(part, aspect))):
+                results[i][f"ctrleval_{aspect}"] = value
+        skipped = table.column("skipped").to_pylist() if "skipped" in table.column_names else [None] * len(results)
+        for result, reason in zip(results, skipped):
+            if reason is not None:
+                result["skipped"] = reason
         for result, flag in zip(results, table.column("truncated").to_pylist()):
             if flag:
                 result["warning"] = f"truncated to max_length={self.scorer.max_length} tokens"

@@ -12,12 +12,16 @@ per row, the device side turns that table into results. Their `score_valid(rows)
 `score_prepared(prepare(rows))`, so every caller takes the one path; the Ray job runs the two
 halves in different stages (CPU tasks, then the metric's actors).
 
-The skipped-row rule: a metric applies to a row when every column it needs besides `text`
-(`applies_columns`: BARTScore's `source`/`references`, CTRLEval's `prefix`/`attribute`, ...) is
-present and not null (a list: not empty). A row it does not apply to (a CTRLEval row in a
-summarisation metric's input, say) gets null scores, a null `error` and a `skipped` reason
-("no references"); error-rate checks count errors only. A failure on a row the metric applies
-to (undecodable bytes, an empty text, a blank source) stays an `error`.
+The skipped-row rule, per score: each score column needs some columns besides `text`
+(`score_needs`: BARTScore's `source` for s_h and `references` for r_h, h_r and F, CTRLEval's
+`prefix` for consistency and `attribute` for relevance; by default every score needs all of
+`applies_columns`). A row gets every score whose columns it has, present and not null (a list:
+not empty). A score it lacks a column for is null, and `skipped` names what each such score
+lacked ("r_h, h_r: no references"). A row that gets no score at all (a CTRLEval row in a
+summarisation metric's input, say) is skipped: null scores, a null `error` and a `skipped`
+reason ("no references" when every score lacks the same column); error-rate checks count
+errors only. A failure on a row the metric applies to (undecodable bytes, an empty text, a
+blank source) stays an `error`.
 """
 
 from __future__ import annotations
@@ -60,6 +64,9 @@ class RowMetric(ABC):
     # per-cell caps checked before `validate` or any tokeniser (`check_row`); they decide which
     # rows are refused, never a number, so they are not part of the signature
     row_limits: RowLimits = RowLimits()
+    # per direction or aspect, the columns its score reads (class level, so `ctgscore metrics`
+    # lists them without building the metric); empty when every score reads the same columns
+    score_inputs: dict[str, tuple[str, ...]] = {}
 
     @abstractmethod
     def signature(self) -> Signature:
@@ -134,20 +141,64 @@ class RowMetric(ABC):
         `text` (every row has a text; a row without the others is another task's row)."""
         return tuple(column for column in self.required_columns if column != TEXT)
 
+    def score_needs(self) -> dict[str, tuple[str, ...]]:
+        """Per score column, the columns besides `text` a row needs for that score (module
+        docstring). Default: every score needs `applies_columns`; a metric whose directions or
+        aspects read different columns says so per score."""
+        needs = self.applies_columns()
+        return {column: needs for column in self.output_columns}
+
+    def lacking(self, row: dict[str, Any]) -> dict[str, str]:
+        """Per score column `row` cannot get, the first column it needs that the row lacks
+        (absent, null or an empty list); empty when every score applies."""
+        found: dict[str, str] = {}
+        for column, needs in self.score_needs().items():
+            missing = next((need for need in needs if is_absent(row.get(need))), None)
+            if missing is not None:
+                found[column] = missing
+        return found
+
     def missing_column(self, row: dict[str, Any]) -> str | None:
-        """The first needed column (`applies_columns`) that `row` lacks: absent, null or an
-        empty list; None when the metric applies to the row."""
-        for column in self.applies_columns():
-            value = row.get(column)
-            if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
-                return column
+        """A needed column that `row` lacks when it keeps every score from the row (the first
+        score's); None when at least one score applies."""
+        lacking = self.lacking(row)
+        if lacking and len(lacking) == len(self.score_needs()):
+            return next(iter(lacking.values()))
         return None
+
+    def score_label(self, column: str) -> str:
+        """A score column's short name in messages: its direction or aspect (`bartscore_r_h`
+        -> `r_h`)."""
+        prefix = f"{self.name}_"
+        return column[len(prefix):] if column.startswith(prefix) and column != prefix else column
+
+    def describe_lacking(self, lacking: dict[str, str]) -> str | None:
+        """`skipped` text for these left-out scores: "no references" when every score lacks the
+        same column, else the scores grouped by what they lack ("r_h, h_r: no references")."""
+        if not lacking:
+            return None
+        by_column: dict[str, list[str]] = {}
+        for column, missing in lacking.items():
+            by_column.setdefault(missing, []).append(self.score_label(column))
+        if len(by_column) == 1 and len(lacking) == len(self.score_needs()):
+            return f"no {next(iter(by_column))}"
+        return "; ".join(f"{', '.join(labels)}: no {missing}" for missing, labels in by_column.items())
+
+    def partial_reason(self, row: dict[str, Any]) -> str | None:
+        """The `skipped` text of a row that gets some of its scores, naming the others and what
+        each lacked; None when it gets every score (or none: `skip_reason`)."""
+        lacking = self.lacking(row)
+        if not lacking or len(lacking) == len(self.score_needs()):
+            return None
+        return self.describe_lacking(lacking)
 
     def skip_reason(self, row: dict[str, Any]) -> str | None:
         """Why this metric does not apply to `row` ("no references"), or None when it does
         (module docstring)."""
         column = self.missing_column(row)
-        return None if column is None else f"no {column}"
+        if column is None:
+            return None
+        return self.describe_lacking(self.lacking(row)) or f"no {column}"
 
     def precheck(self, row: dict[str, Any], decode_error: str | None) -> dict[str, Any] | None:
         """The result of a row that is not to be scored, or None: skipped when the metric does
@@ -156,15 +207,25 @@ class RowMetric(ABC):
         that is null only because its bytes are bad is an error, not a skip)."""
         column = self.missing_column(row)
         if column is not None and not (decode_error or "").startswith(f"{column} "):
-            return self.skipped_result(f"no {column}")
+            return self.skipped_result(self.skip_reason(row) or f"no {column}")
         if decode_error is not None:
             return self.empty_result(decode_error)
         return None
 
+    def checked_columns(self, row: dict[str, Any]) -> tuple[str, ...]:
+        """The required columns `validate` checks on `row`: all but those only the scores the row
+        does not get need (an absent `references` is no error for a row scored on s_h)."""
+        needs = self.score_needs()
+        lacking = self.lacking(row)
+        wanted = {need for column, columns in needs.items() if column not in lacking for need in columns}
+        mentioned = {need for columns in needs.values() for need in columns}
+        return tuple(c for c in self.required_columns if c in wanted or c not in mentioned)
+
     def validate(self, row: dict[str, Any]) -> str | None:
         """Reason this row cannot be scored, or None. Default: every required column is
-        present, not null, and (for strings) not blank."""
-        for column in self.required_columns:
+        present, not null, and (for strings) not blank; a column only the scores the row does
+        not get need is not checked (`checked_columns`)."""
+        for column in self.checked_columns(row):
             if column not in row:
                 return f"missing field '{column}'"
             value = row[column]
@@ -224,6 +285,10 @@ class RowMetric(ABC):
             else:
                 valid_indices.append(index)
         self._bisect(lambda indices: self.score_valid([rows[i] for i in indices]), valid_indices, results)
+        for index in valid_indices:  # a row scored on some of its scores: what the others lacked
+            result = results[index]
+            if result is not None and result[ERROR] is None and result[SKIPPED] is None:
+                result[SKIPPED] = self.partial_reason(rows[index])
         return [result for result in results]  # type: ignore[misc]
 
     def output_schema(self, input_names) -> "pa.Schema":
@@ -289,8 +354,14 @@ class RowMetric(ABC):
                 result = {column: values.get(column) for column in self.output_columns}
                 result[ERROR] = None
                 result[WARNING] = values.get(WARNING)
-                result[SKIPPED] = None
+                result[SKIPPED] = values.get(SKIPPED)  # the scores this row does not get, and why
                 results[index] = result
+
+
+def is_absent(value: Any) -> bool:
+    """Whether a needed column's value counts as missing: null, or an empty list."""
+    return value is None or (isinstance(value, (list, tuple)) and len(value) == 0)
+
 
 def _jsonable(value: Any) -> Any:
     if hasattr(value, "tolist"):

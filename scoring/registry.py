@@ -159,6 +159,7 @@ class MetricInfo:
     needs: str = ""  # the columns a row needs for the metric to apply (others are skipped)
     outputs: list[str] = field(default_factory=list)  # score columns (may depend on params)
     params: list[ParamInfo] = field(default_factory=list)
+    columns_by_score: dict[str, list[str]] = field(default_factory=dict)  # per direction or aspect: the columns it reads
     problem: str | None = None  # a plugin that cannot be imported
 
 
@@ -183,9 +184,12 @@ def describe_metric(name: str) -> MetricInfo:
     for parameter in _init_parameters(cls):
         required = parameter.default is inspect.Parameter.empty
         params.append(ParamInfo(parameter.name, None if required else parameter.default, required, _annotation(parameter)))
+    by_score = {str(k): list(v) for k, v in (getattr(cls, "score_inputs", None) or {}).items()}
+    columns = list(getattr(cls, "required_columns", ())) + list(getattr(cls, "optional_columns", ()))
+    columns += [c for needed in by_score.values() for c in needed if c not in columns]
     return MetricInfo(
         name=name, target=target, source=source, doc=doc.split("\n\n")[0].replace("\n", " "),
-        columns=list(getattr(cls, "required_columns", ())) + list(getattr(cls, "optional_columns", ())),
+        columns=list(dict.fromkeys(columns)), columns_by_score=by_score,
         needs=getattr(cls, "needs", "") or ", ".join(getattr(cls, "required_columns", ())),
         outputs=list(getattr(cls, "output_columns", ()) or ()), params=params,
     )

@@ -254,9 +254,11 @@ def demo_run(ray_address, tmp_path_factory):
     `.cache/tiny-models/` (built there when missing, as `make demo` does; the README's examples
     read them there). Yields a namespace: `output` (its output folder; its report is
     `<output>-report/`), `proc` (the finished process), `args` and `env` (to run it again the
-    same way) and `digest` (`tests.job_digest.output_digest` per file, taken right after that
-    first run, before any test re-runs anything on the folder). One run serves the newcomer
-    tests and the job-output digest."""
+    same way), `digest` (`tests.job_digest.demo_digest`, taken right after that first run,
+    before any test re-runs anything on the folder) and `as_run` (a copy of the output folder
+    made then, for tests that rewrite it). One run serves the newcomer tests and the job-output
+    digest."""
+    import shutil
     import types
 
     from ctgscore.testing.cli import run_cli
@@ -268,7 +270,8 @@ def demo_run(ray_address, tmp_path_factory):
     proc = run_cli(args, module="ctgscore.demo", cwd=REPO_ROOT, timeout=1500, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     digest = demo_digest(output, models_dir, REPO_ROOT / "data" / "sample")
-    return types.SimpleNamespace(output=output, proc=proc, digest=digest, args=args, env=env)
+    as_run = shutil.copytree(output, output.parent / "as-run")
+    return types.SimpleNamespace(output=output, proc=proc, digest=digest, args=args, env=env, as_run=as_run)
 
 
 @pytest.fixture(scope="session")

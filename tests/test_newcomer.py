@@ -111,17 +111,61 @@ RECORDED_DIGEST = pathlib.Path(__file__).parent / "data" / "job_sample_digest.js
 def test_job_output_on_the_sample_is_unchanged(demo_run):
     """The demo's job is the sample run: its output on `data/sample` with every metric of
     `make demo` (text_stats, BLEU, perplexity, BARTScore, CTRLEval on the tiny models) is the
-    same, file for file, as the one recorded in `tests/data/job_sample_digest.json` (computed
-    before the job's stages were reorganised, and matched after): rows, schemas, footers and the
-    manifest, less its clock times and paths. Re-recorded once since, for perplexity 1.1 alone
-    (its output layer reads real positions only: values within 5e-6 relative of 1.0's, a new
-    signature); every other metric's files kept their recorded digests. It lives here, beside
-    the other tests of the one demo run, so that run happens once under `pytest -n` too. To
-    record anew after a deliberate change: `python -m tests.job_digest`."""
+    one recorded in `tests/data/job_sample_digest.json`: rows, ids, errors, skip reasons,
+    schemas, footers and the manifest (less its clock times, paths and part sizes) exactly, and
+    every score within 1e-6 relative (`tests.job_digest`: reproducible across CPUs and GPUs,
+    whose float kernels differ in the last bits; the tiny models themselves are the same bytes
+    everywhere). It lives here, beside the other tests of the one demo run, so that run happens
+    once under `pytest -n` too. To record anew after a deliberate change:
+    `python -m tests.job_digest`."""
     import json
 
-    got = demo_run.digest
+    from tests.job_digest import compare
+
     recorded = json.loads(RECORDED_DIGEST.read_text())
-    assert sorted(got) == sorted(recorded)
-    changed = [name for name in recorded if got[name] != recorded[name]]
-    assert not changed, f"output files differ from the recorded run: {changed}"
+    assert compare(demo_run.digest, recorded) == []
+
+
+def _perturbed_copy(source: pathlib.Path, target: pathlib.Path, relative: float) -> pathlib.Path:
+    """A copy of a job's output folder as another machine's float kernels would write it:
+    every score value times (1 + `relative`), every part rewritten (so its bytes and size
+    change), its footer metadata kept."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from scoring.schema import is_score_column
+
+    shutil.copytree(source, target)
+    for path in sorted(target.rglob("*.parquet")):
+        table = pq.read_table(path)
+        for field in table.schema:
+            if pa.types.is_floating(field.type) and is_score_column(field.name):
+                values = [None if v is None else v * (1 + relative) for v in table.column(field.name).to_pylist()]
+                table = table.set_column(table.schema.get_field_index(field.name), field, pa.array(values, type=field.type))
+        pq.write_table(table, path, compression="zstd")  # the schema metadata (the footer's key-values) comes along
+    return target
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("relative, same", [(1e-9, True), (1e-4, False)])
+def test_job_digest_tolerates_other_float_kernels_only(demo_run, tmp_path, relative, same):
+    """A machine whose float kernels differ: the demo's output with every score perturbed by
+    1e-9 relative (rewritten parts, other bytes and sizes) still matches the recorded digest;
+    by 1e-4 it does not, and the difference is named as a score beyond the tolerance."""
+    import json
+
+    from tests.job_digest import compare, demo_digest
+
+    recorded = json.loads(RECORDED_DIGEST.read_text())
+    copy = _perturbed_copy(demo_run.as_run, tmp_path / "demo", relative)  # the folder as the first run left it
+    part = sorted((copy / "bartscore" / "summeval-00000").glob("part-*.parquet"))[0]  # rows with scores
+    assert part.read_bytes() != (demo_run.as_run / part.relative_to(copy)).read_bytes()  # other bytes, as another machine writes
+    problems = compare(demo_digest(copy, REPO / ".cache" / "tiny-models", REPO / "data" / "sample", demo_run.output), recorded)
+    if same:
+        assert problems == []
+    else:
+        assert problems and all("beyond 1e-06 relative" in p for p in problems)
+        assert any(p.startswith("bartscore/") for p in problems) and any(p.startswith("perplexity/") for p in problems)

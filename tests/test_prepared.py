@@ -179,7 +179,7 @@ def test_job_with_the_cpu_stage_writes_the_same_parts(ray_local, tiny_models, sa
     rows = pq.read_table(sample_corpus / "summeval-00000.parquet").to_pylist()[:24]
     rows[1]["text"] = None  # invalid
     rows[2]["references"] = ["fine", " "]  # invalid for BARTScore (blank reference)
-    rows[3]["references"] = []  # no references: skipped by BARTScore
+    rows[3]["references"] = []  # no references: BARTScore's s->h only
     rows[4]["text"] = "Three short words"  # under min_words for perplexity
     (tmp_path / "in").mkdir()
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "in" / "summeval.parquet")
@@ -197,7 +197,8 @@ def test_job_with_the_cpu_stage_writes_the_same_parts(ray_local, tiny_models, sa
                 assert have[column] == expected[column], (spec.label, row["id"], column)
             assert have["row_key"] == metric.row_key(row)
     bart_rows = shard_rows(tmp_path / "out" / "bartscore", "summeval.parquet")
-    assert bart_rows[1]["error"] == "null field 'text'" and bart_rows[3]["skipped"] == "no references"
+    assert bart_rows[1]["error"] == "null field 'text'" and bart_rows[3]["skipped"] == "r_h, h_r, f: no references"
+    assert bart_rows[3]["bartscore_s_h"] is not None and bart_rows[3]["bartscore_r_h"] is None
     assert bart_rows[2]["error"] == "empty or null reference in 'references'"
 
     # the stage boundary: read_unit's payload in, int32 id columns out
@@ -213,14 +214,16 @@ def test_job_with_the_cpu_stage_writes_the_same_parts(ray_local, tiny_models, sa
     ids, meta = read_prepared(out.column(prepare.prepared_column(info.spec.label))[0].as_py())
     assert ids.schema.field("s_h_source_ids").type == pa.list_(IDS)
     assert ids.schema.field("h_r_target_ids").type == pa.list_(IDS)
-    assert meta["rows"] == [0, 4, 5, 6, 7, 8, 9] and sorted(meta["settled"]) == ["1", "2", "3"]
+    assert meta["rows"] == [0, 3, 4, 5, 6, 7, 8, 9] and sorted(meta["settled"]) == ["1", "2"]  # row 3: s->h only
     assert len(meta["keys"]) == 10
 
     # incremental: the CPU stage finds unchanged rows in the row cache, only the changed row is scored
     rows[6]["text"] = rows[6]["text"] + " And one more sentence."
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "in" / "summeval.parquet")
     again = run_job(config)
-    # every earlier result without an error is reused except the changed row's (rows 1-3 never had scores)
-    assert again["metrics"]["bartscore"]["rows_cached"] == 24 - 3 - 1
+    # every earlier result without an error is reused except the changed row's (rows 1-2 never had scores;
+    # row 3's s->h comes from the cache with what it lacked)
+    assert again["metrics"]["bartscore"]["rows_cached"] == 24 - 2 - 1
+    assert shard_rows(tmp_path / "out" / "bartscore", "summeval.parquet")[3] == bart_rows[3]
     second = shard_rows(tmp_path / "out" / "bartscore", "summeval.parquet")
     assert second[7] == bart_rows[7] and second[6]["bartscore_s_h"] != bart_rows[6]["bartscore_s_h"]

@@ -186,7 +186,7 @@ def test_truncation_flags_survive_the_stage_boundary(tiny_models, rows):
 def test_one_aspect_prepares_only_its_columns(tiny_models, rows, metric):
     coherence = CTRLEvalMetric(model=tiny_models["pegasus"], iwf=tiny_models["iwf"], aspects=["coh"], token_budget=900)
     table = coherence.prepare(rows)
-    assert table.column_names == ["coherence_source_ids", "coherence_target_ids", "coherence_weights", "truncated"]
+    assert table.column_names == ["coherence_source_ids", "coherence_target_ids", "coherence_weights", "truncated", "skipped"]
     assert [r["ctrleval_coherence"] for r in coherence.score_prepared(table)] == \
         [r["ctrleval_coherence"] for r in metric.score_prepared(metric.prepare(rows))]
 
@@ -219,7 +219,7 @@ def test_job_routes_ctrleval_through_the_cpu_stage(ray_local, tiny_models, sampl
     rows = pq.read_table(sample_corpus / "ctrleval_senti-00000.parquet", columns=columns).to_pylist()[:12]
     rows[1]["text"] = "Not how it starts. At all."  # does not start with its prefix
     rows[2]["attribute"] = "nonsense"  # not a verbaliser label
-    rows[3]["prefix"] = None  # no prefix: skipped
+    rows[3]["prefix"] = None  # no prefix: consistency left out, coherence and relevance scored
     rows[4]["text"] = " "  # invalid
     (tmp_path / "in").mkdir()
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "in" / "senti.parquet")
@@ -251,7 +251,8 @@ def test_job_routes_ctrleval_through_the_cpu_stage(ray_local, tiny_models, sampl
             assert have[column] == expected[column], (row["id"], column)
         assert have["row_key"] == metric.row_key(row)
     assert "does not start with its prefix" in got[1]["error"] and "not one of the verbaliser labels" in got[2]["error"]
-    assert got[3]["skipped"] == "no prefix" and got[4]["error"] == "empty field 'text'"
+    assert got[3]["skipped"] == "consistency: no prefix" and got[4]["error"] == "empty field 'text'"
+    assert got[3]["ctrleval_consistency"] is None and None not in (got[3]["ctrleval_coherence"], got[3]["ctrleval_relevance"])
     assert all(got[i]["error"] is None and got[i]["ctrleval_relevance"] is not None for i in (0, *range(5, 12)))
 
     # the stage boundary: read_unit's payload in, CTRLEval's id columns out
@@ -263,5 +264,5 @@ def test_job_routes_ctrleval_through_the_cpu_stage(ray_local, tiny_models, sampl
     ids, meta = read_prepared(out.column(prepare.prepared_column(spec.label))[0].as_py())
     assert ids.schema.field("coherence_source_ids").type == pa.list_(IDS)
     assert ids.schema.field("relevance_label").type == pa.int32()
-    assert meta["rows"] == [0] and sorted(meta["settled"]) == ["1", "2", "3", "4"]
-    assert ids.equals(metric.prepare([rows[0]]))
+    assert meta["rows"] == [0, 3] and sorted(meta["settled"]) == ["1", "2", "4"]  # row 3: no consistency
+    assert ids.equals(metric.prepare([rows[0], rows[3]]))

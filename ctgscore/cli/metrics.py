@@ -38,6 +38,10 @@ def text_lines(infos) -> list[str]:
             lines.append(f"  {info.doc}")
         if info.columns:
             lines.append(f"  reads: {', '.join(info.columns)}")
+        if info.columns_by_score:
+            lines.append("  reads, per direction or aspect (a row gets each score whose columns it has):")
+            width = max(len(key) for key in info.columns_by_score)
+            lines += [f"    {key:<{width}}  {', '.join(columns)}" for key, columns in info.columns_by_score.items()]
         if info.needs:
             note = "" if info.needs == "text" else " (a row without a column besides text is skipped, not an error)"
             lines.append(f"  needs: {info.needs}{note}")

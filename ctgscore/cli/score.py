@@ -1,7 +1,9 @@
 """`ctgscore score`: score a local Parquet file (or folder) in this process with one metric.
 
 Rows out == rows in: each output row has the carried columns, the metric's score columns,
-`error`, `warning`, `signature` and `row_key` (docs/schema.md).
+`error`, `warning`, `skipped`, `signature` and `row_key` (docs/schema.md). The summary line
+gives the counts and each score column's mean over the rows that have it; a metric that applies
+to no row of the file is a usage error (exit 2, `scoring.applicability`).
 """
 
 from __future__ import annotations
@@ -71,15 +73,19 @@ def check_inflation(path: str, max_inflation: float) -> None:
 
 
 def check_columns(table, metric, path: str) -> list[str]:
-    """The input columns the run reads (metric columns + carried); `InputError` naming the first
-    missing required column, a column of the wrong type or a bad id (`scoring.schema.id_problem`)."""
-    from scoring import schema
+    """The input columns the run reads (metric columns + carried); `InputError` naming a missing
+    `id` or `text`, a column of the wrong type or a bad id (`scoring.schema.id_problem`);
+    `NotApplicable` (exit 2) when no score of the metric can apply to a row of these columns,
+    naming the column it needs and the closest names present. A column only some scores need
+    may be absent: those scores are left out (`skipped` says so)."""
+    from scoring import applicability, schema
 
     names = table.column_names
-    for column in schema.REQUIRED_COLUMNS[:1] + tuple(metric.required_columns):
+    for column in schema.REQUIRED_COLUMNS:
         if column not in names:
             raise InputError(f"input {path}: no column {column!r} (metric {metric.name!r} needs "
                              f"{', '.join(metric.required_columns)}; have {', '.join(names)})")
+    applicability.check_columns(metric.name, applicability.score_needs_by_label(metric), names, f"is not in {path}")
     wanted = set(metric.read_columns()) | {schema.ID}
     selected = [n for n in names if n in wanted or schema.is_carried(n)]
     wrong = schema.wrong_type(selected, table.schema)
@@ -138,17 +144,68 @@ def handle(args: argparse.Namespace) -> int:
     result = score_table(metric, table, args.chunk_rows, progress=common.progress_bars(args))
     common.write_parquet_atomic(result, output)
     errors = result.num_rows - result.column("error").null_count
-    skipped = result.num_rows - result.column("skipped").null_count  # rows the metric does not apply to
+    counts = skip_counts(result, metric.output_columns)
+    skipped = counts["skipped"]  # rows the metric does not apply to (no score at all)
     problem = common.error_rate_message(f"metric {metric.name}", errors, result.num_rows, args.max_error_rate)
+    if result.num_rows and skipped == result.num_rows:
+        from scoring.applicability import NotApplicable, no_row_message
+
+        raise NotApplicable(no_row_message(metric.name, result.num_rows, counts["reasons"]))
     reasons = common.error_reasons(result)
+    means = score_means(result, metric.output_columns)
     summary = {"ok": problem is None, "command": "score", "metric": metric.name, "output": str(output),
-               "rows": result.num_rows, "errors": errors, "skipped": skipped, "error_reasons": reasons,
+               "rows": result.num_rows, "errors": errors, "skipped": skipped, "partial": counts["partial"],
+               "skip_reasons": counts["reasons"], "error_reasons": reasons, "means": means,
                "max_error_rate": args.max_error_rate, "signature": metric.signature_string()}
-    lines = [f"score: {metric.name}: {result.num_rows} rows, {errors} with an error, {skipped} skipped -> {output}"]
-    if common.progress_enabled(args):  # --no-progress: the summary line only
+    partial = f", {counts['partial']} with some scores left out" if counts["partial"] else ""
+    lines = [f"score: {metric.name}: {result.num_rows} rows, {errors} with an error, {skipped} skipped{partial}; "
+             f"{mean_text(means)} -> {output}"]
+    if common.progress_enabled(args):  # --no-progress: the summary lines only
+        lines += [f"  skipped: {count} x {reason}" for reason, count in counts["reasons"].items()]
         lines += common.reason_lines(reasons)
     common.emit(args, summary, lines)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 1
     return 0
+
+
+def skip_counts(result, score_columns) -> dict:
+    """Rows skipped whole (no score at all), rows with some scores left out, and the rows per
+    `skipped` reason (most frequent first)."""
+    import pyarrow.compute as pc
+
+    reasons = result.column("skipped")
+    errors_null = pc.is_null(result.column("error"))
+    no_score = errors_null
+    for column in score_columns:
+        no_score = pc.and_(no_score, pc.is_null(result.column(column)))
+    has_reason = pc.is_valid(reasons)
+    skipped = pc.sum(pc.and_(has_reason, no_score)).as_py() or 0
+    with_reason = reasons.drop_null().to_pylist()
+    counted: dict[str, int] = {}
+    for reason in with_reason:
+        counted[reason] = counted.get(reason, 0) + 1
+    return {"skipped": skipped, "partial": len(with_reason) - skipped,
+            "reasons": dict(sorted(counted.items(), key=lambda item: -item[1]))}
+
+
+def score_means(result, score_columns) -> dict[str, dict]:
+    """Per score column: the mean over the rows that have it, and how many do (as sacreBLEU
+    and comet-score print the score beside the counts)."""
+    import pyarrow.compute as pc
+
+    means = {}
+    for column in score_columns:
+        values = result.column(column)
+        count = len(values) - values.null_count
+        mean = pc.mean(values).as_py() if count else None
+        means[column] = {"mean": mean, "rows": count}
+    return means
+
+
+def mean_text(means: dict[str, dict]) -> str:
+    """`mean bartscore_s_h -3.2104 (80 rows), ...` (`n/a` for a column no row has)."""
+    parts = [f"{column} {value['mean']:.4f} ({value['rows']} rows)" if value["mean"] is not None else f"{column} n/a (0 rows)"
+             for column, value in means.items()]
+    return "mean " + ", ".join(parts)

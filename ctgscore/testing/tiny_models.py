@@ -6,6 +6,11 @@ everything with `save_pretrained` (safetensors), plus an IWF table for the tiny 
 vocabulary computed with the CTRLEval formula. Weights are drawn with a large std so that
 per-token log-probabilities differ by nats: with the default tiny init every token scores
 about -ln(vocab) and a parity test could not tell a correct scorer from a shifted one.
+
+The weights are the same bytes on every machine: every matrix is drawn from a seeded integer
+generator and turned into floats by exact integer arithmetic and one rounding (`_draw`), never
+by torch's `normal_`, whose CPU kernel differs with the instruction set (AVX2, AVX-512 or
+neither give different last bits, and so a different model digest in every signature).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import tempfile
 from scoring.resources import RESOURCES
 
 TINY_CORPUS = RESOURCES / "tiny_corpus.txt"
-TINY_VERSION = "2"
+TINY_VERSION = "3"  # 3: weights from an integer generator, the same bytes on every CPU
 WEIGHT_STD = 0.3
 
 TINY_SIZES = {"d_model": 64, "layers": 2, "heads": 4, "ffn": 128}
@@ -56,15 +61,35 @@ def _train_byte_bpe(out_dir: pathlib.Path, lines: list[str], vocab_size: int, sp
     bpe.save_model(str(out_dir))
 
 
-def _spread_weights(model, std: float) -> None:
-    """Redraw every matrix with a large std (biases and norms keep their init) so the output
-    distribution is far from uniform."""
+def _draw(rng, shape, std: float):
+    """A float32 array of `shape` with mean 0 and standard deviation `std`, the same bytes on
+    every machine: each value is the centred sum of 4 uniform 16-bit integers (a bell-shaped
+    Irwin-Hall draw, variance 4 (2^32 - 1) / 12), exact in float64, times one scale (one
+    rounding), cast to float32 (one more). No transcendental function or vector kernel is
+    involved, only integer generation and IEEE-rounded arithmetic."""
+    import math
+
+    import numpy as np
+
+    count = int(np.prod(shape))
+    total = np.zeros(count, dtype=np.int64)
+    for _ in range(4):
+        total += rng.integers(0, 1 << 16, size=count, dtype=np.uint16)
+    scale = std / math.sqrt(4 * ((1 << 32) - 1) / 12)
+    return ((total - 2 * ((1 << 16) - 1)).astype(np.float64) * scale).astype(np.float32).reshape(shape)
+
+
+def _spread_weights(model, std: float, seed: int) -> None:
+    """Redraw every matrix with a large std (biases and norms keep their constant init) so the
+    output distribution is far from uniform; machine-independent (`_draw`), in parameter order."""
+    import numpy as np
     import torch
 
+    rng = np.random.Generator(np.random.PCG64(seed))
     with torch.no_grad():
         for _name, parameter in model.named_parameters():
             if parameter.dim() >= 2:
-                parameter.normal_(0.0, std)
+                parameter.copy_(torch.from_numpy(_draw(rng, tuple(parameter.shape), std)))
 
 
 def _seq2seq_dims(sizes: dict) -> dict:
@@ -94,7 +119,7 @@ def _build_seq2seq(config_class, model_class, tokenizer, out_dir: pathlib.Path, 
     torch.manual_seed(seed)
     config = config_class(vocab_size=vocab_size or len(tokenizer), **_seq2seq_dims(sizes), **special_token_ids)
     model = model_class(config)
-    _spread_weights(model, _weight_std(sizes))
+    _spread_weights(model, _weight_std(sizes), seed)
     return _save(model, tokenizer, out_dir)
 
 
@@ -154,7 +179,7 @@ def build_gpt2(out_dir: pathlib.Path, seed: int = 0, sizes: dict | None = None) 
         eos_token_id=tokenizer.eos_token_id,
     )
     model = GPT2LMHeadModel(config)
-    _spread_weights(model, _weight_std(sizes))
+    _spread_weights(model, _weight_std(sizes), seed)
     return _save(model, tokenizer, out_dir)
 
 
@@ -177,7 +202,7 @@ def build_roberta(out_dir: pathlib.Path, seed: int = 0, sizes: dict | None = Non
         bos_token_id=0, pad_token_id=1, eos_token_id=2,
     )
     model = RobertaModel(config, add_pooling_layer=False)
-    _spread_weights(model, _weight_std(sizes))
+    _spread_weights(model, _weight_std(sizes), seed)
     return _save(model, tokenizer, out_dir)
 
 

@@ -114,6 +114,13 @@ def pruned_outputs(manifest: dict[str, Any]) -> list[str]:
     return sorted({uri for report in manifest.get("metrics", {}).values() for uri in report.get("pruned_outputs", [])})
 
 
+def _reasons(counts: dict[str, int]) -> str:
+    """The most frequent skip reasons of a metric, for the summary line."""
+    shown = sorted(counts.items(), key=lambda item: -item[1])[:3]
+    more = f", {len(counts) - 3} more reasons" if len(counts) > 3 else ""
+    return ", ".join(f"{count} x {reason!r}" for reason, count in shown) + more
+
+
 def summary_line(manifest: dict[str, Any]) -> str:
     parts = []
     for label, report in manifest["metrics"].items():
@@ -121,6 +128,8 @@ def summary_line(manifest: dict[str, Any]) -> str:
             f"{label}: {report['rows_in']} in -> {report['rows_out']} out, {report['rows_scored']} scored, "
             f"{report['rows_cached']} reused, {report['rows_error']} errors"
             + (f", {report['rows_skipped']} skipped" if report.get("rows_skipped") else "")
+            + (f", {report['rows_partial']} with some scores left out" if report.get("rows_partial") else "")
+            + (f" ({_reasons(report['skip_reasons'])})" if report.get("skip_reasons") else "")
             + (f", {report['rows_retry']} to retry next run" if report.get("rows_retry") else "")
         )
     notes = []
@@ -132,9 +141,16 @@ def summary_line(manifest: dict[str, Any]) -> str:
     pruned = pruned_outputs(manifest)
     if pruned:
         notes.append(f"pruned {len(pruned)} output file(s) of vanished shards: " + ", ".join(pruned))
+    reused = {rel: folder for report in manifest["metrics"].values()
+              for rel, folder in (report.get("reused_by_content") or {}).items()}
+    if reused:
+        notes.append(f"{len(reused)} new shard name(s) reused the scores of the same content (renamed or copied): "
+                     + ", ".join(f"{rel} from {folder}" for rel, folder in sorted(reused.items())[:5]))
     orphaned = sorted({uri for report in manifest["metrics"].values() for uri in report.get("orphaned_outputs", [])})
     if orphaned:
-        notes.append(f"{len(orphaned)} output folder(s) of vanished shards kept (prune: true removes them)")
+        shown = ", ".join(orphaned[:5]) + (f" and {len(orphaned) - 5} more" if len(orphaned) > 5 else "")
+        notes.append(f"{len(orphaned)} output folder(s) of vanished shards kept: {shown} "
+                     f"(remove them with --prune, or prune: true in the config)")
     extra = "".join(f", {note}" for note in notes)
     driver = (manifest.get("requests") or {}).get("driver") or {}
     if driver.get("total"):

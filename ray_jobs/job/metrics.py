@@ -15,6 +15,7 @@ from typing import Any
 
 from ray_jobs.config import ConfigError, JobConfig, MetricSpec, PoolConfig, S3Config, metric_pool
 from ray_jobs.storage import worker_errors
+from scoring.applicability import score_needs_by_label
 from scoring.errors import StorageError, last_line
 
 
@@ -27,6 +28,7 @@ class ResolvedMetric:
     digest: str
     read_columns: tuple[str, ...]
     output_columns: tuple[str, ...]
+    score_needs: dict[str, tuple[str, ...]] = field(default_factory=dict)  # per score (short name): columns it needs
     described_on: dict[str, Any] = field(default_factory=dict)  # node and device, when built in a worker
     pool: PoolConfig = field(default_factory=PoolConfig)
     row_limits: Any = None  # the job's per-cell caps (`scoring.limits.RowLimits`); None: the defaults
@@ -112,6 +114,7 @@ def _describe(spec: MetricSpec, cls: type, params: dict[str, Any], s3: S3Config,
         "digest": signature.digest,
         "read_columns": tuple(metric.read_columns()),
         "output_columns": tuple(metric.output_columns),
+        "score_needs": score_needs_by_label(metric),
         "described_on": described_on,
     }
 

@@ -9,7 +9,12 @@ Parquet footers the manifest does not vouch for (`docs/job.md`, "Planning from t
   (units) still to score, the earlier parts that serve as the row cache, the parts a new
   cover will supersede, and outputs whose shard is gone or unreadable. A part the manifest
   records with the listed name, size and etag is known without a read; others' footers are
-  read in parallel.
+  read in parallel;
+* reuse by content: a shard with no output of its own whose bytes (etag and size, so the same
+  part names) another shard's complete parts were scored from, by this signature (a renamed
+  or copied input), gets those parts copied under its own folder and kept: none of its rows is
+  scored again. A renamed input's old folder stays, reported as orphaned, until `prune: true`
+  removes it.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from ray_jobs.config import JobConfig
 from ray_jobs.job import layout
 from ray_jobs.job.errors import JobError
 from ray_jobs.job.metrics import ResolvedMetric
-from ray_jobs.storage import listing, parallel, reads, shard_checks
+from ray_jobs.storage import listing, parallel, reads, shard_checks, uris, writes
 
 
 @dataclass
@@ -45,6 +50,7 @@ class ShardPlan:
     units: list[tuple[int, int]] = field(default_factory=list)  # row ranges to score
     previous: list[str] = field(default_factory=list)  # older parts, same signature: the row cache
     superseded: list[str] = field(default_factory=list)  # removed once the shard's new cover is complete
+    reused_from: str | None = None  # the folder of a vanished shard of the same content, whose parts were copied here
 
 
 @dataclass
@@ -144,7 +150,55 @@ def plan_metric(
     for shard in shards:
         files = [listed.uri for listed in files_by_stem.get(layout.shard_stem(shard.rel), [])]
         plan.shards[shard.rel] = _plan_shard(config.part_rows, metric.digest, shard, files, footers)
+    _reuse_by_content(out_fs, config, plan, files_by_stem, recorded, footers)
     return plan
+
+
+def _reuse_by_content(out_fs, config: JobConfig, plan: MetricPlan, files_by_stem, recorded, known) -> None:
+    """Reuse by content (module docstring): for each shard without output of its own, the
+    complete parts of another shard's folder (a vanished one: a renamed input; or a present
+    one: a copy) with the same bytes (the same version in their names, footers of the same
+    etag, size and signature) are copied under the shard's folder, then planned as its own
+    (kept; only rows no such part covers are scored). `known`: footers already read."""
+    metric = plan.metric
+    wanting = [p for p in plan.shards.values()
+               if p.shard.num_rows and not files_by_stem.get(layout.shard_stem(p.shard.rel))]
+    if not wanting:
+        return
+    by_version: dict[str, list[tuple[str, listing.ListedFile, layout.PartName]]] = {}
+    for stem, files in files_by_stem.items():
+        for listed in files:
+            part = layout.parse_part(listed.uri.rsplit("/", 1)[-1])
+            if part is not None:
+                by_version.setdefault(part.version, []).append((stem, listed, part))
+    for shard_plan in wanting:
+        shard = shard_plan.shard
+        candidates = by_version.get(shard.version) or []
+        if not candidates:
+            continue
+        footers: dict[str, Any] = {}
+        unknown = []
+        for stem, listed, _part in candidates:
+            footer = known.get(listed.uri) or _recorded_footer(recorded.get(stem + ".parquet"), listed, stem + ".parquet", metric.digest)
+            if footer is None:
+                unknown.append(listed)
+            else:
+                footers[listed.uri] = footer
+        read = parallel.map_bounded(lambda listed: reads.read_footer_metadata(out_fs, listed.uri, listed.size), unknown)
+        footers.update(zip((listed.uri for listed in unknown), read))
+        plan.footers_read += len(unknown)
+        for stem in dict.fromkeys(stem for stem, _, _ in candidates):  # the first folder whose parts cover rows
+            files = [listed.uri for s, listed, _ in candidates if s == stem]
+            found = _plan_shard(config.part_rows, metric.digest, shard, files, footers)
+            if not found.kept:
+                continue
+            copies = {uri: layout.part_uri(config.output, metric.label, shard.rel, part) for part, uri, _ in found.kept}
+            parallel.map_bounded(lambda pair: writes.copy_atomic(out_fs, *pair), list(copies.items()))
+            adopted = _plan_shard(config.part_rows, metric.digest, shard, list(copies.values()),
+                                  {copies[uri]: footers[uri] for uri in copies})
+            adopted.reused_from = uris.join(layout.metric_root(config.output, metric.label), stem)
+            plan.shards[shard.rel] = adopted
+            break
 
 
 def manifest_parts(manifest: dict[str, Any] | None, label: str) -> dict[str, dict[str, Any]]:

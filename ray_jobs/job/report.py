@@ -71,6 +71,18 @@ def metric_report(output: str, plan, committed, verified, reports, scored, metri
             for cover in committed.covers
         ],
     }
+    skip_reasons: dict[str, int] = {}
+    for report in good_reports:  # parts written this run (a kept part's reasons are not read again)
+        for reason, count in (report.get("skip_reasons") or {}).items():
+            skip_reasons[reason] = skip_reasons.get(reason, 0) + count
+    partial = sum(r.get("partial", 0) for r in good_reports)
+    if partial:  # rows that got some of their scores, the others left out for lack of a column
+        summary["rows_partial"] = partial
+    reused = {rel: p.reused_from for rel, p in plan.shards.items() if rel in covered and p.reused_from}
+    if reused:  # renamed inputs: their scores copied from the vanished shard of the same content
+        summary["reused_by_content"] = reused
+    if skip_reasons:
+        summary["skip_reasons"] = dict(sorted(skip_reasons.items(), key=lambda item: -item[1])[:20])
     retry = sum(r.get("retry", 0) for r in good_reports)
     if retry:  # errors the next run scores again (out of memory on a single row), counted apart
         summary["rows_retry"] = retry

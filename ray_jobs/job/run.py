@@ -25,6 +25,7 @@ from ray_jobs.job.verify import verify_metric
 from ray_jobs.session import RaySession
 from ray_jobs.storage import clients, listing, uris, writes
 from ray_jobs.storage.metering import RequestMeter
+from scoring import applicability
 from scoring.schema import carried_columns
 
 
@@ -57,6 +58,9 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
         _refuse_bad(skip_bad, bad)
         if not shards:
             raise JobError(f"every shard under {config.input} is bad")
+        present = {column for shard in shards for column in shard.columns}
+        for metric in metrics:  # a metric no shard has the columns for: exit 2 before any work
+            applicability.check_columns(metric.label, metric.score_needs, present, "is in no input shard")
         writes.probe_writable(out_fs, config.output)
         tree = listing.list_tree(out_fs, config.output)
         writes.clean_leftovers(out_fs, config.output, tree=tree)
@@ -123,7 +127,7 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
     # 6. manifest, last
     good = [s for s in shards if s.info.uri not in bad_uris]
     schema_notes = [
-        f"{s.info.uri} lacks column '{column}' read by metric {metric.label} (its rows get an error)"
+        f"{s.info.uri} lacks column '{column}' read by metric {metric.label} (the scores that need it are left out of its rows)"
         for metric in metrics
         for s in good
         for column in metric.read_columns
@@ -136,7 +140,12 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
     )
     manifest["id_check"] = id_check
     with meter.waiting():
-        return write_manifest(out_fs, config, manifest, meter)
+        written = write_manifest(out_fs, config, manifest, meter)
+    for label, report in metrics_report.items():  # its columns are there, but null in every row
+        if report["rows_out"] and report["rows_skipped"] == report["rows_out"]:
+            raise applicability.NotApplicable(
+                applicability.no_row_message(label, report["rows_out"], report.get("skip_reasons") or {}))
+    return written
 
 
 def _listed_after(out_fs, output: str, plans, committed, tree, wrote: bool) -> dict[str, Any]:
@@ -147,9 +156,10 @@ def _listed_after(out_fs, output: str, plans, committed, tree, wrote: bool) -> d
         layout.shard_dir(output, plan.metric.label, rel)
         for plan in plans
         for rel, shard_plan in plan.shards.items()
-        if shard_plan.units or shard_plan.superseded
+        if shard_plan.units or shard_plan.superseded or shard_plan.reused_from
     } | {uri.rsplit("/", 1)[0] for result in committed for uri in result.pruned}
-    if wrote or any(c.replaced or c.pruned for c in committed):
+    reused = any(p.reused_from for plan in plans for p in plan.shards.values())
+    if wrote or reused or any(c.replaced or c.pruned for c in committed):
         few = len(touched) <= len(plans)
         tree = listing.relist(out_fs, output, tree, touched) if few else listing.list_tree(out_fs, output)
     return {f.uri: f for f in listing.output_files(output, tree)}

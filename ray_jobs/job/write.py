@@ -33,7 +33,12 @@ def write_part(out_fs, output: str, metric, signature: str, unit: dict[str, Any]
         if len(samples) < MAX_SAMPLES_PER_PART:
             samples.append({"file": unit["uri"], "row": unit["start"] + index, "id": ids[index], "error": reason})
     errors = sum(reasons.values())
-    skipped = sum(1 for result in results if result.get("skipped"))
+    # skipped: rows the metric does not apply to (no score at all); partial: rows that got some
+    # scores, the others left out for lack of a column; both say why in `skipped`
+    skip_reasons: Counter = Counter(result["skipped"] for result in results if result.get("skipped"))
+    skipped = sum(1 for result in results
+                  if result.get("skipped") and all(result.get(column) is None for column in metric.output_columns))
+    partial = sum(skip_reasons.values()) - skipped
     retry = device_guard.retry_rows(results)  # single-row out-of-memory: scored again by the next run
     metadata = incremental.part_metadata(
         unit["rel"], unit["etag"], unit["size"], signature, metric.digest, unit["start"], unit["stop"], errors, skipped,
@@ -54,6 +59,9 @@ def write_part(out_fs, output: str, metric, signature: str, unit: dict[str, Any]
         "cached": cached,
         "errors": errors,
         "skipped": skipped,
+        "partial": partial,
+        "skip_reasons": {reason if len(reason) < 120 else reason[:117] + "...": count
+                         for reason, count in skip_reasons.most_common(20)},
         "retry": retry,
         "reasons": dict(reasons),
         "samples": samples,

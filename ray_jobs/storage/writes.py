@@ -118,5 +118,12 @@ def _mtime(info: dict, default: float) -> float:
     return value.timestamp() if hasattr(value, "timestamp") else float(value)
 
 
+def copy_atomic(fs, source: str, target: str) -> None:
+    """Copy one object under the output prefix (`put_atomic` of its bytes): a part reused
+    under a renamed input's folder."""
+    data = guarded(source, "read", lambda: fs.cat_file(fs_path(source)))
+    put_atomic(fs, target, data)
+
+
 def remove(fs, uri: str) -> None:
     guarded(uri, "remove", lambda: fs.rm(fs_path(uri)))
