@@ -33,8 +33,8 @@ def closest(column: str, present: Sequence[str]) -> list[str]:
 
 def unmet_message(label: str, needs: Mapping[str, Sequence[str]], present: Iterable[str], where: str) -> str | None:
     """None when some score's columns are all among `present`; else the line naming, per
-    missing column, the scores that need it and the closest names present (`where`: "in no
-    input shard", "in input.parquet")."""
+    missing column, the scores that need it and the closest names present (`where`: "absent
+    from every input shard", "absent from input.parquet")."""
     present = visible_columns(present)
     missing: dict[str, list[str]] = {}
     for score, columns in needs.items():
@@ -50,7 +50,7 @@ def unmet_message(label: str, needs: Mapping[str, Sequence[str]], present: Itera
         near = closest(column, present)
         hint = f"closest present: {', '.join(repr(c) for c in near)}" if near else f"present: {', '.join(present) or 'none'}"
         scope = "" if every else f" (for {', '.join(scores)})"
-        parts.append(f"column {column!r}{scope} {where}; {hint}")
+        parts.append(f"column {column!r}{scope} ({where}; {hint})")
     return f"metric {label} applies to no row: it needs " + " or ".join(parts)
 
 

@@ -45,6 +45,8 @@ def files(tmp_path) -> dict[str, pathlib.Path]:
                              "human_q": rng.normal(size=n), "m1": rng.normal(size=n), "error": [None] * n}), scores)
     rows = tmp_path / "rows.parquet"
     pq.write_table(pa.table({"id": ["a", "b", "c", "d"], "text": ["one two", "three four", "five", "six seven"]}), rows)
+    no_text = tmp_path / "no-text.parquet"
+    pq.write_table(pa.table({"id": ["a", "b"], "hyp": ["one", "two"]}), no_text)
     blank = tmp_path / "blank.parquet"
     pq.write_table(pa.table({"id": ["a", "b", "c", "d"], "text": ["", " ", "ok fine", ""]}), blank)
     not_parquet = tmp_path / "notes.parquet"
@@ -121,10 +123,14 @@ def cases(f: dict[str, pathlib.Path]) -> dict[str, list[tuple[list, tuple[str, .
             (board + ["--previous", f["scores"]], ("not a leaderboard JSON",)),
             (board + ["--previous", f["other_board"]], ("'summeval'", "'toy'")),
         ],
-        "input data that cannot be used: a file that is not Parquet, a column a metric needs missing, a CoDI row "
+        "a metric that applies to no row of the run: a column it needs is in no input (`refs` for `references`), "
+        "or null in every row": [
+            (["score", "-m", "bleu", "-i", f["rows"], "-o", out], ("references",)),
+        ],
+        "input data that cannot be used: a file that is not Parquet, a missing `id` or `text` column, a CoDI row "
         "of an unknown task": [
             (["score", "-m", "text_stats", "-i", f["not_parquet"], "-o", out], ("notes.parquet",)),
-            (["score", "-m", "bleu", "-i", f["rows"], "-o", out], ("references",)),
+            (["score", "-m", "text_stats", "-i", f["no_text"], "-o", out], ("'text'",)),
             (["constraints", "report", "-i", f["codi_rows"], "--scores", f["codi_scores"], "-o", f["tmp"] / "codi"],
              ("codi_rows.parquet", "'poetry'")),
         ],

@@ -85,7 +85,7 @@ def check_columns(table, metric, path: str) -> list[str]:
         if column not in names:
             raise InputError(f"input {path}: no column {column!r} (metric {metric.name!r} needs "
                              f"{', '.join(metric.required_columns)}; have {', '.join(names)})")
-    applicability.check_columns(metric.name, applicability.score_needs_by_label(metric), names, f"is not in {path}")
+    applicability.check_columns(metric.name, applicability.score_needs_by_label(metric), names, f"absent from {path}")
     wanted = set(metric.read_columns()) | {schema.ID}
     selected = [n for n in names if n in wanted or schema.is_carried(n)]
     wrong = schema.wrong_type(selected, table.schema)

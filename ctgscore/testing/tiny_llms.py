@@ -89,7 +89,7 @@ def build_decoder(family: str, out_dir: pathlib.Path, seed: int = 0, sizes: dict
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(_decoder_config(family, tokenizer, sizes, positions), attn_implementation="sdpa"
                                              if family != "gemma2" else "eager")
-    _spread_weights(model, _weight_std(sizes) if sizes is TINY_SIZES else 0.02)
+    _spread_weights(model, _weight_std(sizes) if sizes is TINY_SIZES else 0.02, seed)
     return _save(model, tokenizer, out_dir)
 
 
@@ -111,5 +111,5 @@ def build_t5(out_dir: pathlib.Path, seed: int = 0, sizes: dict | None = None) ->
                       d_ff=sizes["ffn"], num_layers=sizes["layers"], num_heads=sizes["heads"], feed_forward_proj="gated-gelu",
                       tie_word_embeddings=False, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
     model = T5ForConditionalGeneration(config)
-    _spread_weights(model, _weight_std(sizes))
+    _spread_weights(model, _weight_std(sizes), seed)
     return _save(model, tokenizer, out_dir)

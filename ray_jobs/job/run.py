@@ -60,7 +60,7 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
             raise JobError(f"every shard under {config.input} is bad")
         present = {column for shard in shards for column in shard.columns}
         for metric in metrics:  # a metric no shard has the columns for: exit 2 before any work
-            applicability.check_columns(metric.label, metric.score_needs, present, "is in no input shard")
+            applicability.check_columns(metric.label, metric.score_needs, present, "absent from every input shard")
         writes.probe_writable(out_fs, config.output)
         tree = listing.list_tree(out_fs, config.output)
         writes.clean_leftovers(out_fs, config.output, tree=tree)
