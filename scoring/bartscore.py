@@ -31,7 +31,14 @@ from scoring.errors import UsageError
 from scoring.metric import RowMetric
 from scoring.model_limits import default_max_length, limits_for, raise_row_error
 from scoring.models import file_digest, load_pretrained, load_tokenizer, resolve_model
-from scoring.params import check_choice, check_model_args, check_positive_int, check_text_list, check_text_lists
+from scoring.params import (
+    check_choice,
+    check_choices,
+    check_model_args,
+    check_positive_int,
+    check_text_list,
+    check_text_lists,
+)
 from scoring.resources import bartscore_prompt_path
 from scoring.signature import Signature, library_versions, stable_hash
 from scoring.text_encoding import encode_ragged, encode_texts, id_lists, read_lines
@@ -287,12 +294,7 @@ class BARTScoreMetric(RowMetric):
     ):
         """`compile: true` compiles each encoder and decoder layer with `torch.compile` on CUDA
         (off by default; ignored on CPU; docs/gpu.md)."""
-        if isinstance(directions, str):
-            directions = [directions]
-        directions = tuple(directions)
-        unknown = [d for d in directions if d not in DIRECTIONS]
-        if unknown or not directions:
-            raise UsageError(f"directions: unknown BARTScore directions {unknown}; choose from {list(DIRECTIONS)}")
+        directions = check_choices("directions", directions, DIRECTIONS, "BARTScore ")
         _aggregate(agg)
         self.f_reference = check_choice("f_reference", f_reference, F_REFERENCE)
         self.prompt_side = check_choice("prompt_side", prompt_side, PROMPT_SIDES)

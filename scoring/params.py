@@ -19,6 +19,16 @@ def check_choice(name: str, value: Any, choices: Iterable[str]) -> str:
     return value
 
 
+def check_choices(name: str, values: Any, choices: Sequence[str], what: str = "") -> tuple[str, ...]:
+    """A non-empty tuple of `choices` (one string is a list of one); `UsageError` naming the
+    unknown ones."""
+    values = (values,) if isinstance(values, str) else tuple(values)
+    unknown = [v for v in values if v not in choices]
+    if unknown or not values:
+        raise UsageError(f"{name}: unknown {what}{name} {unknown}; choose from {list(choices)}")
+    return values
+
+
 def check_positive_int(name: str, value: Any, allow_none: bool = False) -> int | None:
     """An integer >= 1 (bools and floats such as 2.5 refused; None only when allowed)."""
     if value is None and allow_none:

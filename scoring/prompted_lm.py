@@ -43,7 +43,7 @@ from scoring.errors import UsageError
 from scoring.metric import RowError, RowMetric
 from scoring.model_limits import default_max_length, limits_for, raise_row_error
 from scoring.models import load_pretrained, load_tokenizer, resolve_model
-from scoring.params import check_choice, check_model_args, check_text_list
+from scoring.params import check_choice, check_choices, check_model_args, check_text_list
 from scoring.resources import RESOURCES, resource_path
 from scoring.signature import Signature, library_versions, stable_hash
 from scoring.text_encoding import id_lists
@@ -219,12 +219,7 @@ class GPTScoreMetric(RowMetric):
                  reduction: str = "mean", chat_template: bool = False, share_prompts: bool = True,
                  revision: str | None = None, dtype: str = "float32", device: str = "cpu", max_length: int | None = None,
                  token_budget: int = DEFAULT_TOKEN_BUDGET, cache_dir: str | None = None):
-        if isinstance(directions, str):
-            directions = [directions]
-        directions = tuple(directions)
-        unknown = [d for d in directions if d not in DIRECTIONS]
-        if unknown or not directions:
-            raise UsageError(f"directions: unknown directions {unknown}; choose from {list(DIRECTIONS)}")
+        directions = check_choices("directions", directions, DIRECTIONS, "")
         self.agg = check_choice("agg", agg, AGGREGATES)
         self.reduction = check_choice("reduction", reduction, REDUCTIONS)
         self.templates = load_templates(templates)

@@ -298,48 +298,48 @@ class Seq2SeqLikelihood:
         return projected
 
     @staticmethod
-    def _cache_view(cross_kv, start: int, stop: int):
-        """An encoder-decoder cache whose cross-attention layers hold rows [start, stop) of the
-        projected keys/values at their full width (views: no copy), marked as computed."""
+    def _cross_cache(layers):
+        """An encoder-decoder cache whose cross-attention layers hold these (keys, values), one
+        pair per layer, marked as already computed so the decoder only reads them."""
         from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
         cross = DynamicCache()
-        for layer_index, (keys, values) in enumerate(cross_kv):
-            keys, values = keys[start:stop], values[start:stop]
+        count = 0
+        for layer_index, (keys, values) in enumerate(layers):
             cross.update(keys[:, :, :0], values[:, :, :0], layer_index)  # initialise the layer
             cross.layers[layer_index].keys, cross.layers[layer_index].values = keys, values
+            count += 1
         cache = EncoderDecoderCache(DynamicCache(), cross)
-        for layer_index in range(len(cross_kv)):
+        for layer_index in range(count):
             cache.is_updated[layer_index] = True
         return cache
+
+    @classmethod
+    def _cache_view(cls, cross_kv, start: int, stop: int):
+        """`_cross_cache` of rows [start, stop) of the projected keys/values at their full
+        width (views: no copy)."""
+        return cls._cross_cache((keys[start:stop], values[start:stop]) for keys, values in cross_kv)
 
     def _cache_for(self, cross_kv, rows: list[int], rows_on_device: torch.Tensor, width: int, one_source: bool = False):
-        """An encoder-decoder cache whose cross-attention layers hold the projected source
-        keys/values of these rows, cut to `width` source positions (a view, no copy, when every
-        row is the same source or when the rows are a contiguous run of the source batch),
-        marked as already computed so the decoder only reads them. `rows` is the host list
-        (layout decisions need no device sync), `rows_on_device` the same rows for the gather."""
-        from transformers.cache_utils import DynamicCache, EncoderDecoderCache
-
+        """`_cross_cache` of the projected source keys/values of these rows, cut to `width`
+        source positions (a view, no copy, when every row is the same source or when the rows
+        are a contiguous run of the source batch). `rows` is the host list (layout decisions
+        need no device sync), `rows_on_device` the same rows for the gather."""
         first = rows[0]
         contiguous = rows == list(range(first, first + len(rows)))
-        cross = DynamicCache()
-        for layer_index, (keys, values) in enumerate(cross_kv):
+
+        def layer(keys, values):
             keys, values = keys[:, :, :width], values[:, :, :width]
             if one_source:  # one source: broadcast its real positions over the rows
-                keys = keys[first : first + 1].expand(len(rows), -1, -1, -1)
-                values = values[first : first + 1].expand(len(rows), -1, -1, -1)
-            elif contiguous:  # a slice of the cached rows: a view, no copy
-                keys, values = keys[first : first + len(rows)], values[first : first + len(rows)]
-            else:
-                keys, values = keys.index_select(0, rows_on_device), values.index_select(0, rows_on_device)
-                self.stats["bytes_gathered"] += 2 * keys.numel() * keys.element_size()
-            cross.update(keys[:, :, :0], values[:, :, :0], layer_index)  # initialise the layer
-            cross.layers[layer_index].keys, cross.layers[layer_index].values = keys, values
-        cache = EncoderDecoderCache(DynamicCache(), cross)
-        for layer_index in range(len(cross_kv)):
-            cache.is_updated[layer_index] = True
-        return cache
+                return (keys[first : first + 1].expand(len(rows), -1, -1, -1),
+                        values[first : first + 1].expand(len(rows), -1, -1, -1))
+            if contiguous:  # a slice of the cached rows: a view, no copy
+                return keys[first : first + len(rows)], values[first : first + len(rows)]
+            keys, values = keys.index_select(0, rows_on_device), values.index_select(0, rows_on_device)
+            self.stats["bytes_gathered"] += 2 * keys.numel() * keys.element_size()
+            return keys, values
+
+        return self._cross_cache(layer(keys, values) for keys, values in cross_kv)
 
     def _decode_pairs(self, chunk_pairs, encoder_states, attention_mask, cross_kv, targets: Ragged, groups, source_lengths) -> None:
         if self.source_runs and self.shared_source_attention and self.head is not None and cross_kv is not None:
