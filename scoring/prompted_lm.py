@@ -40,7 +40,7 @@ import numpy as np
 
 from scoring.engine import DEFAULT_TOKEN_BUDGET, Ragged
 from scoring.errors import UsageError
-from scoring.metric import RowError, RowMetric
+from scoring.metric import RowError, RowMetric, is_absent
 from scoring.model_limits import default_max_length, limits_for, raise_row_error
 from scoring.models import load_pretrained, load_tokenizer, resolve_model
 from scoring.params import check_choice, check_choices, check_model_args, check_text_list
@@ -53,6 +53,9 @@ if TYPE_CHECKING:
 
 VERSION = "1.0"
 DIRECTIONS = ("s_h", "r_h", "h_r", "f")
+# the columns each direction reads, as BARTScore's: a row gets each direction whose inputs it has
+DIRECTION_INPUTS = {"s_h": ("text", "source"), "r_h": ("text", "references"), "h_r": ("text", "references"),
+                    "f": ("text", "references")}
 AGGREGATES = {"mean": statistics.fmean, "max": max}
 REDUCTIONS = ("mean", "sum")
 PLACEHOLDER = "{input}"
@@ -212,6 +215,7 @@ class GPTScoreMetric(RowMetric):
     of the continuation given a per-aspect prompt built from the row (module docstring)."""
 
     name = "gptscore"
+    score_inputs = DIRECTION_INPUTS
     needs = "text; source for s_h; references for r_h, h_r, f"
 
     def __init__(self, model: str = "gpt2", templates: str | Mapping[str, Any] | None = None,
@@ -242,6 +246,11 @@ class GPTScoreMetric(RowMetric):
         self.required_columns = ("text",) + (("source",) if "s_h" in directions else ()) + (("references",) if needs_references else ())
         self.output_columns = tuple(f"gptscore_{a}_{d}" for a in self.aspects for d in directions)
 
+    def score_needs(self) -> dict[str, tuple[str, ...]]:
+        """s_h needs `source`; r_h, h_r and F need `references` (`DIRECTION_INPUTS`), per aspect."""
+        return {f"gptscore_{a}_{d}": tuple(c for c in DIRECTION_INPUTS[d] if c != "text")
+                for a in self.aspects for d in self.directions}
+
     def _groups(self) -> list[str]:
         wanted = {"s_h": ("s_h",), "r_h": ("r_h", "f"), "h_r": ("h_r", "f")}
         return [group for group, directions in wanted.items() if any(d in self.directions for d in directions)]
@@ -261,13 +270,16 @@ class GPTScoreMetric(RowMetric):
 
     def validate(self, row: dict[str, Any]) -> str | None:
         reason = super().validate(row)
-        if reason is None and "references" in self.required_columns:
+        if reason is None and "references" in self.checked_columns(row):
             if any(not isinstance(r, str) or not r.strip() for r in row["references"]):
                 return "empty or null reference in 'references'"
         return reason
 
     def _pairs(self, group: str, row: dict[str, Any]) -> list[tuple[str, str]]:
-        """(prompt, continuation) texts of one row in one pass, in the order (entry, aspect)."""
+        """(prompt, continuation) texts of one row in one pass, in the order (entry, aspect);
+        none when the row lacks the pass's input (`RowMetric.lacking`)."""
+        if is_absent(row.get("source" if group == "s_h" else "references")):
+            return []
         if group == "s_h":
             entries = [(row["source"], row["text"])]
         elif group == "r_h":
@@ -302,7 +314,8 @@ class GPTScoreMetric(RowMetric):
                 ragged = Ragged.from_lists(ids)
                 raise_row_error(self.scorer.limits, ragged.values, ragged.offsets, owners, f"{group} {name}")
                 columns[f"{group}_{name}_ids"] = id_lists(ragged.values.astype(np.int32), ragged.offsets.astype(np.int32), row_offsets)
-        return pa.table(columns) if columns else pa.table({"_": pa.array([None] * len(rows))})
+        columns["skipped"] = pa.array([self.partial_reason(row) for row in rows], type=pa.string())
+        return pa.table(columns)
 
     def score_prepared(self, table: "pa.Table") -> list[dict[str, Any]]:
         # every pass's pairs in one engine call: prompts shared across passes and aspects too
@@ -322,21 +335,24 @@ class GPTScoreMetric(RowMetric):
         values = [total / n if self.reduction == "mean" else total for total, n in totals]
         width = len(self.aspects)
         aggregate = AGGREGATES[self.agg]
+        skipped = table.column("skipped").to_pylist() if "skipped" in table.column_names else [None] * table.num_rows
         results: list[dict[str, Any]] = []
         for i in range(table.num_rows):
             per: dict[str, list[list[float]]] = {}  # pass -> [entry][aspect]
             for group, (base, bounds) in spans.items():
                 per[group] = [values[base + k : base + k + width] for k in range(bounds[i], bounds[i + 1], width)]
             result: dict[str, Any] = {}
-            for j, aspect in enumerate(self.aspects):
-                if "s_h" in self.directions:
+            for j, aspect in enumerate(self.aspects):  # a pass with no entries: the row lacked its input
+                if "s_h" in self.directions and per["s_h"]:
                     result[f"gptscore_{aspect}_s_h"] = per["s_h"][0][j]
-                if "r_h" in per and "r_h" in self.directions:
+                if "r_h" in self.directions and per.get("r_h"):
                     result[f"gptscore_{aspect}_r_h"] = aggregate([entry[j] for entry in per["r_h"]])
-                if "h_r" in per and "h_r" in self.directions:
+                if "h_r" in self.directions and per.get("h_r"):
                     result[f"gptscore_{aspect}_h_r"] = aggregate([entry[j] for entry in per["h_r"]])
-                if "f" in self.directions:
+                if "f" in self.directions and per.get("r_h") and per.get("h_r"):
                     result[f"gptscore_{aspect}_f"] = aggregate([(p[j] + r[j]) / 2 for p, r in zip(per["r_h"], per["h_r"])])
+            if skipped[i] is not None:
+                result["skipped"] = skipped[i]
             results.append(result)
         return results
 

@@ -226,10 +226,13 @@ def test_job_scores_a_mixed_dump_with_gptscore(ray_local, llms, sample_corpus, t
     report = run_job(config)["metrics"]["gptscore"]
     assert (report["rows_out"], report["rows_skipped"]) == (10, 4)
     out = shard_rows(tmp_path / "out" / "gptscore", "mixed.parquet")
-    library = build_metric("gptscore", metric["params"]).score_rows(rows)
+    library_metric = build_metric("gptscore", metric["params"])
+    library, out_columns = library_metric.score_rows(rows), library_metric.output_columns
     for row, got, expected in zip(rows, out, library):
         if row["dataset"] != "summeval":
-            assert got["skipped"] in ("no source", "no references") and got["error"] is None
+            # a CTRLEval row has neither input: every direction skipped, each with what it lacked
+            assert got["error"] is None and all(got[c] is None for c in out_columns)
+            assert got["skipped"] == "fluency_s_h, relevance_s_h: no source; fluency_h_r, relevance_h_r: no references"
         elif expected["error"] is None:
             assert got["error"] is None and got["gptscore_fluency_h_r"] == pytest.approx(expected["gptscore_fluency_h_r"], abs=1e-6)
         else:  # a SummEval article past the 512-token context: the row's error, the same in the job
@@ -262,3 +265,31 @@ def test_out_of_memory_splits_a_continuation_batch_and_the_budget_counts_the_pro
     narrow = PromptedLikelihood(model, pad_id=0, token_budget=100)
     narrow.continuation_logprobs(Ragged.from_lists(prompts), Ragged.from_lists(continuations))
     assert narrow.stats["continuation_passes"] == 3
+
+
+def test_a_row_gets_each_direction_its_columns_allow(llms):
+    """A row with a source and no references gets its s_h scores (equal to an s_h-only run),
+    `skipped` naming only the directions it lacked; a row with references and no source gets
+    r_h, h_r and F; the prepared (job) path says the same."""
+    params = {"model": llms["gpt2"], "templates": TEMPLATES, "directions": ["s_h", "r_h", "h_r", "f"]}
+    metric = build_metric("gptscore", params)
+    only_s_h = build_metric("gptscore", {**params, "directions": ["s_h"]})
+    no_refs = {**ROWS[0], "references": None}
+    empty_refs = {**ROWS[1], "references": []}
+    no_source = {**ROWS[2], "source": None}
+    full, a, b, c = metric.score_rows([ROWS[3], no_refs, empty_refs, no_source])
+    alone = only_s_h.score_rows([no_refs, empty_refs])
+    for got, want in zip((a, b), alone):
+        assert got["error"] is None
+        for aspect in ("fluency", "relevance"):
+            assert got[f"gptscore_{aspect}_s_h"] == pytest.approx(want[f"gptscore_{aspect}_s_h"], rel=1e-6)
+            assert got[f"gptscore_{aspect}_r_h"] is None and got[f"gptscore_{aspect}_f"] is None
+        assert got["skipped"].endswith(": no references") and "s_h" not in got["skipped"]
+        assert "relevance_h_r" in got["skipped"]
+    assert c["error"] is None and c["gptscore_fluency_s_h"] is None and c["gptscore_relevance_f"] is not None
+    assert c["skipped"] == "fluency_s_h, relevance_s_h: no source"
+    assert full["skipped"] is None and all(full[column] is not None for column in metric.output_columns)
+    prepared = metric.score_prepared(metric.prepare([no_refs, ROWS[3]]))
+    assert prepared[0]["skipped"] == a["skipped"] and "skipped" not in prepared[1]
+    assert prepared[0]["gptscore_fluency_s_h"] == pytest.approx(a["gptscore_fluency_s_h"], rel=1e-6)
+    assert set(metric.score_needs().values()) == {("source",), ("references",)}
