@@ -16,7 +16,7 @@ import os
 import pathlib
 import sys
 
-DEFAULT_OUT = "~/.ray/auth_token"
+DEFAULT_OUT = "~/.ray/auth_token"  # where Ray looks for its token when none is set in the environment
 
 
 def read_secret(secret_id: str, region: str | None = None, endpoint_url: str | None = None) -> str:

@@ -37,6 +37,8 @@ import pathlib
 import secrets
 from typing import Any, Iterator
 
+from ray_jobs.cluster_token import DEFAULT_OUT as RAY_TOKEN_FILE
+
 QUIET_LOGGERS = ("ray", "ray.train", "ray.tune", "ray.serve")
 
 
@@ -131,7 +133,7 @@ def ensure_local_token() -> pathlib.Path | None:
     if (mode is not None and mode.strip().lower() != "token") or os.environ.get("RAY_AUTH_TOKEN") \
             or os.environ.get("RAY_AUTH_TOKEN_PATH"):
         return None
-    path = pathlib.Path.home() / ".ray" / "auth_token"
+    path = pathlib.Path(RAY_TOKEN_FILE).expanduser()
     if path.exists():
         return None
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
