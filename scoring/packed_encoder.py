@@ -29,14 +29,21 @@ def can_pack_encoder(model) -> bool:
 def packed_encoder_states(encoder, ids: torch.Tensor, positions: torch.Tensor, segments: PackedSegments) -> torch.Tensor:
     """(T, d) encoder states of T packed source tokens (`ids`, and `positions` within each
     source), the sources' boundaries in `segments`."""
-    embeds = encoder.embed_tokens(ids[None]) * getattr(encoder, "embed_scale", 1.0)  # BART scales inside embed_tokens
-    hidden = embeds + encoder.embed_positions(ids[None], 0, position_ids=positions).to(embeds.device)
-    norm = getattr(encoder, "layernorm_embedding", None)
-    if norm is not None:
-        hidden = norm(hidden)
+    hidden = packed_embeddings(encoder, ids, positions)
     for layer in encoder.layers:
         hidden = layer(hidden, None, **{shared_source_attention.PACKING_KWARG: segments})
     final = getattr(encoder, "layer_norm", None)
     if final is not None:
         hidden = final(hidden)
     return hidden[0]
+
+
+def packed_embeddings(stack, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """(1, T, d) input of an encoder or decoder `stack` for T packed tokens: token embeddings
+    (scaled as the model scales them), positional embeddings at `positions` (each token's
+    position within its own sequence: BART's and mBART's learned ones with their offset,
+    PEGASUS's sinusoidal ones), then `layernorm_embedding` where there is one."""
+    embeds = stack.embed_tokens(ids[None]) * getattr(stack, "embed_scale", 1.0)  # BART scales inside embed_tokens
+    hidden = embeds + stack.embed_positions(ids[None], 0, position_ids=positions).to(embeds.device)
+    norm = getattr(stack, "layernorm_embedding", None)
+    return hidden if norm is None else norm(hidden)

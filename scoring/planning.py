@@ -96,3 +96,28 @@ def packed_batches(lengths: Sequence[int], order: Sequence[int], token_budget: i
     if current:
         batches.append(current)
     return batches
+
+
+def source_grouped_chunks(pair_sources: Sequence[int], pair_lengths: Sequence[int], source_lengths: Sequence[int],
+                          token_budget: int, source_tokens_per_token: float, max_items: int | None = None) -> list[list[int]]:
+    """Consecutive runs of pairs 0..n-1 (ordered so that each source's pairs are together;
+    `pair_sources[p]` indexes `source_lengths`) for packed decoder chunks. A run costs its real
+    target tokens plus, for each distinct source it reads, that source's tokens divided by
+    `source_tokens_per_token` (the keys/values its layers project from them), and stays within
+    `token_budget` (at least one pair per run) and `max_items` pairs. A source whose pairs
+    overflow a run continues in the next, where its keys/values are projected again."""
+    chunks: list[list[int]] = []
+    current: list[int] = []
+    cost = 0.0
+    for pair, (source, length) in enumerate(zip(pair_sources, pair_lengths)):
+        new_source = not current or pair_sources[current[-1]] != source
+        added = max(int(length), 1) + (source_lengths[source] / source_tokens_per_token if new_source else 0.0)
+        if current and (cost + added > token_budget or (max_items is not None and len(current) >= max_items)):
+            chunks.append(current)
+            current, cost = [], 0.0
+            added = max(int(length), 1) + source_lengths[source] / source_tokens_per_token  # the source again
+        current.append(pair)
+        cost += added
+    if current:
+        chunks.append(current)
+    return chunks

@@ -140,6 +140,40 @@ def packed_causal(ragged: "Ragged", index: Sequence[int], device) -> dict[str, t
     return parts
 
 
+def packed_targets(ragged: "Ragged", index: Sequence[int], start_id: int, group_sizes: Sequence[int],
+                   key_lengths: Sequence[int], device) -> dict[str, torch.Tensor]:
+    """Targets `index` of `ragged` end to end for a packed seq2seq decoder, in one host-built
+    (pinned, non-blocking on CUDA) copy: `inputs` (each target shifted right behind
+    `start_id`), `labels` (the targets' own tokens: every position predicts one), `positions`
+    (0..L-1 within each target) and `owners` (the target, 0..n-1, of each of the T tokens),
+    `lengths` (n), `cu_seqlens` (n + 1, int32) of the targets, and for cross-attention
+    `cu_seqlens_q` and `cu_seqlens_k` (U + 1, int32): the targets form U consecutive groups of
+    `group_sizes[u]` targets, group u reading a source of `key_lengths[u]` packed tokens."""
+    index = np.asarray(index, dtype=np.int64)
+    lengths = ragged.lengths[index]
+    count, total, groups = len(index), int(lengths.sum()), len(group_sizes)
+    sizes = (total, total, total, total, count, count + 1, groups + 1, groups + 1)
+    buffer = torch.empty(sum(sizes), dtype=torch.long, pin_memory=is_cuda(device))
+    inputs, labels, positions, owners, counts, cu, cu_q, cu_k = np.split(buffer.numpy(), np.cumsum(sizes)[:-1])
+    starts = np.cumsum(lengths) - lengths
+    positions[:] = np.arange(total) - np.repeat(starts, lengths)
+    labels[:] = ragged.values[np.repeat(ragged.offsets[index], lengths) + positions]
+    inputs[1:] = labels[:-1]
+    inputs[starts] = start_id  # every target starts behind the decoder start token
+    owners[:] = np.repeat(np.arange(count), lengths)
+    counts[:] = lengths
+    cu[0] = cu_q[0] = cu_k[0] = 0
+    np.cumsum(lengths, out=cu[1:])
+    cu_q[1:] = cu[np.cumsum(np.asarray(group_sizes, dtype=np.int64))]
+    np.cumsum(np.asarray(key_lengths, dtype=np.int64), out=cu_k[1:])
+    moved = buffer.to(device, non_blocking=True) if is_cuda(device) else buffer.to(device)
+    names = ("inputs", "labels", "positions", "owners", "lengths", "cu_seqlens", "cu_seqlens_q", "cu_seqlens_k")
+    parts = dict(zip(names, moved.split(sizes)))
+    for name in names[-3:]:
+        parts[name] = parts[name].int()
+    return parts
+
+
 def length_mask(lengths: Sequence[int], width: int, device) -> torch.Tensor:
     """(rows, width) int64 mask, 1 on each row's first `lengths[row]` positions, built on the
     host and copied to `device` (non-blocking from pinned memory on CUDA)."""

@@ -12,10 +12,17 @@ import torch
 from scoring import shared_source_attention
 from scoring.engine_setup import compile_model_layers, refuse_float16_for, require_ieee_float32
 from scoring.output_head import OutputHead, token_logprobs
+from scoring.packed_decoder import can_pack_decoder, packed_decoder_states
 from scoring.packed_encoder import can_pack_encoder, packed_encoder_states
-from scoring.planning import CPU_DECODE_TOKEN_BUDGET, DEFAULT_TOKEN_BUDGET, budget_batches, run_splitting_on_oom
-from scoring.ragged import Ragged, collect, is_cuda, length_mask, packed_rows, to_device
-from scoring.varlen_attention import PackedSegments, SourceRuns
+from scoring.planning import (
+    CPU_DECODE_TOKEN_BUDGET,
+    DEFAULT_TOKEN_BUDGET,
+    budget_batches,
+    run_splitting_on_oom,
+    source_grouped_chunks,
+)
+from scoring.ragged import Ragged, collect, is_cuda, length_mask, packed_rows, packed_targets, to_device
+from scoring.varlen_attention import CrossSegments, DecoderPacking, PackedSegments, SourceRuns
 
 
 class Seq2SeqLikelihood:
@@ -29,6 +36,11 @@ class Seq2SeqLikelihood:
     # each decoder chunk's padded tokens within (1 + MAX_DECODER_PADDING) x its real tokens.
     POOL_BUDGETS = 4
     MAX_DECODER_PADDING = 0.2
+    # Packed decoder chunks (`packed_decoder`) are cut by real tokens: a chunk's target tokens
+    # plus its sources' tokens / SOURCE_TOKENS_PER_DECODER_TOKEN. Per layer a source token costs
+    # its key and value projections (2 d^2 multiply-adds), a target token about 14 d^2 (4 d^2
+    # self-attention, 2 d^2 cross query and output, 8 d^2 feed-forward of width 4d).
+    SOURCE_TOKENS_PER_DECODER_TOKEN = 7
 
     def __init__(self, model, pad_id: int, decoder_start_id: int, token_budget: int = DEFAULT_TOKEN_BUDGET, max_batch_items: int | None = None,
                  compile_layers: bool = False, cross_batch: bool | None = None):
@@ -62,11 +74,18 @@ class Seq2SeqLikelihood:
         # sources packed into one row through the encoder (no padded token in its GEMMs); off
         # by default until measured on a GPU (scoring/packed_encoder.py)
         self.packed_encoder = False
+        # sources encoded packed and kept packed, targets packed through the decoder, cross-
+        # attention per source from host-built cu_seqlens (scoring/packed_decoder.py): no
+        # padded token in any GEMM; off by default until measured on a GPU
+        self.packed_decoder = False
 
     def batching(self) -> str:
         """How rows are batched, for the metrics' signatures; cross-batch planning (CUDA) is
         named only when on, so CPU signatures stay as they were."""
         text = f"length-sorted,token_budget={self.token_budget},decode_token_budget={self.decode_token_budget}"
+        if self.packed_decoder:  # chunks of real tokens: no padding cap to name
+            pool = f",decoder_pool={self.pool_budgets}x" if self.cross_batch else ""
+            return text + pool + f",packed_decoder,source_tokens_per_decoder_token={self.SOURCE_TOKENS_PER_DECODER_TOKEN}"
         if self.cross_batch:
             text += f",decoder_pool={self.pool_budgets}x,max_decoder_padding={self.max_decoder_padding}"
         return text
@@ -93,6 +112,9 @@ class Seq2SeqLikelihood:
         if self.packed_encoder and not can_pack_encoder(self.model):
             raise ValueError(f"a packed encoder is not supported for model type {getattr(self.model.config, 'model_type', None)!r} "
                              f"with attention {getattr(self.model.config, '_attn_implementation', None)!r}")
+        if self.packed_decoder and (self.head is None or not can_pack_decoder(self.model)):
+            raise ValueError(f"a packed decoder is not supported for model type {getattr(self.model.config, 'model_type', None)!r} "
+                             f"with attention {getattr(self.model.config, '_attn_implementation', None)!r}")
         source_lengths, target_lengths = sources.lengths.tolist(), targets.lengths.tolist()
         if 0 in source_lengths or 0 in target_lengths:
             for i, group in enumerate(groups):
@@ -112,8 +134,9 @@ class Seq2SeqLikelihood:
 
         # a pool is one encoder batch, or (cross_batch) the sources of several planned together
         pool_budget = self.token_budget * (self.pool_budgets if self.cross_batch else 1)
+        score_pool = self._score_packed_pool if self.packed_decoder else self._score_pool
         for pool in budget_batches(source_lengths, order, pool_budget, None if self.cross_batch else self.max_batch_items):
-            run_splitting_on_oom(pool, lambda p: self._score_pool(p, batch_data), self._count_split)
+            run_splitting_on_oom(pool, lambda p: score_pool(p, batch_data), self._count_split)
             if not self.on_cuda:
                 collect(self._pending, store)
         collect(self._pending, store)
@@ -162,18 +185,91 @@ class Seq2SeqLikelihood:
     def _encode_packed(self, batch: list[int], sources: Ragged, project: bool):
         """`_encode` with the batch's sources packed into one row through the encoder (no
         padded token in its GEMMs), the states then laid out right-padded for the decoder."""
+        states, packed = self._packed_source_states(batch, sources)
+        lengths = sources.lengths[batch].tolist()  # numpy on the host, no device read
+        encoder_states = states.new_zeros((len(batch), max(lengths), states.shape[-1]))
+        encoder_states[packed["owners"], packed["columns"]] = states
+        attention_mask = length_mask(lengths, max(lengths), self.device)
+        return encoder_states, attention_mask, self._cross_attention_kv(encoder_states) if project else None
+
+    def _packed_source_states(self, batch: list[int], sources: Ragged) -> tuple[torch.Tensor, dict]:
+        """(T, d) encoder states of the batch's sources packed into one row, and the packed
+        layout (`scoring.ragged.packed_rows`)."""
         packed = packed_rows(sources, batch, self.device)
         lengths = tuple(sources.lengths[batch].tolist())  # numpy on the host, no device read
         segments = PackedSegments(lengths, packed["cu_seqlens"], max(lengths))
         states = packed_encoder_states(self.model.get_encoder(), packed["ids"], packed["positions"], segments)
-        encoder_states = states.new_zeros((len(batch), max(lengths), states.shape[-1]))
-        encoder_states[packed["owners"], packed["columns"]] = states
         self.stats["encoder_passes"] += 1
         self.stats["encoded_sources"] += len(batch)
         self.stats["encoder_tokens_real"] += segments.total
         self.stats["encoder_tokens_padded"] += segments.total
-        attention_mask = length_mask(lengths, max(lengths), self.device)
-        return encoder_states, attention_mask, self._cross_attention_kv(encoder_states) if project else None
+        return states, packed
+
+    def _score_packed_pool(self, pool: list[int], batch_data) -> None:
+        """`_score_pool` with nothing padded (`packed_decoder`): the pool's sources encoded
+        packed, a batch at a time, their states kept packed, (T_pool, d) in pool order (a pool
+        of several batches copies each batch's real tokens into one buffer); the pool's
+        (source, target) pairs in source order, cut into chunks of real tokens
+        (`planning.source_grouped_chunks`), each chunk decoded packed against the slice of
+        states of its sources (a view)."""
+        sources, targets, groups, source_lengths, _ = batch_data
+        batches = budget_batches(source_lengths, pool, self.token_budget, self.max_batch_items)
+        pool = [i for batch in batches for i in batch]  # batches are consecutive runs of the pool
+        pool_lengths = [source_lengths[i] for i in pool]
+        offsets = np.concatenate([[0], np.cumsum(pool_lengths)]).tolist()
+        if len(batches) == 1:
+            states, _ = self._packed_source_states(batches[0], sources)
+        else:
+            states, start = None, 0
+            for batch in batches:
+                part, _ = self._packed_source_states(batch, sources)
+                if states is None:
+                    states = part.new_empty((offsets[-1], part.shape[-1]))
+                states[start : start + part.shape[0]].copy_(part)
+                start += part.shape[0]
+                self.stats["bytes_pooled"] += part.numel() * part.element_size()
+                del part
+        pairs = [(slot, i, j) for slot, i in enumerate(pool) for j in range(len(groups[i]))]
+        chunks = source_grouped_chunks([slot for slot, _, _ in pairs], [int(targets.lengths[groups[i][j]]) for _, i, j in pairs],
+                                       pool_lengths, self.decode_token_budget, self.SOURCE_TOKENS_PER_DECODER_TOKEN,
+                                       self.max_batch_items)
+        for chunk in chunks:
+            run_splitting_on_oom([pairs[p] for p in chunk],
+                                 lambda cp: self._decode_packed(cp, states, offsets, pool_lengths, targets, groups), self._count_split)
+
+    def _decode_packed(self, chunk_pairs, states: torch.Tensor, offsets: list[int], pool_lengths: list[int], targets: Ragged,
+                       groups) -> None:
+        """One packed decoder forward for `chunk_pairs` ((slot, source, target) sorted by
+        slot: consecutive slots of the pool): every index built on the host."""
+        slots, group_sizes = [], []
+        for slot, _, _ in chunk_pairs:
+            if slots and slots[-1] == slot:
+                group_sizes[-1] += 1
+            else:
+                slots.append(slot)
+                group_sizes.append(1)
+        key_lengths = [pool_lengths[slot] for slot in slots]
+        source_states = states[offsets[slots[0]] : offsets[slots[-1] + 1]]  # a view of the chunk's sources
+        keys = [groups[i][j] for _, i, j in chunk_pairs]
+        target_lengths = targets.lengths[keys]  # host-known
+        packed = packed_targets(targets, keys, self.decoder_start_id, group_sizes, key_lengths, self.device)
+        ends = np.cumsum(target_lengths)
+        group_ends = ends[np.cumsum(group_sizes) - 1]
+        query_lengths = tuple(np.diff(group_ends, prepend=0).tolist())
+        packing = DecoderPacking(
+            PackedSegments(tuple(target_lengths.tolist()), packed["cu_seqlens"], int(target_lengths.max())),
+            CrossSegments(query_lengths, tuple(key_lengths), packed["cu_seqlens_q"], packed["cu_seqlens_k"],
+                          max(query_lengths), max(key_lengths)),
+        )
+        hidden = packed_decoder_states(self.model.get_decoder(), packed["inputs"], packed["positions"], source_states, packing)
+        sums = self.head.logprob_sums_at(hidden, packed["labels"], packed["owners"], len(keys))
+        real = int(ends[-1])
+        self.stats["decoder_passes"] += 1
+        self.stats["decoded_targets"] += len(keys)
+        self.stats["decoder_tokens_real"] += real
+        self.stats["decoder_tokens_padded"] += real
+        self.stats["cross_kv_tokens"] += sum(key_lengths)
+        self._pending.append((keys, -(sums / packed["lengths"])))
 
     def _encode_pool(self, batches: list[list[int]], sources: Ragged, rows: list[int]):
         """`_encode` of several batches as one pool whose row k is source `rows[k]`: each
@@ -287,6 +383,7 @@ class Seq2SeqLikelihood:
         if not layers or not all(hasattr(getattr(layer, "encoder_attn", None), "k_proj") for layer in layers):
             return None
         projected = []
+        self.stats["cross_kv_tokens"] += encoder_states.shape[0] * encoder_states.shape[1]  # rows x width: shapes, no read
         for layer in layers:
             attention = layer.encoder_attn
             shape = (*encoder_states.shape[:-1], -1, attention.head_dim)

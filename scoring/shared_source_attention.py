@@ -8,8 +8,10 @@ row-by-row attention, with the source's keys/values read once instead of once pe
 (about 25 % less cross-attention time on CPU for bart-base shapes, measured).
 
 A forward called with `ctgscore_packing=` (sequences packed into one row, no padding) gets
-block-diagonal attention from scoring/varlen_attention.py instead, and a decoder forward called
-with `ctgscore_source_runs=` (rows sorted by source) cross-attention per source from there.
+block-diagonal attention from scoring/varlen_attention.py instead (a packed decoder's
+`DecoderPacking`: causal per target in self-attention, per source in cross-attention), and a
+decoder forward called with `ctgscore_source_runs=` (rows sorted by source) cross-attention per
+source from there.
 
 Plugged in through transformers' `AttentionInterface` as "ctgscore_sdpa": every other call
 (self-attention, encoder, batches of several sources) goes to the library's own SDPA function
@@ -48,8 +50,13 @@ def shared_source_sdpa(module, query, key, value, attention_mask, **kwargs):
 
         return source_run_attention(query, key, value, runs, kwargs.get("scaling")), None
     if segments is not None:  # one packed row of whole sequences (scoring/varlen_attention.py)
-        from scoring.varlen_attention import packed_attention
+        from scoring.varlen_attention import packed_attention, packed_cross_attention
 
+        cross = getattr(segments, "cross", None)  # a packed decoder's `DecoderPacking`
+        if cross is not None:
+            if getattr(module, "is_causal", False):  # self-attention: causal per target
+                return packed_attention(query, key, value, segments.targets, kwargs.get("scaling"), causal=True), None
+            return packed_cross_attention(query, key, value, cross, kwargs.get("scaling")), None
         return packed_attention(query, key, value, segments, kwargs.get("scaling"), causal=getattr(module, "is_causal", True)), None
     if not (_is_broadcast(key) and _is_broadcast(value)) or getattr(module, "is_causal", False):
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)

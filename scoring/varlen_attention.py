@@ -14,7 +14,10 @@ Two kernels, the same numbers:
   host-known lengths, which is also the reference the CUDA kernel is checked against.
 
 Plugged into transformers through the engine's attention function (`packed_attention` is
-called when a forward is given `ctgscore_packing=PackedSegments(...)`).
+called when a forward is given `ctgscore_packing=PackedSegments(...)`). A packed seq2seq
+decoder (scoring/packed_decoder.py) is given a `DecoderPacking`: its self-attention is
+`packed_attention` over the targets, its cross-attention `packed_cross_attention`, separate
+cu_seqlens for queries (a source's targets) and keys (that source's packed states).
 """
 
 from __future__ import annotations
@@ -164,4 +167,66 @@ def source_run_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Te
         part = torch.nn.functional.scaled_dot_product_attention(
             folded, key[source : source + 1, :, :width], value[source : source + 1, :, :width], scale=scale)
         output[first_row : first_row + count] = part[0].view(heads, count, length, dim).permute(1, 2, 0, 3)
+    return output
+
+
+@dataclass(frozen=True)
+class CrossSegments:
+    """Cross-attention of a packed decoder row: query group u is the packed tokens of all of
+    the chunk's targets of source u (contiguous, `query_lengths[u]` tokens), key group u that
+    source's packed states (`key_lengths[u]` tokens), so each source's keys/values are read
+    once for all of its targets. Host-side ints and their cu_seqlens (int32, U + 1) on the
+    compute device, built on the host: no device read."""
+
+    query_lengths: tuple[int, ...]
+    key_lengths: tuple[int, ...]
+    cu_seqlens_q: torch.Tensor
+    cu_seqlens_k: torch.Tensor
+    max_query_length: int
+    max_key_length: int
+
+
+@dataclass(frozen=True)
+class DecoderPacking:
+    """The two attention calls of a packed decoder layer: self-attention causal and
+    block-diagonal per target (`targets`), cross-attention per source group (`cross`). The
+    engine's attention function tells them apart by the module's `is_causal`."""
+
+    targets: PackedSegments
+    cross: CrossSegments
+
+
+def packed_cross_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cross: CrossSegments,
+                           scale: float | None) -> torch.Tensor:
+    """Non-causal attention of query group u (1, H, T_q, D) to key group u (1, H_kv, T_k, D),
+    groups given by `cross`; returns (1, T_q, H, D). torch's varlen kernel with separate
+    query and key cu_seqlens on CUDA in half precision, SDPA per group elsewhere."""
+    heads, kv_heads = query.shape[1], key.shape[1]
+    if varlen_kernel_available(query):
+        from torch.nn.attention.varlen import varlen_attn
+
+        output = varlen_attn(
+            query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1),
+            cross.cu_seqlens_q, cross.cu_seqlens_k, cross.max_query_length, cross.max_key_length,
+            scale=scale, enable_gqa=heads != kv_heads,
+        )
+        return output.unsqueeze(0)
+    return reference_cross_attention(query, key, value, cross.query_lengths, cross.key_lengths, scale)
+
+
+def reference_cross_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, query_lengths: Sequence[int],
+                              key_lengths: Sequence[int], scale: float | None) -> torch.Tensor:
+    """`packed_cross_attention` as SDPA per group (host-known lengths: no device read)."""
+    heads, kv_heads = query.shape[1], key.shape[1]
+    if heads != kv_heads:
+        key = key.repeat_interleave(heads // kv_heads, dim=1)
+        value = value.repeat_interleave(heads // kv_heads, dim=1)
+    output = torch.empty((1, query.shape[2], heads, query.shape[3]), dtype=query.dtype, device=query.device)
+    query_start = key_start = 0
+    for query_length, key_length in zip(query_lengths, key_lengths):
+        query_stop, key_stop = query_start + query_length, key_start + key_length
+        part = torch.nn.functional.scaled_dot_product_attention(
+            query[:, :, query_start:query_stop], key[:, :, key_start:key_stop], value[:, :, key_start:key_stop], scale=scale)
+        output[:, query_start:query_stop] = part.transpose(1, 2)
+        query_start, key_start = query_stop, key_stop
     return output
