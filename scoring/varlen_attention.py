@@ -22,6 +22,7 @@ cu_seqlens for queries (a source's targets) and keys (that source's packed state
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -59,15 +60,65 @@ def cu_seqlens(lengths: Sequence[int]) -> np.ndarray:
     return out
 
 
-def varlen_kernel_available(query: torch.Tensor) -> bool:
-    """torch's varlen FlashAttention runs here: CUDA, half precision, torch >= 2.10."""
+def varlen_keywords() -> frozenset[str] | None:
+    """The keyword parameters of this torch's `varlen_attn`, or None without one. Its signature
+    grew release by release (2.10: `is_causal`; later `scale` and `window_size`; then
+    `enable_gqa` and `seqused_k`), and a GPU machine may hold an older torch than this one."""
+    global _VARLEN_KEYWORDS
+    if _VARLEN_KEYWORDS is False:
+        try:
+            from torch.nn.attention.varlen import varlen_attn
+        except ImportError:
+            _VARLEN_KEYWORDS = None
+        else:
+            _VARLEN_KEYWORDS = frozenset(inspect.signature(varlen_attn).parameters)
+    return _VARLEN_KEYWORDS
+
+
+_VARLEN_KEYWORDS: frozenset[str] | None | bool = False  # not looked up yet
+
+
+def kernel_supports(keywords: frozenset[str] | None, grouped: bool = False, used_keys: bool = False) -> bool:
+    """Whether a `varlen_attn` with these keyword parameters can run a call that needs a scale
+    (always), causal or full attention, grouped-query heads (`grouped`) and keys used only up
+    to a per-segment count (`used_keys`). A call it cannot run takes the SDPA reference."""
+    if keywords is None or "scale" not in keywords:
+        return False
+    if not {"window_size", "is_causal"} & keywords:
+        return False
+    return (not grouped or "enable_gqa" in keywords) and (not used_keys or "seqused_k" in keywords)
+
+
+def kernel_keywords(keywords: frozenset[str], causal: bool, grouped: bool = False, used_keys=None) -> dict:
+    """The keyword arguments that ask a `varlen_attn` with these parameters for causal (or full)
+    attention, grouped-query heads and per-segment used keys."""
+    extra: dict = {}
+    if "window_size" in keywords:
+        extra["window_size"] = (-1, 0) if causal else (-1, -1)
+    else:
+        extra["is_causal"] = causal
+    if grouped:
+        extra["enable_gqa"] = True
+    if used_keys is not None:
+        extra["seqused_k"] = used_keys
+    return extra
+
+
+def varlen_kernel_available(query: torch.Tensor, grouped: bool = False, used_keys: bool = False) -> bool:
+    """torch's varlen FlashAttention runs this call here: CUDA, half precision, and a
+    `varlen_attn` that takes what the call needs (`kernel_supports`)."""
     if query.device.type != "cuda" or query.dtype not in (torch.bfloat16, torch.float16):
         return False
-    try:
-        from torch.nn.attention.varlen import varlen_attn  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return kernel_supports(varlen_keywords(), grouped, used_keys)
+
+
+def run_varlen_kernel(query, key, value, cu_q, cu_k, max_q: int, max_k: int, scale: float | None, causal: bool,
+                      used_keys=None) -> torch.Tensor:
+    """`varlen_attn` on packed (T, H, D) tensors, its keywords spelled for this torch."""
+    from torch.nn.attention.varlen import varlen_attn
+
+    extra = kernel_keywords(varlen_keywords(), causal, query.shape[1] != key.shape[1], used_keys)
+    return varlen_attn(query, key, value, cu_q, cu_k, max_q, max_k, scale=scale, **extra)
 
 
 def packed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, segments: PackedSegments,
@@ -76,13 +127,10 @@ def packed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     transformers' attention layers hand them over (H a multiple of H_kv: grouped-query
     attention); returns (1, T, H, D), the layout the layers expect back."""
     heads, kv_heads = query.shape[1], key.shape[1]
-    if varlen_kernel_available(query):
-        from torch.nn.attention.varlen import varlen_attn
-
-        output = varlen_attn(
+    if varlen_kernel_available(query, grouped=heads != kv_heads):
+        output = run_varlen_kernel(
             query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1),
-            segments.cu_seqlens, segments.cu_seqlens, segments.max_length, segments.max_length,
-            scale=scale, window_size=(-1, 0) if causal else (-1, -1), enable_gqa=heads != kv_heads,
+            segments.cu_seqlens, segments.cu_seqlens, segments.max_length, segments.max_length, scale, causal,
         )
         return output.unsqueeze(0)
     return reference_packed_attention(query, key, value, segments.lengths, scale, causal)
@@ -150,15 +198,14 @@ def source_run_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Te
     (U, H, W, D), no mask: every query of a source's rows attends to that source's real
     positions, read once for all of its rows. Returns (R, L, H, D)."""
     rows, heads, length, dim = query.shape
-    if runs.kernel_index is not None and varlen_kernel_available(query) and key.transpose(1, 2).is_contiguous():
-        from torch.nn.attention.varlen import varlen_attn
-
+    if (runs.kernel_index is not None and varlen_kernel_available(query, grouped=heads != key.shape[1], used_keys=True)
+            and key.transpose(1, 2).is_contiguous()):
         cu_q, cu_k, used = runs.kernel_index
         first = runs.runs()[0][0]
         flat_keys = key[first:].transpose(1, 2).reshape(-1, key.shape[1], dim)  # a view: the projection's layout
         flat_values = value[first:].transpose(1, 2).reshape(-1, value.shape[1], dim)
-        output = varlen_attn(query.transpose(1, 2).reshape(rows * length, heads, dim), flat_keys, flat_values, cu_q, cu_k,
-                             length * max(count for _, _, count in runs.runs()), key.shape[2], scale=scale, seqused_k=used)
+        output = run_varlen_kernel(query.transpose(1, 2).reshape(rows * length, heads, dim), flat_keys, flat_values, cu_q, cu_k,
+                                   length * max(count for _, _, count in runs.runs()), key.shape[2], scale, False, used)
         return output.view(rows, length, heads, dim)
     output = torch.empty((rows, length, heads, dim), dtype=query.dtype, device=query.device)
     for source, first_row, count in runs.runs():
@@ -202,13 +249,10 @@ def packed_cross_attention(query: torch.Tensor, key: torch.Tensor, value: torch.
     groups given by `cross`; returns (1, T_q, H, D). torch's varlen kernel with separate
     query and key cu_seqlens on CUDA in half precision, SDPA per group elsewhere."""
     heads, kv_heads = query.shape[1], key.shape[1]
-    if varlen_kernel_available(query):
-        from torch.nn.attention.varlen import varlen_attn
-
-        output = varlen_attn(
+    if varlen_kernel_available(query, grouped=heads != kv_heads):
+        output = run_varlen_kernel(
             query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1),
-            cross.cu_seqlens_q, cross.cu_seqlens_k, cross.max_query_length, cross.max_key_length,
-            scale=scale, enable_gqa=heads != kv_heads,
+            cross.cu_seqlens_q, cross.cu_seqlens_k, cross.max_query_length, cross.max_key_length, scale, False,
         )
         return output.unsqueeze(0)
     return reference_cross_attention(query, key, value, cross.query_lengths, cross.key_lengths, scale)

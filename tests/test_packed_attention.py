@@ -234,3 +234,46 @@ def test_a_packed_encoder_is_refused_where_it_cannot_be_exact(tiny_models):
     engine.packed_encoder = True
     with pytest.raises(ValueError, match="a packed encoder is not supported for model type 'bart' with attention 'eager'"):
         engine.pair_nll(Ragged.from_lists([[0, 5, 2]]), Ragged.from_lists([[0, 6, 2]]), [range(0, 1)])
+
+
+# the keyword parameters of `varlen_attn` in three torch releases (2.10's docs, 2.11's, 2.12's on)
+_VARLEN_2_10 = frozenset({"query", "key", "value", "cu_seq_q", "cu_seq_k", "max_q", "max_k", "is_causal", "return_aux"})
+_VARLEN_2_11 = frozenset({"query", "key", "value", "cu_seq_q", "cu_seq_k", "max_q", "max_k", "return_aux", "scale", "window_size"})
+_VARLEN_2_12 = _VARLEN_2_11 | {"enable_gqa", "seqused_k", "block_table", "num_splits"}
+
+
+def test_varlen_kernel_is_used_only_where_the_installed_signature_takes_the_call():
+    """A GPU machine may hold an older torch than this one: a call the installed `varlen_attn`
+    cannot spell takes the SDPA reference instead of failing with a TypeError."""
+    from scoring.varlen_attention import kernel_supports
+
+    assert not kernel_supports(None)
+    assert not kernel_supports(_VARLEN_2_10)  # no `scale`: BART's and Gemma's scaling cannot be passed
+    assert kernel_supports(_VARLEN_2_11) and not kernel_supports(_VARLEN_2_11, grouped=True)
+    assert not kernel_supports(_VARLEN_2_11, used_keys=True)
+    assert kernel_supports(_VARLEN_2_12, grouped=True, used_keys=True)
+
+
+def test_varlen_kernel_keywords_are_spelled_for_the_installed_signature():
+    from scoring.varlen_attention import kernel_keywords
+
+    assert kernel_keywords(_VARLEN_2_11, causal=True) == {"window_size": (-1, 0)}
+    assert kernel_keywords(_VARLEN_2_11, causal=False) == {"window_size": (-1, -1)}
+    assert kernel_keywords(_VARLEN_2_10 | {"scale"}, causal=True) == {"is_causal": True}
+    used = torch.tensor([3, 4])
+    spelled = kernel_keywords(_VARLEN_2_12, causal=False, grouped=True, used_keys=used)
+    assert spelled["enable_gqa"] is True and spelled["seqused_k"] is used and spelled["window_size"] == (-1, -1)
+
+
+def test_the_installed_varlen_signature_is_read_from_torch():
+    from scoring.varlen_attention import varlen_keywords
+
+    keywords = varlen_keywords()
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        assert keywords is None
+    else:
+        import inspect
+
+        assert keywords == frozenset(inspect.signature(varlen_attn).parameters)
