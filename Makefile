@@ -10,7 +10,7 @@ export HF_HUB_DISABLE_PROGRESS_BARS := 1
 export RAY_USAGE_STATS_ENABLED := 0
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test test-quick test-integration test-system lint bench gpu-check gpu-sweep clean
+.PHONY: install demo test test-quick test-integration test-system lint bench gpu-wheels gpu-check gpu-sweep clean
 
 install: $(STAMP)
 
@@ -55,17 +55,26 @@ bench: $(STAMP)
 #   make gpu-sweep PY=python3 SWEEP_OUT=$$OUT   second, its own limit GPU_SWEEP_SECONDS (420): token budget
 #                                         32k/64k/128k x cross-batch on/off x compile on/off, peak memory; writes what finished
 # Dry runs on a CPU: GPU_CHECK_FLAGS="--device cpu --tiny" / GPU_SWEEP_FLAGS="--device cpu --tiny".
+# Before going to the GPU machine, here: `make gpu-wheels` (the wheels of benchmarks/gpu_wheels.txt into .whl/,
+# about 15 MB); carry .whl and both targets install them there into $(GPU_SITE) before they run.
+WHEELS ?= .whl
+GPU_SITE ?= /tmp/ctgscore-site
+gpu-wheels: $(STAMP)
+	rm -rf $(WHEELS) && $(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux_2_28_x86_64 -d $(WHEELS) -r benchmarks/gpu_wheels.txt
+GPU_ENV = if [ -d $(WHEELS) ]; then $(PY) -m pip install -q --no-index --no-deps --no-compile --upgrade --target $(GPU_SITE) $(WHEELS)/*.whl || exit 1; fi; \
+	PYTHONPATH=$(CURDIR)$$([ -d $(WHEELS) ] && echo :$(GPU_SITE))$${PYTHONPATH:+:$$PYTHONPATH}
 OUT ?= out/gpu-check
 GPU_CHECK_SECONDS ?= 480
 GPU_CHECK_FLAGS ?=
 gpu-check:
-	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PY) -m benchmarks.gpu_check --out $(OUT) --time-limit $(GPU_CHECK_SECONDS) $(GPU_CHECK_FLAGS)
+	$(GPU_ENV) $(PY) -m benchmarks.gpu_check --out $(OUT) --time-limit $(GPU_CHECK_SECONDS) $(GPU_CHECK_FLAGS)
 
 SWEEP_OUT ?= out/gpu-sweep
 GPU_SWEEP_SECONDS ?= 420
 GPU_SWEEP_FLAGS ?=
 gpu-sweep:
-	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PY) -m benchmarks.gpu_sweep --out $(SWEEP_OUT) --time-limit $(GPU_SWEEP_SECONDS) $(GPU_SWEEP_FLAGS)
+	$(GPU_ENV) $(PY) -m benchmarks.gpu_sweep --out $(SWEEP_OUT) --time-limit $(GPU_SWEEP_SECONDS) $(GPU_SWEEP_FLAGS)
 
 clean:
 	rm -rf out .cache
