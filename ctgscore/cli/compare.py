@@ -198,7 +198,7 @@ def handle(args: argparse.Namespace) -> int:
                "rows": acc.input_rows, "rows_read": acc.rows, "error_rows": acc.error_rows, "cells": acc.n_cells,
                "leaderboard": to_json_dict(board), "comparisons": to_json_dict(list(comparisons)), "skipped": skipped}
     if output is None:
-        lines = [text.rstrip("\n")]
+        lines = text.rstrip("\n").split("\n")  # the table's own lines; each is one console line
     else:
         lines = [f"compare: {len(comparisons)} of {len(datasets) * len(columns)} comparisons "
                  f"({len(datasets)} dataset{'s' if len(datasets) > 1 else ''} x {len(columns)} "
