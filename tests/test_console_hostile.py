@@ -122,6 +122,24 @@ def test_compare_tables_and_lines_name_systems_safely(cli, tmp_path):
     assert in_error(f"(systems: {', '.join(sorted(systems))})") in proc.stderr
 
 
+@pytest.mark.parametrize("fmt", ["md", "csv", "json", "html"])
+def test_compare_prints_the_whole_document_it_would_write(cli, tmp_path, fmt):
+    """On stdout, the document is the one `-o` writes, each line by the console rule and never
+    cut (the page's long lines included); JSON by its own escapes, so it still parses."""
+    scores_table(tmp_path / "scores.parquet")
+    common = ["compare", "-s", str(tmp_path / "scores.parquet"), "--resamples", "50", "--trials", "50", "--format", fmt]
+    written = tmp_path / f"board.{fmt}"
+    assert cli(common + ["-o", str(written)]).returncode == 0
+    proc = cli(common)
+    assert proc.returncode == 0, proc.stderr
+    assert_safe(proc)
+    document = written.read_text(encoding="utf-8")
+    if fmt == "json":
+        assert json.loads(proc.stdout) == json.loads(document)
+    else:
+        assert proc.stdout.rstrip("\n").split("\n") == [shown(line) for line in document.rstrip("\n").split("\n")]
+
+
 def test_meta_splits_and_constraints_errors_name_files_and_columns_safely(cli, dump, tmp_path):
     proc = cli(["meta", "-s", str(dump), "-o", str(tmp_path / "report")])
     assert proc.returncode == 1

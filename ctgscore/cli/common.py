@@ -13,6 +13,7 @@ import pathlib
 import sys
 from typing import Any, Iterable, Mapping
 
+from scoring.console_text import LINE_LIMIT
 from scoring.errors import StorageError, UsageError
 
 #: default `--max-error-rate` of `ctgscore score` (the job config's `max_error_rate` default too)
@@ -294,12 +295,14 @@ def reason_lines(reasons: Mapping[str, int], per_run: int = 3) -> list[str]:
 
 
 # ----- summary ----------------------------------------------------------------------------
-def emit(args: argparse.Namespace, summary: Mapping[str, Any], text: str | Iterable[str]) -> None:
+def emit(args: argparse.Namespace, summary: Mapping[str, Any], text: str | Iterable[str],
+         limit: int | None = LINE_LIMIT) -> None:
     """The final summary: `text` for people, or `summary` as one JSON line with `--json`.
 
     Each item of `text` is one console line (`scoring.console_text.console_line`: URLs redacted,
     controls, bidi and invisible characters shown as escapes, a newline inside an item
-    included, cut at `LINE_LIMIT`); the JSON escapes the same characters (`console_json`)."""
+    included, cut at `LINE_LIMIT` unless `limit` says otherwise: None for a document printed
+    whole); the JSON escapes the same characters (`console_json`)."""
     from scoring.console_text import console_json, console_line
 
     if flag(args, "json"):
@@ -307,7 +310,7 @@ def emit(args: argparse.Namespace, summary: Mapping[str, Any], text: str | Itera
     else:
         lines = [text] if isinstance(text, str) else list(text)
         for line in lines:
-            print(console_line(line))
+            print(console_line(line, limit))
     sys.stdout.flush()
 
 
