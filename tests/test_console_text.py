@@ -167,3 +167,28 @@ def test_error_line_of_the_cli_names_the_file_by_the_rule(cli, tmp_path):
             assert json.loads(proc.stdout)["error"] == f"input {shown(str(missing))}: no such file or folder"
         if flags == ["--debug"]:
             assert "Traceback (most recent call last):" in proc.stderr
+
+
+class _Exited(Exception):
+    pass
+
+
+def _no_exit(code):
+    raise _Exited(code)
+
+
+def test_worker_messages_name_the_unit_by_the_rule(monkeypatch, capsys):
+    """The two lines a Ray worker prints before it ends itself (an accelerator error, a unit
+    past `unit_timeout_s`) name a shard from the data: shown by the rule."""
+    from ray_jobs.job import device_guard, scorer
+
+    monkeypatch.setattr(scorer.os, "_exit", _no_exit)
+    rel = f"shard{HOSTILE['clipboard']}{HOSTILE['bidi']}.parquet"
+    with pytest.raises(_Exited):
+        scorer.end_actor("m", {"rel": rel, "start": 0, "stop": 4}, RuntimeError(f"CUDA error: in {HOSTILE['clear']}"))
+    with pytest.raises(_Exited):
+        device_guard.Watchdog(5, "m")._expire(f"{rel} rows 0-4")
+    err = capsys.readouterr().err
+    assert console_problems(err) == []
+    assert err.count("\n") == 2
+    assert err.count(f"{shown(rel)} rows 0-4") == 2 and shown(HOSTILE["clear"]) in err
