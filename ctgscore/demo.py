@@ -88,9 +88,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from transformers.utils import logging as transformers_logging
 
-    from ctgscore.cli.common import progress_bars
+    from ctgscore.cli.common import print_error, progress_bars
     from ray_jobs.config import parse_config
     from ray_jobs.score_corpus import error_rate_exceeded, run_job, summary_line
+    from scoring.console_text import console_line
     from scoring.errors import CtgscoreError
 
     transformers_logging.disable_progress_bar()
@@ -100,9 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         manifest = run_job(parse_config(data))
     except CtgscoreError as exc:
-        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        print_error(exc)
         return exc.exit_code
-    print(summary_line(manifest))
+    print(console_line(summary_line(manifest)))
     print(f"\nresults: {args.output}/<metric>/, one row per input row and metric; "
           f"read them as one table with ctgscore.load_scores({args.output!r})")
     for label, report in manifest["metrics"].items():
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"manifest: {manifest['manifest']}")
     problems = error_rate_exceeded(manifest)  # the exit code `ctgscore run` gives the same run
     for problem in problems:
-        print(f"error: {problem}", file=sys.stderr)
+        print_error(problem)
     if problems:
         return 1
     if not args.no_report:

@@ -185,7 +185,9 @@ def analyse_group(table: Table, name: str, opts: Options, runner: Runner | None 
         if progress:
             from tqdm import tqdm
 
-            jobs = tqdm(jobs, desc=f"{opts.significance} [{name}]")
+            from scoring.console_text import console_text
+
+            jobs = tqdm(jobs, desc=f"{opts.significance} [{console_text(name, 60)}]")  # a dataset's name
         for human, level in jobs:
             if finite_mask(frame, metrics + [human]).sum() >= 3:
                 result.significance.append(significance(frame, metrics, human, level, opts, runner))

@@ -17,6 +17,7 @@ import sys
 import traceback
 from typing import Any, Sequence
 
+from scoring.console_text import console_json, console_line, console_lines
 from scoring.error_rate import is_fraction
 from scoring.errors import CtgscoreError, UsageError, one_line
 
@@ -81,18 +82,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         manifest = run_job(config)
     except (CtgscoreError, OSError) as exc:
         if args.debug:
-            traceback.print_exc()
+            print("\n".join(console_lines(traceback.format_exc().rstrip("\n"))), file=sys.stderr)
         code = exc.exit_code if isinstance(exc, CtgscoreError) else 1
-        line = one_line(exc) or type(exc).__name__
+        line = console_line(one_line(exc) or type(exc).__name__)  # the console rule: docs/security.md
         print(f"error: {line}", file=sys.stderr)
         if args.json:
             print(json.dumps({"ok": False, "exit_code": code, "error": line}))
         return code
     problems = error_rate_exceeded(manifest)
     summary = run_summary(manifest, config.output, problems)
-    print(json.dumps(summary, default=str) if args.json else summary_line(manifest))
+    print(console_json(json.dumps(summary, default=str)) if args.json else console_line(summary_line(manifest)))
     sys.stdout.flush()
     if problems:
-        print(f"error: {'; '.join(problems)}", file=sys.stderr)
+        print(f"error: {console_line(one_line('; '.join(problems)))}", file=sys.stderr)
         return 1
     return 0

@@ -13,6 +13,7 @@ import pathlib
 import sys
 from typing import Any, Iterable, Mapping
 
+from scoring.console_text import LINE_LIMIT
 from scoring.errors import StorageError, UsageError
 
 #: default `--max-error-rate` of `ctgscore score` (the job config's `max_error_rate` default too)
@@ -282,21 +283,62 @@ def error_reasons(table) -> dict[str, int]:
     return {item["values"]: item["counts"] for item in sorted(counts, key=lambda item: -item["counts"])}
 
 
+#: the longest row-error reason a summary line shows (a longer one keeps its head and tail)
+REASON_LIMIT = 500
+
+
 def reason_lines(reasons: Mapping[str, int], per_run: int = 3) -> list[str]:
+    from scoring.console_text import console_text
+
     top = list(reasons.items())[:per_run]
-    return ["  errors: " + "; ".join(f"{count} x {reason}" for reason, count in top)] if top else []
+    return ["  errors: " + "; ".join(f"{count} x {console_text(reason, REASON_LIMIT)}" for reason, count in top)] if top else []
 
 
 # ----- summary ----------------------------------------------------------------------------
-def emit(args: argparse.Namespace, summary: Mapping[str, Any], text: str | Iterable[str]) -> None:
-    """The final summary: `text` for people, or `summary` as one JSON line with `--json`."""
+def emit(args: argparse.Namespace, summary: Mapping[str, Any], text: str | Iterable[str],
+         limit: int | None = LINE_LIMIT) -> None:
+    """The final summary: `text` for people, or `summary` as one JSON line with `--json`.
+
+    Each item of `text` is one console line (`scoring.console_text.console_line`: URLs redacted,
+    controls, bidi and invisible characters shown as escapes, a newline inside an item
+    included, cut at `LINE_LIMIT` unless `limit` says otherwise: None for a document printed
+    whole); the JSON escapes the same characters (`console_json`)."""
+    from scoring.console_text import console_json, console_line
+
     if flag(args, "json"):
-        print(json.dumps(summary, default=_json_default, ensure_ascii=False))
+        print(console_json(json.dumps(summary, default=_json_default, ensure_ascii=False)))
     else:
         lines = [text] if isinstance(text, str) else list(text)
         for line in lines:
-            print(line)
+            print(console_line(line, limit))
     sys.stdout.flush()
+
+
+def error_line(message: object) -> str:
+    """`message` as the text of an `error: ...` line: one line (`scoring.errors.one_line`:
+    whitespace runs as one space, URLs redacted), then the console rule (`console_line`)."""
+    from scoring.console_text import console_line
+    from scoring.errors import one_line
+
+    return console_line(one_line(message))
+
+
+def print_error(message: object) -> str:
+    """Print `error: <message>` on stderr (`error_line`); returns the line's text."""
+    line = error_line(message)
+    print(f"error: {line}", file=sys.stderr)
+    return line
+
+
+def print_traceback() -> None:
+    """`--debug`: the current exception's traceback on stderr, each line by the console rule
+    (an exception message carries data strings too)."""
+    import traceback
+
+    from scoring.console_text import console_lines
+
+    for line in console_lines(traceback.format_exc().rstrip("\n")):
+        print(line, file=sys.stderr)
 
 
 def _json_default(value: Any) -> Any:

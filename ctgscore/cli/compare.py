@@ -13,6 +13,7 @@ import pathlib
 
 from ctgscore.cli import common
 from meta_eval.defaults import DEFAULT_RESAMPLES
+from scoring.console_text import LINE_LIMIT
 from scoring.errors import InputError, UsageError
 
 TESTS = ["bootstrap", "randomization"]
@@ -197,8 +198,13 @@ def handle(args: argparse.Namespace) -> int:
     summary = {"ok": True, "command": "compare", "output": str(output) if output else None, "format": fmt,
                "rows": acc.input_rows, "rows_read": acc.rows, "error_rows": acc.error_rows, "cells": acc.n_cells,
                "leaderboard": to_json_dict(board), "comparisons": to_json_dict(list(comparisons)), "skipped": skipped}
-    if output is None:
-        lines = [text.rstrip("\n")]
+    limit = LINE_LIMIT
+    if output is None:  # the document itself on stdout: printed whole, line by line by the console rule
+        if fmt == "json":
+            from scoring.console_text import console_json
+
+            text = console_json(text)  # JSON escapes, so the printed document still parses
+        lines, limit = text.rstrip("\n").split("\n"), None
     else:
         lines = [f"compare: {len(comparisons)} of {len(datasets) * len(columns)} comparisons "
                  f"({len(datasets)} dataset{'s' if len(datasets) > 1 else ''} x {len(columns)} "
@@ -207,7 +213,7 @@ def handle(args: argparse.Namespace) -> int:
             ranking = ", ".join(f"{s.rank}. {s.system} {s.mean:.4g}" for s in comp.systems)
             lines.append(f"  {comp.dataset} / {comp.column}: {ranking}")
     lines += [f"  skipped: {reason}" for reason in skipped]
-    common.emit(args, summary, lines)
+    common.emit(args, summary, lines, limit)
     return 0
 
 

@@ -11,7 +11,6 @@ The same scoring runs in the Ray job as metric `codi` (`{name: codi, params: {..
 from __future__ import annotations
 
 import argparse
-import sys
 
 from ctgscore.cli import common
 from scoring.errors import CtgscoreError, InputError, UsageError
@@ -118,7 +117,7 @@ def handle_score(args: argparse.Namespace) -> int:
                        "rows": result.num_rows, "errors": errors, "signature": metric.signature_string()},
                 f"constraints score: {result.num_rows} rows, {errors} with an error -> {output}")
     if problem:
-        print(f"error: {problem}", file=sys.stderr)
+        common.print_error(problem)
         return 1
     return 0
 

@@ -12,12 +12,11 @@ import argparse
 import importlib
 import os
 import sys
-import traceback
 from typing import Sequence
 
 from ctgscore import __version__
-from ctgscore.cli.common import common_flags
-from scoring.errors import CtgscoreError, UsageError, one_line
+from ctgscore.cli.common import common_flags, print_error, print_traceback
+from scoring.errors import CtgscoreError, UsageError
 
 #: subcommand modules, in the order `ctgscore --help` lists them
 COMMAND_MODULES = (
@@ -79,8 +78,7 @@ def _storage_failure(exc: Exception, argv: Sequence[str]) -> CtgscoreError | Non
 
 
 def _report(message: str, code: int, as_json: bool) -> int:
-    line = one_line(message)
-    print(f"error: {line}", file=sys.stderr)
+    line = print_error(message)  # one line, by the console rule (docs/security.md)
     if as_json:
         import json
 
@@ -109,15 +107,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except CtgscoreError as exc:
         if debug:
-            traceback.print_exc()
+            print_traceback()
         return _report(str(exc) or type(exc).__name__, exc.exit_code, as_json)
     except OSError as exc:
         if debug:
-            traceback.print_exc()
+            print_traceback()
         return _report(_os_error_line(exc), 1, as_json)
     except Exception as exc:  # noqa: BLE001 - anything else is a bug in ctgscore
         if debug:
-            traceback.print_exc()
+            print_traceback()
         storage = _storage_failure(exc, argv)
         if storage is not None:
             return _report(str(storage), storage.exit_code, as_json)

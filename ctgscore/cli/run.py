@@ -8,7 +8,6 @@ whose input shard is gone, `--max-error-rate R` overrides the config's `max_erro
 from __future__ import annotations
 
 import argparse
-import sys
 
 from ctgscore.cli import common
 from scoring.errors import UsageError
@@ -76,6 +75,6 @@ def handle(args: argparse.Namespace) -> int:
         lines += error_reason_lines(metrics)
     common.emit(args, summary, lines)
     if problems:
-        print(f"error: {'; '.join(problems)}", file=sys.stderr)
+        common.print_error("; ".join(problems))
         return 1
     return 0

@@ -106,7 +106,9 @@ def score_table(metric, table, chunk_rows: int = 256, progress: bool = True):
     from scoring.schema import rows_from_table
 
     parts = []
-    with tqdm(total=table.num_rows, desc=metric.name, unit="row", disable=not progress, file=sys.stderr) as bar:
+    from scoring.console_text import console_text
+
+    with tqdm(total=table.num_rows, desc=console_text(metric.name, 60), unit="row", disable=not progress, file=sys.stderr) as bar:
         for offset in range(0, table.num_rows, chunk_rows):
             rows, decode_errors = rows_from_table(table.slice(offset, chunk_rows))
             results = [metric.precheck(row, error) for row, error in zip(rows, decode_errors)]
@@ -165,7 +167,7 @@ def handle(args: argparse.Namespace) -> int:
         lines += common.reason_lines(reasons)
     common.emit(args, summary, lines)
     if problem:
-        print(f"error: {problem}", file=sys.stderr)
+        common.print_error(problem)
         return 1
     return 0
 

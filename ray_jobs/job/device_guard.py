@@ -20,6 +20,7 @@ import sys
 import threading
 from typing import Any, Sequence
 
+from scoring.console_text import console_line
 from scoring.errors import RETRY_PREFIX, CtgscoreError
 
 HANG_EXIT = 71
@@ -73,8 +74,8 @@ class Watchdog:
             timer.cancel()
 
     def _expire(self, what: str) -> None:
-        print(f"ctgscore: metric {self.label}: scoring {what} ran past unit_timeout_s={self.seconds:g}; "
-              "ending this actor so Ray restarts it and retries the unit", file=sys.stderr, flush=True)
+        print(console_line(f"ctgscore: metric {self.label}: scoring {what} ran past unit_timeout_s={self.seconds:g}; "
+                           "ending this actor so Ray restarts it and retries the unit"), file=sys.stderr, flush=True)
         os._exit(HANG_EXIT)
 
 

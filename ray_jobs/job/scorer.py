@@ -28,6 +28,7 @@ from ray_jobs.job.read import PAYLOAD, READ_ERROR, REPORTS, ipc_table
 from ray_jobs.job.rows import RowCaches, read_prepared, settle_rows
 from ray_jobs.job.units import UNIT, unit_of, where
 from ray_jobs.job.write import write_part
+from scoring.console_text import console_line
 from scoring.errors import CtgscoreError, first_line, is_accelerator_error
 
 ACCELERATOR_EXIT = 70
@@ -41,8 +42,8 @@ def end_actor(label: str, unit: dict[str, Any], exc: BaseException) -> None:
     """After an accelerator error every later CUDA call of this process fails: nothing of
     the unit is written, the process exits, Ray restarts the actor (`pool.max_restarts`) and
     retries the unit on it (`pool.max_task_retries`). Never a committed row error."""
-    print(f"ctgscore: metric {label}: accelerator error while scoring {where(unit)} "
-          f"({type(exc).__name__}: {first_line(exc)}); ending this actor so Ray restarts it and retries the unit",
+    print(console_line(f"ctgscore: metric {label}: accelerator error while scoring {where(unit)} "
+                       f"({type(exc).__name__}: {first_line(exc)}); ending this actor so Ray restarts it and retries the unit"),
           file=sys.stderr, flush=True)
     os._exit(ACCELERATOR_EXIT)
 
