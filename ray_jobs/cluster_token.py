@@ -16,6 +16,8 @@ import os
 import pathlib
 import sys
 
+from scoring import atomic_files
+
 DEFAULT_OUT = "~/.ray/auth_token"  # where Ray looks for its token when none is set in the environment
 
 
@@ -35,13 +37,7 @@ def write_token(token: str, out: str | os.PathLike = DEFAULT_OUT) -> pathlib.Pat
         raise ValueError("the secret is empty")
     path = pathlib.Path(out).expanduser()
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    temp = path.with_name(path.name + ".tmp")
-    temp.unlink(missing_ok=True)
-    handle = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(handle, "w", encoding="utf-8") as file:
-        file.write(token)
-    os.replace(temp, path)  # a symlink at `path` is replaced, not followed
-    return path
+    return atomic_files.write_text(path, token, mode=0o600)  # 0600 from creation; a symlink is replaced
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -55,6 +55,18 @@ def test_example_runs_on_the_clone_or_names_what_it_needs(path):
         assert local_input.is_relative_to(REPO) and local_input.exists()
 
 
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_metric_params_are_ones_the_metric_takes(path):
+    """The schema leaves `params` open; the metric's constructor does not: a misspelled or
+    missing parameter fails here, not when a cluster builds the metric."""
+    from ray_jobs.job.metrics import metric_params
+    from scoring.registry import check_params
+
+    config = load_config(path)
+    for spec in config.metrics:
+        check_params(spec.name, metric_params(config, spec))
+
+
 def test_the_check_sees_what_a_clone_lacks(tmp_path):
     """The rule itself: a config reading data/corpora/ (absent from a clone) and a hub model needs both named."""
     config = tmp_path / "examples" / "x.yaml"

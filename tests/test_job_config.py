@@ -222,6 +222,43 @@ def test_plan_keeps_committed_parts_and_schedules_only_the_gaps(tmp_path):
     assert sorted(plan.previous) == sorted(kept) and sorted(plan.superseded) == sorted(kept + [other_signature])
 
 
+def test_a_shard_under_another_etag_takes_a_same_size_folder_as_its_row_cache(tmp_path):
+    """Reuse by content when the ETag differs (an S3 object uploaded in parts, then copied):
+    a new shard with no output of its own gets as its row cache the parts of the vanished
+    folder the previous manifest records with the same signature and input size, nothing else
+    (another size or signature, or no record: scored as new); a present shard's kept parts serve too."""
+    from ray_jobs.job.metrics import ResolvedMetric
+    from ray_jobs.job.plan import Shard, plan_metric
+
+    write_rows(tmp_path / "in" / "new.parquet", make_rows(0, 7))
+    fs = clients.fsspec_filesystem(str(tmp_path), S3Config())
+    (info,) = listing.list_shards(str(tmp_path / "in"), fs)
+    shard = Shard(info, 200, {"id": "string", "text": "string"}, layout.input_version(info.etag, info.size))
+    config = parse_config({**BASE, "input": str(tmp_path / "in"), "output": str(tmp_path / "out"), "part_rows": 100})
+    metric = ResolvedMetric(config.metrics[0], object, {}, "sig", "d1", ("text",), ("x",))
+    old_info = listing.ShardInfo(str(tmp_path / "gone" / "old.parquet"), "old.parquet", info.size, "9f86d081884c7d65-3")
+    old = Shard(old_info, 200, shard.columns, layout.input_version(old_info.etag, old_info.size))
+    old_parts = [_write_part(tmp_path / "out", "text_stats", old, old_info, s, e) for s, e in ((0, 100), (100, 200))]
+    folder = str(tmp_path / "out" / "text_stats" / "old")
+
+    def manifest(**record):
+        record = {"input_etag": old_info.etag, "input_size": old_info.size, "digest": "d1",
+                  "parts": {uri.rsplit("/", 1)[-1]: {} for uri in old_parts}, **record}
+        return {"metrics": {"text_stats": {"parts": {"old.parquet": record}}}}
+
+    plan = plan_metric(fs, config, metric, [shard], previous=manifest()).shards["new.parquet"]
+    assert sorted(plan.previous) == old_parts and plan.reused_from == folder
+    assert plan.units == [(0, 100), (100, 200)] and plan.kept == [] and plan.superseded == []  # written anew, own version
+    for previous in (manifest(input_size=info.size + 1), manifest(digest="d0"), None):
+        plan = plan_metric(fs, config, metric, [shard], previous=previous).shards["new.parquet"]
+        assert plan.previous == [] and plan.reused_from is None, previous
+    # a present shard of the same size under another ETag (a copy in S3): its kept parts
+    present = Shard(old_info, 200, shard.columns, old.version)
+    plans = plan_metric(fs, config, metric, [shard, present]).shards
+    assert sorted(uri for _, uri, _ in plans["old.parquet"].kept) == old_parts
+    assert sorted(plans["new.parquet"].previous) == old_parts and plans["new.parquet"].reused_from == folder
+
+
 def test_relative_paths_resolve_against_the_yaml_folder(tmp_path, monkeypatch):
     folder = tmp_path / "jobs"
     (folder / "models" / "tiny").mkdir(parents=True)

@@ -5,6 +5,7 @@ through Ray)."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -124,3 +125,88 @@ def test_s3_in_s3_out(moto_endpoint, ray_address, tmp_path):
     assert requests["footers_read"] == 0 and requests["worker_part_puts"] == 0
     assert requests["driver"]["GET"] == 1  # the previous manifest; no footer, no shard read
     assert requests["driver"]["LIST"] == 3 and requests["driver"]["total"] <= 12  # input, output top, text_stats
+
+
+def _multipart_put(endpoint, bucket, key, data):
+    """`data` uploaded in parts (one part here: moto takes a small last part), as `aws s3 cp`
+    uploads any file over 8 MiB: its ETag is `<md5 of the parts' md5s>-1`, not the bytes' md5."""
+    import botocore.session
+
+    client = botocore.session.get_session().create_client(
+        "s3", region_name="us-east-1", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing")
+    upload = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+    part = client.upload_part(Bucket=bucket, Key=key, UploadId=upload, PartNumber=1, Body=data)
+    client.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload,
+                                     MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]})
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_renamed_s3_shards_reuse_their_scores_by_content(moto_endpoint, s3_bucket, ray_local, sample_corpus):
+    """Reuse by content over S3 (docs/job.md), one run before and one after renaming two shards
+    of an s3:// input (CopyObject + DeleteObject):
+    - `a`, uploaded in one PUT, keeps its ETag: the old folder's complete parts are copied under
+      the new folder, byte for byte;
+    - `b`, uploaded in parts, gets the plain md5 as its ETag after the copy (S3 and moto alike):
+      the old folder's parts serve as its row cache, and new parts are written under the new
+      ETag's version.
+    Either way 0 rows are scored, every row is reused, and the scores are the first run's."""
+    from ray_jobs.config import parse_config
+    from ray_jobs.job import layout
+    from ray_jobs.score_corpus import run_job
+
+    fs = s3fs_client(moto_endpoint)
+    table = pq.read_table(sample_corpus / "summeval-00000.parquet")
+    data = {}
+    for name, rows in (("a", table.slice(0, 20)), ("b", table.slice(20, 12))):
+        sink = io.BytesIO()
+        pq.write_table(rows, sink)
+        data[name] = sink.getvalue()
+    assert len(data["a"]) != len(data["b"])
+    fs.pipe(f"{s3_bucket}/in/old-a.parquet", data["a"])
+    _multipart_put(moto_endpoint, s3_bucket, "in/old-b.parquet", data["b"])
+    config = parse_config({
+        "input": f"s3://{s3_bucket}/in", "output": f"s3://{s3_bucket}/out", "progress": False, "part_rows": 8,
+        "metrics": [{"name": "text_stats"}, {"name": "bleu"}], "s3": {"endpoint_url": moto_endpoint},
+        "pool": {"min_size": 1, "max_size": 1, "num_cpus": 0.5},
+    })
+    labels = ("text_stats", "bleu")
+
+    def parts(label, stem):
+        fs.invalidate_cache()
+        return {p.rsplit("/", 1)[-1]: fs.cat_file(p) for p in fs.find(f"{s3_bucket}/out/{label}/{stem}")}
+
+    def rows_of(found):
+        return [row for name in sorted(found) for row in pq.read_table(io.BytesIO(found[name])).to_pylist()]
+
+    def etag(name):
+        fs.invalidate_cache()
+        return fs.info(f"{s3_bucket}/in/{name}")["ETag"].strip('"')
+
+    first = run_job(config)
+    assert first["metrics"]["bleu"]["rows_scored"] == 32
+    before = {(label, shard): parts(label, f"old-{shard}") for label in labels for shard in "ab"}
+    assert [len(before[("bleu", shard)]) for shard in "ab"] == [3, 2]  # 8 + 8 + 4 rows, 8 + 4 rows
+    etags = {shard: etag(f"old-{shard}.parquet") for shard in "ab"}
+    assert etags["b"].endswith("-1")
+    for shard in "ab":
+        fs.mv(f"{s3_bucket}/in/old-{shard}.parquet", f"{s3_bucket}/in/new-{shard}.parquet")
+    assert etag("new-a.parquet") == etags["a"]
+    assert etag("new-b.parquet") == hashlib.md5(data["b"]).hexdigest() != etags["b"]
+
+    again = run_job(config)
+    for label in labels:
+        report = again["metrics"][label]
+        assert (report["rows_scored"], report["rows_cached"], report["rows_out"]) == (0, 32, 32), label
+        assert report["reused_by_content"] == {f"new-{shard}.parquet": f"s3://{s3_bucket}/out/{label}/old-{shard}"
+                                               for shard in "ab"}
+        assert sorted(report["orphaned_outputs"]) == [f"s3://{s3_bucket}/out/{label}/old-{shard}" for shard in "ab"]
+        assert parts(label, "new-a") == before[(label, "a")]  # the same part names, byte for byte
+        rewritten = parts(label, "new-b")
+        version = layout.input_version(etag("new-b.parquet"), len(data["b"]))
+        assert sorted(rewritten) == [f"part-0000000000-0000000008-{version}.parquet", f"part-0000000008-0000000012-{version}.parquet"]
+        assert rows_of(rewritten) == rows_of(before[(label, "b")])  # the first run's scores, none computed again
+        for shard in "ab":
+            assert parts(label, f"old-{shard}") == before[(label, shard)]  # old folders stay until prune
+    scores = [row["bleu"] for row in rows_of(before[("bleu", "a")]) + rows_of(before[("bleu", "b")])]
+    assert len(scores) == 32 and len({s for s in scores if s is not None}) > 1  # real, varied scores

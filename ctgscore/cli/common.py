@@ -13,6 +13,7 @@ import pathlib
 import sys
 from typing import Any, Iterable, Mapping
 
+from scoring import atomic_files
 from scoring.console_text import LINE_LIMIT
 from scoring.errors import StorageError, UsageError
 
@@ -191,16 +192,10 @@ def prepare_output_dir(path: str, what: str = "output folder") -> pathlib.Path:
 
 def write_parquet_atomic(table, path: pathlib.Path) -> None:
     """Write a Parquet file under a hidden temp name in the same folder, then rename it into
-    place: an interrupted run leaves no half-written output."""
+    place (`scoring.atomic_files`): an interrupted run leaves no half-written output."""
     import pyarrow.parquet as pq
 
-    temp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        pq.write_table(table, temp)
-        os.replace(temp, path)
-    finally:
-        if temp.exists():
-            temp.unlink()
+    atomic_files.write_with(path, lambda handle: pq.write_table(table, handle))
 
 
 def check_input_path(path: str, what: str = "input") -> None:

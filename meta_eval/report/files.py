@@ -12,19 +12,11 @@ from __future__ import annotations
 import hashlib
 import os
 import pathlib
-import tempfile
+
+from scoring import atomic_files
 
 PLAIN_MAX = 64
 SLUG_MAX = 48
-
-
-def _read_umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-UMASK = _read_umask()  # read once, at import
 
 
 def _plain(text: str) -> bool:
@@ -51,30 +43,15 @@ def subfolder(parent: pathlib.Path, name: str) -> pathlib.Path:
     return path
 
 
-def _replace(path: pathlib.Path, write) -> pathlib.Path:
-    """Write through `write(handle)` to a temp file beside `path`, then rename it over `path`:
-    a symlink at `path` is replaced (its target untouched) and a reader never sees half a file."""
-    path = pathlib.Path(path)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name[:32]}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-        os.chmod(temp, 0o666 & ~UMASK)  # what a plain open() would have given
-        os.replace(temp, path)
-    finally:
-        if os.path.lexists(temp):
-            os.unlink(temp)
-    return path
-
-
 def write_text(path, text: str) -> pathlib.Path:
-    """`path` holds `text` (UTF-8), written as `_replace` says."""
-    return _replace(path, lambda handle: handle.write(text.encode("utf-8")))
+    """`path` holds `text` (UTF-8), replaced whole (`scoring.atomic_files`: a symlink there is
+    replaced, its target untouched, and a reader never sees half a file)."""
+    return atomic_files.write_text(path, text, fsync=False)
 
 
 def write_figure(fig, path, dpi: int) -> pathlib.Path:
-    """A matplotlib figure saved as PNG at `path`, written as `_replace` says."""
-    return _replace(path, lambda handle: fig.savefig(handle, format="png", dpi=dpi))
+    """A matplotlib figure saved as PNG at `path`, replaced whole as `write_text` says."""
+    return atomic_files.write_with(path, lambda handle: fig.savefig(handle, format="png", dpi=dpi), fsync=False)
 
 
 def append_line(path, line: str) -> pathlib.Path:

@@ -14,7 +14,9 @@ Parquet footers the manifest does not vouch for (`docs/job.md`, "Planning from t
   part names) another shard's complete parts were scored from, by this signature (a renamed
   or copied input), gets those parts copied under its own folder and kept: none of its rows is
   scored again. A renamed input's old folder stays, reported as orphaned, until `prune: true`
-  removes it.
+  removes it. Failing that (on S3 a copy of an object uploaded in parts gets another ETag), the
+  complete parts of another folder scored from an input of the same size serve as its row
+  cache: rows of the same content are reused, not scored.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ray_jobs.config import JobConfig
 from ray_jobs.job import layout
 from ray_jobs.job.errors import JobError
 from ray_jobs.job.metrics import ResolvedMetric
+from ray_jobs.job.reuse_cache import same_size_cache
 from ray_jobs.storage import listing, parallel, reads, shard_checks, uris, writes
 
 
@@ -175,6 +178,7 @@ def _reuse_by_content(out_fs, config: JobConfig, plan: MetricPlan, files_by_stem
         shard = shard_plan.shard
         candidates = by_version.get(shard.version) or []
         if not candidates:
+            same_size_cache(config, plan, shard_plan, files_by_stem, recorded)
             continue
         footers: dict[str, Any] = {}
         unknown = []
@@ -199,6 +203,8 @@ def _reuse_by_content(out_fs, config: JobConfig, plan: MetricPlan, files_by_stem
             adopted.reused_from = uris.join(layout.metric_root(config.output, metric.label), stem)
             plan.shards[shard.rel] = adopted
             break
+        else:
+            same_size_cache(config, plan, shard_plan, files_by_stem, recorded)
 
 
 def manifest_parts(manifest: dict[str, Any] | None, label: str) -> dict[str, dict[str, Any]]:

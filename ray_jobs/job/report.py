@@ -78,8 +78,12 @@ def metric_report(output: str, plan, committed, verified, reports, scored, metri
     partial = sum(r.get("partial", 0) for r in good_reports)
     if partial:  # rows that got some of their scores, the others left out for lack of a column
         summary["rows_partial"] = partial
-    reused = {rel: p.reused_from for rel, p in plan.shards.items() if rel in covered and p.reused_from}
-    if reused:  # renamed inputs: their scores copied from the vanished shard of the same content
+    hits: dict[str, int] = {}
+    for report in good_reports:
+        hits[report["rel"]] = hits.get(report["rel"], 0) + report["cached"]
+    reused = {rel: p.reused_from for rel, p in plan.shards.items()
+              if rel in covered and p.reused_from and (p.kept or hits.get(rel))}
+    if reused:  # renamed inputs: their scores copied (or, under another ETag, found in the row cache) from the same content
         summary["reused_by_content"] = reused
     if skip_reasons:
         summary["skip_reasons"] = dict(sorted(skip_reasons.items(), key=lambda item: -item[1])[:20])

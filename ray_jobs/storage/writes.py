@@ -5,11 +5,8 @@ crashed runs left, and removal of superseded outputs."""
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import re
 import time
-import uuid
 from typing import Any
 
 import pyarrow as pa
@@ -18,11 +15,11 @@ import pyarrow.parquet as pq
 from ray_jobs.storage.failures import guarded, storage_error
 from ray_jobs.storage.listing import list_tree, require_bucket
 from ray_jobs.storage.uris import fs_path, is_s3, join, to_uri
+from scoring import atomic_files
+from scoring.atomic_files import is_temp_name, temp_name  # temp objects: `.<name>.tmp-<hex>`, hidden
 from scoring.errors import StorageError
 
-TEMP_MARKER = ".tmp-"  # temp objects are named `.<name>.tmp-<hex>`: hidden, never an output
 PROBE_NAME = ".ctgscore-probe"
-_TEMP_NAME = re.compile(r"^\..+\.tmp-[0-9a-z]+$")
 
 
 def table_bytes(table: pa.Table, metadata: dict[str, str] | None = None) -> bytes:
@@ -34,39 +31,19 @@ def table_bytes(table: pa.Table, metadata: dict[str, str] | None = None) -> byte
     return sink.getvalue().to_pybytes()
 
 
-def temp_name(name: str) -> str:
-    """The hidden temp name a file is written under before it is renamed into place."""
-    return f".{name}{TEMP_MARKER}{uuid.uuid4().hex[:8]}"
-
-
-def is_temp_name(name: str) -> bool:
-    return bool(_TEMP_NAME.match(name))
-
-
 def put_atomic(fs, uri: str, data: bytes) -> None:
     """Write a whole object so readers see the old file or the new one, never a part:
-    local files go through a temp file + `os.replace` (the temp file is removed on any
-    failure); an S3 PUT is atomic by itself. Failures raise `StorageError` naming the path."""
+    local files go through a temp file + `os.replace` (`scoring.atomic_files`: fsynced, the
+    temp file removed on any failure); an S3 PUT is atomic by itself. Failures raise `StorageError` naming the path."""
     if is_s3(uri):
         guarded(uri, "write", lambda: fs.pipe_file(fs_path(uri), data))
         return
     target = pathlib.Path(fs_path(uri))
-    temp = target.with_name(temp_name(target.name))
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        with open(temp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, target)
-    except BaseException as exc:
-        try:
-            temp.unlink()
-        except OSError:
-            pass
-        if isinstance(exc, OSError):
-            raise storage_error(exc, uri, "write") from exc
-        raise
+        atomic_files.write_bytes(target, data)
+    except OSError as exc:
+        raise storage_error(exc, uri, "write") from exc
 
 
 def put_json_atomic(fs, uri: str, value: Any) -> None:
