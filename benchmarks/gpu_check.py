@@ -260,7 +260,12 @@ def main(argv: list[str] | None = None) -> int:
         failed = [f"{s['model']} {s['case']}: {s['reason']}" for s in report["skipped"] if s["reason"].startswith("error")]
         if failed:  # a case that raised (not one the time limit left out) fails the step
             raise RuntimeError("; ".join(failed))
-        return {"measured": len(report["runs"]), "skipped": len(report["skipped"]), "time_limit_hit": report["time_limit_hit"]}
+        summary["recommended_defaults"] = report.get("recommended_defaults")
+        ab = report.get("ab") or {"workloads": [], "skipped": []}
+        variants = [arm for w in ab["workloads"] for arm in w["arms"]]
+        return {"measured": len(report["runs"]), "skipped": len(report["skipped"]), "time_limit_hit": report["time_limit_hit"],
+                "ab_variants": {status: sum(1 for a in variants if a["status"] == status) for status in ("measured", "unavailable", "error")},
+                "ab_skipped": len(ab["skipped"])}
 
     steps.append(_step("bench_gpu", out / "bench_gpu.log", bench))
     save_summary()
