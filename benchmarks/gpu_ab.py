@@ -47,7 +47,7 @@ MIN_GAIN = 0.03
 MIN_RUNS = 3
 ROUNDS = 3
 MIN_SECONDS = {"large": 1.0, "tiny": 0.02}
-COMPILE_SECONDS = 60.0  # compiling a model's layers on its warm-up calls (CUDA)
+COMPILE_SECONDS = 90.0  # compiling a model's layers on its warm-up calls and the new shapes after them (CUDA)
 BUILD_SECONDS = {"large": 10.0, "tiny": 0.5}  # building a model, counted once per workload
 ENGINE_CLASS = {"seq2seq": "Seq2SeqLikelihood", "causal": "CausalLikelihood"}
 WORKLOADS = ("distinct", "grouped", "prefix", "ppl")  # the order of the report
@@ -389,6 +389,8 @@ def run(bench, deadline_margin: float = 5.0) -> dict:
             bench.save(bench.report)
             continue
         workload["seconds_total"] = time.monotonic() - started
+        if bench.device.startswith("cuda"):
+            torch.cuda.empty_cache()  # the variants' engines (and a compiled model) are gone
         ab["workloads"].append(workload)
         ab["workloads"].sort(key=lambda w: [bench_gpu.CASES[c][1] for c in WORKLOADS].index(w["case"]))
         bench.report["recommended_defaults"] = recommended_defaults(ab)
