@@ -16,7 +16,8 @@ engine resident), the engine's counters for one call.
 The variants are data (`VARIANTS`, in priority order: the time limit drops the last first);
 a variant whose setting the engine does not have (an attribute or constructor keyword it
 lacks, a head it does not use, layers that do not compile on this device) is recorded as
-unavailable, not as a failure.
+unavailable, not as a failure; one whose path never ran on the rows (source runs without
+mixed-source decoder chunks) as "no effect", untimed.
 
 Decision rule (`decide`), per workload: a variant beats the current default when (1) its
 scores agree with the default's (largest relative difference <= `TOLERANCE[dtype]`: 2e-3 in
@@ -59,7 +60,9 @@ DEFAULT = "default"
 class Variant:
     """One engine setting against the default: constructor keywords, attributes set on the
     engine after it is built, attributes set on its output head (FLIP and TILE resolved at run
-    time); `requires`: engine attributes that must exist."""
+    time); `requires`: engine attributes that must exist; `effect`: an engine counter that is
+    0 when the variant's path never ran on the rows (with every other counter as the
+    default's, the variant is then not timed: "no effect", never recommended)."""
 
     name: str
     engines: tuple[str, ...]
@@ -67,6 +70,7 @@ class Variant:
     attributes: dict = field(default_factory=dict)
     head: dict = field(default_factory=dict)
     requires: tuple[str, ...] = ()
+    effect: str | None = None
 
     def compiles(self) -> bool:
         return bool(self.constructor.get("compile_layers"))
@@ -80,7 +84,8 @@ VARIANTS = (
     Variant("packed", ("causal",), attributes={"packed": True}, requires=("packed",)),
     Variant("packed encoder", ("seq2seq",), attributes={"packed_encoder": True}, requires=("packed_encoder",)),
     Variant("tiled head", ("seq2seq", "causal"), head={"vocabulary_tile": TILE}),
-    Variant("source runs", ("seq2seq",), attributes={"source_runs": True}, requires=("source_runs",)),
+    # source runs replace the key/value gathers of mixed-source decoder chunks (cross-batch planning)
+    Variant("source runs", ("seq2seq",), attributes={"source_runs": True}, requires=("source_runs",), effect="source_run_chunks"),
     Variant("compiled layers", ("seq2seq", "causal"), constructor={"compile_layers": True}),
 )
 
@@ -276,6 +281,7 @@ def run_workload(bench, case: str, variants: list[Variant], settings: dict) -> d
         arms.append(_Arm(variant.name, engine, changes, bench_gpu.engine_call(engine, work["timed_arrow"]),
                          bench_gpu.engine_call(engine, work["warm_arrow"])))
     results: dict[str, list[float]] = {}
+    by_name = {v.name: v for v in variants}
     for arm in list(arms):
         try:
             start = time.perf_counter()
@@ -294,6 +300,12 @@ def run_workload(bench, case: str, variants: list[Variant], settings: dict) -> d
             arm.entry["engine"] = bench_gpu.engine_info(arm.engine)
             arm.entry["engine_stats_per_call"] = bench_gpu.engine_stats(arm.engine)
             arm.entry["engine_stat_ratios"] = bench_gpu.stat_ratios(arm.entry["engine_stats_per_call"])
+            effect = by_name[arm.name].effect if arm.name in by_name else None
+            counted = arm.entry["engine_stats_per_call"] or {}
+            if effect and not counted.get(effect) and counted == arms[0].entry["engine_stats_per_call"]:
+                arm.entry.update(status="no effect", reason=f"{effect} 0 and every other counter as the default's: its path never ran on these rows")
+                entries.append(arm.entry)
+                arms.remove(arm)
         except Exception as exc:  # noqa: BLE001
             if arm.name == DEFAULT:
                 raise
