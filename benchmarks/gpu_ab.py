@@ -312,7 +312,14 @@ def run_workload(bench, case: str, variants: list[Variant], settings: dict) -> d
             arm.entry.update(status="error", reason=f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
             entries.append(arm.entry)
             arms.remove(arm)
+    rounds_run = 0
     for round_index in range(settings["rounds"]):
+        # a round that would run past the time limit is not started (its arms keep fewer runs,
+        # and fewer than MIN_RUNS decide nothing)
+        round_seconds = sum(max(settings["min_seconds"], arm.entry.get("first_call_seconds", 0.0)) for arm in arms)
+        if rounds_run and bench.remaining() < round_seconds:
+            break
+        rounds_run += 1
         for arm in (arms if round_index % 2 == 0 else arms[::-1]):
             if arm.entry["status"] != "measured":
                 continue
@@ -343,7 +350,7 @@ def run_workload(bench, case: str, variants: list[Variant], settings: dict) -> d
                 entry["loses"] = decide(arm.runs, default.runs, True)["win"]
         measured.append(entry)
     workload = {"case": label, "model": name, "dtype": dtype, "engine": ENGINE_CLASS[engine_kind(case)], "pairs": pairs,
-                "tolerance": tolerance, "arms": measured + [e for e in entries if e not in measured]}
+                "tolerance": tolerance, "rounds_run": rounds_run, "arms": measured + [e for e in entries if e not in measured]}
     order = [DEFAULT] + [v.name for v in variants]
     workload["arms"].sort(key=lambda e: order.index(e["variant"]))
     workload["recommendation"] = recommend(workload)

@@ -175,3 +175,16 @@ def test_a_variant_that_changes_the_scores_is_flagged_and_never_recommended():
     markdown = "\n".join(gpu_ab.render({"settings": {**SETTINGS, "min_runs": 3, "min_gain": 0.03, "tolerance": gpu_ab.TOLERANCE},
                                         "workloads": [work], "skipped": []}))
     assert "**flagged**" in markdown and "| pegasus ctrleval prefix | Seq2SeqLikelihood | default | +0.0 % | none (keep the current default) |" in markdown
+
+
+@pytest.mark.timeout(120)
+def test_rounds_past_the_time_limit_are_not_started_and_too_few_runs_decide_nothing():
+    import time
+
+    bench = _bench()
+    bench.deadline = time.monotonic() - 1  # past: only the first round runs
+    work = gpu_ab.run_workload(bench, "ppl", [v for v in gpu_ab.VARIANTS if v.name == "packed"], SETTINGS)
+    assert work["rounds_run"] == 1
+    default, packed = work["arms"]
+    assert len(default["seconds_runs"]) == len(packed["seconds_runs"]) == 1 and packed["agrees"]
+    assert packed["decision"]["reason"] == "fewer than 3 runs" and work["recommendation"]["variant"] == DEFAULT
