@@ -37,6 +37,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from benchmarks import gpu_device
+from benchmarks.gpu_timing import steady_seconds, synchronize
+
 FLIP = "flip"  # the other way than the default engine's attribute of that name
 TILE = "tile"  # the vocabulary tile of this model size (`TILE_COLUMNS`)
 TILE_COLUMNS = {"large": 8192, "tiny": 256}
@@ -252,10 +255,39 @@ def _peak(device: str) -> int | None:
     return torch.cuda.max_memory_allocated() if device.startswith("cuda") else None
 
 
+def _rounds(bench, arms: list[_Arm], settings: dict) -> int:
+    """The interleaved rounds (module docstring): one run per arm per round, forward then
+    reverse order; the number of rounds run."""
+    device = bench.device
+    rounds_run = 0
+    for round_index in range(settings["rounds"]):
+        # a round that would run past the time limit is not started (its arms keep fewer runs,
+        # and fewer than MIN_RUNS decide nothing)
+        round_seconds = sum(max(settings["min_seconds"], arm.entry.get("first_call_seconds", 0.0)) for arm in arms)
+        if rounds_run and bench.remaining() < round_seconds:
+            break
+        rounds_run += 1
+        for arm in (arms if round_index % 2 == 0 else arms[::-1]):
+            if arm.entry["status"] != "measured":
+                continue
+            try:
+                _peak_reset(device)
+                timing = steady_seconds(arm.call, device, settings["min_seconds"], 1)
+            except Exception as exc:  # noqa: BLE001
+                if arm.name == DEFAULT:
+                    raise
+                arm.entry.update(status="error", reason=f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
+                continue
+            arm.runs += timing["runs"]
+            arm.calls += timing["calls"]
+            peak = _peak(device)
+            arm.peak = peak if arm.peak is None or peak is None else max(arm.peak, peak)
+    return rounds_run
+
+
 def run_workload(bench, case: str, variants: list[Variant], settings: dict) -> dict:
     """Measure the default and `variants` on one workload, interleaved (module docstring)."""
     from benchmarks import bench_gpu
-    from benchmarks.gpu_timing import steady_seconds, synchronize
 
     device, dtype, size = bench.device, settings["dtype"], bench.size
     name, label = bench_gpu.CASES[case]
@@ -312,29 +344,9 @@ def run_workload(bench, case: str, variants: list[Variant], settings: dict) -> d
             arm.entry.update(status="error", reason=f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
             entries.append(arm.entry)
             arms.remove(arm)
-    rounds_run = 0
-    for round_index in range(settings["rounds"]):
-        # a round that would run past the time limit is not started (its arms keep fewer runs,
-        # and fewer than MIN_RUNS decide nothing)
-        round_seconds = sum(max(settings["min_seconds"], arm.entry.get("first_call_seconds", 0.0)) for arm in arms)
-        if rounds_run and bench.remaining() < round_seconds:
-            break
-        rounds_run += 1
-        for arm in (arms if round_index % 2 == 0 else arms[::-1]):
-            if arm.entry["status"] != "measured":
-                continue
-            try:
-                _peak_reset(device)
-                timing = steady_seconds(arm.call, device, settings["min_seconds"], 1)
-            except Exception as exc:  # noqa: BLE001
-                if arm.name == DEFAULT:
-                    raise
-                arm.entry.update(status="error", reason=f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
-                continue
-            arm.runs += timing["runs"]
-            arm.calls += timing["calls"]
-            peak = _peak(device)
-            arm.peak = peak if arm.peak is None or peak is None else max(arm.peak, peak)
+    sampler = gpu_device.Sampler(device)  # SM clock and power over the rounds (drift shows here)
+    with sampler:
+        rounds_run = _rounds(bench, arms, settings)
     tolerance = TOLERANCE[dtype]
     default = arms[0]
     measured = []
@@ -350,7 +362,8 @@ def run_workload(bench, case: str, variants: list[Variant], settings: dict) -> d
                 entry["loses"] = decide(arm.runs, default.runs, True)["win"]
         measured.append(entry)
     workload = {"case": label, "model": name, "dtype": dtype, "engine": ENGINE_CLASS[engine_kind(case)], "pairs": pairs,
-                "tolerance": tolerance, "rounds_run": rounds_run, "arms": measured + [e for e in entries if e not in measured]}
+                "tolerance": tolerance, "rounds_run": rounds_run, "clocks": sampler.summary(),
+                "arms": measured + [e for e in entries if e not in measured]}
     order = [DEFAULT] + [v.name for v in variants]
     workload["arms"].sort(key=lambda e: order.index(e["variant"]))
     workload["recommendation"] = recommend(workload)
