@@ -3,7 +3,7 @@ summary (`summary.md`, `bench_gpu.md`, `sweep.md`) the README's GPU numbers come
 
 from __future__ import annotations
 
-from benchmarks import gpu_ab, gpu_profile
+from benchmarks import gpu_decide, gpu_profile
 
 
 def _pct(value) -> str:
@@ -108,7 +108,7 @@ def render_markdown(report: dict, heading: str = "#") -> str:
             stats = ", ".join(f"{k} {v:,}" for k, v in r["engine_stats_per_call"].items())
             out.append(f"- {r['model']} {r['dtype']} {r['case']}: {ratios + '; ' if ratios else ''}{stats}")
     if report.get("ab"):
-        out += [""] + gpu_ab.render(report["ab"], f"{heading}#")
+        out += [""] + gpu_decide.render(report["ab"], f"{heading}#")
     if other:
         out += ["", f"{heading}# Extras (float32 over the IEEE fp32 peak; plain forwards; sweeps)", ""] + table(other)
         engine_rate = {(r["case"], r["dtype"]): r["pairs_per_s"] for r in runs if r["mode"] == "engine" and r.get("tier") != "sweep"}

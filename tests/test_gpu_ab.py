@@ -1,15 +1,16 @@
-"""The A/B of engine variants (`benchmarks/gpu_ab.py`): the decision rule on synthetic
-timings, the recommendation and the time plan, how a variant becomes an engine (or is
-unavailable), and one real workload on CPU with tiny models: every variant's scores agree
-with the default's in float32, and a variant that changes the scores is flagged and never
-recommended."""
+"""The A/B of engine variants (`benchmarks/gpu_ab.py`, `benchmarks/gpu_decide.py`): the
+decision rule on synthetic timings, the recommendation and the time plan, how a variant
+becomes an engine (or is unavailable), and real workloads on CPU with tiny models: every
+variant's scores agree with the default's in float32, and a variant that changes the scores
+is flagged and never recommended."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks import bench_gpu, gpu_ab
-from benchmarks.gpu_ab import DEFAULT, Unavailable, Variant, decide
+from benchmarks import bench_gpu, gpu_ab, gpu_decide
+from benchmarks.gpu_ab import Unavailable, Variant
+from benchmarks.gpu_decide import DEFAULT, decide
 
 # seconds per call of three runs
 BASE = [1.00, 1.02, 1.01]
@@ -51,10 +52,10 @@ def test_the_recommendation_is_the_fastest_agreeing_winner_never_a_flagged_one()
     work = _workload("s->h distinct", [_arm(DEFAULT, BASE), _arm("fast", [0.9, 0.9, 0.9]), _arm("faster", [0.8, 0.8, 0.8]),
                                        _arm("fastest but wrong", [0.4, 0.4, 0.4], agrees=False),
                                        {"variant": "packed decoder+encoder", "status": "unavailable", "reason": "no packed_decoder"}])
-    rec = gpu_ab.recommend(work)
+    rec = gpu_decide.recommend(work)
     assert rec["variant"] == "faster" and rec["speedup"] == pytest.approx(1.01 / 0.8) and rec["changes"] == ["E.faster: on"]
     # nothing wins: the current default, no change
-    none = gpu_ab.recommend(_workload("s->h grouped", [_arm(DEFAULT, BASE), _arm("noisy", [0.8, 0.85, 1.01])]))
+    none = gpu_decide.recommend(_workload("s->h grouped", [_arm(DEFAULT, BASE), _arm("noisy", [0.8, 0.85, 1.01])]))
     assert none["variant"] == DEFAULT and none["changes"] == [] and none["speedup"] == 1.0
 
 
@@ -62,7 +63,7 @@ def test_an_engine_wide_change_wins_somewhere_and_loses_nowhere():
     workloads = [_workload("a", [_arm(DEFAULT, BASE), _arm("x", [0.9, 0.9, 0.9]), _arm("y", [0.9, 0.9, 0.9]), _arm("z", [0.9] * 3)]),
                  _workload("b", [_arm(DEFAULT, BASE), _arm("x", [1.0, 1.0, 1.0]), _arm("y", [1.2, 1.2, 1.2]),
                                  _arm("z", [1.0, 1.0, 1.0], agrees=False)])]
-    wide = {e["variant"]: e for e in gpu_ab.engine_wide(workloads)}
+    wide = {e["variant"]: e for e in gpu_decide.engine_wide(workloads)}
     assert wide["x"]["default_change"] and wide["x"]["wins"] == ["a"] and wide["x"]["losses"] == []
     assert not wide["y"]["default_change"] and wide["y"]["losses"] == ["b"]  # significantly slower on b
     assert not wide["z"]["default_change"] and wide["z"]["losses"] == ["b"]  # scores differ on b
@@ -80,9 +81,9 @@ def test_the_plan_keeps_priority_order_and_lists_what_does_not_fit():
 
 
 def test_scores_gaps_treat_nan_on_both_sides_as_agreement():
-    assert gpu_ab.score_gap([2.0, float("nan")], [2.002, float("nan")]) == {"max_rel": pytest.approx(1e-3), "max_abs": pytest.approx(2e-3)}
-    assert gpu_ab.score_gap([2.0, 1.0], [2.0, float("nan")])["max_rel"] == float("inf")
-    assert gpu_ab.score_gap([2.0], [2.0, 1.0])["max_rel"] == float("inf")
+    assert gpu_decide.score_gap([2.0, float("nan")], [2.002, float("nan")]) == {"max_rel": pytest.approx(1e-3), "max_abs": pytest.approx(2e-3)}
+    assert gpu_decide.score_gap([2.0, 1.0], [2.0, float("nan")])["max_rel"] == float("inf")
+    assert gpu_decide.score_gap([2.0], [2.0, 1.0])["max_rel"] == float("inf")
     assert gpu_ab.flat_scores([(6.0, 3), (1.0, 0)])[0] == 2.0 and gpu_ab.flat_scores([1.5]) == [1.5]
 
 
@@ -148,7 +149,7 @@ def test_every_variant_agrees_with_the_default_on_cpu_in_float32():
             if arm["status"] == "no effect":  # only a path that can be idle on these rows, with the default's counters
                 assert arm["variant"] == "source runs" and arm["engine_stats_per_call"] == arms[DEFAULT]["engine_stats_per_call"]
         for arm in measured:
-            assert arm["agrees"] and arm["score_gap"]["max_rel"] <= gpu_ab.TOLERANCE["float32"], arm
+            assert arm["agrees"] and arm["score_gap"]["max_rel"] <= gpu_decide.TOLERANCE["float32"], arm
             assert len(arm["seconds_runs"]) == 3 and arm["engine_stats_per_call"]
             if arm["variant"] != DEFAULT:
                 assert arm["decision"] == decide(arms[DEFAULT]["seconds_runs"], arm["seconds_runs"], True)
@@ -159,7 +160,7 @@ def test_every_variant_agrees_with_the_default_on_cpu_in_float32():
         else:
             stats = arms["packed"]["engine_stats_per_call"]
             assert stats["tokens_padded"] == stats["tokens_real"]
-        assert work["recommendation"] == gpu_ab.recommend(work)
+        assert work["recommendation"] == gpu_decide.recommend(work)
 
 
 @pytest.mark.timeout(120)
@@ -172,7 +173,7 @@ def test_a_variant_that_changes_the_scores_is_flagged_and_never_recommended():
     assert not arm["agrees"] and arm["score_gap"]["max_rel"] > 1e-3
     assert arm["decision"]["win"] is False and arm["decision"]["reason"] == "scores differ beyond tolerance"
     assert work["recommendation"]["variant"] == DEFAULT
-    markdown = "\n".join(gpu_ab.render({"settings": {**SETTINGS, "min_runs": 3, "min_gain": 0.03, "tolerance": gpu_ab.TOLERANCE},
+    markdown = "\n".join(gpu_decide.render({"settings": {**SETTINGS, "min_runs": 3, "min_gain": 0.03, "tolerance": gpu_decide.TOLERANCE},
                                         "workloads": [work], "skipped": []}))
     assert "**flagged**" in markdown and "| pegasus ctrleval prefix | Seq2SeqLikelihood | default | +0.0 % | none (keep the current default) |" in markdown
 

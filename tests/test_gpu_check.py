@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from benchmarks import gpu_ab
+from benchmarks import gpu_ab, gpu_decide
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -62,7 +62,7 @@ def test_gpu_check_dry_run_on_cpu(tmp_path):
             assert arm["score_gap"]["max_rel"] <= 1e-5 and arm["agrees"], arm
             assert len(arm["seconds_runs"]) >= 3 and arm["engine_stats_per_call"]
             if name != "default":  # the decision is the rule applied to these runs
-                assert arm["decision"] == gpu_ab.decide(arms["default"]["seconds_runs"], arm["seconds_runs"], True)
+                assert arm["decision"] == gpu_decide.decide(arms["default"]["seconds_runs"], arm["seconds_runs"], True)
         best = max((a for a in arms.values() if a.get("decision", {}).get("win")), key=lambda a: a["decision"]["speedup"], default=None)
         assert workload["recommendation"]["variant"] == (best["variant"] if best else "default")
     assert summary["recommended_defaults"] == bench["recommended_defaults"]
