@@ -4,7 +4,7 @@ workload and engine-wide.
 
 Decision rule (`decide`), per workload: a variant beats the current default when (1) its
 scores agree with the default's (largest relative difference <= `TOLERANCE[dtype]`: 2e-3 in
-bfloat16, half its unit in the last place; 1e-5 in float32), (2) both have >= `MIN_RUNS`
+bfloat16, about half its unit roundoff; 1e-5 in float32), (2) both have >= `MIN_RUNS`
 runs, (3) its median call is >= `MIN_GAIN` (3 %) faster, and (4) the run ranges do not
 overlap (its slowest run is faster than the default's fastest). The recommended default of a
 workload is the winner with the largest speed-up, else the current default. Engine-wide
@@ -17,7 +17,7 @@ from __future__ import annotations
 import statistics
 
 DEFAULT = "default"
-# relative score tolerance per dtype: bfloat16 half a unit in the last place (2^-8 / 2), about 15x
+# relative score tolerance per dtype: bfloat16 about half its unit roundoff (2^-8 / 2), 15x
 # the largest engine-vs-plain gap of the first H200 run (1.4e-3 nats on ~10.8); float32 as the
 # CPU parity tests
 TOLERANCE = {"bfloat16": 2e-3, "float32": 1e-5}
