@@ -50,7 +50,8 @@ bench: $(STAMP)
 # On the GPU machine, from the repository root, nothing installed (PYTHONPATH=. is set here):
 #   make gpu-check PY=python3 OUT=$$OUT   first: the four bf16 core cases at steady state (runs of >= 5 s,
 #                                         median of 5, held-out rows) with kernel breakdowns, the GEMM ceiling,
-#                                         pytest -m gpu, end to end; all within GPU_CHECK_SECONDS (480), extras
+#                                         the A/B of engine variants (recommended defaults), pytest -m gpu, end to
+#                                         end; all within GPU_CHECK_SECONDS (480), lower-priority variants and extras
 #                                         skipped when time runs out; summary.md is where the README's numbers come from
 #   make gpu-sweep PY=python3 SWEEP_OUT=$$OUT   second, its own limit GPU_SWEEP_SECONDS (420): token budget
 #                                         32k/64k/128k x cross-batch on/off x compile on/off, peak memory; writes what finished

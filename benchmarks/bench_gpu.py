@@ -14,10 +14,12 @@ layers, d 1280): speed only, never quality. Lengths are real token counts of Sum
 
 Core cases (bfloat16, the engine as the job builds it): BART s->h with distinct sources
 (every pair its own document) and grouped by document (16 summaries share one encoder
-pass); PEGASUS text -> prefix (CTRLEval lengths); GPT-2 perplexity of CTRLEval texts. Extras,
-as far as the time limit allows: plain `model(**batch)` forwards (length-sorted, the same
-token budget; the engine's NLLs are checked against them), float32, and BART with cross-batch
-decoder planning the other way than the engine's default (an A/B within one process).
+pass); PEGASUS text -> prefix (CTRLEval lengths); GPT-2 perplexity of CTRLEval texts. Then
+the A/B of the engine's variants on the same four workloads, in one process (`gpu_ab.py`:
+packed decoder and encoder, cross-batch planning flipped, packed causal, tiled head, source
+runs, compiled layers; the recommended defaults). Extras, as far as the time limit allows:
+plain `model(**batch)` forwards (length-sorted, the same token budget; the engine's NLLs are
+checked against them) and float32.
 
 How each figure is taken:
 - held-out rows: the rows are split (SummEval by document, CTRLEval by row, seeded) into a
@@ -76,7 +78,7 @@ if str(REPO) not in sys.path:
 
 import torch  # noqa: E402
 
-from benchmarks import gpu_device, gpu_profile  # noqa: E402
+from benchmarks import gpu_ab, gpu_device, gpu_profile  # noqa: E402
 from benchmarks.gpu_peaks import peak_flops  # noqa: E402
 from benchmarks.gpu_report import line, render_markdown  # noqa: E402
 from benchmarks.gpu_timing import steady_seconds, synchronize  # noqa: E402
@@ -254,9 +256,6 @@ CASES = {"distinct": ("bart", "s->h distinct"), "grouped": ("bart", "s->h groupe
          "prefix": ("pegasus", "ctrleval prefix"), "ppl": ("gpt2", "ctrleval-ppl")}
 CORE = [("distinct", "bfloat16", "engine"), ("grouped", "bfloat16", "engine"), ("prefix", "bfloat16", "engine"),
         ("ppl", "bfloat16", "engine")]
-# A/B within one process: BART with cross-batch decoder planning the other way than the
-# engine's default (the core run), before the other extras
-FLIPPED = [("distinct", "bfloat16", "engine"), ("grouped", "bfloat16", "engine")]
 EXTRAS = [("distinct", "bfloat16", "plain"), ("grouped", "bfloat16", "plain"), ("distinct", "float32", "engine"),
           ("grouped", "float32", "engine"), ("prefix", "float32", "engine"), ("ppl", "float32", "engine"),
           ("prefix", "bfloat16", "plain"), ("ppl", "bfloat16", "plain")]
@@ -450,14 +449,6 @@ class Bench:
         args, device = self.args, self.device
         name, label = CASES[case]
         budget = options.pop("token_budget", None) or args.token_budget
-        if options.get("cross_batch") == "flip":  # the other way than this case's core run
-            core = [r for r in self.report["runs"] if r["tier"] == "core" and r["case"] == label and r["dtype"] == dtype]
-            default = core[0].get("engine", {}).get("cross_batch") if core else None
-            if default is None:
-                self.skip(case, dtype, mode, "no core run of this case with a cross_batch setting to flip", tag)
-                return None
-            options["cross_batch"] = not default
-            tag = {**tag, "variant": f"cross-batch {'off' if default else 'on'} (default {'on' if default else 'off'})"}
         model = self.model(name, dtype, bool(options.get("compile_layers")))
         vocabularies = sorted({model.config.vocab_size, model.get_output_embeddings().weight.shape[0]})
         work = self.workload(case, model.config.vocab_size)
@@ -545,7 +536,8 @@ def new_report(args) -> dict:
 
 def measure(args, save=lambda report: None, items=None, report: dict | None = None) -> dict:
     """The GEMM ceiling, then `items` ((case, dtype, mode, tier, options, profile, tag) tuples;
-    default: the core cases profiled, then the extras) until the time limit."""
+    default: the core cases profiled, the A/B of engine variants (`gpu_ab.py`), then the
+    extras) until the time limit."""
     started = time.monotonic()
     deadline = started + args.time_limit if args.time_limit else None
     report = report or new_report(args)
@@ -561,14 +553,15 @@ def measure(args, save=lambda report: None, items=None, report: dict | None = No
             print(f"GEMM ceiling {found['m']}x{found['k']}x{found['n']} {found['dtype']}: {found['tflops']:.4g} TFLOP/s", flush=True)
     save(report)
     bench = Bench(args, report, save, deadline)
-    if items is None:
+    defaults = items is None
+    if defaults:
         items = [(case, dtype, mode, "core", {}, True, None) for case, dtype, mode in CORE]
-        if not args.core_only:
-            items += [(case, dtype, mode, "extra", {"cross_batch": "flip"}, False, {"variant": "cross-batch flipped"})
-                      for case, dtype, mode in FLIPPED]
-            items += [(case, dtype, mode, "extra", {}, False, None) for case, dtype, mode in EXTRAS]
     for case, dtype, mode, tier, options, profile, tag in items:
         bench.run(case, dtype, mode, tier, options, profile, tag)
+    if defaults and not args.core_only:
+        gpu_ab.run(bench)
+        for case, dtype, mode in EXTRAS:
+            bench.run(case, dtype, mode, "extra", {}, False, None)
     report["time_limit_hit"] = any(s["reason"].startswith("time limit") for s in report["skipped"]) or any(
         r["measurements_cut_short"] for r in report["runs"])
     report["seconds_total"] = time.monotonic() - started

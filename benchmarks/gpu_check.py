@@ -7,9 +7,11 @@ about 15 minutes with its start-up, and the sweeps are a second command):
 
 1. `bench_gpu.py`: the four core bfloat16 cases (BART s->h distinct and grouped 16 per
    source, PEGASUS CTRLEval prefix, GPT-2 perplexity) at steady state (runs of >= 5 s, median
-   of 5, held-out rows, ids from Arrow) with their kernel-time breakdowns, the GEMM ceiling,
-   then extras (BART with cross-batch planning flipped: an A/B in one process; plain forwards;
-   float32) while time is left -> `bench_gpu.json` (rewritten
+   of 5, held-out rows, ids from Arrow) with their kernel-time breakdowns, the GEMM ceiling;
+   then the A/B of engine variants on the same four workloads in one process (`gpu_ab.py`:
+   3 interleaved runs of >= 1 s per variant, scores against the default's, the recommended
+   defaults, lower-priority variants skipped when they would not fit); then extras (plain
+   forwards, float32) while time is left -> `bench_gpu.json` (rewritten
    after every case), `bench_gpu.log`; time is kept back for the two steps below;
 2. `pytest -m gpu tests/test_gpu_smoke.py` -> `pytest_gpu.log`;
 3. end to end on real rows (`data/sample`: SummEval for BARTScore s->h, CTRLEval texts for
@@ -19,14 +21,18 @@ about 15 minutes with its start-up, and the sweeps are a second command):
    job's actor runs (`prepare_rows` on a metric built without weights, then
    `score_prepared_rows` on the device) -> `end_to_end.json`, `end_to_end.log`;
 4. `summary.json` and `summary.md` (rewritten after every step): what ran, where, how long,
-   each step's outcome, and the benchmark's tables (`summary.md` is where the README's GPU
-   numbers come from).
+   each step's outcome, the benchmark's tables and the recommended defaults
+   (`summary.json["recommended_defaults"]`; `summary.md` is where the README's GPU numbers
+   come from).
 
-Budget on an H100 / H200 (call times from the first H200 run, scaled to the held-out sets):
-the GEMM ceiling about 10 s; each core case 5 runs x >= 5 s plus a warm-up, the first call on
-new shapes, a host-read call and a profiled call (0.1-0.8 s each): about 30 s, 2 minutes for
-the four with model builds; then extras until 375 s (each skipped when its estimate would
-not fit); `pytest -m gpu` (41 s on the H200) and end to end (27 s) in the 105 s kept back.
+Budget on an H100 / H200 (call times from the first H200 run, scaled to the held-out sets:
+BART distinct 0.73 s, grouped 0.31 s, PEGASUS prefix 0.13 s, GPT-2 0.47 s per call): the GEMM
+ceiling about 10 s; each core case 5 runs x >= 5 s plus a warm-up, the first call on new
+shapes, a host-read call and a profiled call: about 26-30 s, about 150 s for the four with
+model builds; the A/B about 160 s (six arms on each seq2seq workload, three on GPT-2, about
+4-8 s each, and a model build per workload; compiled layers, about 90 s more per model, do not fit
+and are listed as skipped); extras until 375 s (each skipped when its estimate would not fit);
+`pytest -m gpu` (41 s on the H200) and end to end (27 s) in the 105 s kept back.
 
 Logs are written as the steps run (and echoed), so a run cut short keeps what it measured.
 
@@ -257,10 +263,15 @@ def main(argv: list[str] | None = None) -> int:
     bench_args += args.bench_args.split()
     def bench():
         report = bench_gpu.main(bench_args)
+        summary["recommended_defaults"] = report.get("recommended_defaults")
         failed = [f"{s['model']} {s['case']}: {s['reason']}" for s in report["skipped"] if s["reason"].startswith("error")]
         if failed:  # a case that raised (not one the time limit left out) fails the step
             raise RuntimeError("; ".join(failed))
-        return {"measured": len(report["runs"]), "skipped": len(report["skipped"]), "time_limit_hit": report["time_limit_hit"]}
+        ab = report.get("ab") or {"workloads": [], "skipped": []}
+        variants = [arm for w in ab["workloads"] for arm in w["arms"]]
+        return {"measured": len(report["runs"]), "skipped": len(report["skipped"]), "time_limit_hit": report["time_limit_hit"],
+                "ab_variants": {status: sum(1 for a in variants if a["status"] == status) for status in ("measured", "unavailable", "error")},
+                "ab_skipped": len(ab["skipped"])}
 
     steps.append(_step("bench_gpu", out / "bench_gpu.log", bench))
     save_summary()

@@ -3,7 +3,7 @@ summary (`summary.md`, `bench_gpu.md`, `sweep.md`) the README's GPU numbers come
 
 from __future__ import annotations
 
-from benchmarks import gpu_profile
+from benchmarks import gpu_decide, gpu_profile
 
 
 def _pct(value) -> str:
@@ -107,18 +107,14 @@ def render_markdown(report: dict, heading: str = "#") -> str:
             ratios = ", ".join(f"{k} {v:.3f}" for k, v in r["engine_stat_ratios"].items())
             stats = ", ".join(f"{k} {v:,}" for k, v in r["engine_stats_per_call"].items())
             out.append(f"- {r['model']} {r['dtype']} {r['case']}: {ratios + '; ' if ratios else ''}{stats}")
+    if report.get("ab"):
+        out += [""] + gpu_decide.render(report["ab"], f"{heading}#")
     if other:
         out += ["", f"{heading}# Extras (float32 over the IEEE fp32 peak; plain forwards; sweeps)", ""] + table(other)
-        engine_rate = {(r["case"], r["dtype"]): r["pairs_per_s"] for r in runs if r["mode"] == "engine" and r.get("tier") != "sweep"
-                       and not r.get("variant")}
+        engine_rate = {(r["case"], r["dtype"]): r["pairs_per_s"] for r in runs if r["mode"] == "engine" and r.get("tier") != "sweep"}
         plain = [r for r in other if r["mode"] == "plain"]
-        flipped = [r for r in other if r.get("variant")]
-        if plain or flipped:
+        if plain:
             out.append("")
-        for r in flipped:
-            base = engine_rate.get((r["case"], r["dtype"]))
-            relative = f"{r['pairs_per_s'] / base:.3f}" if base else "n/a"
-            out.append(f"- {r['model']} {r['case']} {r['dtype']}, {r['variant']}: {relative} x the default's pairs/s (A/B in one process)")
         for r in plain:
             ratio = engine_rate.get((r["case"], r["dtype"]))
             gap = r.get("max_abs_nll_gap_to_engine")

@@ -1,5 +1,5 @@
 """`benchmarks/bench_gpu.py` in its dry mode (`--tiny --device cpu`: tiny models, short timing
-floors): every core case and extra runs, the JSON and the markdown summary carry what a GPU
+floors): every core case, the A/B of engine variants and every extra runs, the JSON and the markdown summary carry what a GPU
 run needs to be read (steady-state runs, held-out rows, peaks per dtype, breakdowns), and the
 time limit and failures skip items without losing the others."""
 
@@ -52,20 +52,24 @@ def test_dry_mode_runs_standalone_and_writes_json_and_markdown(tmp_path):
     extras = {(r["model"], r["case"], r["dtype"], r["mode"]) for r in report["runs"] if r["tier"] == "extra"}
     for model, case in CORE_CASES:
         assert {(model, case, "float32", "engine"), (model, case, "bfloat16", "plain")} <= extras
-    # A/B in one process: BART with cross-batch planning the other way than its core run
-    flipped = {r["case"]: r for r in report["runs"] if r.get("variant")}
-    assert set(flipped) == {"s->h distinct", "s->h grouped"}
-    for r in core:
-        if r["case"] in flipped:
-            assert flipped[r["case"]]["engine"]["cross_batch"] is (not r["engine"]["cross_batch"])
+    # the A/B of engine variants in one process, between the core cases and the extras: cross-batch
+    # planning the other way than the default engine's on every seq2seq workload
+    workloads = {w["case"]: w for w in report["ab"]["workloads"]}
+    assert set(workloads) == {case for _, case in CORE_CASES}
+    for case in ("s->h distinct", "s->h grouped", "ctrleval prefix"):
+        arms = {a["variant"]: a for a in workloads[case]["arms"]}
+        assert arms["cross-batch flipped"]["engine"]["cross_batch"] is (not arms["default"]["engine"]["cross_batch"])
+    assert [w["recommendation"] for w in report["ab"]["workloads"]] == report["recommended_defaults"]["per_workload"]
     # the engine computes the plain forwards' NLLs (random-init models: ~ln(vocabulary) nats each)
     gaps = [r["max_abs_nll_gap_to_engine"] for r in report["runs"] if "max_abs_nll_gap_to_engine" in r]
     assert len(gaps) == 3 and max(gaps) < 1e-3
     markdown = out.with_suffix(".md").read_text()
-    for heading in ("# GPU benchmark:", "## Core: bfloat16, the engine", "## Where the time goes", "## Engine counters per call", "## Extras"):
+    for heading in ("# GPU benchmark:", "## Core: bfloat16, the engine", "## Where the time goes", "## Engine counters per call",
+                    "## A/B of engine variants (one process)", "## Recommended defaults", "## Extras"):
         assert heading in markdown
+    assert markdown.index("## A/B of engine variants") < markdown.index("## Extras")
     assert markdown.count("| bart | bfloat16 | s->h distinct | engine |") == 1
-    assert "x the default's pairs/s (A/B in one process)" in markdown and "engine / plain" in markdown
+    assert "| bart s->h distinct | cross-batch flipped | measured |" in markdown and "engine / plain" in markdown
     assert "pairs/s" in done.stdout and "MFU n/a" in done.stdout
 
 
@@ -114,7 +118,8 @@ def test_the_time_limit_and_failures_skip_items_and_keep_the_rest(tmp_path):
     written = []
     report = bench_gpu.measure(args, save=lambda r: written.append(json.dumps(r)))
     assert report["runs"] == [] and report["time_limit_hit"] and written
-    assert len(report["skipped"]) == len(bench_gpu.CORE) + len(bench_gpu.FLIPPED) + len(bench_gpu.EXTRAS)
+    assert len(report["skipped"]) == len(bench_gpu.CORE) + len(bench_gpu.EXTRAS)
+    assert report["ab"]["workloads"] == [] and {s["reason"] for s in report["ab"]["skipped"]} == {"its core case did not run"}
     assert all(s["reason"].startswith("time limit") for s in report["skipped"])
     assert "## Skipped" in gpu_report.render_markdown(report)
     items = [("prefix", "bfloat16", "engine", "core", {"no_such_setting": 1}, False, None),

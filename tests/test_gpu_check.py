@@ -1,5 +1,6 @@
 """`make gpu-check` in its dry mode (`--device cpu --tiny`): every step runs, everything lands
-in one flat folder of at most 8 files, the end-to-end rows come out scored."""
+in one flat folder of at most 8 files, every core case is profiled, the A/B of engine variants
+runs end to end and its recommendations follow the rule, the end-to-end rows come out scored."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import pathlib
 import subprocess
 
 import pytest
+
+from benchmarks import gpu_ab, gpu_decide
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -37,10 +40,40 @@ def test_gpu_check_dry_run_on_cpu(tmp_path):
     assert bench["settings"]["time_limit_s"] == 480 - 105  # time kept back for pytest and end to end
     core = [r for r in bench["runs"] if r["tier"] == "core"]
     assert len(core) == 4 and all(len(r["seconds_runs"]) == 5 and r["host_reads_per_call"] == 1 and r["breakdown"] for r in core)
+    assert {r["case"] for r in core if r["breakdown"]["ms"]["gemm"] > 0} == {"s->h distinct", "s->h grouped", "ctrleval prefix", "ctrleval-ppl"}
+    # the A/B of engine variants, end to end on CPU in float32: every variant built, measured or
+    # unavailable for a stated reason, its scores equal to the default's within float32 tolerance
+    ab = bench["ab"]
+    assert ab["settings"]["dtype"] == "float32" and ab["settings"]["rounds"] >= 3 and ab["skipped"] == []
+    assert [w["case"] for w in ab["workloads"]] == ["s->h distinct", "s->h grouped", "ctrleval prefix", "ctrleval-ppl"]
+    for workload in ab["workloads"]:
+        arms = {a["variant"]: a for a in workload["arms"]}
+        kind = "causal" if workload["case"] == "ctrleval-ppl" else "seq2seq"
+        assert list(arms) == ["default"] + [v.name for v in gpu_ab.VARIANTS if kind in v.engines]
+        assert arms["compiled layers"]["status"] == "unavailable"  # compiles on CUDA only
+        for name, arm in arms.items():
+            assert arm["status"] in ("measured", "unavailable", "no effect"), arm
+            if arm["status"] == "unavailable":  # only what the engine lacks: the packed decoder until it lands, compiling on CPU
+                assert name in ("packed decoder+encoder", "compiled layers"), arm
+                continue
+            if arm["status"] == "no effect":  # source runs where no decoder chunk mixes sources (CPU: per-batch planning)
+                assert name == "source runs" and arm["engine_stats_per_call"] == arms["default"]["engine_stats_per_call"], arm
+                continue
+            assert arm["score_gap"]["max_rel"] <= 1e-5 and arm["agrees"], arm
+            assert len(arm["seconds_runs"]) >= 3 and arm["engine_stats_per_call"]
+            if name != "default":  # the decision is the rule applied to these runs
+                assert arm["decision"] == gpu_decide.decide(arms["default"]["seconds_runs"], arm["seconds_runs"], True)
+        best = max((a for a in arms.values() if a.get("decision", {}).get("win")), key=lambda a: a["decision"]["speedup"], default=None)
+        assert workload["recommendation"]["variant"] == (best["variant"] if best else "default")
+    assert summary["recommended_defaults"] == bench["recommended_defaults"]
+    assert [r["case"] for r in summary["recommended_defaults"]["per_workload"]] == [w["case"] for w in ab["workloads"]]
+    assert "3 %" in summary["recommended_defaults"]["rule"]
     markdown = (out / "summary.md").read_text()
     for part in ("# make gpu-check", "| bench_gpu | ok |", "## GPU benchmark:", "### Core: bfloat16, the engine", "### Where the time goes",
-                 "## End to end"):
+                 "### A/B of engine variants (one process)", "### Recommended defaults", "## End to end"):
         assert part in markdown
+    for rec in summary["recommended_defaults"]["per_workload"]:
+        assert f"| {rec['model']} {rec['case']} | {rec['engine']} | {rec['variant']} |" in markdown
     e2e = json.loads((out / "end_to_end.json").read_text())
     assert e2e["path"].startswith("two stages")
     assert {r["model"] for r in e2e["runs"]} == {"bart-tiny", "pegasus-tiny"}
