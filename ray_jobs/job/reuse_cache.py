@@ -13,7 +13,7 @@ def same_size_cache(config, plan, shard_plan, files_by_stem, recorded) -> None:
     copy (one CopyObject, or a copy in other part sizes) does not keep, so a renamed shard can
     hold the same bytes under another ETag. The complete parts, by this signature, of the first other folder whose input had this
     shard's size (a present shard's kept parts, or a vanished shard's parts as the previous
-    manifest records them: no footer is read) become the shard's row cache: the workers read its
+    manifest records them, name, size and etag: no footer is read) become the shard's row cache: the workers read its
     rows and find each by `row_key` (the content the metric reads), so a row of the same content
     is reused, any other scored, and the parts are written anew under the shard's own version.
     Sets the shard plan's `previous` and `reused_from` (the folder); nothing when none fits.
@@ -28,9 +28,15 @@ def same_size_cache(config, plan, shard_plan, files_by_stem, recorded) -> None:
         else:
             record = recorded.get(stem + ".parquet") or {}
             same = record.get("digest") == digest and str(record.get("input_size")) == str(shard.info.size)
-            names = record.get("parts") if same and isinstance(record.get("parts"), dict) else {}
-            cache = [listed.uri for listed in files if listed.uri.rsplit("/", 1)[-1] in names]
+            entries = record.get("parts") if same and isinstance(record.get("parts"), dict) else {}
+            cache = [listed.uri for listed in files if _vouched(entries.get(listed.uri.rsplit("/", 1)[-1]), listed)]
         if cache:
             shard_plan.previous = cache
             shard_plan.reused_from = uris.join(layout.metric_root(config.output, plan.metric.label), stem)
             return
+
+
+def _vouched(entry, listed) -> bool:
+    """The listing shows the very part the manifest's `entry` records (size and etag): a part
+    rewritten since (another signature of the same label) is not this signature's."""
+    return isinstance(entry, dict) and entry.get("size") == listed.size and entry.get("etag") == listed.etag
