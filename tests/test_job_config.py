@@ -226,7 +226,8 @@ def test_a_shard_under_another_etag_takes_a_same_size_folder_as_its_row_cache(tm
     """Reuse by content when the ETag differs (an S3 object uploaded in parts, then copied):
     a new shard with no output of its own gets as its row cache the parts of the vanished
     folder the previous manifest records with the same signature and input size, nothing else
-    (another size or signature, or no record: scored as new); a present shard's kept parts serve too."""
+    (another size or signature, or no record: scored as new), and of those only the parts the
+    listing shows as recorded (name, size, etag); a present shard's kept parts serve too."""
     from ray_jobs.job.metrics import ResolvedMetric
     from ray_jobs.job.plan import Shard, plan_metric
 
@@ -259,35 +260,10 @@ def test_a_shard_under_another_etag_takes_a_same_size_folder_as_its_row_cache(tm
     plans = plan_metric(fs, config, metric, [shard, present]).shards
     assert sorted(uri for _, uri, _ in plans["old.parquet"].kept) == old_parts
     assert sorted(plans["new.parquet"].previous) == old_parts and plans["new.parquet"].reused_from == folder
-
-
-def test_a_vanished_folder_lends_only_the_parts_its_manifest_record_vouches_for(tmp_path):
-    """A vanished folder's part is the row cache of a same-size shard only while the listing
-    shows the very object the previous manifest records (name, size, etag): a part rewritten
-    since (a later run under another signature of the same label, which crashed before its
-    manifest) holds scores of another signature and is not borrowed."""
-    from ray_jobs.job.metrics import ResolvedMetric
-    from ray_jobs.job.plan import Shard, plan_metric
-
-    write_rows(tmp_path / "in" / "new.parquet", make_rows(0, 7))
-    fs = clients.fsspec_filesystem(str(tmp_path), S3Config())
-    (info,) = listing.list_shards(str(tmp_path / "in"), fs)
-    shard = Shard(info, 200, {"id": "string", "text": "string"}, layout.input_version(info.etag, info.size))
-    config = parse_config({**BASE, "input": str(tmp_path / "in"), "output": str(tmp_path / "out"), "part_rows": 100})
-    metric = ResolvedMetric(config.metrics[0], object, {}, "sig", "d1", ("text",), ("x",))
-    old_info = listing.ShardInfo(str(tmp_path / "gone" / "old.parquet"), "old.parquet", info.size, "9f86d081884c7d65-3")
-    old = Shard(old_info, 200, shard.columns, layout.input_version(old_info.etag, old_info.size))
-    old_parts = [_write_part(tmp_path / "out", "text_stats", old, old_info, s, e) for s, e in ((0, 100), (100, 200))]
-    listed = {f.uri: f for f in listing.list_outputs(fs, str(tmp_path / "out" / "text_stats"))}
-    record = {"input_etag": old_info.etag, "input_size": old_info.size, "digest": "d1",
-              "parts": {uri.rsplit("/", 1)[-1]: {"size": listed[uri].size, "etag": listed[uri].etag, "rows": 100}
-                        for uri in old_parts}}
-    manifest = {"metrics": {"text_stats": {"parts": {"old.parquet": record}}}}
-    assert sorted(plan_metric(fs, config, metric, [shard], previous=manifest).shards["new.parquet"].previous) == old_parts
-    # the second part rewritten under another signature after the manifest was written
+    # a vanished folder's part rewritten since its manifest record (a later run of another
+    # signature under this label crashed before its manifest): not this signature's, not borrowed
     _write_part(tmp_path / "out", "text_stats", old, old_info, 100, 200, digest="d2")
-    plan = plan_metric(fs, config, metric, [shard], previous=manifest).shards["new.parquet"]
-    assert plan.previous == old_parts[:1]
+    assert plan_metric(fs, config, metric, [shard], previous=manifest()).shards["new.parquet"].previous == old_parts[:1]
 
 
 def test_relative_paths_resolve_against_the_yaml_folder(tmp_path, monkeypatch):
