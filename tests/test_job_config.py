@@ -197,16 +197,24 @@ def _write_part(out, label, shard, info, start, stop, digest="d1"):
     return uri
 
 
-def test_plan_keeps_committed_parts_and_schedules_only_the_gaps(tmp_path):
+def _one_shard_plan(tmp_path, name, rows):
+    """(fs, config, metric, info, shard): one input shard `name` said to hold `rows` rows, a
+    text_stats metric of digest d1, parts of 100 rows."""
     from ray_jobs.job.metrics import ResolvedMetric
-    from ray_jobs.job.plan import Shard, plan_metric
+    from ray_jobs.job.plan import Shard
 
-    write_rows(tmp_path / "in" / "a.parquet", make_rows(0, 7))
+    write_rows(tmp_path / "in" / name, make_rows(0, 7))
     fs = clients.fsspec_filesystem(str(tmp_path), S3Config())
     (info,) = listing.list_shards(str(tmp_path / "in"), fs)
-    shard = Shard(info, 1000, {"id": "string", "text": "string"}, layout.input_version(info.etag, info.size))
+    shard = Shard(info, rows, {"id": "string", "text": "string"}, layout.input_version(info.etag, info.size))
     config = parse_config({**BASE, "input": str(tmp_path / "in"), "output": str(tmp_path / "out"), "part_rows": 100})
-    metric = ResolvedMetric(config.metrics[0], object, {}, "sig", "d1", ("text",), ("x",))
+    return fs, config, ResolvedMetric(config.metrics[0], object, {}, "sig", "d1", ("text",), ("x",)), info, shard
+
+
+def test_plan_keeps_committed_parts_and_schedules_only_the_gaps(tmp_path):
+    from ray_jobs.job.plan import Shard, plan_metric
+
+    fs, config, metric, info, shard = _one_shard_plan(tmp_path, "a.parquet", 1000)
     # a killed run committed parts 0-100, 300-400 and 900-1000 (workers finish out of order)
     kept = [_write_part(tmp_path / "out", "text_stats", shard, info, s, e) for s, e in ((0, 100), (300, 400), (900, 1000))]
     other_signature = _write_part(tmp_path / "out", "text_stats", shard, info, 100, 200, digest="d0")
@@ -228,15 +236,9 @@ def test_a_shard_under_another_etag_takes_a_same_size_folder_as_its_row_cache(tm
     folder the previous manifest records with the same signature and input size, nothing else
     (another size or signature, or no record: scored as new), and of those only the parts the
     listing shows as recorded (name, size, etag); a present shard's kept parts serve too."""
-    from ray_jobs.job.metrics import ResolvedMetric
     from ray_jobs.job.plan import Shard, plan_metric
 
-    write_rows(tmp_path / "in" / "new.parquet", make_rows(0, 7))
-    fs = clients.fsspec_filesystem(str(tmp_path), S3Config())
-    (info,) = listing.list_shards(str(tmp_path / "in"), fs)
-    shard = Shard(info, 200, {"id": "string", "text": "string"}, layout.input_version(info.etag, info.size))
-    config = parse_config({**BASE, "input": str(tmp_path / "in"), "output": str(tmp_path / "out"), "part_rows": 100})
-    metric = ResolvedMetric(config.metrics[0], object, {}, "sig", "d1", ("text",), ("x",))
+    fs, config, metric, info, shard = _one_shard_plan(tmp_path, "new.parquet", 200)
     old_info = listing.ShardInfo(str(tmp_path / "gone" / "old.parquet"), "old.parquet", info.size, "9f86d081884c7d65-3")
     old = Shard(old_info, 200, shard.columns, layout.input_version(old_info.etag, old_info.size))
     old_parts = [_write_part(tmp_path / "out", "text_stats", old, old_info, s, e) for s, e in ((0, 100), (100, 200))]

@@ -224,15 +224,16 @@ def test_a_packed_encoder_gives_the_padded_scores_and_pads_nothing(tiny_models, 
     assert padded["encoder_tokens_padded"] > padded["encoder_tokens_real"]
 
 
-def test_a_packed_encoder_is_refused_where_it_cannot_be_exact(tiny_models):
+@pytest.mark.parametrize("part", ["encoder", "decoder"])
+def test_a_packed_stack_is_refused_where_it_cannot_be_exact(tiny_models, part):
     from transformers import AutoModelForSeq2SeqLM
 
     from scoring.engine import Seq2SeqLikelihood
 
     model = AutoModelForSeq2SeqLM.from_pretrained(tiny_models["bart"], attn_implementation="eager").eval()
     engine = Seq2SeqLikelihood(model, pad_id=1, decoder_start_id=2)
-    engine.packed_encoder = True
-    with pytest.raises(ValueError, match="a packed encoder is not supported for model type 'bart' with attention 'eager'"):
+    setattr(engine, f"packed_{part}", True)
+    with pytest.raises(ValueError, match=f"a packed {part} is not supported for model type 'bart' with attention 'eager'"):
         engine.pair_nll(Ragged.from_lists([[0, 5, 2]]), Ragged.from_lists([[0, 6, 2]]), [range(0, 1)])
 
 

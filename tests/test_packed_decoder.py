@@ -200,18 +200,6 @@ def test_the_batching_string_is_unchanged_while_the_packed_decoder_is_off(tiny_m
     assert engine.batching() == "length-sorted,token_budget=64,decode_token_budget=64,packed_decoder,source_tokens_per_decoder_token=7"
 
 
-def test_a_packed_decoder_is_refused_where_it_cannot_be_exact(tiny_models):
-    from transformers import AutoModelForSeq2SeqLM
-
-    from scoring.engine import Seq2SeqLikelihood
-
-    model = AutoModelForSeq2SeqLM.from_pretrained(tiny_models["bart"], attn_implementation="eager").eval()
-    engine = Seq2SeqLikelihood(model, pad_id=1, decoder_start_id=2)
-    engine.packed_decoder = True
-    with pytest.raises(ValueError, match="a packed decoder is not supported for model type 'bart' with attention 'eager'"):
-        engine.pair_nll(Ragged.from_lists([[0, 5, 2]]), Ragged.from_lists([[0, 6, 2]]), [range(0, 1)])
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
