@@ -97,6 +97,25 @@ def test_a_cut_never_splits_an_escape():
     assert console_problems(out) == []
 
 
+def test_a_cut_looks_only_at_the_characters_it_shows(monkeypatch):
+    """A hostile cell of many megabytes in an error line: the cut reads its head and tail, not
+    every character (each character shows as at most 10), and gives what a full pass gives."""
+    from scoring import console_text as module
+
+    text = "\x1b[2J\u202e中" * 20_000 + "tail"
+    whole = "".join(module._escape(ch) if module.hidden(ch) else ch for ch in text)
+    looked = []
+    original = module.hidden
+    monkeypatch.setattr(module, "hidden", lambda ch: looked.append(ch) or original(ch))
+    out = console_text(text, 400)
+    assert len(looked) <= 2 * 400
+    head, left_out, tail = re.fullmatch(r"(.*)…\[(\d+) bytes left out\]…(.*)", out).groups()
+    assert whole.startswith(head) and whole.endswith(tail) and len(out) <= 400
+    # the budget filled, up to one escape short on each side (and a digit of the marker)
+    assert len(head) + len(tail) >= 400 - len(module._MARKER.format(left_out)) - 2 * 10 - 1
+    assert console_problems(out) == []
+
+
 def test_short_text_and_no_limit_are_not_cut():
     assert console_text("x" * 50, 50) == "x" * 50
     assert console_text("x" * 100_000) == "x" * 100_000
