@@ -151,6 +151,33 @@ def test_a_packed_decoder_gives_the_padded_scores_and_pads_nothing(tiny_models, 
     assert engine.batching() != padded_batching and "packed_decoder" in engine.batching()
 
 
+@pytest.mark.parametrize("max_batch_items", [None, 1, 3])
+@pytest.mark.parametrize("cross_batch", [False, True], ids=["per-batch", "cross-batch"])
+def test_every_target_of_scattered_groups_is_scored_once(tiny_models, cross_batch, max_batch_items):
+    """Groups that list targets out of order, a source with no target (its slot is never
+    planned) and a target of no source (NaN), under `max_batch_items`: the packed decoder's
+    scores are the padded path's, target by target."""
+    from scoring.engine import Seq2SeqLikelihood
+
+    model = _model(tiny_models, "bart")
+    config = model.config
+    sources, targets, groups = _workload(config, "mixed")
+    order = np.random.default_rng(3).permutation(len(targets))
+    groups = [[int(order[k]) for k in group] for group in groups]
+    groups[2] = []  # its one target belongs to no source
+    engine = Seq2SeqLikelihood(model, pad_id=config.pad_token_id, decoder_start_id=config.decoder_start_token_id,
+                               token_budget=64, max_batch_items=max_batch_items, cross_batch=cross_batch)
+    want = engine.pair_nll(sources, targets, groups)
+    engine.packed_decoder = True
+    engine.stats.clear()
+    got = engine.pair_nll(sources, targets, groups)
+    assert np.isnan(got).sum() == np.isnan(want).sum() == 1
+    assert np.allclose(got, want, rtol=1e-6, equal_nan=True)
+    assert engine.stats["decoded_targets"] == len(targets) - 1
+    if max_batch_items == 1:
+        assert engine.stats["decoder_passes"] == len(targets) - 1
+
+
 def test_pool_of_several_batches_copies_real_tokens_only(tiny_models):
     from scoring.engine import Seq2SeqLikelihood
 
