@@ -174,6 +174,27 @@ def test_emit_shows_every_line_by_the_rule(capsys):
     assert json.loads(out) == summary  # the JSON keeps the raw strings (as escapes)
 
 
+@pytest.mark.parametrize("value", [
+    'https://x.example/?token=se"cret',  # a quote ends the URL right after a JSON escape's backslash
+    'https://x.example/?a=1&sig=k\\"x',
+    's3://AKIA:abc/def@bucket/k?X-Amz-Signature=f00\\',
+    'https://x.example/?token=abc", "injected": "1',
+])
+def test_a_json_document_printed_by_the_console_rule_still_parses(capsys, value):
+    """`compare --format json` without `-o`: the document goes through `console_json`, then
+    each of its lines through `console_line` (`emit` with no limit), whose URL redaction runs on
+    the JSON text; a redacted value must keep the backslash of a JSON escape it ends at."""
+    from ctgscore.cli import common
+
+    document = json.dumps({"system": value, "systems": [value, "plain"], "n": 3}, ensure_ascii=False, indent=2)
+    common.emit(_args(json=False), {}, console_json(document).split("\n"), None)
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["n"] == 3 and printed["systems"][1] == "plain" and set(printed) == {"system", "systems", "n"}
+    assert printed["system"] == printed["systems"][0]
+    for secret in ("se", "k\\", "abc", "f00"):
+        assert f"={secret}" not in printed["system"], printed
+
+
 def test_error_line_of_the_cli_names_the_file_by_the_rule(cli, tmp_path):
     """The CLI's one error printer (text and `--json`), and the `--debug` traceback."""
     missing = tmp_path / f"dump{HOSTILE['clipboard']}{HOSTILE['bidi']}.parquet"
