@@ -14,7 +14,7 @@ from ctgscore.testing.host_reads import counted_reads
 from scoring.planning import source_grouped_chunks
 from scoring.ragged import Ragged, packed_targets
 from scoring.varlen_attention import CrossSegments, cu_seqlens, packed_cross_attention, reference_cross_attention
-from tests.test_packed_attention import _tiny_mbart
+from tests.test_packed_attention import _tiny_mbart, packed_matches_padded
 
 
 def _dense_cross_attention(query, key, value, query_lengths, key_lengths):
@@ -132,14 +132,8 @@ def test_a_packed_decoder_gives_the_padded_scores_and_pads_nothing(tiny_models, 
                                token_budget=64, cross_batch=cross_batch)
     engine.on_cuda = True  # plan and collect as on CUDA: one collect per call
     sources, targets, groups = _workload(config, shape)
-    want = engine.pair_nll(sources, targets, groups)
     padded_batching = engine.batching()
-    engine.stats.clear()
-    engine.packed_decoder = True
-    with counted_reads() as seen:
-        got = engine.pair_nll(sources, targets, groups)
-    assert got == pytest.approx(want, rel=1e-6)
-    assert len(seen) == 1 and seen[0].startswith("tolist at ragged.py"), seen
+    packed_matches_padded(engine, "packed_decoder", sources, targets, groups)
     stats = engine.stats
     assert stats["decoder_tokens_padded"] == stats["decoder_tokens_real"] == int(targets.lengths.sum())
     assert stats["encoder_tokens_padded"] == stats["encoder_tokens_real"] == int(sources.lengths.sum())
