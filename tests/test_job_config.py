@@ -268,6 +268,35 @@ def test_a_shard_under_another_etag_takes_a_same_size_folder_as_its_row_cache(tm
     assert plan_metric(fs, config, metric, [shard], previous=manifest()).shards["new.parquet"].previous == old_parts[:1]
 
 
+def test_looking_for_same_size_folders_reads_each_folder_once_not_once_per_new_shard(tmp_path, monkeypatch):
+    """Many new shards beside many folders of vanished ones (a nightly run adding a day of
+    shards to a large output): the same-size row cache indexes the folders once per metric,
+    instead of going over every shard and folder again for each new shard."""
+    from ray_jobs.job.metrics import ResolvedMetric
+    from ray_jobs.job.plan import Shard, plan_metric
+
+    count = 40
+    for i in range(count):
+        write_rows(tmp_path / "in" / f"new{i:02d}.parquet", make_rows(i, 3 + i))
+    fs = clients.fsspec_filesystem(str(tmp_path), S3Config())
+    shards = [Shard(info, 3 + i, {"id": "string", "text": "string"}, layout.input_version(info.etag, info.size))
+              for i, info in enumerate(listing.list_shards(str(tmp_path / "in"), fs))]
+    config = parse_config({**BASE, "input": str(tmp_path / "in"), "output": str(tmp_path / "out"), "part_rows": 100})
+    metric = ResolvedMetric(config.metrics[0], object, {}, "sig", "d1", ("text",), ("x",))
+    records = {}
+    for i in range(count):
+        info = listing.ShardInfo(str(tmp_path / "gone" / f"old{i}.parquet"), f"old{i}.parquet", 7, "9f86d081884c7d65-3")
+        old = Shard(info, 3, shards[0].columns, layout.input_version(info.etag, info.size))
+        name = _write_part(tmp_path / "out", "text_stats", old, info, 0, 3).rsplit("/", 1)[-1]
+        records[info.rel] = {"input_etag": info.etag, "input_size": 7, "digest": "d1", "parts": {name: {}}}
+    stems = []
+    original = layout.shard_stem
+    monkeypatch.setattr(layout, "shard_stem", lambda rel: stems.append(rel) or original(rel))
+    plans = plan_metric(fs, config, metric, shards, previous={"metrics": {"text_stats": {"parts": records}}}).shards
+    assert all(not p.previous and p.reused_from is None for p in plans.values())  # no folder of their sizes
+    assert len(stems) <= 6 * count, len(stems)
+
+
 def test_relative_paths_resolve_against_the_yaml_folder(tmp_path, monkeypatch):
     folder = tmp_path / "jobs"
     (folder / "models" / "tiny").mkdir(parents=True)
