@@ -32,8 +32,12 @@ _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | 
 
 
 def temp_name(name: str) -> str:
-    """The hidden name a file called `name` is written under before it is renamed into place."""
-    kept = name.encode("utf-8", "surrogatepass")[:NAME_KEEP_BYTES].decode("utf-8", "ignore")
+    """The hidden name a file called `name` is written under before it is renamed into place:
+    whole characters of its head, at most NAME_KEEP_BYTES in UTF-8 (an undecodable byte kept
+    by `surrogateescape` counted as 3, and kept: it is the name's own byte again on disk)."""
+    kept = name[:NAME_KEEP_BYTES]  # every character is at least one byte
+    while len(kept.encode("utf-8", "surrogatepass")) > NAME_KEEP_BYTES:
+        kept = kept[:-1]
     return f".{kept}{TEMP_MARKER}{uuid.uuid4().hex[:8]}"
 
 

@@ -79,32 +79,49 @@ def _utf8_size(text: str) -> int:
 def console_text(value: object, limit: int | None = None) -> str:
     """`value` as text safe to print on a console, on one line (module docstring); cut in the
     middle to at most `limit` characters (at least 40) when given. Idempotent: the result
-    shows unchanged when passed again."""
+    shows unchanged when passed again. A cut reads only the head and tail it shows (a hostile
+    cell of many megabytes costs what the line costs)."""
     text = value if isinstance(value, str) else str(value)
-    if text.isprintable():
-        pieces = None
-        out = text
-    else:
-        pieces = [_escape(ch) if hidden(ch) else ch for ch in text]
-        out = "".join(pieces)
+    if limit is not None and len(text) > limit:  # every character shows as one or more
+        return _cut(text, limit)
+    out = text if text.isprintable() else "".join(_shown(ch) for ch in text)
     if limit is None or len(out) <= limit:
         return out
+    return _cut(text, limit)
+
+
+def _shown(ch: str) -> str:
+    return _escape(ch) if hidden(ch) else ch
+
+
+def _cut(text: str, limit: int) -> str:
+    """`text` shown in at most `limit` characters: as much of its head (two thirds) and tail
+    as fit beside the marker, which counts the UTF-8 bytes left out between them."""
     if limit < 40:
         raise ValueError(f"console_text limit {limit}: expected at least 40 characters")
-    if pieces is None:
-        pieces = list(text)
-    budget = limit - len(_MARKER.format(_utf8_size(text)))
+    total = _utf8_size(text)
+    budget = limit - len(_MARKER.format(total))
     head_budget = budget * 2 // 3
-    head, used = 0, 0
-    while head < len(pieces) and used + len(pieces[head]) <= head_budget:
-        used += len(pieces[head])
+    head_pieces: list[str] = []
+    head = used = 0
+    while head < len(text):
+        piece = _shown(text[head])
+        if used + len(piece) > head_budget:
+            break
+        head_pieces.append(piece)
+        used += len(piece)
         head += 1
-    tail, used = len(pieces), 0
-    while tail > head and used + len(pieces[tail - 1]) <= budget - head_budget:
-        used += len(pieces[tail - 1])
+    tail_pieces: list[str] = []
+    tail, used = len(text), 0
+    while tail > head:
+        piece = _shown(text[tail - 1])
+        if used + len(piece) > budget - head_budget:
+            break
+        tail_pieces.append(piece)
+        used += len(piece)
         tail -= 1
-    left_out = _utf8_size(text[head:tail])
-    return "".join(pieces[:head]) + _MARKER.format(left_out) + "".join(pieces[tail:])
+    left_out = total - _utf8_size(text[:head]) - _utf8_size(text[tail:])
+    return "".join(head_pieces) + _MARKER.format(left_out) + "".join(reversed(tail_pieces))
 
 
 def _json_escape(ch: str) -> str:

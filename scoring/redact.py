@@ -45,11 +45,15 @@ def _userinfo_end(rest: str) -> int:
 
 
 def _redact_query(query: str) -> str:
+    """The query with each secret parameter's value masked. Backslashes that end a value are
+    kept: in a JSON or Python-escaped text the URL stops at a quote, so a value ending in `\\`
+    there ends in the first half of the escape `\\"`, which must not lose it."""
     parts = []
     for item in query.split("&"):
-        name, sep, _value = item.partition("=")
+        name, sep, value = item.partition("=")
         if sep and _SECRET_PARAMS.search(name.lower().replace("%2d", "-")):
-            item = f"{name}={MASK}"
+            escape_half = value[len(value.rstrip("\\")):]
+            item = f"{name}={MASK}{escape_half}"
         parts.append(item)
     return "&".join(parts)
 

@@ -113,3 +113,17 @@ def test_temp_names_are_hidden_recognised_and_fit_a_file_name():
     assert not atomic_files.is_temp_name("part-0000.parquet")
     assert not atomic_files.is_temp_name(".hidden")
     assert atomic_files.temp_name("a") != atomic_files.temp_name("a")
+
+
+def test_a_name_of_undecodable_bytes_keeps_them_in_its_temp_name(tmp_path):
+    """A file name that is not UTF-8 (bytes kept as lone surrogates by `surrogateescape`)
+    keeps those bytes in its temp name, so the temp file is still one that `is_temp_name`
+    recognises (the job's clean-up of crashed writes finds it) and the write works."""
+    for name in ("\udcff", "\udcff\udcfe.parquet", "\udcff" * 300):
+        temp = atomic_files.temp_name(name)
+        assert atomic_files.is_temp_name(temp), temp
+        assert len(os.fsencode(temp)) <= 255
+    assert os.fsencode(atomic_files.temp_name("\udcff")).startswith(b".\xff.tmp-")
+    target = tmp_path / "\udcff\udcfe"
+    atomic_files.write_bytes(target, b"raw")
+    assert target.read_bytes() == b"raw" and os.listdir(tmp_path) == [target.name]

@@ -97,6 +97,25 @@ def test_a_cut_never_splits_an_escape():
     assert console_problems(out) == []
 
 
+def test_a_cut_looks_only_at_the_characters_it_shows(monkeypatch):
+    """A hostile cell of many megabytes in an error line: the cut reads its head and tail, not
+    every character (each character shows as at most 10), and gives what a full pass gives."""
+    from scoring import console_text as module
+
+    text = "\x1b[2J\u202e中" * 20_000 + "tail"
+    whole = "".join(module._escape(ch) if module.hidden(ch) else ch for ch in text)
+    looked = []
+    original = module.hidden
+    monkeypatch.setattr(module, "hidden", lambda ch: looked.append(ch) or original(ch))
+    out = console_text(text, 400)
+    assert len(looked) <= 2 * 400
+    head, left_out, tail = re.fullmatch(r"(.*)…\[(\d+) bytes left out\]…(.*)", out).groups()
+    assert whole.startswith(head) and whole.endswith(tail) and len(out) <= 400
+    # the budget filled, up to one escape short on each side (and a digit of the marker)
+    assert len(head) + len(tail) >= 400 - len(module._MARKER.format(left_out)) - 2 * 10 - 1
+    assert console_problems(out) == []
+
+
 def test_short_text_and_no_limit_are_not_cut():
     assert console_text("x" * 50, 50) == "x" * 50
     assert console_text("x" * 100_000) == "x" * 100_000
@@ -153,6 +172,27 @@ def test_emit_shows_every_line_by_the_rule(capsys):
     out = capsys.readouterr().out
     assert console_problems(out) == []
     assert json.loads(out) == summary  # the JSON keeps the raw strings (as escapes)
+
+
+@pytest.mark.parametrize("value", [
+    'https://x.example/?token=se"cret',  # a quote ends the URL right after a JSON escape's backslash
+    'https://x.example/?a=1&sig=k\\"x',
+    's3://AKIA:abc/def@bucket/k?X-Amz-Signature=f00\\',
+    'https://x.example/?token=abc", "injected": "1',
+])
+def test_a_json_document_printed_by_the_console_rule_still_parses(capsys, value):
+    """`compare --format json` without `-o`: the document goes through `console_json`, then
+    each of its lines through `console_line` (`emit` with no limit), whose URL redaction runs on
+    the JSON text; a redacted value must keep the backslash of a JSON escape it ends at."""
+    from ctgscore.cli import common
+
+    document = json.dumps({"system": value, "systems": [value, "plain"], "n": 3}, ensure_ascii=False, indent=2)
+    common.emit(_args(json=False), {}, console_json(document).split("\n"), None)
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["n"] == 3 and printed["systems"][1] == "plain" and set(printed) == {"system", "systems", "n"}
+    assert printed["system"] == printed["systems"][0]
+    for secret in ("se", "k\\", "abc", "f00"):
+        assert f"={secret}" not in printed["system"], printed
 
 
 def test_error_line_of_the_cli_names_the_file_by_the_rule(cli, tmp_path):

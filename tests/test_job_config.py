@@ -197,16 +197,24 @@ def _write_part(out, label, shard, info, start, stop, digest="d1"):
     return uri
 
 
-def test_plan_keeps_committed_parts_and_schedules_only_the_gaps(tmp_path):
+def _one_shard_plan(tmp_path, name, rows):
+    """(fs, config, metric, info, shard): one input shard `name` said to hold `rows` rows, a
+    text_stats metric of digest d1, parts of 100 rows."""
     from ray_jobs.job.metrics import ResolvedMetric
-    from ray_jobs.job.plan import Shard, plan_metric
+    from ray_jobs.job.plan import Shard
 
-    write_rows(tmp_path / "in" / "a.parquet", make_rows(0, 7))
+    write_rows(tmp_path / "in" / name, make_rows(0, 7))
     fs = clients.fsspec_filesystem(str(tmp_path), S3Config())
     (info,) = listing.list_shards(str(tmp_path / "in"), fs)
-    shard = Shard(info, 1000, {"id": "string", "text": "string"}, layout.input_version(info.etag, info.size))
+    shard = Shard(info, rows, {"id": "string", "text": "string"}, layout.input_version(info.etag, info.size))
     config = parse_config({**BASE, "input": str(tmp_path / "in"), "output": str(tmp_path / "out"), "part_rows": 100})
-    metric = ResolvedMetric(config.metrics[0], object, {}, "sig", "d1", ("text",), ("x",))
+    return fs, config, ResolvedMetric(config.metrics[0], object, {}, "sig", "d1", ("text",), ("x",)), info, shard
+
+
+def test_plan_keeps_committed_parts_and_schedules_only_the_gaps(tmp_path):
+    from ray_jobs.job.plan import Shard, plan_metric
+
+    fs, config, metric, info, shard = _one_shard_plan(tmp_path, "a.parquet", 1000)
     # a killed run committed parts 0-100, 300-400 and 900-1000 (workers finish out of order)
     kept = [_write_part(tmp_path / "out", "text_stats", shard, info, s, e) for s, e in ((0, 100), (300, 400), (900, 1000))]
     other_signature = _write_part(tmp_path / "out", "text_stats", shard, info, 100, 200, digest="d0")
@@ -226,24 +234,21 @@ def test_a_shard_under_another_etag_takes_a_same_size_folder_as_its_row_cache(tm
     """Reuse by content when the ETag differs (an S3 object uploaded in parts, then copied):
     a new shard with no output of its own gets as its row cache the parts of the vanished
     folder the previous manifest records with the same signature and input size, nothing else
-    (another size or signature, or no record: scored as new); a present shard's kept parts serve too."""
-    from ray_jobs.job.metrics import ResolvedMetric
+    (another size or signature, or no record: scored as new), and of those only the parts the
+    listing shows as recorded (name, size, etag); a present shard's kept parts serve too."""
     from ray_jobs.job.plan import Shard, plan_metric
 
-    write_rows(tmp_path / "in" / "new.parquet", make_rows(0, 7))
-    fs = clients.fsspec_filesystem(str(tmp_path), S3Config())
-    (info,) = listing.list_shards(str(tmp_path / "in"), fs)
-    shard = Shard(info, 200, {"id": "string", "text": "string"}, layout.input_version(info.etag, info.size))
-    config = parse_config({**BASE, "input": str(tmp_path / "in"), "output": str(tmp_path / "out"), "part_rows": 100})
-    metric = ResolvedMetric(config.metrics[0], object, {}, "sig", "d1", ("text",), ("x",))
+    fs, config, metric, info, shard = _one_shard_plan(tmp_path, "new.parquet", 200)
     old_info = listing.ShardInfo(str(tmp_path / "gone" / "old.parquet"), "old.parquet", info.size, "9f86d081884c7d65-3")
     old = Shard(old_info, 200, shard.columns, layout.input_version(old_info.etag, old_info.size))
     old_parts = [_write_part(tmp_path / "out", "text_stats", old, old_info, s, e) for s, e in ((0, 100), (100, 200))]
     folder = str(tmp_path / "out" / "text_stats" / "old")
+    listed = {f.uri: f for f in listing.list_outputs(fs, folder)}
 
     def manifest(**record):
         record = {"input_etag": old_info.etag, "input_size": old_info.size, "digest": "d1",
-                  "parts": {uri.rsplit("/", 1)[-1]: {} for uri in old_parts}, **record}
+                  "parts": {uri.rsplit("/", 1)[-1]: {"size": listed[uri].size, "etag": listed[uri].etag}
+                            for uri in old_parts}, **record}
         return {"metrics": {"text_stats": {"parts": {"old.parquet": record}}}}
 
     plan = plan_metric(fs, config, metric, [shard], previous=manifest()).shards["new.parquet"]
@@ -257,6 +262,39 @@ def test_a_shard_under_another_etag_takes_a_same_size_folder_as_its_row_cache(tm
     plans = plan_metric(fs, config, metric, [shard, present]).shards
     assert sorted(uri for _, uri, _ in plans["old.parquet"].kept) == old_parts
     assert sorted(plans["new.parquet"].previous) == old_parts and plans["new.parquet"].reused_from == folder
+    # a vanished folder's part rewritten since its manifest record (a later run of another
+    # signature under this label crashed before its manifest): not this signature's, not borrowed
+    _write_part(tmp_path / "out", "text_stats", old, old_info, 100, 200, digest="d2")
+    assert plan_metric(fs, config, metric, [shard], previous=manifest()).shards["new.parquet"].previous == old_parts[:1]
+
+
+def test_looking_for_same_size_folders_reads_each_folder_once_not_once_per_new_shard(tmp_path, monkeypatch):
+    """Many new shards beside many folders of vanished ones (a nightly run adding a day of
+    shards to a large output): the same-size row cache indexes the folders once per metric,
+    instead of going over every shard and folder again for each new shard."""
+    from ray_jobs.job.metrics import ResolvedMetric
+    from ray_jobs.job.plan import Shard, plan_metric
+
+    count = 40
+    for i in range(count):
+        write_rows(tmp_path / "in" / f"new{i:02d}.parquet", make_rows(i, 3 + i))
+    fs = clients.fsspec_filesystem(str(tmp_path), S3Config())
+    shards = [Shard(info, 3 + i, {"id": "string", "text": "string"}, layout.input_version(info.etag, info.size))
+              for i, info in enumerate(listing.list_shards(str(tmp_path / "in"), fs))]
+    config = parse_config({**BASE, "input": str(tmp_path / "in"), "output": str(tmp_path / "out"), "part_rows": 100})
+    metric = ResolvedMetric(config.metrics[0], object, {}, "sig", "d1", ("text",), ("x",))
+    records = {}
+    for i in range(count):
+        info = listing.ShardInfo(str(tmp_path / "gone" / f"old{i}.parquet"), f"old{i}.parquet", 7, "9f86d081884c7d65-3")
+        old = Shard(info, 3, shards[0].columns, layout.input_version(info.etag, info.size))
+        name = _write_part(tmp_path / "out", "text_stats", old, info, 0, 3).rsplit("/", 1)[-1]
+        records[info.rel] = {"input_etag": info.etag, "input_size": 7, "digest": "d1", "parts": {name: {}}}
+    stems = []
+    original = layout.shard_stem
+    monkeypatch.setattr(layout, "shard_stem", lambda rel: stems.append(rel) or original(rel))
+    plans = plan_metric(fs, config, metric, shards, previous={"metrics": {"text_stats": {"parts": records}}}).shards
+    assert all(not p.previous and p.reused_from is None for p in plans.values())  # no folder of their sizes
+    assert len(stems) <= 6 * count, len(stems)
 
 
 def test_relative_paths_resolve_against_the_yaml_folder(tmp_path, monkeypatch):

@@ -188,6 +188,21 @@ def _tiny_mbart():
     return MBartForConditionalGeneration(config).eval()
 
 
+def packed_matches_padded(engine, setting: str, sources, targets, groups) -> dict:
+    """One call as the engine is, one with its `setting` (a packed path) on: the same scores
+    within 1e-6 and one device read in the packed call. Returns the first call's stats; the
+    engine's `stats` are the packed call's."""
+    want = engine.pair_nll(sources, targets, groups)
+    padded = dict(engine.stats)
+    engine.stats.clear()
+    setattr(engine, setting, True)
+    with counted_reads() as seen:
+        got = engine.pair_nll(sources, targets, groups)
+    assert got == pytest.approx(want, rel=1e-6)
+    assert len(seen) == 1 and seen[0].startswith("tolist at ragged.py"), seen
+    return padded
+
+
 @pytest.mark.parametrize("cross_batch", [False, True], ids=["per-batch", "cross-batch"])
 @pytest.mark.parametrize("name", ["bart", "pegasus", "mbart"])
 def test_a_packed_encoder_gives_the_padded_scores_and_pads_nothing(tiny_models, name, cross_batch):
@@ -211,28 +226,22 @@ def test_a_packed_encoder_gives_the_padded_scores_and_pads_nothing(tiny_models, 
     counts = [1, 3, 1, 2, 1, 4, 1, 2]
     targets = Ragged.from_lists([ids(int(rng.integers(1, 12))) for _ in range(sum(counts))])
     groups = [range(sum(counts[:i]), sum(counts[: i + 1])) for i in range(len(counts))]
-    want = engine.pair_nll(sources, targets, groups)
-    padded = dict(engine.stats)
-    engine.stats.clear()
-    engine.packed_encoder = True
-    with counted_reads() as seen:
-        got = engine.pair_nll(sources, targets, groups)
-    assert got == pytest.approx(want, rel=1e-6)
-    assert len(seen) == 1 and seen[0].startswith("tolist at ragged.py"), seen
+    padded = packed_matches_padded(engine, "packed_encoder", sources, targets, groups)
     assert engine.stats["encoder_passes"] >= 2
     assert engine.stats["encoder_tokens_padded"] == engine.stats["encoder_tokens_real"] == int(sources.lengths.sum())
     assert padded["encoder_tokens_padded"] > padded["encoder_tokens_real"]
 
 
-def test_a_packed_encoder_is_refused_where_it_cannot_be_exact(tiny_models):
+@pytest.mark.parametrize("part", ["encoder", "decoder"])
+def test_a_packed_stack_is_refused_where_it_cannot_be_exact(tiny_models, part):
     from transformers import AutoModelForSeq2SeqLM
 
     from scoring.engine import Seq2SeqLikelihood
 
     model = AutoModelForSeq2SeqLM.from_pretrained(tiny_models["bart"], attn_implementation="eager").eval()
     engine = Seq2SeqLikelihood(model, pad_id=1, decoder_start_id=2)
-    engine.packed_encoder = True
-    with pytest.raises(ValueError, match="a packed encoder is not supported for model type 'bart' with attention 'eager'"):
+    setattr(engine, f"packed_{part}", True)
+    with pytest.raises(ValueError, match=f"a packed {part} is not supported for model type 'bart' with attention 'eager'"):
         engine.pair_nll(Ragged.from_lists([[0, 5, 2]]), Ragged.from_lists([[0, 6, 2]]), [range(0, 1)])
 
 

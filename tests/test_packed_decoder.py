@@ -14,7 +14,7 @@ from ctgscore.testing.host_reads import counted_reads
 from scoring.planning import source_grouped_chunks
 from scoring.ragged import Ragged, packed_targets
 from scoring.varlen_attention import CrossSegments, cu_seqlens, packed_cross_attention, reference_cross_attention
-from tests.test_packed_attention import _tiny_mbart
+from tests.test_packed_attention import _tiny_mbart, packed_matches_padded
 
 
 def _dense_cross_attention(query, key, value, query_lengths, key_lengths):
@@ -132,14 +132,8 @@ def test_a_packed_decoder_gives_the_padded_scores_and_pads_nothing(tiny_models, 
                                token_budget=64, cross_batch=cross_batch)
     engine.on_cuda = True  # plan and collect as on CUDA: one collect per call
     sources, targets, groups = _workload(config, shape)
-    want = engine.pair_nll(sources, targets, groups)
     padded_batching = engine.batching()
-    engine.stats.clear()
-    engine.packed_decoder = True
-    with counted_reads() as seen:
-        got = engine.pair_nll(sources, targets, groups)
-    assert got == pytest.approx(want, rel=1e-6)
-    assert len(seen) == 1 and seen[0].startswith("tolist at ragged.py"), seen
+    packed_matches_padded(engine, "packed_decoder", sources, targets, groups)
     stats = engine.stats
     assert stats["decoder_tokens_padded"] == stats["decoder_tokens_real"] == int(targets.lengths.sum())
     assert stats["encoder_tokens_padded"] == stats["encoder_tokens_real"] == int(sources.lengths.sum())
@@ -149,6 +143,33 @@ def test_a_packed_decoder_gives_the_padded_scores_and_pads_nothing(tiny_models, 
         assert stats["decoder_passes"] >= 3
         assert stats["cross_kv_tokens"] > int(sources.lengths.sum())
     assert engine.batching() != padded_batching and "packed_decoder" in engine.batching()
+
+
+@pytest.mark.parametrize("max_batch_items", [None, 1, 3])
+@pytest.mark.parametrize("cross_batch", [False, True], ids=["per-batch", "cross-batch"])
+def test_every_target_of_scattered_groups_is_scored_once(tiny_models, cross_batch, max_batch_items):
+    """Groups that list targets out of order, a source with no target (its slot is never
+    planned) and a target of no source (NaN), under `max_batch_items`: the packed decoder's
+    scores are the padded path's, target by target."""
+    from scoring.engine import Seq2SeqLikelihood
+
+    model = _model(tiny_models, "bart")
+    config = model.config
+    sources, targets, groups = _workload(config, "mixed")
+    order = np.random.default_rng(3).permutation(len(targets))
+    groups = [[int(order[k]) for k in group] for group in groups]
+    groups[2] = []  # its one target belongs to no source
+    engine = Seq2SeqLikelihood(model, pad_id=config.pad_token_id, decoder_start_id=config.decoder_start_token_id,
+                               token_budget=64, max_batch_items=max_batch_items, cross_batch=cross_batch)
+    want = engine.pair_nll(sources, targets, groups)
+    engine.packed_decoder = True
+    engine.stats.clear()
+    got = engine.pair_nll(sources, targets, groups)
+    assert np.isnan(got).sum() == np.isnan(want).sum() == 1
+    assert np.allclose(got, want, rtol=1e-6, equal_nan=True)
+    assert engine.stats["decoded_targets"] == len(targets) - 1
+    if max_batch_items == 1:
+        assert engine.stats["decoder_passes"] == len(targets) - 1
 
 
 def test_pool_of_several_batches_copies_real_tokens_only(tiny_models):
@@ -198,18 +219,6 @@ def test_the_batching_string_is_unchanged_while_the_packed_decoder_is_off(tiny_m
     assert engine.batching() == "length-sorted,token_budget=64,decode_token_budget=64"
     engine.packed_decoder = True
     assert engine.batching() == "length-sorted,token_budget=64,decode_token_budget=64,packed_decoder,source_tokens_per_decoder_token=7"
-
-
-def test_a_packed_decoder_is_refused_where_it_cannot_be_exact(tiny_models):
-    from transformers import AutoModelForSeq2SeqLM
-
-    from scoring.engine import Seq2SeqLikelihood
-
-    model = AutoModelForSeq2SeqLM.from_pretrained(tiny_models["bart"], attn_implementation="eager").eval()
-    engine = Seq2SeqLikelihood(model, pad_id=1, decoder_start_id=2)
-    engine.packed_decoder = True
-    with pytest.raises(ValueError, match="a packed decoder is not supported for model type 'bart' with attention 'eager'"):
-        engine.pair_nll(Ragged.from_lists([[0, 5, 2]]), Ragged.from_lists([[0, 6, 2]]), [range(0, 1)])
 
 
 @pytest.mark.gpu

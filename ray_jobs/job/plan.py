@@ -29,7 +29,7 @@ from ray_jobs.config import JobConfig
 from ray_jobs.job import layout
 from ray_jobs.job.errors import JobError
 from ray_jobs.job.metrics import ResolvedMetric
-from ray_jobs.job.reuse_cache import same_size_cache
+from ray_jobs.job.reuse_cache import SameSizeFolders
 from ray_jobs.storage import listing, parallel, reads, shard_checks, uris, writes
 
 
@@ -174,11 +174,12 @@ def _reuse_by_content(out_fs, config: JobConfig, plan: MetricPlan, files_by_stem
             part = layout.parse_part(listed.uri.rsplit("/", 1)[-1])
             if part is not None:
                 by_version.setdefault(part.version, []).append((stem, listed, part))
+    same_size = SameSizeFolders(config, plan, files_by_stem, recorded)
     for shard_plan in wanting:
         shard = shard_plan.shard
         candidates = by_version.get(shard.version) or []
         if not candidates:
-            same_size_cache(config, plan, shard_plan, files_by_stem, recorded)
+            same_size.apply(shard_plan)
             continue
         footers: dict[str, Any] = {}
         unknown = []
@@ -204,7 +205,7 @@ def _reuse_by_content(out_fs, config: JobConfig, plan: MetricPlan, files_by_stem
             plan.shards[shard.rel] = adopted
             break
         else:
-            same_size_cache(config, plan, shard_plan, files_by_stem, recorded)
+            same_size.apply(shard_plan)
 
 
 def manifest_parts(manifest: dict[str, Any] | None, label: str) -> dict[str, dict[str, Any]]:
