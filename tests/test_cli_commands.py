@@ -127,6 +127,19 @@ def test_splits_writes_json(tmp_path):
         assert len(split["seen"]) + len(split["unseen"]) == 8
 
 
+
+def test_splits_output_at_a_symlink_replaces_the_link_not_its_target(tmp_path):
+    """A planted symlink at `-o` is replaced by the file; the file it pointed at is untouched."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    out = tmp_path / "splits.json"
+    out.symlink_to(victim)
+    aspects = {"sentiment": ["Pos", "Neg"], "topic": ["a", "b"]}
+    proc = run_cli_in_process(["splits", "--aspects", json.dumps(aspects), "--protocol", "holdout", "-o", out])
+    assert proc.returncode == 0, proc.stderr
+    assert victim.read_text() == "keep me"
+    assert not out.is_symlink() and json.loads(out.read_text())["splits"]
+
 def test_constraints_convert(shared_data, tmp_path):
     out = tmp_path / "codi.parquet"
     proc = run_cli_in_process(["constraints", "convert", "--instructions", shared_data / "codi-eval" / "instructions",

@@ -10,6 +10,7 @@ import argparse
 import json
 
 from ctgscore.cli import common
+from scoring import atomic_files
 
 
 def register(subparsers, parent: argparse.ArgumentParser) -> None:
@@ -48,9 +49,9 @@ def handle(args: argparse.Namespace) -> int:
         table = results_table(frame, splits)
     except ValueError as exc:
         raise InputError(str(exc)) from None
-    output.write_text(json.dumps(table, indent=1, default=str) + "\n")
+    atomic_files.write_text(output, json.dumps(table, indent=1, default=str) + "\n")
     markdown = output.with_suffix(".md")
-    markdown.write_text(markdown_section(table))
+    atomic_files.write_text(markdown, markdown_section(table))
     summary = {"ok": True, "command": "compmctg", "output": str(output), "markdown": str(markdown),
                "datasets": {name: data["average"] for name, data in table["datasets"].items()}}
     common.emit(args, summary, [f"compmctg: {len(splits)} splits file(s), {len(table['datasets'])} dataset(s) -> {output}, {markdown}"])

@@ -11,6 +11,7 @@ import argparse
 import json
 
 from ctgscore.cli import common
+from scoring import atomic_files
 from scoring.errors import UsageError
 
 
@@ -63,7 +64,6 @@ def handle(args: argparse.Namespace) -> int:
     report.output = str(output)
     summary = {"ok": True, "command": "convert", **vars(report)}
     if args.report:
-        with open(args.report, "w", encoding="utf-8") as handle_:
-            json.dump(vars(report), handle_, indent=2, ensure_ascii=False)
+        atomic_files.write_text(args.report, json.dumps(vars(report), indent=2, ensure_ascii=False))
     common.emit(args, summary, report.lines())
     return 0

@@ -16,6 +16,7 @@ import functools
 import json
 
 from ctgscore.cli import common
+from scoring import atomic_files
 from scoring.errors import CtgscoreError, InputError, UsageError
 
 PROTOCOLS = ["original", "holdout", "acd", "fewshot", "mindiv", "random"]
@@ -114,7 +115,7 @@ def _handle(args: argparse.Namespace) -> int:
         universe = parse_aspects_arg(args.aspects)
     result = build(args, universe)
     data = result.to_json()
-    output.write_text(json.dumps(data, indent=2, ensure_ascii=False))
+    atomic_files.write_text(output, json.dumps(data, indent=2, ensure_ascii=False))
     best = max((s.divergence for s in result.splits), default=None)
     shown = "–" if best is None else f"{best:.4f}"
     lines = [f"splits: {len(result.splits)} {args.protocol} splits, max divergence {shown} -> {output}"]
@@ -133,8 +134,8 @@ def _handle(args: argparse.Namespace) -> int:
 
         rep = protocol_report(args.corpus, data, aspect_columns=columns)
         report_json, report_md = output.with_suffix(".report.json"), output.with_suffix(".report.md")
-        report_json.write_text(json.dumps(rep, indent=2, ensure_ascii=False, default=str))
-        report_md.write_text(report_markdown(rep))
+        atomic_files.write_text(report_json, json.dumps(rep, indent=2, ensure_ascii=False, default=str))
+        atomic_files.write_text(report_md, report_markdown(rep))
         lines.append(f"report -> {report_json}, {report_md}")
         summary["report"] = [str(report_json), str(report_md)]
     common.emit(args, summary, lines)
