@@ -174,6 +174,26 @@ def test_emit_shows_every_line_by_the_rule(capsys):
     assert json.loads(out) == summary  # the JSON keeps the raw strings (as escapes)
 
 
+
+def test_emit_json_redacts_secrets_as_the_text_lines_do(capsys):
+    """`--json` summaries name inputs and outputs too: their URLs lose userinfo and query
+    secrets, at any depth, and everything else is kept."""
+    from ctgscore.cli import common
+
+    secret_url = "s3://AKIAEXAMPLE:wJalr/Secret@bucket/dump?X-Amz-Signature=deadbeef&part=1"
+    summary = {"ok": True, "rows": 3, "output": secret_url, "inputs": [secret_url, "plain.parquet"],
+               "nested": {"errors": {f"cannot read {secret_url}": 1}}}
+    common.emit(_args(json=True), summary, [f"score -> {secret_url}"])
+    printed = capsys.readouterr().out
+    document = json.loads(printed)
+    for secret in ("wJalr", "Secret", "AKIAEXAMPLE", "deadbeef"):
+        assert secret not in printed
+    assert document["rows"] == 3 and document["inputs"][1] == "plain.parquet"
+    assert document["output"].startswith("s3://") and "bucket/dump" in document["output"]
+    common.emit(_args(json=False), summary, [f"score -> {secret_url}"])
+    assert "deadbeef" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("value", [
     'https://x.example/?token=se"cret',  # a quote ends the URL right after a JSON escape's backslash
     'https://x.example/?a=1&sig=k\\"x',
