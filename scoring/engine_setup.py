@@ -43,18 +43,20 @@ def layer_stacks(model) -> list:
     return found
 
 
-def compile_model_layers(model) -> int:
+def compile_model_layers(model, backend="inductor") -> int:
     """Regional `torch.compile` (dynamic shapes) of each encoder and decoder layer (or each
     block of a causal LM, GPT-2's `.h` included), in place: LayerNorm, residual adds and
     activations fused around the GEMMs, fewer kernel launches, compile time per layer type
     rather than per model. A part dynamo cannot trace (the cache object, say) runs eagerly
-    (`suppress_errors`: never a failed row). Returns the layer count."""
+    (`suppress_errors`: never a failed row). All layers get the same `backend` (the engines:
+    inductor; tests: a CPU one), so layers of one type share their compiled graphs. Returns
+    the layer count."""
     import torch._dynamo
 
     torch._dynamo.config.suppress_errors = True
     count = 0
     for layers in layer_stacks(model):
         for layer in layers:
-            layer.compile(dynamic=True)
+            layer.compile(dynamic=True, backend=backend)
             count += 1
     return count
