@@ -59,4 +59,23 @@ def compile_model_layers(model, backend="inductor") -> int:
         for layer in layers:
             layer.compile(dynamic=True, backend=backend)
             count += 1
+    raise_recompile_limit(count)
     return count
+
+
+GRAPHS_PER_LAYER = 8  # dynamo's own default recompile limit of one function
+
+
+def raise_recompile_limit(layer_count: int) -> None:
+    """Every transformers layer runs through one shared wrapper function (the gradient-
+    checkpointing `forward` of `GradientCheckpointingLayer`), and dynamo's recompile limit (8)
+    counts the graphs of a function, so all layers of all types share 8 graphs, after which
+    the rest run eagerly, silently. A padded decoder layer compiles once per layer index (it
+    reads its cache entry by index) and per cache layout: 9 graphs already for tiny BART's 2 + 2
+    layers (docs/gpu.md). The limit becomes dynamo's default per layer instead, never lowered."""
+    import torch._dynamo
+
+    config = torch._dynamo.config
+    wanted = GRAPHS_PER_LAYER * layer_count
+    config.recompile_limit = max(config.recompile_limit, wanted)
+    config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, wanted)
