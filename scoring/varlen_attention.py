@@ -183,6 +183,13 @@ class SourceRuns:
     row_sources: tuple[int, ...]
     source_lengths: tuple[int, ...]
     kernel_index: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    # the two tuples as CPU int64 tensors, what a compiled layer reads (`source_run_attention_op`)
+    host_row_sources: torch.Tensor = field(init=False, repr=False, compare=False)
+    host_source_lengths: torch.Tensor = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "host_row_sources", host_tensor(self.row_sources))
+        object.__setattr__(self, "host_source_lengths", host_tensor(self.source_lengths))
 
     def runs(self) -> list[tuple[int, int, int]]:
         """(source, first row, row count) of every source some row reads, in row order."""
@@ -214,6 +221,10 @@ def source_run_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Te
     """Cross-attention of query rows (R, H, L, D) to their own source among key rows
     (U, H, W, D), no mask: every query of a source's rows attends to that source's real
     positions, read once for all of its rows. Returns (R, L, H, D)."""
+    if torch.compiler.is_compiling():  # one opaque op: no guard on the Python row layout
+        cu_q, cu_k, used = runs.kernel_index if runs.kernel_index is not None else (None, None, None)
+        return source_run_attention_op(query, key, value, runs.host_row_sources, runs.host_source_lengths, cu_q, cu_k, used,
+                                       scale)
     rows, heads, length, dim = query.shape
     if (runs.kernel_index is not None and varlen_kernel_available(query, grouped=heads != key.shape[1], used_keys=True)
             and key.transpose(1, 2).is_contiguous()):
@@ -327,4 +338,21 @@ def packed_attention_op(query: torch.Tensor, key: torch.Tensor, value: torch.Ten
 
 @packed_attention_op.register_fake
 def _packed_attention_shape(query, key, value, query_lengths, key_lengths, cu_seqlens_q, cu_seqlens_k, scale, causal):
+    return query.new_empty((query.shape[0], query.shape[2], query.shape[1], query.shape[3]))
+
+
+@torch.library.custom_op("ctgscore::source_run_attention", mutates_args=())
+def source_run_attention_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, row_sources: torch.Tensor,
+                            source_lengths: torch.Tensor, cu_seqlens_q: torch.Tensor | None, cu_seqlens_k: torch.Tensor | None,
+                            used_keys: torch.Tensor | None, scale: float | None) -> torch.Tensor:
+    """`source_run_attention` as one op a compiled decoder layer calls without tracing into it:
+    the `SourceRuns` rebuilt here from CPU int64 tensors (host memory, no device read) and the
+    kernel index, so a new chunk layout needs no recompile. Returns (R, L, H, D)."""
+    index = None if cu_seqlens_q is None else (cu_seqlens_q, cu_seqlens_k, used_keys)
+    runs = SourceRuns(tuple(row_sources.numpy().tolist()), tuple(source_lengths.numpy().tolist()), index)
+    return source_run_attention(query, key, value, runs, scale)
+
+
+@source_run_attention_op.register_fake
+def _source_run_attention_shape(query, key, value, row_sources, source_lengths, cu_seqlens_q, cu_seqlens_k, used_keys, scale):
     return query.new_empty((query.shape[0], query.shape[2], query.shape[1], query.shape[3]))

@@ -111,21 +111,24 @@ def _seq2seq_calls(config):
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+@pytest.mark.parametrize("layout", ["padded", "source-runs", "packed"])
 @pytest.mark.parametrize("name", ["bart", "pegasus"])
-def test_compiled_encoder_and_decoder_layers_compile_a_bounded_number_of_times(tiny_models, fresh_dynamo, name, packed):
+def test_compiled_encoder_and_decoder_layers_compile_a_bounded_number_of_times(tiny_models, fresh_dynamo, name, layout):
     """Encoder and decoder layers share transformers' layer wrapper, so their graphs count
     against one recompile limit. Packed: one graph per layer type (at most one more each),
     whatever the chunk layout. Padded: a decoder layer reads its cache entry by index, so it
     compiles per layer index, chunk kind and cache layout; the limit the engine sets keeps every
-    layer compiled rather than falling back to eager."""
+    layer compiled rather than falling back to eager. Source runs (padded, cross-batch): the
+    row layout reaches the layer through one opaque op too (27 graphs before, 11 after)."""
     from transformers import AutoModelForSeq2SeqLM
 
     model = AutoModelForSeq2SeqLM.from_pretrained(tiny_models[name]).eval()
     config = model.config
     engine = Seq2SeqLikelihood(model, pad_id=config.pad_token_id, decoder_start_id=config.decoder_start_token_id,
-                               token_budget=4096)
+                               token_budget=4096, cross_batch=layout == "source-runs")
+    packed = layout == "packed"
     engine.packed_encoder = engine.packed_decoder = packed
+    engine.source_runs = layout == "source-runs"
     calls = _seq2seq_calls(config)
     want = [engine.mean_nll(sources, targets) for sources, targets in calls]
     backend = _compile(model, fresh_dynamo)
@@ -133,10 +136,12 @@ def test_compiled_encoder_and_decoder_layers_compile_a_bounded_number_of_times(t
     for scores, expected in zip(got, want):
         assert [nll for group in scores for nll in group] == pytest.approx([nll for group in expected for nll in group], rel=1e-6)
     # padded: an encoder graph, then per decoder layer index one graph per chunk kind (rows
-    # contiguous, gathered, source runs, one broadcast source) and cache layout; 11 measured
+    # contiguous, gathered, source runs, one broadcast source) and cache layout: 11 measured
     bound = 4 if packed else 2 + 6 * config.decoder_layers
     assert 2 <= backend.graphs <= bound, f"{backend.graphs} graphs for {len(CALLS)} chunk layouts"
     _assert_no_break_and_no_eager_fallback(fresh_dynamo)
+    if layout == "source-runs":
+        assert engine.stats["source_run_chunks"] >= len(CALLS)
     if not packed:
         return
     engine.on_cuda = True  # the compiled packed path still reads the device once per call
