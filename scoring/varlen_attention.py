@@ -314,7 +314,11 @@ def reference_cross_attention(query: torch.Tensor, key: torch.Tensor, value: tor
     return output
 
 
-@torch.library.custom_op("ctgscore::packed_attention", mutates_args=())
+# explicit schemas: the annotations are strings here (`from __future__ import annotations`), and
+# the GPU machines hold an older torch than this one
+@torch.library.custom_op("ctgscore::packed_attention", mutates_args=(), schema=(
+    "(Tensor query, Tensor key, Tensor value, Tensor query_lengths, Tensor key_lengths, Tensor cu_seqlens_q, "
+    "Tensor cu_seqlens_k, float? scale, bool causal) -> Tensor"))
 def packed_attention_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, query_lengths: torch.Tensor,
                         key_lengths: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
                         scale: float | None, causal: bool) -> torch.Tensor:
@@ -341,7 +345,9 @@ def _packed_attention_shape(query, key, value, query_lengths, key_lengths, cu_se
     return query.new_empty((query.shape[0], query.shape[2], query.shape[1], query.shape[3]))
 
 
-@torch.library.custom_op("ctgscore::source_run_attention", mutates_args=())
+@torch.library.custom_op("ctgscore::source_run_attention", mutates_args=(), schema=(
+    "(Tensor query, Tensor key, Tensor value, Tensor row_sources, Tensor source_lengths, Tensor? cu_seqlens_q, "
+    "Tensor? cu_seqlens_k, Tensor? used_keys, float? scale) -> Tensor"))
 def source_run_attention_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, row_sources: torch.Tensor,
                             source_lengths: torch.Tensor, cu_seqlens_q: torch.Tensor | None, cu_seqlens_k: torch.Tensor | None,
                             used_keys: torch.Tensor | None, scale: float | None) -> torch.Tensor:

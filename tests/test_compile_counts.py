@@ -152,3 +152,47 @@ def test_compiled_encoder_and_decoder_layers_compile_a_bounded_number_of_times(t
                         [range(sum(counts[:i]), sum(counts[: i + 1])) for i in range(len(counts))])
     seen = _engine_reads(seen)
     assert len(seen) == 1 and seen[0].startswith("tolist at ragged.py"), seen
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_the_opaque_ops_equal_the_eager_functions_and_pass_opcheck(kv_heads):
+    """What a compiled layer calls (`packed_attention_op`, `source_run_attention_op`) gives the
+    eager functions' numbers, and its schema and fake (shape-only) version agree with it."""
+    from scoring.varlen_attention import (
+        CrossSegments,
+        PackedSegments,
+        SourceRuns,
+        cu_seqlens,
+        packed_attention,
+        packed_attention_op,
+        packed_cross_attention,
+        source_run_attention,
+        source_run_attention_op,
+    )
+
+    generator = torch.Generator().manual_seed(3)
+    lengths = (4, 1, 9, 3)
+    query = torch.randn(1, 4, sum(lengths), 8, generator=generator)
+    key, value = (torch.randn(1, kv_heads, sum(lengths), 8, generator=generator) for _ in range(2))
+    segments = PackedSegments.of(lengths, "cpu")
+    for causal in (True, False):
+        args = (query, key, value, segments.host_lengths, segments.host_lengths, segments.cu_seqlens, segments.cu_seqlens,
+                0.3, causal)
+        assert torch.equal(packed_attention_op(*args), packed_attention(query, key, value, segments, 0.3, causal))
+        torch.library.opcheck(packed_attention_op, args)
+    key_lengths = (7, 2, 5, 11)
+    cross_keys, cross_values = (torch.randn(1, kv_heads, sum(key_lengths), 8, generator=generator) for _ in range(2))
+    cross = CrossSegments(lengths, key_lengths, torch.from_numpy(cu_seqlens(lengths)), torch.from_numpy(cu_seqlens(key_lengths)),
+                          max(lengths), max(key_lengths))
+    args = (query, cross_keys, cross_values, cross.host_query_lengths, cross.host_key_lengths, cross.cu_seqlens_q,
+            cross.cu_seqlens_k, None, False)
+    assert torch.equal(packed_attention_op(*args), packed_cross_attention(query, cross_keys, cross_values, cross, None))
+    torch.library.opcheck(packed_attention_op, args)
+    runs = SourceRuns((0, 0, 2, 3, 3), (5, 2, 7, 4))
+    rows = torch.randn(5, 4, 3, 8, generator=generator)
+    pool_keys, pool_values = (torch.randn(4, kv_heads, 7, 8, generator=generator) for _ in range(2))
+    if kv_heads != 4:  # source runs take equal head counts
+        return
+    args = (rows, pool_keys, pool_values, runs.host_row_sources, runs.host_source_lengths, None, None, None, 0.5)
+    assert torch.equal(source_run_attention_op(*args), source_run_attention(rows, pool_keys, pool_values, runs, 0.5))
+    torch.library.opcheck(source_run_attention_op, args)
