@@ -71,8 +71,8 @@ def raise_recompile_limit(layer_count: int) -> None:
     checkpointing `forward` of `GradientCheckpointingLayer`), and dynamo's recompile limit (8)
     counts the graphs of a function, so all layers of all types share 8 graphs, after which
     the rest run eagerly, silently. A padded decoder layer compiles once per layer index (it
-    reads its cache entry by index) and per cache layout: 9 graphs already for tiny BART's 2 + 2
-    layers (docs/gpu.md). The limit becomes dynamo's default per layer instead, never lowered."""
+    reads its cache entry by index) and per chunk kind: 9 to 11 graphs already for tiny BART's
+    2 + 2 layers (docs/gpu.md, "How often a layer compiles"). The limit becomes dynamo's default per layer instead, never lowered."""
     import torch._dynamo
 
     config = torch._dynamo.config

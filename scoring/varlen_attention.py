@@ -19,9 +19,10 @@ decoder (scoring/packed_decoder.py) is given a `DecoderPacking`: its self-attent
 `packed_attention` over the targets, its cross-attention `packed_cross_attention`, separate
 cu_seqlens for queries (a source's targets) and keys (that source's packed states).
 
-Under `torch.compile` both run as one opaque op (`ctgscore::packed_attention`) whose inputs are
-tensors only, the host lengths as CPU tensors: dynamo never sees the Python lengths, so a
-compiled layer does not recompile for every new number of sequences (docs/gpu.md).
+Under `torch.compile` both run as one opaque op (`ctgscore::packed_attention`; source runs:
+`ctgscore::source_run_attention`) whose inputs are tensors only, the host lengths as CPU
+tensors: dynamo never sees the Python lengths, so a compiled layer does not recompile for every
+new number of sequences (docs/gpu.md, "How often a layer compiles").
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ import torch
 
 @dataclass(frozen=True)
 class PackedSegments:
-    """Sequence boundaries of a packed row: `lengths` on the host (Python ints, which a
-    compiled layer can trace, unlike a numpy array), `cu_seqlens` (int32, n + 1) on the
-    compute device, `max_length` the longest sequence."""
+    """Sequence boundaries of a packed row: `lengths` on the host (Python ints; a compiled
+    layer reads them as `host_lengths`, a CPU tensor, so that it need not recompile for each
+    new tuple), `cu_seqlens` (int32, n + 1) on the compute device, `max_length` the longest
+    sequence."""
 
     lengths: tuple[int, ...]
     cu_seqlens: torch.Tensor
