@@ -43,18 +43,39 @@ def layer_stacks(model) -> list:
     return found
 
 
-def compile_model_layers(model) -> int:
+def compile_model_layers(model, backend="inductor") -> int:
     """Regional `torch.compile` (dynamic shapes) of each encoder and decoder layer (or each
     block of a causal LM, GPT-2's `.h` included), in place: LayerNorm, residual adds and
     activations fused around the GEMMs, fewer kernel launches, compile time per layer type
     rather than per model. A part dynamo cannot trace (the cache object, say) runs eagerly
-    (`suppress_errors`: never a failed row). Returns the layer count."""
+    (`suppress_errors`: never a failed row). All layers get the same `backend` (the engines:
+    inductor; tests: a CPU one), so layers of one type share their compiled graphs. Returns
+    the layer count."""
     import torch._dynamo
 
     torch._dynamo.config.suppress_errors = True
     count = 0
     for layers in layer_stacks(model):
         for layer in layers:
-            layer.compile(dynamic=True)
+            layer.compile(dynamic=True, backend=backend)
             count += 1
+    raise_recompile_limit(count)
     return count
+
+
+GRAPHS_PER_LAYER = 8  # dynamo's own default recompile limit of one function
+
+
+def raise_recompile_limit(layer_count: int) -> None:
+    """Every transformers layer runs through one shared wrapper function (the gradient-
+    checkpointing `forward` of `GradientCheckpointingLayer`), and dynamo's recompile limit (8)
+    counts the graphs of a function, so all layers of all types share 8 graphs, after which
+    the rest run eagerly, silently. A padded decoder layer compiles once per layer index (it
+    reads its cache entry by index) and per chunk kind: 9 to 11 graphs already for tiny BART's
+    2 + 2 layers (docs/gpu.md, "How often a layer compiles"). The limit becomes dynamo's default per layer instead, never lowered."""
+    import torch._dynamo
+
+    config = torch._dynamo.config
+    wanted = GRAPHS_PER_LAYER * layer_count
+    config.recompile_limit = max(config.recompile_limit, wanted)
+    config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, wanted)

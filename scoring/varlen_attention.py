@@ -18,12 +18,17 @@ called when a forward is given `ctgscore_packing=PackedSegments(...)`). A packed
 decoder (scoring/packed_decoder.py) is given a `DecoderPacking`: its self-attention is
 `packed_attention` over the targets, its cross-attention `packed_cross_attention`, separate
 cu_seqlens for queries (a source's targets) and keys (that source's packed states).
+
+Under `torch.compile` both run as one opaque op (`ctgscore::packed_attention`; source runs:
+`ctgscore::source_run_attention`) whose inputs are tensors only, the host lengths as CPU
+tensors: dynamo never sees the Python lengths, so a compiled layer does not recompile for every
+new number of sequences (docs/gpu.md, "How often a layer compiles").
 """
 
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
@@ -32,13 +37,19 @@ import torch
 
 @dataclass(frozen=True)
 class PackedSegments:
-    """Sequence boundaries of a packed row: `lengths` on the host (Python ints, which a
-    compiled layer can trace, unlike a numpy array), `cu_seqlens` (int32, n + 1) on the
-    compute device, `max_length` the longest sequence."""
+    """Sequence boundaries of a packed row: `lengths` on the host (Python ints; a compiled
+    layer reads them as `host_lengths`, a CPU tensor, so that it need not recompile for each
+    new tuple), `cu_seqlens` (int32, n + 1) on the compute device, `max_length` the longest
+    sequence."""
 
     lengths: tuple[int, ...]
     cu_seqlens: torch.Tensor
     max_length: int
+    # `lengths` as a CPU int64 tensor, what a compiled layer reads (`packed_attention_op`)
+    host_lengths: torch.Tensor = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "host_lengths", host_tensor(self.lengths))
 
     @classmethod
     def of(cls, lengths: Sequence[int], device) -> "PackedSegments":
@@ -50,6 +61,11 @@ class PackedSegments:
     @property
     def total(self) -> int:
         return sum(self.lengths)
+
+
+def host_tensor(lengths: Sequence[int]) -> torch.Tensor:
+    """Host-known lengths as a CPU int64 tensor (built on the host: no device read)."""
+    return torch.from_numpy(np.asarray(lengths, dtype=np.int64).reshape(-1))
 
 
 def cu_seqlens(lengths: Sequence[int]) -> np.ndarray:
@@ -126,6 +142,9 @@ def packed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     """Attention of one packed row. query (1, H, T, D), key/value (1, H_kv, T, D) as
     transformers' attention layers hand them over (H a multiple of H_kv: grouped-query
     attention); returns (1, T, H, D), the layout the layers expect back."""
+    if torch.compiler.is_compiling():  # one opaque op: no guard on the Python lengths
+        return packed_attention_op(query, key, value, segments.host_lengths, segments.host_lengths, segments.cu_seqlens,
+                                   segments.cu_seqlens, scale, causal)
     heads, kv_heads = query.shape[1], key.shape[1]
     if varlen_kernel_available(query, grouped=heads != kv_heads):
         output = run_varlen_kernel(
@@ -166,6 +185,13 @@ class SourceRuns:
     row_sources: tuple[int, ...]
     source_lengths: tuple[int, ...]
     kernel_index: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    # the two tuples as CPU int64 tensors, what a compiled layer reads (`source_run_attention_op`)
+    host_row_sources: torch.Tensor = field(init=False, repr=False, compare=False)
+    host_source_lengths: torch.Tensor = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "host_row_sources", host_tensor(self.row_sources))
+        object.__setattr__(self, "host_source_lengths", host_tensor(self.source_lengths))
 
     def runs(self) -> list[tuple[int, int, int]]:
         """(source, first row, row count) of every source some row reads, in row order."""
@@ -197,6 +223,10 @@ def source_run_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Te
     """Cross-attention of query rows (R, H, L, D) to their own source among key rows
     (U, H, W, D), no mask: every query of a source's rows attends to that source's real
     positions, read once for all of its rows. Returns (R, L, H, D)."""
+    if torch.compiler.is_compiling():  # one opaque op: no guard on the Python row layout
+        cu_q, cu_k, used = runs.kernel_index if runs.kernel_index is not None else (None, None, None)
+        return source_run_attention_op(query, key, value, runs.host_row_sources, runs.host_source_lengths, cu_q, cu_k, used,
+                                       scale)
     rows, heads, length, dim = query.shape
     if (runs.kernel_index is not None and varlen_kernel_available(query, grouped=heads != key.shape[1], used_keys=True)
             and key.transpose(1, 2).is_contiguous()):
@@ -231,6 +261,13 @@ class CrossSegments:
     cu_seqlens_k: torch.Tensor
     max_query_length: int
     max_key_length: int
+    # the two length tuples as CPU int64 tensors, what a compiled layer reads (`packed_attention_op`)
+    host_query_lengths: torch.Tensor = field(init=False, repr=False, compare=False)
+    host_key_lengths: torch.Tensor = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "host_query_lengths", host_tensor(self.query_lengths))
+        object.__setattr__(self, "host_key_lengths", host_tensor(self.key_lengths))
 
 
 @dataclass(frozen=True)
@@ -248,6 +285,9 @@ def packed_cross_attention(query: torch.Tensor, key: torch.Tensor, value: torch.
     """Non-causal attention of query group u (1, H, T_q, D) to key group u (1, H_kv, T_k, D),
     groups given by `cross`; returns (1, T_q, H, D). torch's varlen kernel with separate
     query and key cu_seqlens on CUDA in half precision, SDPA per group elsewhere."""
+    if torch.compiler.is_compiling():  # one opaque op: no guard on the Python lengths
+        return packed_attention_op(query, key, value, cross.host_query_lengths, cross.host_key_lengths, cross.cu_seqlens_q,
+                                   cross.cu_seqlens_k, scale, False)
     heads, kv_heads = query.shape[1], key.shape[1]
     if varlen_kernel_available(query, grouped=heads != kv_heads):
         output = run_varlen_kernel(
@@ -274,3 +314,53 @@ def reference_cross_attention(query: torch.Tensor, key: torch.Tensor, value: tor
         output[:, query_start:query_stop] = part.transpose(1, 2)
         query_start, key_start = query_stop, key_stop
     return output
+
+
+# explicit schemas: the annotations are strings here (`from __future__ import annotations`), and
+# the GPU machines hold an older torch than this one
+@torch.library.custom_op("ctgscore::packed_attention", mutates_args=(), schema=(
+    "(Tensor query, Tensor key, Tensor value, Tensor query_lengths, Tensor key_lengths, Tensor cu_seqlens_q, "
+    "Tensor cu_seqlens_k, float? scale, bool causal) -> Tensor"))
+def packed_attention_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, query_lengths: torch.Tensor,
+                        key_lengths: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+                        scale: float | None, causal: bool) -> torch.Tensor:
+    """`packed_attention` (self-attention: the same lengths for queries and keys) or
+    `packed_cross_attention` as one op a compiled layer calls without tracing into it: the
+    lengths arrive as CPU int64 tensors (`host_tensor`), read here on the host (no device
+    read), so dynamo guards on no Python int and a new chunk layout needs no recompile. The
+    same kernel choice as the eager functions: torch's varlen kernel where
+    `varlen_kernel_available`, the SDPA reference elsewhere. Returns (1, T_q, H, D)."""
+    query_host, key_host = query_lengths.numpy().tolist(), key_lengths.numpy().tolist()  # CPU tensors: host memory
+    if varlen_kernel_available(query, grouped=query.shape[1] != key.shape[1]):
+        output = run_varlen_kernel(
+            query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1),
+            cu_seqlens_q, cu_seqlens_k, max(query_host), max(key_host), scale, causal,
+        )
+        return output.unsqueeze(0)
+    if causal:
+        return reference_packed_attention(query, key, value, query_host, scale, causal=True)
+    return reference_cross_attention(query, key, value, query_host, key_host, scale)
+
+
+@packed_attention_op.register_fake
+def _packed_attention_shape(query, key, value, query_lengths, key_lengths, cu_seqlens_q, cu_seqlens_k, scale, causal):
+    return query.new_empty((query.shape[0], query.shape[2], query.shape[1], query.shape[3]))
+
+
+@torch.library.custom_op("ctgscore::source_run_attention", mutates_args=(), schema=(
+    "(Tensor query, Tensor key, Tensor value, Tensor row_sources, Tensor source_lengths, Tensor? cu_seqlens_q, "
+    "Tensor? cu_seqlens_k, Tensor? used_keys, float? scale) -> Tensor"))
+def source_run_attention_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, row_sources: torch.Tensor,
+                            source_lengths: torch.Tensor, cu_seqlens_q: torch.Tensor | None, cu_seqlens_k: torch.Tensor | None,
+                            used_keys: torch.Tensor | None, scale: float | None) -> torch.Tensor:
+    """`source_run_attention` as one op a compiled decoder layer calls without tracing into it:
+    the `SourceRuns` rebuilt here from CPU int64 tensors (host memory, no device read) and the
+    kernel index, so a new chunk layout needs no recompile. Returns (R, L, H, D)."""
+    index = None if cu_seqlens_q is None else (cu_seqlens_q, cu_seqlens_k, used_keys)
+    runs = SourceRuns(tuple(row_sources.numpy().tolist()), tuple(source_lengths.numpy().tolist()), index)
+    return source_run_attention(query, key, value, runs, scale)
+
+
+@source_run_attention_op.register_fake
+def _source_run_attention_shape(query, key, value, row_sources, source_lengths, cu_seqlens_q, cu_seqlens_k, used_keys, scale):
+    return query.new_empty((query.shape[0], query.shape[2], query.shape[1], query.shape[3]))
