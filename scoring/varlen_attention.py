@@ -145,14 +145,26 @@ def packed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     if torch.compiler.is_compiling():  # one opaque op: no guard on the Python lengths
         return packed_attention_op(query, key, value, segments.host_lengths, segments.host_lengths, segments.cu_seqlens,
                                    segments.cu_seqlens, scale, causal)
-    heads, kv_heads = query.shape[1], key.shape[1]
-    if varlen_kernel_available(query, grouped=heads != kv_heads):
+    return segment_attention(query, key, value, segments.lengths, segments.lengths, segments.cu_seqlens, segments.cu_seqlens,
+                             scale, causal)
+
+
+def segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, query_lengths: Sequence[int],
+                      key_lengths: Sequence[int], cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+                      scale: float | None, causal: bool) -> torch.Tensor:
+    """Query segment u (1, H, T_q, D) attends to key segment u (1, H_kv, T_k, D), causal only
+    for self-attention (the same lengths); the one place that chooses the kernel: torch's
+    varlen kernel where `varlen_kernel_available`, SDPA per segment elsewhere. Returns
+    (1, T_q, H, D)."""
+    if varlen_kernel_available(query, grouped=query.shape[1] != key.shape[1]):
         output = run_varlen_kernel(
             query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1),
-            segments.cu_seqlens, segments.cu_seqlens, segments.max_length, segments.max_length, scale, causal,
+            cu_seqlens_q, cu_seqlens_k, max(query_lengths), max(key_lengths), scale, causal,
         )
         return output.unsqueeze(0)
-    return reference_packed_attention(query, key, value, segments.lengths, scale, causal)
+    if causal:
+        return reference_packed_attention(query, key, value, query_lengths, scale, causal=True)
+    return reference_cross_attention(query, key, value, query_lengths, key_lengths, scale)
 
 
 def reference_packed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, lengths: Sequence[int],
@@ -288,14 +300,8 @@ def packed_cross_attention(query: torch.Tensor, key: torch.Tensor, value: torch.
     if torch.compiler.is_compiling():  # one opaque op: no guard on the Python lengths
         return packed_attention_op(query, key, value, cross.host_query_lengths, cross.host_key_lengths, cross.cu_seqlens_q,
                                    cross.cu_seqlens_k, scale, False)
-    heads, kv_heads = query.shape[1], key.shape[1]
-    if varlen_kernel_available(query, grouped=heads != kv_heads):
-        output = run_varlen_kernel(
-            query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1),
-            cross.cu_seqlens_q, cross.cu_seqlens_k, cross.max_query_length, cross.max_key_length, scale, False,
-        )
-        return output.unsqueeze(0)
-    return reference_cross_attention(query, key, value, cross.query_lengths, cross.key_lengths, scale)
+    return segment_attention(query, key, value, cross.query_lengths, cross.key_lengths, cross.cu_seqlens_q, cross.cu_seqlens_k,
+                             scale, False)
 
 
 def reference_cross_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, query_lengths: Sequence[int],
@@ -331,15 +337,7 @@ def packed_attention_op(query: torch.Tensor, key: torch.Tensor, value: torch.Ten
     same kernel choice as the eager functions: torch's varlen kernel where
     `varlen_kernel_available`, the SDPA reference elsewhere. Returns (1, T_q, H, D)."""
     query_host, key_host = query_lengths.numpy().tolist(), key_lengths.numpy().tolist()  # CPU tensors: host memory
-    if varlen_kernel_available(query, grouped=query.shape[1] != key.shape[1]):
-        output = run_varlen_kernel(
-            query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1),
-            cu_seqlens_q, cu_seqlens_k, max(query_host), max(key_host), scale, causal,
-        )
-        return output.unsqueeze(0)
-    if causal:
-        return reference_packed_attention(query, key, value, query_host, scale, causal=True)
-    return reference_cross_attention(query, key, value, query_host, key_host, scale)
+    return segment_attention(query, key, value, query_host, key_host, cu_seqlens_q, cu_seqlens_k, scale, causal)
 
 
 @packed_attention_op.register_fake
