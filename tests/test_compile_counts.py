@@ -16,6 +16,7 @@ import torch
 from ctgscore.testing.host_reads import counted_reads
 from scoring.engine import CausalLikelihood, Ragged, Seq2SeqLikelihood
 from scoring.engine_setup import compile_model_layers
+from tests.test_layer_compile import dynamo_or_skip
 
 # (sequence count, longest sequence) of each engine call: every call a new packed layout
 CALLS = [(3, 5), (5, 7), (2, 11), (7, 4), (4, 9), (6, 6), (8, 3)]
@@ -34,11 +35,7 @@ class _CountingBackend:
 
 @pytest.fixture(autouse=True)
 def fresh_dynamo():
-    dynamo = pytest.importorskip("torch._dynamo")
-    try:
-        dynamo.explain(lambda x: x * 2)(torch.ones(2))
-    except Exception as exc:  # noqa: BLE001 - an unsupported platform skips, it does not fail
-        pytest.skip(f"torch._dynamo does not run here: {exc}")
+    dynamo = dynamo_or_skip()
     dynamo.reset()
     dynamo.utils.counters.clear()
     limits = dynamo.config.recompile_limit, dynamo.config.accumulated_recompile_limit
