@@ -20,6 +20,7 @@ from typing import Any, Sequence
 from scoring.console_text import console_json, console_line, console_lines
 from scoring.error_rate import is_fraction
 from scoring.errors import CtgscoreError, UsageError, one_line
+from scoring.redact import redact_values
 
 
 def run_summary(manifest: dict[str, Any], output: str | None, problems: list[str]) -> dict[str, Any]:
@@ -91,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     problems = error_rate_exceeded(manifest)
     summary = run_summary(manifest, config.output, problems)
-    print(console_json(json.dumps(summary, default=str)) if args.json else console_line(summary_line(manifest)))
+    print(console_json(json.dumps(redact_values(summary), default=str)) if args.json else console_line(summary_line(manifest)))
     sys.stdout.flush()
     if problems:
         print(f"error: {console_line(one_line('; '.join(problems)))}", file=sys.stderr)

@@ -15,6 +15,7 @@ quote); `scoring.errors.one_line` calls it, so every one-line error is redacted.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 MASK = "***"
 
@@ -80,3 +81,15 @@ def redact_text(text: str) -> str:
     if "://" not in text:
         return text
     return _URL.sub(lambda m: redact_url(m.group(0)) or "", text)
+
+
+def redact_values(value):
+    """`value` with every string in it, mapping keys included, redacted (`redact_text`):
+    containers rebuilt (tuples as lists, as JSON would), everything else as it is."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, Mapping):
+        return {redact_values(key): redact_values(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_values(item) for item in value]
+    return value

@@ -322,3 +322,19 @@ def test_the_job_limits_are_strict_and_reach_the_metric(tmp_path):
                           ({"max_cell_bytes": "1MB"}, "max_cell_bytes"), ({"max_inflation": 0.5}, "max_inflation")):
         with pytest.raises(ConfigError, match=fragment):
             parse_config({**base, "limits": bad})
+
+
+def test_redact_values_redacts_every_string_at_any_depth_and_keeps_the_rest():
+    """The one redaction of printed JSON documents (`ctgscore --json`, the job's entrypoint)."""
+    from scoring.redact import redact_values
+
+    url = "s3://AKIAEXAMPLE:sec/ret@bucket/k?X-Amz-Signature=f00d&part=2"
+    document = {"n": 3, "ok": True, "none": None, url: [url, ("plain", 1.5)], "nested": {"at": url}}
+    redacted = redact_values(document)
+    flat = repr(redacted)
+    for secret in ("AKIAEXAMPLE", "sec/ret", "f00d"):
+        assert secret not in flat
+    assert redacted["n"] == 3 and redacted["ok"] is True and redacted["none"] is None
+    (key,) = [k for k in redacted if k.startswith("s3://")]
+    assert redacted[key][1] == ["plain", 1.5] and "bucket/k" in redacted["nested"]["at"]
+    assert document["nested"]["at"] == url  # the input is not changed

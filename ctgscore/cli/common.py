@@ -299,9 +299,10 @@ def emit(args: argparse.Namespace, summary: Mapping[str, Any], text: str | Itera
     included, cut at `LINE_LIMIT` unless `limit` says otherwise: None for a document printed
     whole); the JSON escapes the same characters (`console_json`)."""
     from scoring.console_text import console_json, console_line
+    from scoring.redact import redact_values
 
     if flag(args, "json"):
-        print(console_json(json.dumps(_redacted(summary), default=_json_default, ensure_ascii=False)))
+        print(console_json(json.dumps(redact_values(summary), default=_json_default, ensure_ascii=False)))
     else:
         lines = [text] if isinstance(text, str) else list(text)
         for line in lines:
@@ -309,19 +310,6 @@ def emit(args: argparse.Namespace, summary: Mapping[str, Any], text: str | Itera
     sys.stdout.flush()
 
 
-
-def _redacted(value: Any) -> Any:
-    """`value` with every string in it, keys included, passed through `scoring.redact.redact_text` (URL
-    userinfo and query secrets), containers rebuilt, everything else as it is."""
-    from scoring.redact import redact_text
-
-    if isinstance(value, str):
-        return redact_text(value)
-    if isinstance(value, Mapping):
-        return {_redacted(key): _redacted(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_redacted(item) for item in value]
-    return value
 
 def error_line(message: object) -> str:
     """`message` as the text of an `error: ...` line: one line (`scoring.errors.one_line`:
