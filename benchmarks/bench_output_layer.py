@@ -1,5 +1,5 @@
-"""The output layer before and after issue 29, on CPU, same model and same rows: µs per target
-token of `OutputHead.target_logprob_sums` (BART-base-sized head: d 768, V 50,265) and of a whole
+"""The output layer before and after the real-positions head (docs/gpu.md, "The output
+layer"), on CPU, same model and same rows: µs per target token of `OutputHead.target_logprob_sums` (BART-base-sized head: d 768, V 50,265) and of a whole
 perplexity call (GPT-2-small-sized, 4 layers: there the head is most of the work).
 
 Before: the bias added to every chunk whether or not it is zero, then max / subtract / exp /
@@ -33,7 +33,7 @@ RESULTS = REPO / "benchmarks" / "results" / "bench_output_layer.json"
 
 
 def old_target_logprob_sums(head: OutputHead, hidden, labels, lengths) -> torch.Tensor:
-    """The pre-issue-29 `OutputHead.target_logprob_sums`, as it was (the same real positions)."""
+    """The earlier `OutputHead.target_logprob_sums`, as it was (the same real positions)."""
     owners, columns, total = real_positions(lengths, hidden.device)
     states, targets = hidden[owners, columns], labels[owners, columns]
     token_logprobs = torch.empty(total, dtype=torch.float32, device=hidden.device)
@@ -54,7 +54,7 @@ def old_target_logprob_sums(head: OutputHead, hidden, labels, lengths) -> torch.
 
 
 def old_causal_batch(model, ragged: Ragged, batch, pad_id: int = 0) -> torch.Tensor:
-    """The pre-issue-29 perplexity forward: full logits over every padded position."""
+    """The earlier perplexity forward: full logits over every padded position."""
     input_ids, mask = ragged.padded(batch, pad_id, "cpu")
     logits = model(input_ids=input_ids, attention_mask=mask).logits
     return -(_token_logprobs(logits[:, :-1], input_ids[:, 1:]) * mask[:, 1:]).sum(-1)

@@ -1,4 +1,4 @@
-"""Scoring-core speed, measured in one run on one machine (issue: scoring core).
+"""Scoring-core speed, measured in one run on one machine.
 
 Models: random-init BART at bart-base size (d_model 768, 6+6 layers, vocab 50,265) and
 PEGASUS at the same size (vocab 96,103), both with the tiny tokenizers; the numbers say
