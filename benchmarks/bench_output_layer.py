@@ -1,5 +1,6 @@
 """The output layer before and after the real-positions head (docs/gpu.md, "The output
-layer"), on CPU, same model and same rows: µs per target token of `OutputHead.target_logprob_sums` (BART-base-sized head: d 768, V 50,265) and of a whole
+layer"), on CPU, same model and same rows: µs per target token of
+`OutputHead.target_logprob_sums` (BART-base-sized head: d 768, V 50,265) and of a whole
 perplexity call (GPT-2-small-sized, 4 layers: there the head is most of the work).
 
 Before: the bias added to every chunk whether or not it is zero, then max / subtract / exp /
