@@ -91,22 +91,15 @@ def packed_rows(ragged: "Ragged", index: Sequence[int], device) -> dict[str, tor
     """Sequences `index` of `ragged` end to end, for a packed encoder, in one host-built copy:
     `ids` and `positions` (within each sequence) of the T tokens, `owners` and `columns` (the
     row and column of each token in the padded layout, to unpack states), `cu_seqlens` (int32)."""
-    index = np.asarray(index, dtype=np.int64)
-    lengths = ragged.lengths[index]
-    count, total = len(index), int(lengths.sum())
+    lengths, _, within, tokens = _packed_tokens(ragged, index)
+    count, total = len(lengths), len(tokens)
     sizes = (total, total, total, count + 1)
-    buffer = torch.empty(sum(sizes), dtype=torch.long, pin_memory=is_cuda(device))
-    ids, positions, owners, cu = np.split(buffer.numpy(), np.cumsum(sizes)[:-1])
-    starts = np.cumsum(lengths) - lengths
-    positions[:] = np.arange(total) - np.repeat(starts, lengths)
-    ids[:] = ragged.values[np.repeat(ragged.offsets[index], lengths) + positions]
+    buffer, (ids, positions, owners, cu) = _host_planes(sizes, device)
+    ids[:], positions[:] = tokens, within
     owners[:] = np.repeat(np.arange(count), lengths)
-    cu[0] = 0
-    np.cumsum(lengths, out=cu[1:])
-    moved = buffer.to(device, non_blocking=True) if is_cuda(device) else buffer.to(device)
-    parts = dict(zip(("ids", "positions", "owners", "cu_seqlens"), moved.split(sizes)))
+    _cumulative(lengths, cu)
+    parts = _moved(buffer, ("ids", "positions", "owners", "cu_seqlens"), sizes, device)
     parts["columns"] = parts["positions"]
-    parts["cu_seqlens"] = parts["cu_seqlens"].int()
     return parts
 
 
@@ -117,27 +110,17 @@ def packed_causal(ragged: "Ragged", index: Sequence[int], device) -> dict[str, t
     the T - n positions that predict a next token of their own sequence (every token but a
     sequence's last), `owners` the sequence (0..n-1) of each of them, and `cu_seqlens`
     (n + 1, int32) for the attention kernel."""
-    index = np.asarray(index, dtype=np.int64)
-    lengths = ragged.lengths[index]
-    count, total = len(index), int(lengths.sum())
-    starts = np.cumsum(lengths) - lengths
+    lengths, _, within, tokens = _packed_tokens(ragged, index)
+    count, total = len(lengths), len(tokens)
     predicted = total - count
     sizes = (total, total, predicted, predicted, count + 1)
-    buffer = torch.empty(sum(sizes), dtype=torch.long, pin_memory=is_cuda(device))
-    host = buffer.numpy()
-    ids, positions, predicting, owners, cu = np.split(host, np.cumsum(sizes)[:-1])
-    within = np.arange(total) - np.repeat(starts, lengths)
-    ids[:] = ragged.values[np.repeat(ragged.offsets[index], lengths) + within]
-    positions[:] = within
+    buffer, (ids, positions, predicting, owners, cu) = _host_planes(sizes, device)
+    ids[:], positions[:] = tokens, within
     keep = within < np.repeat(lengths - 1, lengths)  # a sequence's last token predicts nothing
     predicting[:] = np.flatnonzero(keep)
     owners[:] = np.repeat(np.arange(count), lengths - 1)
-    cu[0] = 0
-    np.cumsum(lengths, out=cu[1:])
-    moved = buffer.to(device, non_blocking=True) if is_cuda(device) else buffer.to(device)
-    parts = dict(zip(("ids", "positions", "predicting", "owners", "cu_seqlens"), moved.split(sizes)))
-    parts["cu_seqlens"] = parts["cu_seqlens"].int()
-    return parts
+    _cumulative(lengths, cu)
+    return _moved(buffer, ("ids", "positions", "predicting", "owners", "cu_seqlens"), sizes, device)
 
 
 def packed_targets(ragged: "Ragged", index: Sequence[int], start_id: int, group_sizes: Sequence[int],
@@ -149,28 +132,53 @@ def packed_targets(ragged: "Ragged", index: Sequence[int], start_id: int, group_
     `lengths` (n), `cu_seqlens` (n + 1, int32) of the targets, and for cross-attention
     `cu_seqlens_q` and `cu_seqlens_k` (U + 1, int32): the targets form U consecutive groups of
     `group_sizes[u]` targets, group u reading a source of `key_lengths[u]` packed tokens."""
-    index = np.asarray(index, dtype=np.int64)
-    lengths = ragged.lengths[index]
-    count, total, groups = len(index), int(lengths.sum()), len(group_sizes)
+    lengths, starts, within, tokens = _packed_tokens(ragged, index)
+    count, total, groups = len(lengths), len(tokens), len(group_sizes)
     sizes = (total, total, total, total, count, count + 1, groups + 1, groups + 1)
-    buffer = torch.empty(sum(sizes), dtype=torch.long, pin_memory=is_cuda(device))
-    inputs, labels, positions, owners, counts, cu, cu_q, cu_k = np.split(buffer.numpy(), np.cumsum(sizes)[:-1])
-    starts = np.cumsum(lengths) - lengths
-    positions[:] = np.arange(total) - np.repeat(starts, lengths)
-    labels[:] = ragged.values[np.repeat(ragged.offsets[index], lengths) + positions]
+    buffer, (inputs, labels, positions, owners, counts, cu, cu_q, cu_k) = _host_planes(sizes, device)
+    labels[:], positions[:] = tokens, within
     inputs[1:] = labels[:-1]
     inputs[starts] = start_id  # every target starts behind the decoder start token
     owners[:] = np.repeat(np.arange(count), lengths)
     counts[:] = lengths
-    cu[0] = cu_q[0] = cu_k[0] = 0
-    np.cumsum(lengths, out=cu[1:])
+    _cumulative(lengths, cu)
+    cu_q[0] = 0
     cu_q[1:] = cu[np.cumsum(np.asarray(group_sizes, dtype=np.int64))]
-    np.cumsum(np.asarray(key_lengths, dtype=np.int64), out=cu_k[1:])
-    moved = buffer.to(device, non_blocking=True) if is_cuda(device) else buffer.to(device)
+    _cumulative(key_lengths, cu_k)
     names = ("inputs", "labels", "positions", "owners", "lengths", "cu_seqlens", "cu_seqlens_q", "cu_seqlens_k")
-    parts = dict(zip(names, moved.split(sizes)))
-    for name in names[-3:]:
-        parts[name] = parts[name].int()
+    return _moved(buffer, names, sizes, device)
+
+
+def _packed_tokens(ragged: "Ragged", index: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(lengths, first position, position within its sequence, token id) of sequences `index`
+    of `ragged` laid end to end."""
+    index = np.asarray(index, dtype=np.int64)
+    lengths = ragged.lengths[index]
+    starts = np.cumsum(lengths) - lengths
+    within = np.arange(int(lengths.sum())) - np.repeat(starts, lengths)
+    return lengths, starts, within, ragged.values[np.repeat(ragged.offsets[index], lengths) + within]
+
+
+def _host_planes(sizes: Sequence[int], device) -> tuple[torch.Tensor, list[np.ndarray]]:
+    """One int64 host buffer (pinned for CUDA) of `sum(sizes)` and its numpy views, one per size."""
+    buffer = torch.empty(sum(sizes), dtype=torch.long, pin_memory=is_cuda(device))
+    return buffer, np.split(buffer.numpy(), np.cumsum(sizes)[:-1])
+
+
+def _cumulative(lengths: Sequence[int], out: np.ndarray) -> None:
+    """`out` = [0, L_1, L_1 + L_2, ...]: cu_seqlens in place."""
+    out[0] = 0
+    np.cumsum(np.asarray(lengths, dtype=np.int64), out=out[1:])
+
+
+def _moved(buffer: torch.Tensor, names: Sequence[str], sizes: Sequence[int], device) -> dict[str, torch.Tensor]:
+    """`buffer` on `device` in one copy (non-blocking from pinned memory on CUDA), split into
+    the named parts; every `cu_seqlens...` part as int32, the layout the varlen kernels read."""
+    moved = buffer.to(device, non_blocking=True) if is_cuda(device) else buffer.to(device)
+    parts = dict(zip(names, moved.split(list(sizes))))
+    for name in names:
+        if name.startswith("cu_seqlens"):
+            parts[name] = parts[name].int()
     return parts
 
 
