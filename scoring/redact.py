@@ -23,7 +23,8 @@ punctuation up to whitespace. Every other quote, escaped (`\\"` in a JSON text) 
 So a JSON text stays valid JSON, its strings redacted as `redact_values` redacts the decoded
 strings (the `--json` summaries), and a repr keeps its quotes. What stays ambiguous: inside a
 quoted URL, a secret ending in that quote and closing punctuation (`'...?token=ab',`) reads as
-the URL's end.
+the URL's end; a secret value holding `&name=` or `;name=` reads as a next parameter; a user
+name holding `/`, `?` or `#` (which a URL would percent-encode) is not read as one.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ MASK = "***"
 _SECRET_PARAMS = re.compile(
     r"(token|secret|signature|credential|password|passwd|pwd|apikey|api[-_]key|auth|session|^sig$|^key$|^code$)"
 )
+# what a parameter's name looks like: after a secret value, a part `name=...` with another name
+# (`&=`, `&}=`, `&\\=`) is taken for more of that value
+_NAME = re.compile(r"[\w.~%+\-\[\]]+")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)(.*)$", re.S)
 # where a URL starts in a text: `scheme://`, or a word and a colon at the start of a token
 # (`user:password@host` without a scheme; kept only when an `@` follows)
@@ -74,14 +78,16 @@ def _userinfo_end(rest: str) -> int:
 
 def _redact_params(params: str, masking: bool = False) -> tuple[str, bool]:
     """`params` (`a=1&token=x`, split at `&` and `;`) with each secret parameter's value masked,
-    and whether the last one was secret. A part without `=` after a secret value is taken for
-    the rest of that value (a raw `&` or `;` inside it) and masked too; `masking` carries that
-    state in from the query into the fragment."""
+    and whether the last one was secret. A part without `=`, or whose name is no name (`_NAME`),
+    after a secret value is taken for the rest of that value (a raw `&` or `;` inside it) and
+    masked too; `masking` carries that state in from the query into the fragment."""
     parts = re.split(r"([&;])", params)
     for i in range(0, len(parts), 2):
         name, sep, _ = parts[i].partition("=")
-        if sep:
+        if sep and (not masking or _NAME.fullmatch(name)):
             masking = bool(_SECRET_PARAMS.search(unquote(name).lower()))
+        else:
+            name, sep = parts[i], ""
         if masking:
             parts[i] = f"{name}={MASK}" if sep else MASK
     return "".join(parts), masking

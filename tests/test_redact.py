@@ -6,6 +6,7 @@ masked with it), and a JSON document stays valid JSON."""
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -30,6 +31,7 @@ SECRET_URLS = [
     ("https://h.example/cb#access_token=fragsecret13&state=1", ["fragsecret13"],
      "https://h.example/cb#access_token=***&state=1"),
     ("https://h.example/?token=ab#hashsecret14", ["hashsecret14"], "https://h.example/?token=***#***"),
+    ("https://h.example/?sig=ab&}=curlysecret17&page=2", ["curlysecret17"], "https://h.example/?sig=***&***&page=2"),
     ("s3://AKIAPCT15:pa%22ss%27wd15@bucket/k", ["AKIAPCT15", "wd15"], "s3://***@bucket/k"),
     ('admin16:hunter"2x16@head.example:10001', ["admin16", "2x16"], "***@head.example:10001"),
 ]  # fmt: skip
@@ -111,3 +113,28 @@ def test_redaction_is_idempotent_and_linear():
     assert redact_text(once) == once
     hostile = 'https://h/?token=' + '"\\' * 200_000 + " " + "a:" * 200_000 + ' ' + '",' * 200_000
     assert len(redact_text(hostile)) < len(hostile)  # returns (a quadratic scan would not), masks
+
+
+@pytest.mark.timeout(120)
+def test_no_byte_of_a_random_secret_shows_in_any_quoting():
+    """Seeded random secrets of URL punctuation, quotes and backslashes (no whitespace, no `=`:
+    a secret holding `&name=` reads as a next parameter), as a password, a user or a secret
+    parameter, in plain text, reprs, prose quotes and JSON documents: the markers that open
+    and close each secret never show, and every JSON document still parses."""
+    rng = random.Random(20261127)
+    alphabet = "abcXYZ019\"'\\@&;#/:?,.)]}>`<%+-"
+    forms = ["s3://AKIA:{}@bucket/k", "https://u:{}@h.example:8443/p?x=1", "https://h.example/p?token={}",
+             "https://h.example/p?token={}&page=2", "https://h.example/p?a=1&X-Amz-Signature={}",
+             "https://h.example/p#access_token={}", "admin:{}@head.example:10001"]
+    templates = ["{}", "read {} now", "input {!r} missing", "({!r}, 3)", "see <{}>.", "x=`{}`", 'he said "{}", ok',
+                 "'{}'", "{}.", '"{}",', "it's {}", 'say "hi" then {}', "[{!r}]"]
+    for _ in range(3000):
+        secret = "Q" + "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 10))) + "Z"
+        url = rng.choice(forms).format(secret)
+        text = rng.choice(templates).format(url)
+        shown = [redact_url(url), redact_text(text)]
+        for indent in (None, 1):
+            document = json.dumps({"v": text, "l": [text, 1]}, indent=indent)
+            shown.append(redact_text(document))
+            json.loads(shown[-1])
+        assert not any("Q" in out or "Z" in out for out in shown), (text, shown)
