@@ -305,6 +305,12 @@ def test_two_renamed_shards_of_one_size_each_borrow_the_folder_that_holds_their_
         assert len(plan.reused_from) == MAX_LENDERS and sorted(plan.previous) == sorted(
             uri for lender in ("old-a", "old-b", "other-c", "other-d") for uri in parts[lender])
         assert plan.units == [(0, 100), (100, 200)] and plan.kept == []  # scored from the cache, written anew
+    # a lender's part rewritten since its record (another signature): not lent, the others are
+    old_b = shard("old-b.parquet", f"{1:016x}-3")
+    rewritten = _write_part(tmp_path / "out", "text_stats", old_b, old_b.info, 100, 200, digest="d2")
+    assert rewritten == parts["old-b"][1]
+    plans = plan_metric(fs, config, metric, new, previous={"metrics": {"text_stats": {"parts": records}}}).shards
+    assert all(rewritten not in p.previous and set(parts["old-a"]) <= set(p.previous) for p in plans.values())
 
 
 def test_looking_for_same_size_folders_reads_each_folder_once_not_once_per_new_shard(tmp_path, monkeypatch):

@@ -12,8 +12,9 @@ from ray_jobs.job import layout
 from ray_jobs.storage import uris
 
 #: at most this many same-size folders lend their parts to one new shard: rows are found by
-#: content, so a wrong lender costs reads, never a wrong row, but every unit of the shard reads
-#: every lent part (a folder of thousands of same-size shards must not make each read them all)
+#: content, so a wrong lender costs reads, never a wrong row, but every worker that scores a unit
+#: of the shard reads every lent part and holds their rows (up to this many times the shard's
+#: rows): a folder of thousands of same-size shards must not make each read them all
 MAX_LENDERS = 4
 
 
