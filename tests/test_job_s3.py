@@ -22,7 +22,7 @@ import subprocess
 import yaml
 
 from scoring.registry import build_metric
-from tests.job_support import REPO_ROOT, child_env, make_corpus
+from tests.job_support import REPO_ROOT, child_env, equal_size_bytes, make_corpus, turned_table
 
 AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
@@ -212,21 +212,6 @@ def test_renamed_s3_shards_reuse_their_scores_by_content(moto_endpoint, s3_bucke
     assert len(scores) == 32 and len({s for s in scores if s is not None}) > 1  # real, varied scores
 
 
-def _turned(table, turn):
-    """`table` with every string (and every string in a list) passed through `turn`, which keeps
-    its length: other content, the same Parquet size when written without compression."""
-    import pyarrow as pa
-
-    columns = []
-    for column in table.columns:
-        values = column.to_pylist()
-        if pa.types.is_string(column.type):
-            values = [turn(v) if v is not None else None for v in values]
-        elif pa.types.is_list(column.type):
-            values = [[turn(s) for s in v] if v is not None else None for v in values]
-        columns.append(pa.array(values, type=column.type))
-    return pa.table(columns, schema=table.schema)
-
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
@@ -242,16 +227,12 @@ def test_two_renamed_s3_shards_of_one_size_each_reuse_their_own_rows(moto_endpoi
     fs = s3fs_client(moto_endpoint)
     base = pq.read_table(sample_corpus / "summeval-00000.parquet").slice(0, 12)
 
-    def body(table):
-        sink = io.BytesIO()
-        pq.write_table(table, sink, compression="NONE", use_dictionary=False, write_statistics=False)
-        return sink.getvalue()
-
     def rotate(s):
         return s[1:] + s[:1]
 
-    data = {"a": body(base), "b": body(_turned(base, lambda s: s[::-1])),
-            "c": body(_turned(base, rotate)), "d": body(_turned(_turned(base, lambda s: s[::-1]), rotate))}
+    mirrored = turned_table(base, lambda s: s[::-1])
+    data = {"a": equal_size_bytes(base), "b": equal_size_bytes(mirrored),
+            "c": equal_size_bytes(turned_table(base, rotate)), "d": equal_size_bytes(turned_table(mirrored, rotate))}
     assert len({len(d) for d in data.values()}) == 1 and len(set(data.values())) == 4
     for shard in "ab":
         _multipart_put(moto_endpoint, s3_bucket, f"in/old-{shard}.parquet", data[shard])
