@@ -1,30 +1,59 @@
 """URL redaction: the one function every printed URL goes through (errors, logs, manifests).
 
-`redact_url` removes what a URL may carry as a secret:
+`redact_url` removes what a URL may carry as a secret, every byte of it (a little of the text
+after a secret may be masked with it):
 - the userinfo (`s3://KEY:SECRET@bucket/key` -> `s3://***@bucket/key`), also when the secret
   holds a `/` (AWS secrets may: `s3://AKIA...:abc/def+ghi@bucket/k`), which a parser that
-  ends the authority at the first `/` would miss;
+  ends the authority at the first `/` would miss, or an `@` or a quote (the userinfo ends at
+  the URL's last `@`); `user:password@host` without a scheme loses it too;
 - the values of query parameters that carry credentials (`?token=`, `X-Amz-Signature`,
-  `X-Amz-Credential`, `X-Amz-Security-Token`, `sig`, `password`, ...), kept by name so the
-  message still says what was there.
+  `X-Amz-Credential`, `X-Amz-Security-Token`, `sig`, `password`, ...; names compared
+  percent-decoded), kept by name so the message still says what was there; parameters split
+  at `&` and `;`, the fragment's too (`#access_token=`). A value runs to the next parameter:
+  a piece without `=` after it (a raw `&`, `;` or `#` inside the secret) is masked with it.
 
-`redact_text` applies it to every URL inside a message (`scheme://...` up to whitespace or a
-quote); `scoring.errors.one_line` calls it, so every one-line error is redacted.
+`redact_text` applies it to every URL inside a message (`scheme://...`, and every token
+`user:password@...`); `scoring.errors.one_line` and `scoring.console_text.console_line` call
+it, so every one-line error and console line is redacted. A URL ends at whitespace (a secret
+holding whitespace is not a URL's) or at the quote that closes it (`_url_end`): the quote it
+was opened with (`'...'` of a repr, `"..."`, `<...>`, backticks), at the same escaping depth,
+or the unescaped `"` that ends the JSON string it lies in, followed by nothing but closing
+punctuation up to whitespace. Every other quote, escaped (`\\"` in a JSON text) or not
+(`s3://KEY:pa"ss@bucket`, `?token=ab'cd`), is part of the URL and masked with the secret.
+So a JSON text stays valid JSON, its strings redacted as `redact_values` redacts the decoded
+strings (the `--json` summaries), and a repr keeps its quotes. What stays ambiguous: inside a
+quoted URL, a secret ending in that quote and closing punctuation (`'...?token=ab',`) reads as
+the URL's end; a secret value holding `&name=` or `;name=` reads as a next parameter; a user
+name holding `/`, `?` or `#` (which a URL would percent-encode) is not read as one.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Mapping
+from urllib.parse import unquote
 
 MASK = "***"
 
-# query parameter names whose value is a secret (compared lower-case)
+# query parameter names whose value is a secret (compared lower-case, percent-decoded)
 _SECRET_PARAMS = re.compile(
     r"(token|secret|signature|credential|password|passwd|pwd|apikey|api[-_]key|auth|session|^sig$|^key$|^code$)"
 )
-_URL = re.compile(r"""[A-Za-z][A-Za-z0-9+.-]*://[^\s'"<>`]+""")
+# what a parameter's name looks like: after a secret value, a part `name=...` with another name
+# (`&=`, `&}=`, `&\\=`) is taken for more of that value
+_NAME = re.compile(r"[\w.~%+\-\[\]]+")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)(.*)$", re.S)
+# where a URL starts in a text: `scheme://`, or a word and a colon at the start of a token
+# (`user:password@host` without a scheme; kept only when an `@` follows)
+_START = re.compile(r"""(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)|(?<![^\s"'`<(\[{=,;])(?P<bare>[\w.~%+-]+:(?!//))""")
+_WHITESPACE = re.compile(r"\s")
+# characters that may follow the quote that closes a quoted URL (JSON, repr, prose)
+_CLOSERS = frozenset(",;:.!?)]}>\"'`")
+# the quote that closes a URL opened by each opening character
+_PAIRS = {'"': '"', "'": "'", "`": "`", "<": ">"}
+# a backslash escape or a double quote: the unescaped double quotes of a text, in order
+_DQUOTE = re.compile(r'\\[\s\S]|"')
 
 
 def _userinfo_end(rest: str) -> int:
@@ -32,31 +61,36 @@ def _userinfo_end(rest: str) -> int:
 
     The authority normally ends at the first `/`; an `@` before it ends a userinfo. A secret may
     hold `/`, so an `@` after a `/` also ends one when the text before that `/` reads as
-    `user:password` (a colon followed by something that is not a port number)."""
+    `user:password` (a colon followed by something that is not a port number). A secret may
+    hold `@` too: once the first `@` ends a userinfo, the last `@` of the URL does (a path
+    holding an `@` after a userinfo is masked with it)."""
     at = rest.find("@")
     if at < 0:
         return -1
     head = rest[:at]
     if "/" not in head and "?" not in head and "#" not in head:
-        return at
+        return rest.rfind("@")
     first = re.split(r"[/?#]", head, maxsplit=1)[0]
     if ":" in first and not first.split(":", 1)[1].isdigit():
-        return at
+        return rest.rfind("@")
     return -1
 
 
-def _redact_query(query: str) -> str:
-    """The query with each secret parameter's value masked. Backslashes that end a value are
-    kept: in a JSON or Python-escaped text the URL stops at a quote, so a value ending in `\\`
-    there ends in the first half of the escape `\\"`, which must not lose it."""
-    parts = []
-    for item in query.split("&"):
-        name, sep, value = item.partition("=")
-        if sep and _SECRET_PARAMS.search(name.lower().replace("%2d", "-")):
-            escape_half = value[len(value.rstrip("\\")):]
-            item = f"{name}={MASK}{escape_half}"
-        parts.append(item)
-    return "&".join(parts)
+def _redact_params(params: str, masking: bool = False) -> tuple[str, bool]:
+    """`params` (`a=1&token=x`, split at `&` and `;`) with each secret parameter's value masked,
+    and whether the last one was secret. A part without `=`, or whose name is no name (`_NAME`),
+    after a secret value is taken for the rest of that value (a raw `&` or `;` inside it) and
+    masked too; `masking` carries that state in from the query into the fragment."""
+    parts = re.split(r"([&;])", params)
+    for i in range(0, len(parts), 2):
+        name, sep, _ = parts[i].partition("=")
+        if sep and (not masking or _NAME.fullmatch(name)):
+            masking = bool(_SECRET_PARAMS.search(unquote(name).lower()))
+        else:
+            name, sep = parts[i], ""
+        if masking:
+            parts[i] = f"{name}={MASK}" if sep else MASK
+    return "".join(parts), masking
 
 
 def redact_url(url: str | None) -> str | None:
@@ -69,18 +103,87 @@ def redact_url(url: str | None) -> str | None:
     end = _userinfo_end(rest)
     if end >= 0 and (scheme or ":" in rest[:end]):
         rest = f"{MASK}@{rest[end + 1:]}"
-    if "?" in rest:
-        base, _, query = rest.partition("?")
-        query, hash_, fragment = query.partition("#")
-        rest = f"{base}?{_redact_query(query)}{hash_}{fragment}"
-    return scheme + rest
+    rest, hash_, fragment = rest.partition("#")
+    base, question, query = rest.partition("?")
+    query, masking = _redact_params(query)
+    if hash_:
+        fragment = MASK if masking and fragment else _redact_params(fragment)[0]
+    return f"{scheme}{base}{question}{query}{hash_}{fragment}"
+
+
+def _depth(backslashes: int) -> int:
+    """How many escapings deep a quote lies behind `backslashes` backslashes: 0 for `"` (and
+    for `\\\\"`, an escaped backslash and a quote), 1 for `\\"` (a JSON string's quote inside
+    a JSON text), 2 for `\\\\\\"`: the number of trailing one bits."""
+    return (~backslashes & (backslashes + 1)).bit_length() - 1
+
+
+def _backslashes(text: str, i: int) -> int:
+    j = i
+    while j > 0 and text[j - 1] == "\\":
+        j -= 1
+    return i - j
+
+
+def _url_end(text: str, start: int, body: int, open_dquotes: bool) -> int:
+    """Where the URL that starts at `start` (its text after the scheme at `body`) ends: at
+    whitespace, or at the quote that closes a quoted URL. That quote is followed by nothing but
+    closing punctuation up to whitespace (`"`, `",`, `'):`, `"]}`: JSON, a repr, prose; a quote
+    followed by anything else is part of a secret) and is not doubled, and it is either the
+    quote that opened the URL (the character before `start`, at the same escaping depth: in a
+    JSON text `\\"https://..\\"` closes at `\\"`) or, for `"`, an unescaped one while
+    `open_dquotes` (an odd number of unescaped `"` before `start`: the URL lies inside a JSON
+    string, whose end it is). Any other quote is part of the URL, so a secret holding one is
+    masked whole."""
+    space = _WHITESPACE.search(text, body)
+    run_end = space.start() if space else len(text)
+    tail = run_end  # text[tail:run_end] is closing punctuation only
+    while tail > body and text[tail - 1] in _CLOSERS:
+        tail -= 1
+    opener = text[start - 1] if start > 0 else ""
+    closer = _PAIRS.get(opener)
+    opener_depth = _depth(_backslashes(text, start - 1)) if closer in ('"', "'") else 0
+    for i in range(max(body, tail - 1), run_end):
+        ch = text[i]
+        if ch not in "\"'`>" or text[i + 1:i + 2] == ch:
+            continue
+        depth = _depth(_backslashes(text, i)) if ch in ('"', "'") else 0
+        if (ch == closer and depth == opener_depth) or (ch == '"' and depth == 0 and open_dquotes):
+            return i - (1 << depth) + 1  # the backslashes that escape the closing quote are no URL's
+    return run_end
 
 
 def redact_text(text: str) -> str:
-    """`text` with every URL in it redacted (`redact_url`)."""
-    if "://" not in text:
+    """`text` with every URL in it redacted (`redact_url`; where a URL ends: `_url_end`), and
+    every token `user:password@...` without a scheme."""
+    if "://" not in text and "@" not in text:
         return text
-    return _URL.sub(lambda m: redact_url(m.group(0)) or "", text)
+    dquotes = [m.start() for m in _DQUOTE.finditer(text) if m.group() == '"'] if '"' in text else []
+    ats = [m.start() for m in re.finditer("@", text)]
+    spaces = [m.start() for m in _WHITESPACE.finditer(text)] if ats else []
+    out, pos, inner = [], 0, 0  # inner: the unescaped `"` inside URLs so far, part of them
+    while (match := _START.search(text, pos)) is not None:
+        if match.group("bare") and not _at_in_token(ats, spaces, match.end()):
+            out.append(text[pos:match.end()])  # a word and a colon, no `@` after them in the token
+            pos = match.end()
+            continue
+        start = match.start()
+        before = bisect.bisect_left(dquotes, start)
+        end = _url_end(text, start, match.end() if match.group("scheme") else start, (before - inner) % 2 == 1)
+        inner += bisect.bisect_left(dquotes, end) - before
+        out.append(text[pos:start] + (redact_url(text[start:end]) or ""))
+        pos = max(end, match.end())
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _at_in_token(ats: list[int], spaces: list[int], i: int) -> bool:
+    """An `@` comes at or after `i` before the next whitespace (positions sorted)."""
+    k = bisect.bisect_left(ats, i)
+    if k == len(ats):
+        return False
+    w = bisect.bisect_left(spaces, i)
+    return w == len(spaces) or ats[k] < spaces[w]
 
 
 def redact_values(value):

@@ -143,6 +143,30 @@ class SlowLengthMetric(RowMetric):
         return [{"slow_chars": float(len(row["text"])), "slow_pid": float(os.getpid())} for row in rows]
 
 
+def turned_table(table: pa.Table, turn) -> pa.Table:
+    """`table` with every string (and every string in a list) passed through `turn`, which keeps
+    its length: other content, the same Parquet size when written without compression,
+    dictionary or statistics (`equal_size_bytes`)."""
+    columns = []
+    for column in table.columns:
+        values = column.to_pylist()
+        if pa.types.is_string(column.type):
+            values = [turn(v) if v is not None else None for v in values]
+        elif pa.types.is_list(column.type):
+            values = [[turn(s) for s in v] if v is not None else None for v in values]
+        columns.append(pa.array(values, type=column.type))
+    return pa.table(columns, schema=table.schema)
+
+
+def equal_size_bytes(table: pa.Table) -> bytes:
+    """`table` as Parquet bytes whose size depends only on its values' lengths."""
+    import io
+
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="NONE", use_dictionary=False, write_statistics=False)
+    return sink.getvalue()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

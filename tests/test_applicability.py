@@ -85,7 +85,7 @@ def test_renaming_an_input_reuses_its_scores_by_content(ray_local, sample_corpus
     for label in ("text_stats", "bleu"):
         report = again["metrics"][label]
         assert (report["rows_scored"], report["rows_cached"], report["rows_out"]) == (0, 20, 20)
-        assert report["reused_by_content"] == {"new.parquet": str(tmp_path / "out" / label / "old")}
+        assert report["reused_by_content"] == {"new.parquet": [str(tmp_path / "out" / label / "old")]}
         assert report["orphaned_outputs"] == [str(tmp_path / "out" / label / "old")]
         assert shard_rows(tmp_path / "out" / label, "new.parquet") == shard_rows(tmp_path / "out" / label, "old.parquet")
     line = summary_line(again)
@@ -99,7 +99,7 @@ def test_renaming_an_input_reuses_its_scores_by_content(ray_local, sample_corpus
     (folder / "copy.parquet").write_bytes((folder / "new.parquet").read_bytes())
     copied = run_job(config())["metrics"]["bleu"]
     assert (copied["rows_scored"], copied["rows_cached"], copied["rows_out"]) == (0, 40, 40)
-    assert copied["reused_by_content"] == {"copy.parquet": str(tmp_path / "out" / "bleu" / "new")}
+    assert copied["reused_by_content"] == {"copy.parquet": [str(tmp_path / "out" / "bleu" / "new")]}
     assert copied["orphaned_outputs"] == []
     assert len(shard_rows(tmp_path / "out" / "text_stats", "new.parquet")) == 20
 

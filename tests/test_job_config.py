@@ -252,20 +252,65 @@ def test_a_shard_under_another_etag_takes_a_same_size_folder_as_its_row_cache(tm
         return {"metrics": {"text_stats": {"parts": {"old.parquet": record}}}}
 
     plan = plan_metric(fs, config, metric, [shard], previous=manifest()).shards["new.parquet"]
-    assert sorted(plan.previous) == old_parts and plan.reused_from == folder
+    assert sorted(plan.previous) == old_parts and plan.reused_from == [folder]
     assert plan.units == [(0, 100), (100, 200)] and plan.kept == [] and plan.superseded == []  # written anew, own version
     for previous in (manifest(input_size=info.size + 1), manifest(digest="d0"), None):
         plan = plan_metric(fs, config, metric, [shard], previous=previous).shards["new.parquet"]
-        assert plan.previous == [] and plan.reused_from is None, previous
+        assert plan.previous == [] and plan.reused_from == [], previous
     # a present shard of the same size under another ETag (a copy in S3): its kept parts
     present = Shard(old_info, 200, shard.columns, old.version)
     plans = plan_metric(fs, config, metric, [shard, present]).shards
     assert sorted(uri for _, uri, _ in plans["old.parquet"].kept) == old_parts
-    assert sorted(plans["new.parquet"].previous) == old_parts and plans["new.parquet"].reused_from == folder
+    assert sorted(plans["new.parquet"].previous) == old_parts and plans["new.parquet"].reused_from == [folder]
     # a vanished folder's part rewritten since its manifest record (a later run of another
     # signature under this label crashed before its manifest): not this signature's, not borrowed
     _write_part(tmp_path / "out", "text_stats", old, old_info, 100, 200, digest="d2")
     assert plan_metric(fs, config, metric, [shard], previous=manifest()).shards["new.parquet"].previous == old_parts[:1]
+
+
+def test_two_renamed_shards_of_one_size_each_borrow_the_folder_that_holds_their_rows(tmp_path):
+    """Two different shards of the same size renamed together under other ETags: each new
+    shard's row cache holds the parts of every vanished folder of its size and row count (rows
+    are found by content, so a folder that is not its own costs reads, never a wrong row), up
+    to `MAX_LENDERS` folders, the one named most like it first; a folder of another row count
+    lends nothing."""
+    from ray_jobs.job.plan import Shard, plan_metric
+    from ray_jobs.job.reuse_cache import MAX_LENDERS
+
+    fs, config, metric, _, _ = _one_shard_plan(tmp_path, "unused.parquet", 7)
+    size, columns = 4321, {"id": "string", "text": "string"}
+
+    def shard(rel, etag, rows=200, where="gone"):
+        info = listing.ShardInfo(str(tmp_path / where / rel), rel, size, etag)
+        return Shard(info, rows, columns, layout.input_version(etag, size))
+
+    names = ["old-a", "old-b", "other-c", "other-d", "other-e", "short-f"]
+    records, parts = {}, {}
+    for n, name in enumerate(names):
+        rows = 100 if name == "short-f" else 200
+        old = shard(f"{name}.parquet", f"{n:016x}-3", rows)
+        parts[name] = [_write_part(tmp_path / "out", "text_stats", old, old.info, s, e) for s, e in ((0, 100), (100, 200))[: rows // 100]]
+        listed = {f.uri: f for f in listing.list_outputs(fs, str(tmp_path / "out" / "text_stats" / name))}
+        records[old.rel] = {"input_etag": old.info.etag, "input_size": size, "digest": "d1",
+                            "parts": {uri.rsplit("/", 1)[-1]: {"size": listed[uri].size, "etag": listed[uri].etag}
+                                      for uri in parts[name]}}
+    new = [shard("new-a.parquet", "a" * 32, where="in"), shard("new-b.parquet", "b" * 32, where="in")]
+    plans = plan_metric(fs, config, metric, new, previous={"metrics": {"text_stats": {"parts": records}}}).shards
+    folder = {name: str(tmp_path / "out" / "text_stats" / name) for name in names}
+    for mine in "ab":  # its own rows are in its row cache
+        assert set(parts[f"old-{mine}"]) <= set(plans[f"new-{mine}.parquet"].previous), mine
+    for mine, theirs in (("a", "b"), ("b", "a")):
+        plan = plans[f"new-{mine}.parquet"]
+        assert plan.reused_from == [folder[f"old-{mine}"], folder[f"old-{theirs}"], folder["other-c"], folder["other-d"]]
+        assert len(plan.reused_from) == MAX_LENDERS and sorted(plan.previous) == sorted(
+            uri for lender in ("old-a", "old-b", "other-c", "other-d") for uri in parts[lender])
+        assert plan.units == [(0, 100), (100, 200)] and plan.kept == []  # scored from the cache, written anew
+    # a lender's part rewritten since its record (another signature): not lent, the others are
+    old_b = shard("old-b.parquet", f"{1:016x}-3")
+    rewritten = _write_part(tmp_path / "out", "text_stats", old_b, old_b.info, 100, 200, digest="d2")
+    assert rewritten == parts["old-b"][1]
+    plans = plan_metric(fs, config, metric, new, previous={"metrics": {"text_stats": {"parts": records}}}).shards
+    assert all(rewritten not in p.previous and set(parts["old-a"]) <= set(p.previous) for p in plans.values())
 
 
 def test_looking_for_same_size_folders_reads_each_folder_once_not_once_per_new_shard(tmp_path, monkeypatch):
@@ -293,7 +338,7 @@ def test_looking_for_same_size_folders_reads_each_folder_once_not_once_per_new_s
     original = layout.shard_stem
     monkeypatch.setattr(layout, "shard_stem", lambda rel: stems.append(rel) or original(rel))
     plans = plan_metric(fs, config, metric, shards, previous={"metrics": {"text_stats": {"parts": records}}}).shards
-    assert all(not p.previous and p.reused_from is None for p in plans.values())  # no folder of their sizes
+    assert all(not p.previous and not p.reused_from for p in plans.values())  # no folder of their sizes
     assert len(stems) <= 6 * count, len(stems)
 
 

@@ -22,7 +22,7 @@ import subprocess
 import yaml
 
 from scoring.registry import build_metric
-from tests.job_support import REPO_ROOT, child_env, make_corpus
+from tests.job_support import REPO_ROOT, child_env, equal_size_bytes, make_corpus, turned_table
 
 AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
@@ -198,7 +198,7 @@ def test_renamed_s3_shards_reuse_their_scores_by_content(moto_endpoint, s3_bucke
     for label in labels:
         report = again["metrics"][label]
         assert (report["rows_scored"], report["rows_cached"], report["rows_out"]) == (0, 32, 32), label
-        assert report["reused_by_content"] == {f"new-{shard}.parquet": f"s3://{s3_bucket}/out/{label}/old-{shard}"
+        assert report["reused_by_content"] == {f"new-{shard}.parquet": [f"s3://{s3_bucket}/out/{label}/old-{shard}"]
                                                for shard in "ab"}
         assert sorted(report["orphaned_outputs"]) == [f"s3://{s3_bucket}/out/{label}/old-{shard}" for shard in "ab"]
         assert parts(label, "new-a") == before[(label, "a")]  # the same part names, byte for byte
@@ -210,3 +210,66 @@ def test_renamed_s3_shards_reuse_their_scores_by_content(moto_endpoint, s3_bucke
             assert parts(label, f"old-{shard}") == before[(label, shard)]  # old folders stay until prune
     scores = [row["bleu"] for row in rows_of(before[("bleu", "a")]) + rows_of(before[("bleu", "b")])]
     assert len(scores) == 32 and len({s for s in scores if s is not None}) > 1  # real, varied scores
+
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_two_renamed_s3_shards_of_one_size_each_reuse_their_own_rows(moto_endpoint, s3_bucket, ray_local, sample_corpus):
+    """Two different shards of the same byte size and rows, uploaded in parts, both renamed:
+    each gets a new ETag, and the folders of both old shards serve as each one's row cache
+    (`reuse_cache.SameSizeFolders`), so 0 rows are scored and every score is the first run's.
+    Then two shards of that size with other content replace them: those folders are lent again,
+    no row of theirs matches, and every row is scored (none lost, none wrongly reused)."""
+    from ray_jobs.config import parse_config
+    from ray_jobs.score_corpus import run_job
+
+    fs = s3fs_client(moto_endpoint)
+    base = pq.read_table(sample_corpus / "summeval-00000.parquet").slice(0, 12)
+
+    def rotate(s):
+        return s[1:] + s[:1]
+
+    mirrored = turned_table(base, lambda s: s[::-1])
+    data = {"a": equal_size_bytes(base), "b": equal_size_bytes(mirrored),
+            "c": equal_size_bytes(turned_table(base, rotate)), "d": equal_size_bytes(turned_table(mirrored, rotate))}
+    assert len({len(d) for d in data.values()}) == 1 and len(set(data.values())) == 4
+    for shard in "ab":
+        _multipart_put(moto_endpoint, s3_bucket, f"in/old-{shard}.parquet", data[shard])
+    config = parse_config({
+        "input": f"s3://{s3_bucket}/in", "output": f"s3://{s3_bucket}/out", "progress": False, "part_rows": 8,
+        "metrics": [{"name": "text_stats"}, {"name": "bleu"}], "s3": {"endpoint_url": moto_endpoint},
+        "pool": {"min_size": 1, "max_size": 1, "num_cpus": 0.5},
+    })
+    labels = ("text_stats", "bleu")
+
+    def rows_of(label, stem):
+        fs.invalidate_cache()
+        found = sorted(fs.find(f"{s3_bucket}/out/{label}/{stem}"))
+        return [row for p in found for row in pq.read_table(io.BytesIO(fs.cat_file(p))).to_pylist()]
+
+    first = run_job(config)
+    assert all(first["metrics"][label]["rows_scored"] == 24 for label in labels)
+    before = {(label, shard): rows_of(label, f"old-{shard}") for label in labels for shard in "ab"}
+    for shard in "ab":
+        fs.mv(f"{s3_bucket}/in/old-{shard}.parquet", f"{s3_bucket}/in/new-{shard}.parquet")
+    again = run_job(config)
+    for label in labels:
+        report = again["metrics"][label]
+        assert (report["rows_scored"], report["rows_cached"], report["rows_out"]) == (0, 24, 24), (label, report)
+        folders = {shard: f"s3://{s3_bucket}/out/{label}/old-{shard}" for shard in "ab"}
+        assert report["reused_by_content"] == {"new-a.parquet": [folders["a"], folders["b"]],
+                                               "new-b.parquet": [folders["b"], folders["a"]]}
+        for shard in "ab":
+            assert rows_of(label, f"new-{shard}") == before[(label, shard)]  # the first run's scores
+    fs.rm([f"{s3_bucket}/in/new-{shard}.parquet" for shard in "ab"])
+    for shard in "cd":
+        _multipart_put(moto_endpoint, s3_bucket, f"in/other-{shard}.parquet", data[shard])
+    third = run_job(config)
+    for label in labels:
+        report = third["metrics"][label]
+        assert (report["rows_scored"], report["rows_cached"], report["rows_out"]) == (24, 0, 24), (label, report)
+        assert "reused_by_content" not in report
+    ids = {shard: [row["id"] for row in rows_of("text_stats", f"other-{shard}")] for shard in "cd"}
+    assert ids == {"c": [rotate(i) for i in base.column("id").to_pylist()],
+                   "d": [rotate(i[::-1]) for i in base.column("id").to_pylist()]}

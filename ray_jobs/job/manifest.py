@@ -121,6 +121,12 @@ def _reasons(counts: dict[str, int]) -> str:
     return ", ".join(f"{count} x {reason!r}" for reason, count in shown) + more
 
 
+def _folders(folders) -> str:
+    """The folders a shard's scores were reused from (`reused_by_content`): one, or those lent
+    as its row cache; a manifest from before the list, one string."""
+    return folders if isinstance(folders, str) else " or ".join(map(str, folders))
+
+
 def summary_line(manifest: dict[str, Any]) -> str:
     parts = []
     for label, report in manifest["metrics"].items():
@@ -145,7 +151,7 @@ def summary_line(manifest: dict[str, Any]) -> str:
               for rel, folder in (report.get("reused_by_content") or {}).items()}
     if reused:
         notes.append(f"{len(reused)} new shard name(s) reused the scores of the same content (renamed or copied): "
-                     + ", ".join(f"{rel} from {folder}" for rel, folder in sorted(reused.items())[:5]))
+                     + ", ".join(f"{rel} from {_folders(folders)}" for rel, folders in sorted(reused.items())[:5]))
     orphaned = sorted({uri for report in manifest["metrics"].values() for uri in report.get("orphaned_outputs", [])})
     if orphaned:
         shown = ", ".join(orphaned[:5]) + (f" and {len(orphaned) - 5} more" if len(orphaned) > 5 else "")

@@ -15,8 +15,9 @@ Parquet footers the manifest does not vouch for (`docs/job.md`, "Planning from t
   or copied input), gets those parts copied under its own folder and kept: none of its rows is
   scored again. A renamed input's old folder stays, reported as orphaned, until `prune: true`
   removes it. Failing that (on S3 a copy of an object uploaded in parts gets another ETag), the
-  complete parts of another folder scored from an input of the same size serve as its row
-  cache: rows of the same content are reused, not scored.
+  complete parts of the other folders scored from an input of the same size and rows (up to
+  `reuse_cache.MAX_LENDERS`) serve as its row cache: rows of the same content are reused, not
+  scored.
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ class ShardPlan:
     units: list[tuple[int, int]] = field(default_factory=list)  # row ranges to score
     previous: list[str] = field(default_factory=list)  # older parts, same signature: the row cache
     superseded: list[str] = field(default_factory=list)  # removed once the shard's new cover is complete
-    reused_from: str | None = None  # the folder of a vanished shard of the same content, whose parts were copied here
+    # the folders whose parts were copied here (one: a shard of the same bytes) or lent as its row cache
+    # (`reuse_cache.SameSizeFolders`: the same size and rows)
+    reused_from: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -201,7 +204,7 @@ def _reuse_by_content(out_fs, config: JobConfig, plan: MetricPlan, files_by_stem
             parallel.map_bounded(lambda pair: writes.copy_atomic(out_fs, *pair), list(copies.items()))
             adopted = _plan_shard(config.part_rows, metric.digest, shard, list(copies.values()),
                                   {copies[uri]: footers[uri] for uri in copies})
-            adopted.reused_from = uris.join(layout.metric_root(config.output, metric.label), stem)
+            adopted.reused_from = [uris.join(layout.metric_root(config.output, metric.label), stem)]
             plan.shards[shard.rel] = adopted
             break
         else:

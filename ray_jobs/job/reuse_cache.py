@@ -1,22 +1,42 @@
 """Reuse by content under another ETag (`ray_jobs.job.plan`'s module docstring, docs/job.md):
-the row cache a shard without output of its own takes from a folder scored from an input of
-its size, when no folder holds parts of its own version."""
+the row cache a shard without output of its own takes from folders scored from an input of
+its size and row count, when no folder holds parts of its own version."""
 
 from __future__ import annotations
 
+import heapq
+import os
+from typing import NamedTuple
+
 from ray_jobs.job import layout
 from ray_jobs.storage import uris
+
+#: at most this many same-size folders lend their parts to one new shard: rows are found by
+#: content, so a wrong lender costs reads, never a wrong row, but every worker that scores a unit
+#: of the shard reads every lent part and holds their rows (up to this many times the shard's
+#: rows): a folder of thousands of same-size shards must not make each read them all
+MAX_LENDERS = 4
+
+
+class _Folder(NamedTuple):
+    stem: str
+    owner: object  # the folder's present shard plan, or None for a vanished shard
+    rows: int  # its input's rows
+    cache: list[str]  # the parts it lends
 
 
 class SameSizeFolders:
     """S3 gives an object uploaded in parts the ETag `<md5 of its parts' md5s>-<parts>`, which a
     copy (one CopyObject, or a copy in other part sizes) does not keep, so a renamed shard can
-    hold the same bytes under another ETag. The complete parts, by this signature, of the first
-    other folder whose input had this shard's size (a present shard's kept parts, or a vanished
-    shard's parts as the previous manifest records them, name, size and etag: no footer is read)
-    become the shard's row cache: the workers read its rows and find each by `row_key` (the
-    content the metric reads), so a row of the same content is reused, any other scored, and
-    the parts are written anew under the shard's own version.
+    hold the same bytes under another ETag. The complete parts, by this signature, of the other
+    folders whose input had this shard's size and row count (a present shard's kept parts, or a
+    vanished shard's parts as the previous manifest records them, name, size and etag: no
+    footer is read) become the shard's row cache, the union of up to `MAX_LENDERS` of them:
+    the workers read their rows and find each by `row_key` (the content the metric reads), so
+    a row of the same content is reused whichever folder holds it, any other scored, and the
+    parts are written anew under the shard's own version. Two shards of equal size renamed
+    together each find their own rows. Lenders first: vanished folders (a renamed shard's old
+    one) before present ones, names most like the shard's (`_likeness`), listing order.
 
     One per metric plan: the folders are indexed by input size on the first `apply`, once, not
     again for each new shard. `plan`: the metric's `plan.MetricPlan`; `files_by_stem`: its
@@ -24,20 +44,24 @@ class SameSizeFolders:
 
     def __init__(self, config, plan, files_by_stem, recorded) -> None:
         self.config, self.plan, self.files_by_stem, self.recorded = config, plan, files_by_stem, recorded
-        self._by_size: dict[str, list[tuple[str, object, list[str]]]] | None = None
+        self._by_size: dict[str, list[_Folder]] | None = None
 
     def apply(self, shard_plan) -> None:
-        """Sets the shard plan's `previous` and `reused_from` (the folder); nothing when no
-        other folder of its input's size has parts to lend."""
-        for stem, owner, cache in self._folders().get(str(shard_plan.shard.info.size), []):
-            if owner is not shard_plan and cache:
-                shard_plan.previous = list(cache)
-                shard_plan.reused_from = uris.join(layout.metric_root(self.config.output, self.plan.metric.label), stem)
-                return
+        """Sets the shard plan's `previous` (the lent parts) and `reused_from` (the lending
+        folders); nothing when no other folder of its input's size and rows has parts to lend."""
+        shard = shard_plan.shard
+        stem = layout.shard_stem(shard.rel)
+        found = [folder for folder in self._folders().get(str(shard.info.size), [])
+                 if folder.owner is not shard_plan and folder.cache and folder.rows == shard.num_rows]
+        if not found:
+            return
+        lenders = heapq.nsmallest(MAX_LENDERS, found, key=lambda f: (f.owner is not None, -_likeness(stem, f.stem)))
+        root = layout.metric_root(self.config.output, self.plan.metric.label)
+        shard_plan.previous = [uri for folder in lenders for uri in folder.cache]
+        shard_plan.reused_from = [uris.join(root, folder.stem) for folder in lenders]
 
-    def _folders(self) -> dict[str, list[tuple[str, object, list[str]]]]:
-        """Input size -> (folder, its present shard plan or None, the parts it lends), folders
-        in listing order."""
+    def _folders(self) -> dict[str, list[_Folder]]:
+        """Input size -> the folders of inputs of that size, in listing order."""
         if self._by_size is None:
             self._by_size = {}
             digest = self.plan.metric.digest
@@ -45,16 +69,31 @@ class SameSizeFolders:
             for stem, files in self.files_by_stem.items():
                 other = present.get(stem)
                 if other is not None:
-                    size, cache = other.shard.info.size, [uri for _, uri, _ in other.kept]
+                    size, rows = other.shard.info.size, other.shard.num_rows
+                    cache = [uri for _, uri, _ in other.kept]
                 else:
                     record = self.recorded.get(stem + ".parquet") or {}
                     if record.get("digest") != digest or not isinstance(record.get("parts"), dict):
                         continue
                     entries = record["parts"]
-                    size = record.get("input_size")
+                    size, rows = record.get("input_size"), _recorded_rows(entries)
                     cache = [listed.uri for listed in files if _vouched(entries.get(listed.uri.rsplit("/", 1)[-1]), listed)]
-                self._by_size.setdefault(str(size), []).append((stem, other, cache))
+                self._by_size.setdefault(str(size), []).append(_Folder(stem, other, rows, cache))
         return self._by_size
+
+
+def _recorded_rows(entries: dict) -> int:
+    """The rows of a vanished shard, from its recorded parts' names (a record is a whole cover)."""
+    parts = [layout.parse_part(name) for name in entries if isinstance(name, str)]
+    return max((part.stop for part in parts if part is not None), default=-1)
+
+
+def _likeness(a: str, b: str) -> int:
+    """How alike two folder names are: their common start and end, in characters (`old-7` and
+    `new-7`: 2; a renamed folder often keeps most of its name)."""
+    start = len(os.path.commonprefix([a, b]))
+    end = len(os.path.commonprefix([a[start:][::-1], b[start:][::-1]]))
+    return start + end
 
 
 def _vouched(entry, listed) -> bool:

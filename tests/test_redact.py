@@ -1,0 +1,140 @@
+"""URL redaction (`scoring.redact`) where a URL's end is unclear: a secret holding a quote,
+an `@`, a `&`, a `;` or a `#`; a URL in JSON, repr or plain text; `user:password@host`
+without a scheme. The rule: no byte of a secret is shown (a little trailing text may be
+masked with it), and a JSON document stays valid JSON."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from scoring.console_text import console_json, console_line
+from scoring.redact import redact_text, redact_url, redact_values
+
+# (url, its secret parts, what the redacted url is)
+SECRET_URLS = [
+    ('s3://AKIAQUOTE1:pa"ssw0rd1@bucket/k', ["AKIAQUOTE1", "ssw0rd1"], "s3://***@bucket/k"),
+    ("s3://AKIAQUOTE2:pa'ssw0rd2@bucket/k", ["AKIAQUOTE2", "ssw0rd2"], "s3://***@bucket/k"),
+    ('s3://AKIAQUOTE3:ab/c"d,e\'f@bucket/k', ["AKIAQUOTE3", "ab/c", "d,e", "'f"], "s3://***@bucket/k"),
+    ("https://h.example/?token=ab'cdsecret4", ["cdsecret4"], "https://h.example/?token=***"),
+    ('https://h.example/?a=1&sig=ab"cdsecret5&page=2', ["cdsecret5"], "https://h.example/?a=1&sig=***&page=2"),
+    ('https://h.example/?token=secret6"', ["secret6"], "https://h.example/?token=***"),
+    ("https://h.example/?token=secret7\\", ["secret7", "\\"], "https://h.example/?token=***"),
+    ("https://user8:p@ssw0rd8@host.example/x", ["user8", "ssw0rd8"], "https://***@host.example/x"),
+    ("https://me9user@mail.example:pw9secret@host.example/x", ["me9user", "mail.example", "pw9secret"],
+     "https://***@host.example/x"),
+    ("https://h.example/?token=ab&cdsecret10&page=2", ["cdsecret10"], "https://h.example/?token=***&***&page=2"),
+    ("https://h.example/?a=1;sig=semisecret11", ["semisecret11"], "https://h.example/?a=1;sig=***"),
+    ("https://h.example/?to%6Ben=pctsecret12", ["pctsecret12"], "https://h.example/?to%6Ben=***"),
+    ("https://h.example/cb#access_token=fragsecret13&state=1", ["fragsecret13"],
+     "https://h.example/cb#access_token=***&state=1"),
+    ("https://h.example/?token=ab#hashsecret14", ["hashsecret14"], "https://h.example/?token=***#***"),
+    ("https://h.example/?sig=ab&}=curlysecret17&page=2", ["curlysecret17"], "https://h.example/?sig=***&***&page=2"),
+    ("s3://AKIAPCT15:pa%22ss%27wd15@bucket/k", ["AKIAPCT15", "wd15"], "s3://***@bucket/k"),
+    ('admin16:hunter"2x16@head.example:10001', ["admin16", "2x16"], "***@head.example:10001"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("url", "secrets", "redacted"), SECRET_URLS)
+def test_redact_url_masks_every_byte_of_a_secret(url, secrets, redacted):
+    assert redact_url(url) == redacted
+    assert all(secret not in redacted for secret in secrets)
+
+
+@pytest.mark.parametrize(("url", "secrets", "redacted"), SECRET_URLS)
+@pytest.mark.parametrize("template", ["cannot read {} - denied", "{}", "input {!r} missing", "x={} y",
+                                      "({!r}, 3)", "{{'at': {!r}}}", "see <{}> now", "see `{}` now"])
+def test_redact_text_finds_the_whole_url_around_quotes(url, secrets, redacted, template):
+    """In plain text (`one_line` errors) and in a repr (`{url!r}` in a message) a quote inside
+    a secret does not end the URL; the quotes of a repr are kept."""
+    text = template.format(url)
+    shown = redact_text(text)
+    assert all(secret not in shown for secret in secrets), (text, shown)
+    quote = repr(url)[0]  # a repr quotes with the quote the URL does not hold
+    assert shown == template.replace("{!r}", quote + "{}" + quote).format(redacted), (text, shown)
+
+
+@pytest.mark.parametrize("text", [
+    "see 's3://bucket/prefix/a@b.parquet' and https://host:8443/path@x now",
+    '{"input": "s3://bucket/k", "n": 3, "at": "https://h.example/x?page=2"}',
+    'time 12:30, mail a@b.example, C:\\data\\x.parquet, "key:value", url="https://h/x"',
+    '{"a:b": "c@d", "ok": true}',
+    "ray address 127.0.0.1:8265 and http://127.0.0.1:8265/api",
+])  # fmt: skip
+def test_redact_text_keeps_text_without_secrets(text):
+    assert redact_text(text) == text
+
+
+JSON_VALUES = [url for url, _, _ in SECRET_URLS] + [
+    "'https://h.example/?token=ab'cdsecret20'",
+    'he said "https://h.example/?token=quoted21", then left',
+    "cannot read s3://AKIAMID22:x\"y'z@bucket/k: denied",
+    "https://h.example/?token=päss23wörd",
+    "https://h.example/?token=esc24\\\"aped",
+]
+
+
+@pytest.mark.parametrize("value", JSON_VALUES)
+@pytest.mark.parametrize(("indent", "ascii_only"), [(None, False), (1, True), (2, False)])
+def test_redacting_a_json_text_equals_redacting_its_values(value, indent, ascii_only):
+    """A JSON document redacted as text (compare's document on stdout goes through
+    `console_line` line by line) still parses, and its strings are what redacting the decoded
+    strings gives (`redact_values`, the `--json` summaries): an escaped quote `\\"` inside a
+    string is part of the URL, the unescaped `"` that ends the string is not."""
+    document = {"system": value, "systems": [value, "plain"], "n": 3, value: {"k": value}}
+    text = json.dumps(document, indent=indent, ensure_ascii=ascii_only)
+    expected = redact_values(document)
+    assert json.loads(redact_text(text)) == expected
+    printed = "\n".join(console_line(line, None) for line in console_json(text).split("\n"))
+    assert json.loads(printed) == expected
+    for _, secrets, _ in SECRET_URLS:
+        if any(secret in value for secret in secrets):
+            assert all(secret not in printed for secret in secrets)
+    for secret in ("cdsecret20", "quoted21", "AKIAMID22", "y'z", "ss23", "wörd", "aped"):
+        assert secret not in printed
+
+
+def test_a_secret_with_a_space_in_json_still_leaves_valid_json():
+    """A URL ends at whitespace: a document holding one stays valid JSON (the text after the
+    space is no URL any more)."""
+    value = 'https://x.example/?token=abc", "injected": "1'
+    text = json.dumps({"system": value, "n": 3}, indent=1)
+    printed = json.loads(redact_text(text))
+    assert set(printed) == {"system", "n"} and printed["n"] == 3
+    assert "abc" not in printed["system"]
+
+
+@pytest.mark.timeout(60)
+def test_redaction_is_idempotent_and_linear():
+    text = " ".join(url for url, _, _ in SECRET_URLS)
+    once = redact_text(text)
+    assert redact_text(once) == once
+    hostile = 'https://h/?token=' + '"\\' * 200_000 + " " + "a:" * 200_000 + ' ' + '",' * 200_000
+    assert len(redact_text(hostile)) < len(hostile)  # returns (a quadratic scan would not), masks
+
+
+@pytest.mark.timeout(120)
+def test_no_byte_of_a_random_secret_shows_in_any_quoting():
+    """Seeded random secrets of URL punctuation, quotes and backslashes (no whitespace, no `=`:
+    a secret holding `&name=` reads as a next parameter), as a password, a user or a secret
+    parameter, in plain text, reprs, prose quotes and JSON documents: the markers that open
+    and close each secret never show, and every JSON document still parses."""
+    rng = random.Random(20261127)
+    alphabet = "abcXYZ019\"'\\@&;#/:?,.)]}>`<%+-"
+    forms = ["s3://AKIA:{}@bucket/k", "https://u:{}@h.example:8443/p?x=1", "https://h.example/p?token={}",
+             "https://h.example/p?token={}&page=2", "https://h.example/p?a=1&X-Amz-Signature={}",
+             "https://h.example/p#access_token={}", "admin:{}@head.example:10001"]
+    templates = ["{}", "read {} now", "input {!r} missing", "({!r}, 3)", "see <{}>.", "x=`{}`", 'he said "{}", ok',
+                 "'{}'", "{}.", '"{}",', "it's {}", 'say "hi" then {}', "[{!r}]"]
+    for _ in range(3000):
+        secret = "Q" + "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 10))) + "Z"
+        url = rng.choice(forms).format(secret)
+        text = rng.choice(templates).format(url)
+        shown = [redact_url(url), redact_text(text)]
+        for indent in (None, 1):
+            document = json.dumps({"v": text, "l": [text, 1]}, indent=indent)
+            shown.append(redact_text(document))
+            json.loads(shown[-1])
+        assert not any("Q" in out or "Z" in out for out in shown), (text, shown)
