@@ -286,3 +286,30 @@ def test_the_installed_varlen_signature_is_read_from_torch():
         import inspect
 
         assert keywords == frozenset(inspect.signature(varlen_attn).parameters)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_the_installed_varlen_attn_accepts_every_call_the_engine_lets_through(causal):
+    """Each call `kernel_supports` passes to the installed `varlen_attn`, spelled by
+    `run_varlen_kernel`, on meta tensors (torch's shape-only version of the kernel: no GPU
+    needed): keywords that drifted in another torch release fail here, not on a lent GPU.
+    torch 2.11 takes the plain calls, 2.12 on also grouped heads and used keys."""
+    from scoring.varlen_attention import kernel_supports, run_varlen_kernel, varlen_keywords
+
+    keywords = varlen_keywords()
+    if keywords is None:
+        pytest.skip(f"torch {torch.__version__} has no varlen_attn")
+    assert kernel_supports(keywords)  # every release with `scale` takes the plain call
+    cu_q, cu_k = torch.tensor([0, 4, 10], dtype=torch.int32), torch.tensor([0, 5, 12], dtype=torch.int32)
+    ran = []
+    for grouped in (False, True):
+        for used_keys in (False, True):
+            if not kernel_supports(keywords, grouped, used_keys):
+                continue
+            query = torch.empty(10, 4, 8, dtype=torch.bfloat16, device="meta")
+            key = torch.empty(12, 2 if grouped else 4, 8, dtype=torch.bfloat16, device="meta")
+            used = torch.tensor([5, 6], dtype=torch.int32).to("meta") if used_keys else None
+            output = run_varlen_kernel(query, key, key.clone(), cu_q.to("meta"), cu_k.to("meta"), 6, 7, 0.125, causal, used)
+            assert output.shape == query.shape and output.dtype == query.dtype, (grouped, used_keys)
+            ran.append((grouped, used_keys))
+    assert ran[0] == (False, False)
