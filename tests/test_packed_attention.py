@@ -274,6 +274,16 @@ def test_varlen_kernel_keywords_are_spelled_for_the_installed_signature():
     assert spelled["enable_gqa"] is True and spelled["seqused_k"] is used and spelled["window_size"] == (-1, -1)
 
 
+def test_which_packed_calls_take_the_kernel_is_reported_per_torch_release(monkeypatch):
+    from scoring import varlen_attention
+
+    expected = {None: (False, False, False), _VARLEN_2_10: (False, False, False), _VARLEN_2_11: (True, False, False),
+                _VARLEN_2_12: (True, True, True)}
+    for keywords, (plain, grouped, used_keys) in expected.items():
+        monkeypatch.setattr(varlen_attention, "_VARLEN_KEYWORDS", keywords)
+        assert varlen_attention.varlen_support() == {"plain": plain, "grouped_heads": grouped, "source_runs": used_keys}
+
+
 def test_the_installed_varlen_signature_is_read_from_torch():
     from scoring.varlen_attention import varlen_keywords
 
