@@ -247,6 +247,16 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     steps: list[dict] = []
     import transformers
+    from transformers.models.bart.modeling_bart import BartDecoder
+
+    from scoring.engine_setup import require_cache_keyword
+    from scoring.errors import UsageError
+
+    try:  # the image's own transformers (5.17) when .whl did not travel: stop now, not case by case
+        require_cache_keyword(BartDecoder)
+    except UsageError as exc:
+        print(f"gpu-check: {exc}", file=sys.stderr)
+        return 2
 
     summary = {"device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu", "torch": torch.__version__,
                "cuda": torch.version.cuda, "transformers": transformers.__version__, "tiny": args.tiny, "rows": rows,
