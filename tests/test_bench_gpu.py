@@ -6,6 +6,7 @@ time limit and failures skip items without losing the others."""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -22,9 +23,12 @@ CORE_CASES = {("bart", "s->h distinct"), ("bart", "s->h grouped"), ("pegasus", "
 @pytest.mark.timeout(240)
 def test_dry_mode_runs_standalone_and_writes_json_and_markdown(tmp_path):
     out = tmp_path / "bench_gpu.json"
-    # a plain interpreter in the repository root, without PYTHONPATH: the script finds the
-    # working tree's `scoring` itself, as on a GPU machine where nothing is installed
-    env = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    # a plain interpreter in the repository root, the repository not on PYTHONPATH: the script
+    # finds the working tree's `scoring` itself, as on a GPU machine where nothing is installed
+    # (other PYTHONPATH entries stay: the carried wheels' folder, `make gpu-rehearsal`)
+    others = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and pathlib.Path(p).resolve() != REPO]
+    env = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "HOME": str(tmp_path), "OMP_NUM_THREADS": "1",
+           **({"PYTHONPATH": os.pathsep.join(others)} if others else {})}
     done = subprocess.run([sys.executable, "benchmarks/bench_gpu.py", "--tiny", "--device", "cpu", "--out", str(out)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=230)
     assert done.returncode == 0, done.stderr[-3000:]
