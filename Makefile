@@ -10,7 +10,7 @@ export HF_HUB_DISABLE_PROGRESS_BARS := 1
 export RAY_USAGE_STATS_ENABLED := 0
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test test-quick test-integration test-system lint bench gpu-wheels gpu-check gpu-sweep clean
+.PHONY: install demo test test-quick test-integration test-system lint bench gpu-wheels gpu-check gpu-sweep gpu-rehearsal clean
 
 install: $(STAMP)
 
@@ -76,6 +76,13 @@ GPU_SWEEP_SECONDS ?= 420
 GPU_SWEEP_FLAGS ?=
 gpu-sweep:
 	$(GPU_ENV) $(PY) -m benchmarks.gpu_sweep --out $(SWEEP_OUT) --time-limit $(GPU_SWEEP_SECONDS) $(GPU_SWEEP_FLAGS)
+
+# Before a lease, on a CPU with a registry: a copy of the GPU machines' image (Python 3.12, torch 2.11,
+# transformers 5.17, no Ray: benchmarks/gpu_image.txt) in a venv outside the repository, then gpu-check and
+# gpu-sweep in their dry modes, the engines' compiled layers and the engine tests there (about 2 GB to
+# download the first time; never part of `make test`). REHEARSAL_DIR, PY312, REHEARSAL_COMPILE: see the script.
+gpu-rehearsal:
+	bash scripts/gpu_rehearsal.sh
 
 clean:
 	rm -rf out .cache

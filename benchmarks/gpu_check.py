@@ -13,7 +13,7 @@ about 15 minutes with its start-up, and the sweeps are a second command):
    defaults, lower-priority variants skipped when they would not fit); then extras (plain
    forwards, float32) while time is left -> `bench_gpu.json` (rewritten
    after every case), `bench_gpu.log`; time is kept back for the two steps below;
-2. `pytest -m gpu tests/test_gpu_smoke.py` -> `pytest_gpu.log`;
+2. `pytest -m gpu` on the smoke tests and the packed-kernel tests (`GPU_TESTS`) -> `pytest_gpu.log`;
 3. end to end on real rows (`data/sample`: SummEval for BARTScore s->h, CTRLEval texts for
    CTRLEval coherence on PEGASUS), tiny models and, without `--tiny`, large-config random
    models (BART-large and PEGASUS-large sizes with the tiny tokenizers): the Ray job when Ray
@@ -217,6 +217,9 @@ def _markdown(summary: dict, out: pathlib.Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+# `pytest -m gpu` runs these: the smoke tests, and the packed kernels (torch's varlen_attn, spelled
+# for the installed torch) against the SDPA reference
+GPU_TESTS = ("tests/test_gpu_smoke.py", "tests/test_packed_attention.py", "tests/test_packed_decoder.py")
 # seconds kept back from the benchmark for the steps after it (their H200 times: 41 s, 27 s)
 PYTEST_RESERVE, E2E_RESERVE = 60.0, 45.0
 
@@ -244,6 +247,16 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     steps: list[dict] = []
     import transformers
+    from transformers.models.bart.modeling_bart import BartDecoder
+
+    from scoring.engine_setup import require_cache_keyword
+    from scoring.errors import UsageError
+
+    try:  # the image's own transformers (5.17) when .whl did not travel: stop now, not case by case
+        require_cache_keyword(BartDecoder)
+    except UsageError as exc:
+        print(f"gpu-check: {exc}", file=sys.stderr)
+        return 2
 
     summary = {"device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu", "torch": torch.__version__,
                "cuda": torch.version.cuda, "transformers": transformers.__version__, "tiny": args.tiny, "rows": rows,
@@ -279,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_pytest:
         def pytest_gpu():
             timeout = max(deadline - time.monotonic() - E2E_RESERVE, 30.0)
-            done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-m", "gpu", "tests/test_gpu_smoke.py"],
+            done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs", "-m", "gpu", *GPU_TESTS],
                                   cwd=REPO, capture_output=True, text=True, timeout=timeout,
                                   env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})
             print(done.stdout[-20000:] + done.stderr[-5000:])

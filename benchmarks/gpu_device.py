@@ -53,8 +53,10 @@ def describe(device: str) -> dict:
     """The device, its peaks (gpu_peaks.lookup) and the software versions."""
     import transformers
 
+    from scoring.varlen_attention import varlen_support
+
     info = {"device": device, "torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers.__version__,
-            "python": platform.python_version(), "cudnn": None, "driver": None}
+            "python": platform.python_version(), "cudnn": None, "driver": None, "varlen_attn": varlen_support()}
     if not device.startswith("cuda"):
         info.update(name=platform.processor() or platform.machine() or "cpu", peaks=lookup("cpu"))
         return info

@@ -50,11 +50,24 @@ def machine_lines(report: dict) -> list[str]:
     out.append(f"torch {machine['torch']}, CUDA {machine.get('cuda')}, cuDNN {machine.get('cudnn')}, driver {machine.get('driver')}, "
                f"transformers {machine['transformers']}; {machine.get('sm_count', 'n/a')} SMs, max SM clock "
                f"{machine.get('sm_clock_max_mhz', 'n/a')} MHz, power limit {machine.get('power_limit_w', 'n/a')} W.")
+    if machine.get("varlen_attn") is not None:
+        out.append(varlen_line(machine["varlen_attn"], machine["torch"]))
     if report["gemm_ceiling"]:
         out.append("")
         out.append("GEMM ceiling (steady `torch.mm`): " + "; ".join(
             f"{g['m']}x{g['k']}x{g['n']} {g['dtype']} {g['tflops']:.4g} TFLOP/s" for g in report["gemm_ceiling"]) + ".")
     return out
+
+
+def varlen_line(support: dict[str, bool], torch_version: str) -> str:
+    """Which packed attention calls ran torch's varlen kernel (CUDA, half precision) with this
+    torch, and which took the SDPA reference: a packed variant's time depends on it."""
+    names = {"plain": "packed self- and cross-attention", "grouped_heads": "grouped-query heads",
+             "source_runs": "source runs (`seqused_k`)"}
+    kernel = [names[k] for k in names if support.get(k)]
+    sdpa = [names[k] for k in names if not support.get(k)]
+    return (f"Packed attention with torch {torch_version}: varlen kernel for {', '.join(kernel) or 'nothing'}; "
+            f"SDPA for {', '.join(sdpa) or 'nothing'}.")
 
 
 def render_markdown(report: dict, heading: str = "#") -> str:

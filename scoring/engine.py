@@ -38,7 +38,13 @@ One job per module; this module keeps the names the metrics import:
 from __future__ import annotations
 
 from scoring.causal_engine import CausalLikelihood
-from scoring.engine_setup import compile_model_layers, layer_stacks, refuse_float16_for, require_ieee_float32
+from scoring.engine_setup import (
+    compile_model_layers,
+    layer_stacks,
+    refuse_float16_for,
+    require_cache_keyword,
+    require_ieee_float32,
+)
 from scoring.output_head import OutputHead, fused_logsumexp, token_logprobs
 from scoring.planning import CPU_DECODE_TOKEN_BUDGET, DEFAULT_TOKEN_BUDGET, budget_batches, run_splitting_on_oom
 from scoring.ragged import Ragged, collect, is_cuda, real_positions, to_device
@@ -53,5 +59,5 @@ _to_device = to_device
 __all__ = [
     "CPU_DECODE_TOKEN_BUDGET", "DEFAULT_TOKEN_BUDGET", "CausalLikelihood", "OutputHead", "Ragged", "Seq2SeqLikelihood",
     "budget_batches", "collect", "compile_model_layers", "fused_logsumexp", "layer_stacks", "real_positions", "refuse_float16_for",
-    "require_ieee_float32", "run_splitting_on_oom", "to_device", "token_logprobs",
+    "require_cache_keyword", "require_ieee_float32", "run_splitting_on_oom", "to_device", "token_logprobs",
 ]

@@ -17,6 +17,24 @@ def refuse_float16_for(model) -> None:
                          "use bfloat16 or float32")
 
 
+def require_cache_keyword(module_class: type) -> None:
+    """The engines hand transformers their precomputed keys/values as `cache=`, the keyword
+    from transformers 5.24 on. An older transformers names it `past_key_values` and takes a
+    `cache=` silently into its **kwargs: every decoder row would attend to the placeholder
+    states the engine passes beside its cache, wrong scores and no error. A module class whose
+    forward does not name `cache` is refused in one line instead."""
+    import inspect
+
+    if "cache" in inspect.signature(module_class.forward).parameters:
+        return
+    import transformers
+
+    from scoring.errors import UsageError
+
+    raise UsageError(f"transformers {transformers.__version__} is too old: ctgscore needs >= 5.24 (its models take `cache=`); "
+                     "on a GPU machine without a registry carry .whl (`make gpu-wheels`, docs/gpu.md)")
+
+
 def require_ieee_float32(model) -> None:
     """float32 models on CUDA multiply in IEEE float32, not TF32 (10-bit mantissa): TF32 made
     tiny-BART scores differ from the CPU's by 0.025 nats on an H200. A process that switched TF32

@@ -45,6 +45,7 @@ from scoring.engine import (
     OutputHead,
     Ragged,
     budget_batches,
+    require_cache_keyword,
     require_ieee_float32,
     run_splitting_on_oom,
 )
@@ -101,6 +102,7 @@ class PromptedLikelihood:
 
     def __init__(self, model, pad_id: int, token_budget: int = DEFAULT_TOKEN_BUDGET, max_batch_items: int | None = None,
                  share_prompts: bool = True, min_shared_prefix: int = MIN_SHARED_PREFIX):
+        require_cache_keyword(type(model))  # shared prompts reach the model (or its base model) as `cache=`
         self.model = model
         self.pad_id = int(pad_id)
         self.token_budget = int(token_budget)

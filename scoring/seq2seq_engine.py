@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from scoring import shared_source_attention
-from scoring.engine_setup import compile_model_layers, refuse_float16_for, require_ieee_float32
+from scoring.engine_setup import compile_model_layers, refuse_float16_for, require_cache_keyword, require_ieee_float32
 from scoring.output_head import OutputHead, token_logprobs
 from scoring.packed_decoder import can_pack_decoder, packed_decoder_states
 from scoring.packed_encoder import can_pack_encoder, packed_encoder_states
@@ -44,6 +44,7 @@ class Seq2SeqLikelihood:
 
     def __init__(self, model, pad_id: int, decoder_start_id: int, token_budget: int = DEFAULT_TOKEN_BUDGET, max_batch_items: int | None = None,
                  compile_layers: bool = False, cross_batch: bool | None = None):
+        require_cache_keyword(type(model.get_decoder()))  # the decoder is handed its cross keys/values as `cache=`
         self.model = model
         self.pad_id = pad_id
         self.decoder_start_id = decoder_start_id

@@ -105,6 +105,14 @@ def kernel_supports(keywords: frozenset[str] | None, grouped: bool = False, used
     return (not grouped or "enable_gqa" in keywords) and (not used_keys or "seqused_k" in keywords)
 
 
+def varlen_support() -> dict[str, bool]:
+    """Which packed calls this torch's `varlen_attn` runs on CUDA in half precision (the others
+    take the SDPA reference): what a benchmark report records beside the torch version."""
+    keywords = varlen_keywords()
+    return {"plain": kernel_supports(keywords), "grouped_heads": kernel_supports(keywords, grouped=True),
+            "source_runs": kernel_supports(keywords, used_keys=True)}
+
+
 def kernel_keywords(keywords: frozenset[str], causal: bool, grouped: bool = False, used_keys=None) -> dict:
     """The keyword arguments that ask a `varlen_attn` with these parameters for causal (or full)
     attention, grouped-query heads and per-segment used keys."""

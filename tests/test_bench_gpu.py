@@ -6,6 +6,7 @@ time limit and failures skip items without losing the others."""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -22,15 +23,19 @@ CORE_CASES = {("bart", "s->h distinct"), ("bart", "s->h grouped"), ("pegasus", "
 @pytest.mark.timeout(240)
 def test_dry_mode_runs_standalone_and_writes_json_and_markdown(tmp_path):
     out = tmp_path / "bench_gpu.json"
-    # a plain interpreter in the repository root, without PYTHONPATH: the script finds the
-    # working tree's `scoring` itself, as on a GPU machine where nothing is installed
-    env = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    # a plain interpreter in the repository root, the repository not on PYTHONPATH: the script
+    # finds the working tree's `scoring` itself, as on a GPU machine where nothing is installed
+    # (other PYTHONPATH entries stay: the carried wheels' folder, `make gpu-rehearsal`)
+    others = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and pathlib.Path(p).resolve() != REPO]
+    env = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "HOME": str(tmp_path), "OMP_NUM_THREADS": "1",
+           **({"PYTHONPATH": os.pathsep.join(others)} if others else {})}
     done = subprocess.run([sys.executable, "benchmarks/bench_gpu.py", "--tiny", "--device", "cpu", "--out", str(out)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=230)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
     machine, settings = report["machine"], report["settings"]
     assert machine["torch"] and machine["transformers"] and machine["peaks"]["bf16_tflops"] is None and machine["peaks"]["reason"]
+    assert set(machine["varlen_attn"]) == {"plain", "grouped_heads", "source_runs"}
     assert settings["min_seconds"] == 0.05 and settings["measurements"] == 5 and settings["held_out_share"] == 0.7
     assert {g["dtype"] for g in report["gemm_ceiling"]} == {"bfloat16", "float32"} and all(g["tflops"] > 0 for g in report["gemm_ceiling"])
     assert report["skipped"] == [] and not report["time_limit_hit"]
@@ -145,3 +150,11 @@ def test_useful_flops_match_the_hand_count_for_bart_large():
     assert flops == pytest.approx(217.7e9, rel=0.005)
     everything = 2 * sum(p.numel() for p in model.parameters()) * 560
     assert everything > 1.05 * flops  # the old count, with embeddings, reads high
+
+
+def test_the_report_says_which_packed_calls_ran_the_varlen_kernel():
+    line = gpu_report.varlen_line({"plain": True, "grouped_heads": False, "source_runs": False}, "2.11.0+cu130")
+    assert line == ("Packed attention with torch 2.11.0+cu130: varlen kernel for packed self- and cross-attention; "
+                    "SDPA for grouped-query heads, source runs (`seqused_k`).")
+    assert gpu_report.varlen_line(dict.fromkeys(("plain", "grouped_heads", "source_runs"), False), "2.9.0").endswith(
+        "varlen kernel for nothing; SDPA for packed self- and cross-attention, grouped-query heads, source runs (`seqused_k`).")

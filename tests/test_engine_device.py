@@ -97,3 +97,32 @@ def test_float16_pegasus_is_refused_with_a_reason(tiny_models):
 
     with pytest.raises(UsageError, match="float16 is refused for PEGASUS"):
         build_metric("ctrleval", {"model": tiny_models["pegasus"], "iwf": tiny_models["iwf"], "aspects": ["coherence"], "dtype": "float16"})
+
+
+class _Transformers517Decoder(torch.nn.Module):
+    """A module as transformers 5.17 spells its forward: `past_key_values`, and **kwargs that
+    would take a `cache=` without a word."""
+
+    def forward(self, input_ids=None, encoder_hidden_states=None, past_key_values=None, use_cache=None, **kwargs):
+        raise AssertionError("an engine built on it must not get this far")
+
+
+def test_a_transformers_that_ignores_cache_is_refused_not_scored_wrong(tiny_models, monkeypatch):
+    """Under transformers 5.17 (the lent GPU machines' own) the engines' `cache=` went into
+    **kwargs and the cross-batch, source-run and packed-decoder paths gave wrong scores with no
+    error; the engines that pass `cache=` now refuse such a model in one line."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    from scoring.engine import Seq2SeqLikelihood, require_cache_keyword
+    from scoring.prompt_cache import PromptedLikelihood
+
+    too_old = r"transformers \S+ is too old: ctgscore needs >= 5.24 \(its models take `cache=`\)"
+    with pytest.raises(UsageError, match=too_old):
+        require_cache_keyword(_Transformers517Decoder)
+    model = AutoModelForSeq2SeqLM.from_pretrained(tiny_models["bart"]).eval()
+    Seq2SeqLikelihood(model, pad_id=1, decoder_start_id=2)  # the installed transformers takes `cache=`
+    monkeypatch.setattr(model, "get_decoder", _Transformers517Decoder)
+    with pytest.raises(UsageError, match=too_old):
+        Seq2SeqLikelihood(model, pad_id=1, decoder_start_id=2)
+    with pytest.raises(UsageError, match=too_old):
+        PromptedLikelihood(_Transformers517Decoder(), pad_id=0)

@@ -128,7 +128,7 @@ def test_varlen_kernel_matches_the_reference_on_cuda():
     total = sum(lengths)
     query, key, value = (torch.randn(1, 8, total, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     if not varlen_kernel_available(query):
-        pytest.skip("torch.nn.attention.varlen is not available")
+        pytest.skip(f"torch {torch.__version__} has no varlen_attn that takes a scale")
     segments = PackedSegments.of(lengths, "cuda")
     got = packed_attention(query, key, value, segments, scale=None, causal=True)
     want = reference_packed_attention(query.float(), key.float(), value.float(), lengths, None, True)
@@ -169,8 +169,8 @@ def test_source_runs_kernel_matches_the_reference_on_cuda():
     row_sources, source_lengths = (0, 0, 0, 2, 3, 3), (50, 90, 70, 20)
     query = torch.randn(6, 8, 30, 64, device="cuda", dtype=torch.bfloat16)
     key, value = (torch.randn(4, 90, 8, 64, device="cuda", dtype=torch.bfloat16).transpose(1, 2) for _ in range(2))
-    if not varlen_kernel_available(query):
-        pytest.skip("torch.nn.attention.varlen is not available")
+    if not varlen_kernel_available(query, used_keys=True):  # torch 2.11: no `seqused_k`, the reference would run
+        pytest.skip(f"torch {torch.__version__}'s varlen_attn cannot run source runs (no seqused_k)")
     runs = SourceRuns(row_sources, source_lengths).with_kernel_index(30, 90, "cuda")
     got = source_run_attention(query, key, value, runs, scale=None)
     want = source_run_attention(query.float(), key.float(), value.float(), SourceRuns(row_sources, source_lengths), None)
@@ -274,6 +274,16 @@ def test_varlen_kernel_keywords_are_spelled_for_the_installed_signature():
     assert spelled["enable_gqa"] is True and spelled["seqused_k"] is used and spelled["window_size"] == (-1, -1)
 
 
+def test_which_packed_calls_take_the_kernel_is_reported_per_torch_release(monkeypatch):
+    from scoring import varlen_attention
+
+    expected = {None: (False, False, False), _VARLEN_2_10: (False, False, False), _VARLEN_2_11: (True, False, False),
+                _VARLEN_2_12: (True, True, True)}
+    for keywords, (plain, grouped, used_keys) in expected.items():
+        monkeypatch.setattr(varlen_attention, "_VARLEN_KEYWORDS", keywords)
+        assert varlen_attention.varlen_support() == {"plain": plain, "grouped_heads": grouped, "source_runs": used_keys}
+
+
 def test_the_installed_varlen_signature_is_read_from_torch():
     from scoring.varlen_attention import varlen_keywords
 
@@ -286,3 +296,30 @@ def test_the_installed_varlen_signature_is_read_from_torch():
         import inspect
 
         assert keywords == frozenset(inspect.signature(varlen_attn).parameters)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_the_installed_varlen_attn_accepts_every_call_the_engine_lets_through(causal):
+    """Each call `kernel_supports` passes to the installed `varlen_attn`, spelled by
+    `run_varlen_kernel`, on meta tensors (torch's shape-only version of the kernel: no GPU
+    needed): keywords that drifted in another torch release fail here, not on a lent GPU.
+    torch 2.11 takes the plain calls, 2.12 on also grouped heads and used keys."""
+    from scoring.varlen_attention import kernel_supports, run_varlen_kernel, varlen_keywords
+
+    keywords = varlen_keywords()
+    if keywords is None:
+        pytest.skip(f"torch {torch.__version__} has no varlen_attn")
+    assert kernel_supports(keywords)  # every release with `scale` takes the plain call
+    cu_q, cu_k = torch.tensor([0, 4, 10], dtype=torch.int32), torch.tensor([0, 5, 12], dtype=torch.int32)
+    ran = []
+    for grouped in (False, True):
+        for used_keys in (False, True):
+            if not kernel_supports(keywords, grouped, used_keys):
+                continue
+            query = torch.empty(10, 4, 8, dtype=torch.bfloat16, device="meta")
+            key = torch.empty(12, 2 if grouped else 4, 8, dtype=torch.bfloat16, device="meta")
+            used = torch.tensor([5, 6], dtype=torch.int32).to("meta") if used_keys else None
+            output = run_varlen_kernel(query, key, key.clone(), cu_q.to("meta"), cu_k.to("meta"), 6, 7, 0.125, causal, used)
+            assert output.shape == query.shape and output.dtype == query.dtype, (grouped, used_keys)
+            ran.append((grouped, used_keys))
+    assert ran[0] == (False, False)
