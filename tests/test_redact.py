@@ -138,3 +138,39 @@ def test_no_byte_of_a_random_secret_shows_in_any_quoting():
             shown.append(redact_text(document))
             json.loads(shown[-1])
         assert not any("Q" in out or "Z" in out for out in shown), (text, shown)
+
+
+@pytest.mark.parametrize("text", [
+    '{"a":"https://h.example/x","b":"s3://AKIA:runsecret1@bucket/k"}',
+    '{"a":"https://h.example/x?a=1","b":"https://h.example/?sig=runsecret2"}',
+    '{"a":"https://h.example/x","b":"admin:runsecret3@head.example"}',
+    "see https://h.example/x,s3://AKIA:runsecret4@bucket/k now",
+    "(https://h.example/x|https://h.example/p?a=1&b=2#c|s3://AKIA:runsecret5@bucket/k)",
+    "https://h.example/x,1s3://AKIA:runsecret6@bucket/k",
+    "https://h.example/p?token=ab#runsecret7https://h.example/x",
+    '{"a":"https://h.example/?token=x:runsecret8&page=2","b":"a@b.example","c":"https://h.example/?sig=runsecret9"}',
+    '{"a":"s3://AKIA:p@runsecret10@bucket/k","b":"https://h.example/?x=1&sig=runsecret11"}',
+    "it's s3://AKIA:Q<@runsecret12\"<,`b:runsecret13@bucket/k",
+    'x=https://h.example/p#f","x:y","https://h.example/p?token=Q%@\\+,runsecret14',
+])  # fmt: skip
+def test_a_url_in_the_same_run_as_another_is_redacted_too(text):
+    """URLs with no whitespace between them (compact JSON, a comma-joined list): a URL that
+    lies in another's run is still redacted, and a compact JSON text keeps every key."""
+    shown = redact_text(text)
+    assert "runsecret" not in shown and "AKIA" not in shown, shown
+    if text.startswith("{"):
+        assert json.loads(shown) == redact_values(json.loads(text))
+
+
+@pytest.mark.timeout(60)
+def test_a_long_word_before_an_at_sign_costs_linear_time():
+    """A long run of scheme characters (a base64 cell) in a text holding an `@` or a `://`
+    elsewhere: no search that rescans the run from each of its characters (50,000 characters
+    took seconds, a megabyte would take many minutes)."""
+    import time
+
+    for text in ("a" * 400_000 + " @", "a." * 200_000 + " ://", "a1" * 200_000 + " a@b",
+                 "https://a" * 50_000, '"https://h/x",' * 30_000):
+        began = time.perf_counter()
+        redact_text(text)
+        assert time.perf_counter() - began < 5, text[:20]
