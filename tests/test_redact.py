@@ -165,12 +165,8 @@ def test_a_url_in_the_same_run_as_another_is_redacted_too(text):
 @pytest.mark.timeout(60)
 def test_a_long_word_before_an_at_sign_costs_linear_time():
     """A long run of scheme characters (a base64 cell) in a text holding an `@` or a `://`
-    elsewhere: no search that rescans the run from each of its characters (50,000 characters
-    took seconds, a megabyte would take many minutes)."""
-    import time
-
+    elsewhere: no search that rescans the run from each of its characters (40,000 characters
+    took 1.6 s, these 400,000 would take minutes: the timeout)."""
     for text in ("a" * 400_000 + " @", "a." * 200_000 + " ://", "a1" * 200_000 + " a@b",
                  "https://a" * 50_000, '"https://h/x",' * 30_000):
-        began = time.perf_counter()
-        redact_text(text)
-        assert time.perf_counter() - began < 5, text[:20]
+        assert redact_text(text).endswith(text[-3:])
