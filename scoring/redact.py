@@ -29,10 +29,10 @@ summaries), and a repr keeps its quotes; a compact one may lose what follows a m
 What stays ambiguous: inside a quoted URL, a secret ending in that quote and closing
 punctuation (`'...?token=ab',`) reads as the URL's end; a secret value holding `&name=` or
 `;name=` reads as a next parameter; a user name holding `/`, `?` or `#` (which a URL would
-percent-encode) is not read as one; a password that starts with digits and then holds `/`,
-`?` or `#` (`s3://KEY:12/ab@bucket`) reads as a port and a path; a password holding both `@`
-and then `x://`, or a `user:password@` token without a scheme whose password holds `://`,
-shows what comes before that `x://`.
+percent-encode) is not read as one; outside `s3://`, a password that starts with digits and
+then holds `/`, `?` or `#` (`https://KEY:12/ab@host`) reads as a port and a path; a password
+holding both `@` and then `x://`, or a `user:password@` token without a scheme whose password
+holds `://`, shows what comes before that `x://`.
 """
 
 from __future__ import annotations
@@ -64,8 +64,9 @@ _START = re.compile(
 # secret value is extended to the next URL after it (each try reads the URL again)
 _PARAM_END = re.compile(r"[&;#]")
 _RETRIES = 8
-# where the authority of a URL normally ends
+# where the authority of a URL normally ends; schemes whose authority has no port (a bucket)
 _AUTHORITY_END = re.compile(r"[/?#]")
+_PORTLESS = frozenset(("s3://", "s3a://", "s3n://"))
 _WHITESPACE = re.compile(r"\s")
 # characters that may follow the quote that closes a quoted URL (JSON, repr, prose)
 _CLOSERS = frozenset(",;:.!?)]}>\"'`")
@@ -75,7 +76,7 @@ _PAIRS = {'"': '"', "'": "'", "`": "`", "<": ">"}
 _DQUOTE = re.compile(r'\\[\s\S]|"')
 
 
-def _userinfo_end(rest: str) -> int:
+def _userinfo_end(rest: str, portless: bool = False) -> int:
     """Index of the `@` that ends a userinfo part of `rest` (the URL after `scheme://`), or -1.
 
     The authority normally ends at the first `/`; an `@` before it ends a userinfo. A secret may
@@ -84,17 +85,18 @@ def _userinfo_end(rest: str) -> int:
     hold `@` too: once the first `@` ends a userinfo, the last `@` of the URL does (a path
     holding an `@` after a userinfo is masked with it)."""
     at = rest.find("@")
-    return rest.rfind("@") if at >= 0 and _ends_userinfo(rest, 0, at) else -1
+    return rest.rfind("@") if at >= 0 and _ends_userinfo(rest, 0, at, portless) else -1
 
 
-def _ends_userinfo(text: str, body: int, at: int) -> bool:
+def _ends_userinfo(text: str, body: int, at: int, portless: bool = False) -> bool:
     """`_userinfo_end`'s rule for the URL whose text after the scheme starts at `body` and
-    whose first `@` is at `at`: read up to the first `/`, `?` or `#` only."""
+    whose first `@` is at `at`: read up to the first `/`, `?` or `#` only. `portless`: an
+    `s3://` URL, whose bucket has no port, so that any colon there is a userinfo's."""
     stop = _AUTHORITY_END.search(text, body, at)
     if stop is None:
         return True
     first = text[body:stop.start()]
-    return ":" in first and not first.split(":", 1)[1].isdigit()
+    return ":" in first and (portless or not first.split(":", 1)[1].isdigit())
 
 
 def _redact_params(params: str, masking: bool = False) -> tuple[str, bool]:
@@ -127,7 +129,7 @@ def _redact(url: str) -> tuple[str, bool]:
     masking would run on into any text after it)."""
     match = _SCHEME.match(url)
     scheme, rest = (match.group(1), match.group(2)) if match else ("", url)
-    end = _userinfo_end(rest)
+    end = _userinfo_end(rest, scheme.lower() in _PORTLESS)
     if end >= 0 and (scheme or ":" in rest[:end]):
         rest = f"{MASK}@{rest[end + 1:]}"
     rest, hash_, fragment = rest.partition("#")
@@ -202,13 +204,14 @@ def redact_text(text: str) -> str:
         body = match.end() if scheme else start
         before = bisect.bisect_left(dquotes, start)
         end = outer_end if start < outer_end else _url_end(text, start, body, (before - inner) % 2 == 1)
-        cut = _after_userinfo(text, body, end, ats, stops, match.end())
+        portless = text[start:body].lower() in _PORTLESS
+        cut = _after_userinfo(text, body, end, ats, stops, match.end(), portless)
         shown, masking = _redact(text[start:cut])
         for _ in range(_RETRIES):  # its last secret value runs on to the next parameter: so does this URL
             if not masking or cut == end:
                 break
             after = _PARAM_END.search(text, cut, end)
-            cut = _after_userinfo(text, body, end, ats, stops, after.end()) if after else end
+            cut = _after_userinfo(text, body, end, ats, stops, after.end(), portless) if after else end
             shown, masking = _redact(text[start:cut])
         if masking and cut < end:  # still in a secret value: the rest of the run is masked with it
             cut, shown = end, _redact(text[start:end])[0]
@@ -220,7 +223,8 @@ def redact_text(text: str) -> str:
     return "".join(out)
 
 
-def _after_userinfo(text: str, body: int, end: int, ats: list[int], stops: list[int], least: int) -> int:
+def _after_userinfo(text: str, body: int, end: int, ats: list[int], stops: list[int], least: int,
+                    portless: bool = False) -> int:
     """Where the URL `text[:end]` whose text after the scheme starts at `body` ends if another
     URL starts inside it (`_next_url`; else `end`). URLs with no whitespace between them
     (compact JSON, `a,b`) are each redacted, the first one's parameters or path not taken to
@@ -228,7 +232,7 @@ def _after_userinfo(text: str, body: int, end: int, ats: list[int], stops: list[
     URL, which is looked for after its first `@` (a password may hold `://`), else after
     `least`."""
     k = bisect.bisect_left(ats, body)
-    if k < len(ats) and ats[k] < end and _ends_userinfo(text, body, ats[k]):
+    if k < len(ats) and ats[k] < end and _ends_userinfo(text, body, ats[k], portless):
         return _next_url(text, max(least, ats[k] + 1), end, ats, [])  # a `user:password@` token here is password
     return _next_url(text, least, end, ats, stops)
 

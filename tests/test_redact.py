@@ -33,6 +33,8 @@ SECRET_URLS = [
     ("https://h.example/?token=ab#hashsecret14", ["hashsecret14"], "https://h.example/?token=***#***"),
     ("https://h.example/?sig=ab&}=curlysecret17&page=2", ["curlysecret17"], "https://h.example/?sig=***&***&page=2"),
     ("s3://AKIAPCT15:pa%22ss%27wd15@bucket/k", ["AKIAPCT15", "wd15"], "s3://***@bucket/k"),
+    ("s3://AKIADIGITS18:1234/digsecret18@bucket/k", ["AKIADIGITS18", "digsecret18"], "s3://***@bucket/k"),
+    ("S3://AKIADIGITS19:77#digsecret19@bucket/k", ["AKIADIGITS19", "digsecret19"], "S3://***@bucket/k"),
     ('admin16:hunter"2x16@head.example:10001', ["admin16", "2x16"], "***@head.example:10001"),
 ]  # fmt: skip
 
