@@ -104,6 +104,8 @@ def _redact_params(params: str, masking: bool = False) -> tuple[str, bool]:
     and whether the last one was secret. A part without `=`, or whose name is no name (`_NAME`),
     after a secret value is taken for the rest of that value (a raw `&` or `;` inside it) and
     masked too; `masking` carries that state in from the query into the fragment."""
+    if not params and not masking:
+        return params, masking
     parts = re.split(r"([&;])", params)
     for i in range(0, len(parts), 2):
         name, sep, _ = parts[i].partition("=")
