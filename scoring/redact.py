@@ -58,7 +58,7 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)(.*)$", re.S)
 # no search rescans a long run from each of its characters (quadratic)
 _START = re.compile(
     r"""(?<![A-Za-z0-9+.-])[0-9+.-]*(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)"""
-    r"""|(?<![^\s"'`<(\[{=,;])(?P<bare>[\w.~%+-]+:(?!//))"""
+    r"""|(?<![^\s"'`<(\[{=,;|])(?P<bare>[\w.~%+-]+:(?!//))"""
 )
 # where a parameter's value ends at the latest, and how often a URL that seems to end inside a
 # secret value is extended to the next URL after it (each try reads the URL again)

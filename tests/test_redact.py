@@ -154,6 +154,7 @@ def test_no_byte_of_a_random_secret_shows_in_any_quoting():
     '{"a":"s3://AKIA:p@runsecret10@bucket/k","b":"https://h.example/?x=1&sig=runsecret11"}',
     "it's s3://AKIA:Q<@runsecret12\"<,`b:runsecret13@bucket/k",
     'x=https://h.example/p#f","x:y","https://h.example/p?token=Q%@\\+,runsecret14',
+    "https://h.example/x|admin:runsecret15@head.example:10001|a@b.example",
 ])  # fmt: skip
 def test_a_url_in_the_same_run_as_another_is_redacted_too(text):
     """URLs with no whitespace between them (compact JSON, a comma-joined list): a URL that
