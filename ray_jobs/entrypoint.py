@@ -92,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     problems = error_rate_exceeded(manifest)
     summary = run_summary(manifest, config.output, problems)
-    print(console_json(json.dumps(redact_values(summary), default=str)) if args.json else console_line(summary_line(manifest)))
+    print(console_json(json.dumps(redact_values(summary), default=lambda value: redact_values(str(value)))) if args.json else console_line(summary_line(manifest)))
     sys.stdout.flush()
     if problems:
         print(f"error: {console_line(one_line('; '.join(problems)))}", file=sys.stderr)

@@ -20,11 +20,19 @@ was opened with (`'...'` of a repr, `"..."`, `<...>`, backticks), at the same es
 or the unescaped `"` that ends the JSON string it lies in, followed by nothing but closing
 punctuation up to whitespace. Every other quote, escaped (`\\"` in a JSON text) or not
 (`s3://KEY:pa"ss@bucket`, `?token=ab'cd`), is part of the URL and masked with the secret.
-So a JSON text stays valid JSON, its strings redacted as `redact_values` redacts the decoded
-strings (the `--json` summaries), and a repr keeps its quotes. What stays ambiguous: inside a
-quoted URL, a secret ending in that quote and closing punctuation (`'...?token=ab',`) reads as
-the URL's end; a secret value holding `&name=` or `;name=` reads as a next parameter; a user
-name holding `/`, `?` or `#` (which a URL would percent-encode) is not read as one.
+A URL also ends where another starts inside it (`_after_userinfo`: URLs with no whitespace
+between them, compact JSON `["https://a","s3://K:S@b"]`, `a,b`), each redacted on its own,
+unless that start lies in its userinfo or in a secret value (then masked with it).
+So a JSON text with a space after its commas (`json.dumps`'s default, or indented) stays valid
+JSON, its strings redacted as `redact_values` redacts the decoded strings (the `--json`
+summaries), and a repr keeps its quotes; a compact one may lose what follows a masked secret.
+What stays ambiguous: inside a quoted URL, a secret ending in that quote and closing
+punctuation (`'...?token=ab',`) reads as the URL's end; a secret value holding `&name=` or
+`;name=` reads as a next parameter; a user name holding `/`, `?` or `#` (which a URL would
+percent-encode) is not read as one; outside `s3://`, a password that starts with digits and
+then holds `/`, `?` or `#` (`https://KEY:12/ab@host`) reads as a port and a path; a password
+holding both `@` and then `x://`, or a `user:password@` token without a scheme whose password
+holds `://`, shows what comes before that `x://`.
 """
 
 from __future__ import annotations
@@ -45,8 +53,20 @@ _SECRET_PARAMS = re.compile(
 _NAME = re.compile(r"[\w.~%+\-\[\]]+")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)(.*)$", re.S)
 # where a URL starts in a text: `scheme://`, or a word and a colon at the start of a token
-# (`user:password@host` without a scheme; kept only when an `@` follows)
-_START = re.compile(r"""(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)|(?<![^\s"'`<(\[{=,;])(?P<bare>[\w.~%+-]+:(?!//))""")
+# (`user:password@host` without a scheme; kept only when an `@` follows). A match starts where
+# a run of scheme characters starts (the scheme is the run from its first letter on), so that
+# no search rescans a long run from each of its characters (quadratic)
+_START = re.compile(
+    r"""(?<![A-Za-z0-9+.-])[0-9+.-]*(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)"""
+    r"""|(?<![^\s"'`<(\[{=,;|])(?P<bare>[\w.~%+-]+:(?!//))"""
+)
+# where a parameter's value ends at the latest, and how often a URL that seems to end inside a
+# secret value is extended to the next URL after it (each try reads the URL again)
+_PARAM_END = re.compile(r"[&;#]")
+_RETRIES = 8
+# where the authority of a URL normally ends; schemes whose authority has no port (a bucket)
+_AUTHORITY_END = re.compile(r"[/?#]")
+_PORTLESS = frozenset(("s3://", "s3a://", "s3n://"))
 _WHITESPACE = re.compile(r"\s")
 # characters that may follow the quote that closes a quoted URL (JSON, repr, prose)
 _CLOSERS = frozenset(",;:.!?)]}>\"'`")
@@ -56,7 +76,7 @@ _PAIRS = {'"': '"', "'": "'", "`": "`", "<": ">"}
 _DQUOTE = re.compile(r'\\[\s\S]|"')
 
 
-def _userinfo_end(rest: str) -> int:
+def _userinfo_end(rest: str, portless: bool = False) -> int:
     """Index of the `@` that ends a userinfo part of `rest` (the URL after `scheme://`), or -1.
 
     The authority normally ends at the first `/`; an `@` before it ends a userinfo. A secret may
@@ -65,15 +85,18 @@ def _userinfo_end(rest: str) -> int:
     hold `@` too: once the first `@` ends a userinfo, the last `@` of the URL does (a path
     holding an `@` after a userinfo is masked with it)."""
     at = rest.find("@")
-    if at < 0:
-        return -1
-    head = rest[:at]
-    if "/" not in head and "?" not in head and "#" not in head:
-        return rest.rfind("@")
-    first = re.split(r"[/?#]", head, maxsplit=1)[0]
-    if ":" in first and not first.split(":", 1)[1].isdigit():
-        return rest.rfind("@")
-    return -1
+    return rest.rfind("@") if at >= 0 and _ends_userinfo(rest, 0, at, portless) else -1
+
+
+def _ends_userinfo(text: str, body: int, at: int, portless: bool = False) -> bool:
+    """`_userinfo_end`'s rule for the URL whose text after the scheme starts at `body` and
+    whose first `@` is at `at`: read up to the first `/`, `?` or `#` only. `portless`: an
+    `s3://` URL, whose bucket has no port, so that any colon there is a userinfo's."""
+    stop = _AUTHORITY_END.search(text, body, at)
+    if stop is None:
+        return True
+    first = text[body:stop.start()]
+    return ":" in first and (portless or not first.split(":", 1)[1].isdigit())
 
 
 def _redact_params(params: str, masking: bool = False) -> tuple[str, bool]:
@@ -81,6 +104,8 @@ def _redact_params(params: str, masking: bool = False) -> tuple[str, bool]:
     and whether the last one was secret. A part without `=`, or whose name is no name (`_NAME`),
     after a secret value is taken for the rest of that value (a raw `&` or `;` inside it) and
     masked too; `masking` carries that state in from the query into the fragment."""
+    if not params and not masking:
+        return params, masking
     parts = re.split(r"([&;])", params)
     for i in range(0, len(parts), 2):
         name, sep, _ = parts[i].partition("=")
@@ -98,17 +123,23 @@ def redact_url(url: str | None) -> str | None:
     A `user:password@host` without a scheme loses its userinfo too."""
     if not url:
         return url
+    return _redact(url)[0]
+
+
+def _redact(url: str) -> tuple[str, bool]:
+    """`redact_url`, and whether the URL ends inside a secret parameter's value (whose
+    masking would run on into any text after it)."""
     match = _SCHEME.match(url)
     scheme, rest = (match.group(1), match.group(2)) if match else ("", url)
-    end = _userinfo_end(rest)
+    end = _userinfo_end(rest, scheme.lower() in _PORTLESS)
     if end >= 0 and (scheme or ":" in rest[:end]):
         rest = f"{MASK}@{rest[end + 1:]}"
     rest, hash_, fragment = rest.partition("#")
     base, question, query = rest.partition("?")
     query, masking = _redact_params(query)
     if hash_:
-        fragment = MASK if masking and fragment else _redact_params(fragment)[0]
-    return f"{scheme}{base}{question}{query}{hash_}{fragment}"
+        fragment, masking = (fragment and MASK, True) if masking else _redact_params(fragment)
+    return f"{scheme}{base}{question}{query}{hash_}{fragment}", masking
 
 
 def _depth(backslashes: int) -> int:
@@ -160,30 +191,72 @@ def redact_text(text: str) -> str:
         return text
     dquotes = [m.start() for m in _DQUOTE.finditer(text) if m.group() == '"'] if '"' in text else []
     ats = [m.start() for m in re.finditer("@", text)]
-    spaces = [m.start() for m in _WHITESPACE.finditer(text)] if ats else []
+    # where a `user:password@` token ends at the latest: whitespace, or another URL's `://`
+    stops = sorted([m.start() for m in _WHITESPACE.finditer(text)] + [m.start() for m in re.finditer("://", text)]) \
+        if ats else []
     out, pos, inner = [], 0, 0  # inner: the unescaped `"` inside URLs so far, part of them
+    outer_end = -1  # the end of the URL a URL found inside it lies in
     while (match := _START.search(text, pos)) is not None:
-        if match.group("bare") and not _at_in_token(ats, spaces, match.end()):
+        scheme = match.group("scheme") is not None
+        if not scheme and not _at_in_token(ats, stops, match.end(), len(text)):
             out.append(text[pos:match.end()])  # a word and a colon, no `@` after them in the token
             pos = match.end()
             continue
-        start = match.start()
+        start = match.start("scheme") if scheme else match.start()
+        body = match.end() if scheme else start
         before = bisect.bisect_left(dquotes, start)
-        end = _url_end(text, start, match.end() if match.group("scheme") else start, (before - inner) % 2 == 1)
-        inner += bisect.bisect_left(dquotes, end) - before
-        out.append(text[pos:start] + (redact_url(text[start:end]) or ""))
-        pos = max(end, match.end())
+        end = outer_end if start < outer_end else _url_end(text, start, body, (before - inner) % 2 == 1)
+        portless = text[start:body].lower() in _PORTLESS
+        cut = _after_userinfo(text, body, end, ats, stops, match.end(), portless)
+        shown, masking = _redact(text[start:cut])
+        for _ in range(_RETRIES):  # its last secret value runs on to the next parameter: so does this URL
+            if not masking or cut == end:
+                break
+            after = _PARAM_END.search(text, cut, end)
+            cut = _after_userinfo(text, body, end, ats, stops, after.end(), portless) if after else end
+            shown, masking = _redact(text[start:cut])
+        if masking and cut < end:  # still in a secret value: the rest of the run is masked with it
+            cut, shown = end, _redact(text[start:end])[0]
+        outer_end = end if cut < end else -1
+        inner += bisect.bisect_left(dquotes, cut) - before
+        out.append(text[pos:start] + shown)
+        pos = max(cut, match.end())
     out.append(text[pos:])
     return "".join(out)
 
 
-def _at_in_token(ats: list[int], spaces: list[int], i: int) -> bool:
-    """An `@` comes at or after `i` before the next whitespace (positions sorted)."""
+def _after_userinfo(text: str, body: int, end: int, ats: list[int], stops: list[int], least: int,
+                    portless: bool = False) -> int:
+    """Where the URL `text[:end]` whose text after the scheme starts at `body` ends if another
+    URL starts inside it (`_next_url`; else `end`). URLs with no whitespace between them
+    (compact JSON, `a,b`) are each redacted, the first one's parameters or path not taken to
+    run into the next. Its userinfo (`_userinfo_end`) ends at the last `@` before that next
+    URL, which is looked for after its first `@` (a password may hold `://`), else after
+    `least`."""
+    k = bisect.bisect_left(ats, body)
+    if k < len(ats) and ats[k] < end and _ends_userinfo(text, body, ats[k], portless):
+        return _next_url(text, max(least, ats[k] + 1), end, ats, [])  # a `user:password@` token here is password
+    return _next_url(text, least, end, ats, stops)
+
+
+def _next_url(text: str, pos: int, end: int, ats: list[int], stops: list[int]) -> int:
+    """Where the next URL (`_START`: a scheme, or a `user:password@` token, unless `stops` is
+    empty) starts in `text[pos:end]`, or `end`."""
+    while (match := _START.search(text, pos, end)) is not None:
+        if match.group("scheme") is not None or (stops and _at_in_token(ats, stops, match.end(), end)):
+            return match.start()
+        pos = match.end()
+    return end
+
+
+def _at_in_token(ats: list[int], stops: list[int], i: int, end: int) -> bool:
+    """An `@` comes at or after `i`, before `end` and before the next of `stops` (whitespace,
+    `://`; positions sorted)."""
     k = bisect.bisect_left(ats, i)
-    if k == len(ats):
+    if k == len(ats) or ats[k] >= end:
         return False
-    w = bisect.bisect_left(spaces, i)
-    return w == len(spaces) or ats[k] < spaces[w]
+    w = bisect.bisect_left(stops, i)
+    return w == len(stops) or ats[k] < stops[w]
 
 
 def redact_values(value):

@@ -194,6 +194,26 @@ def test_emit_json_redacts_secrets_as_the_text_lines_do(capsys):
     assert "deadbeef" not in capsys.readouterr().out
 
 
+def test_emit_json_redacts_values_json_only_writes_through_its_default(capsys):
+    """A summary value JSON cannot write as it is (a set, a path, an object) is written by
+    `default` as a list or a string: that string is redacted too."""
+    import pathlib
+
+    from ctgscore.cli import common
+
+    class Location:
+        def __str__(self) -> str:
+            return "s3://AKIAOBJECT:objsecret@bucket/k"
+
+    summary = {"ok": True, "inputs": {"s3://AKIASET:setsecret@bucket/k"}, "where": Location(),
+               "path": pathlib.PurePosixPath("u:pathsecret@host")}
+    common.emit(_args(json=True), summary, ["x"])
+    printed = capsys.readouterr().out
+    assert json.loads(printed)["inputs"] == ["s3://***@bucket/k"]
+    for secret in ("setsecret", "objsecret", "pathsecret", "AKIA"):
+        assert secret not in printed
+
+
 @pytest.mark.parametrize("value", [
     'https://x.example/?token=se"cret',  # a quote ends the URL right after a JSON escape's backslash
     'https://x.example/?a=1&sig=k\\"x',

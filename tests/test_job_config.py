@@ -518,3 +518,35 @@ def test_config_errors_from_nested_sections_name_the_key_path():
         with pytest.raises(ConfigError) as excinfo:
             parse_config(data)
         assert message in str(excinfo.value)
+
+
+def test_thousands_of_same_size_folders_cost_each_new_shard_a_few_name_comparisons(tmp_path, monkeypatch):
+    """A day of same-size shards renamed together beside as many folders of that size (a
+    nightly run): each new shard compares its name with a bounded number of folders, not with
+    every one (2,000 x 2,000 comparisons took seconds, 6,000 x 6,000 minutes of planning), and
+    still borrows the folder named like it first."""
+    from types import SimpleNamespace
+
+    from ray_jobs.job import reuse_cache
+
+    count, size, rows = 2000, 12345, 200
+    files_by_stem, recorded = {}, {}
+    for i in range(count):
+        stem = f"day1/shard-{i:05d}"
+        parts = [layout.part_uri("/out", "m", stem + ".parquet", layout.PartName(0, rows, f"{i:012x}"))]
+        files_by_stem[stem] = [SimpleNamespace(uri=uri, size=5, etag="e") for uri in parts]
+        recorded[stem + ".parquet"] = {"digest": "d", "input_size": size,
+                                       "parts": {uri.rsplit("/", 1)[-1]: {"size": 5, "etag": "e"} for uri in parts}}
+    wanting = [SimpleNamespace(shard=SimpleNamespace(rel=f"day2/shard-{i:05d}.parquet", info=SimpleNamespace(size=size),
+                                                     num_rows=rows), previous=[], reused_from=[]) for i in range(count)]
+    plan = SimpleNamespace(metric=SimpleNamespace(digest="d", label="m"), shards={p.shard.rel: p for p in wanting})
+    compared = []
+    likeness = reuse_cache._likeness
+    monkeypatch.setattr(reuse_cache, "_likeness", lambda a, b: compared.append(1) or likeness(a, b))
+    folders = reuse_cache.SameSizeFolders(SimpleNamespace(output="/out"), plan, files_by_stem, recorded)
+    for shard_plan in wanting:
+        folders.apply(shard_plan)
+    assert len(compared) <= 100 * count, len(compared)
+    for i in (0, 1, 777, count - 1):
+        lent = wanting[i].reused_from
+        assert len(lent) == reuse_cache.MAX_LENDERS and lent[0] == f"/out/m/day1/shard-{i:05d}", lent

@@ -33,6 +33,8 @@ SECRET_URLS = [
     ("https://h.example/?token=ab#hashsecret14", ["hashsecret14"], "https://h.example/?token=***#***"),
     ("https://h.example/?sig=ab&}=curlysecret17&page=2", ["curlysecret17"], "https://h.example/?sig=***&***&page=2"),
     ("s3://AKIAPCT15:pa%22ss%27wd15@bucket/k", ["AKIAPCT15", "wd15"], "s3://***@bucket/k"),
+    ("s3://AKIADIGITS18:1234/digsecret18@bucket/k", ["AKIADIGITS18", "digsecret18"], "s3://***@bucket/k"),
+    ("S3://AKIADIGITS19:77#digsecret19@bucket/k", ["AKIADIGITS19", "digsecret19"], "S3://***@bucket/k"),
     ('admin16:hunter"2x16@head.example:10001', ["admin16", "2x16"], "***@head.example:10001"),
 ]  # fmt: skip
 
@@ -138,3 +140,36 @@ def test_no_byte_of_a_random_secret_shows_in_any_quoting():
             shown.append(redact_text(document))
             json.loads(shown[-1])
         assert not any("Q" in out or "Z" in out for out in shown), (text, shown)
+
+
+@pytest.mark.parametrize("text", [
+    '{"a":"https://h.example/x","b":"s3://AKIA:runsecret1@bucket/k"}',
+    '{"a":"https://h.example/x?a=1","b":"https://h.example/?sig=runsecret2"}',
+    '{"a":"https://h.example/x","b":"admin:runsecret3@head.example"}',
+    "see https://h.example/x,s3://AKIA:runsecret4@bucket/k now",
+    "(https://h.example/x|https://h.example/p?a=1&b=2#c|s3://AKIA:runsecret5@bucket/k)",
+    "https://h.example/x,1s3://AKIA:runsecret6@bucket/k",
+    "https://h.example/p?token=ab#runsecret7https://h.example/x",
+    '{"a":"https://h.example/?token=x:runsecret8&page=2","b":"a@b.example","c":"https://h.example/?sig=runsecret9"}',
+    '{"a":"s3://AKIA:p@runsecret10@bucket/k","b":"https://h.example/?x=1&sig=runsecret11"}',
+    "it's s3://AKIA:Q<@runsecret12\"<,`b:runsecret13@bucket/k",
+    'x=https://h.example/p#f","x:y","https://h.example/p?token=Q%@\\+,runsecret14',
+    "https://h.example/x|admin:runsecret15@head.example:10001|a@b.example",
+])  # fmt: skip
+def test_a_url_in_the_same_run_as_another_is_redacted_too(text):
+    """URLs with no whitespace between them (compact JSON, a comma-joined list): a URL that
+    lies in another's run is still redacted, and a compact JSON text keeps every key."""
+    shown = redact_text(text)
+    assert "runsecret" not in shown and "AKIA" not in shown, shown
+    if text.startswith("{"):
+        assert json.loads(shown) == redact_values(json.loads(text))
+
+
+@pytest.mark.timeout(60)
+def test_a_long_word_before_an_at_sign_costs_linear_time():
+    """A long run of scheme characters (a base64 cell) in a text holding an `@` or a `://`
+    elsewhere: no search that rescans the run from each of its characters (40,000 characters
+    took 1.6 s, these 400,000 would take minutes: the timeout)."""
+    for text in ("a" * 400_000 + " @", "a." * 200_000 + " ://", "a1" * 200_000 + " a@b",
+                 "https://a" * 50_000, '"https://h/x",' * 30_000):
+        assert redact_text(text).endswith(text[-3:])

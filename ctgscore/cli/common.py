@@ -302,7 +302,9 @@ def emit(args: argparse.Namespace, summary: Mapping[str, Any], text: str | Itera
     from scoring.redact import redact_values
 
     if flag(args, "json"):
-        print(console_json(json.dumps(redact_values(summary), default=_json_default, ensure_ascii=False)))
+        # a value JSON cannot write as it is (a set, a path) is redacted as `default` writes it
+        print(console_json(json.dumps(redact_values(summary), default=lambda value: redact_values(_json_default(value)),
+                                      ensure_ascii=False)))
     else:
         lines = [text] if isinstance(text, str) else list(text)
         for line in lines:

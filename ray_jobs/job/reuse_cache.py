@@ -4,6 +4,7 @@ its size and row count, when no folder holds parts of its own version."""
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import os
 from typing import NamedTuple
@@ -16,6 +17,10 @@ from ray_jobs.storage import uris
 #: of the shard reads every lent part and holds their rows (up to this many times the shard's
 #: rows): a folder of thousands of same-size shards must not make each read them all
 MAX_LENDERS = 4
+#: a group of more same-size folders than this is not compared whole with each new shard's name
+#: (thousands of new shards beside thousands of folders: a quadratic plan): only the folders
+#: named next to it in sorted order, forward and backward, and the first in listing order are
+_COMPARED = 64
 
 
 class _Folder(NamedTuple):
@@ -36,7 +41,9 @@ class SameSizeFolders:
     a row of the same content is reused whichever folder holds it, any other scored, and the
     parts are written anew under the shard's own version. Two shards of equal size renamed
     together each find their own rows. Lenders first: vanished folders (a renamed shard's old
-    one) before present ones, names most like the shard's (`_likeness`), listing order.
+    one) before present ones, names most like the shard's (`_likeness`; of more than
+    `_COMPARED` folders, among those named next to it in sorted order, forward and backward),
+    listing order.
 
     One per metric plan: the folders are indexed by input size on the first `apply`, once, not
     again for each new shard. `plan`: the metric's `plan.MetricPlan`; `files_by_stem`: its
@@ -45,14 +52,17 @@ class SameSizeFolders:
     def __init__(self, config, plan, files_by_stem, recorded) -> None:
         self.config, self.plan, self.files_by_stem, self.recorded = config, plan, files_by_stem, recorded
         self._by_size: dict[str, list[_Folder]] | None = None
+        self._groups: dict[tuple[str, int], tuple[_Group, _Group]] | None = None
 
     def apply(self, shard_plan) -> None:
         """Sets the shard plan's `previous` (the lent parts) and `reused_from` (the lending
         folders); nothing when no other folder of its input's size and rows has parts to lend."""
         shard = shard_plan.shard
         stem = layout.shard_stem(shard.rel)
-        found = [folder for folder in self._folders().get(str(shard.info.size), [])
-                 if folder.owner is not shard_plan and folder.cache and folder.rows == shard.num_rows]
+        vanished, present = self._grouped().get((str(shard.info.size), shard.num_rows), (_Group([]), _Group([])))
+        found = vanished.likest(stem)
+        if len(found) < MAX_LENDERS:
+            found += [folder for folder in present.likest(stem, 1) if folder.owner is not shard_plan]
         if not found:
             return
         lenders = heapq.nsmallest(MAX_LENDERS, found, key=lambda f: (f.owner is not None, -_likeness(stem, f.stem)))
@@ -80,6 +90,43 @@ class SameSizeFolders:
                     cache = [listed.uri for listed in files if _vouched(entries.get(listed.uri.rsplit("/", 1)[-1]), listed)]
                 self._by_size.setdefault(str(size), []).append(_Folder(stem, other, rows, cache))
         return self._by_size
+
+    def _grouped(self) -> dict[tuple[str, int], tuple[_Group, _Group]]:
+        """(input size, rows) -> its folders with parts to lend: vanished, present."""
+        if self._groups is None:
+            self._groups = {}
+            for size, folders in self._folders().items():
+                keys = dict.fromkeys(folder.rows for folder in folders if folder.cache)
+                for rows in keys:
+                    lending = [folder for folder in folders if folder.cache and folder.rows == rows]
+                    self._groups[size, rows] = (_Group([f for f in lending if f.owner is None]),
+                                                _Group([f for f in lending if f.owner is not None]))
+        return self._groups
+
+
+class _Group:
+    """Folders of one input size and row count, in listing order, and their names sorted
+    forward and backward (`_COMPARED`)."""
+
+    def __init__(self, folders: list[_Folder]) -> None:
+        self.folders = folders
+        self.forward = sorted(range(len(folders)), key=lambda i: folders[i].stem)
+        self.forward_names = [folders[i].stem for i in self.forward]
+        self.backward = sorted(range(len(folders)), key=lambda i: folders[i].stem[::-1])
+        self.backward_names = [folders[i].stem[::-1] for i in self.backward]
+
+    def likest(self, stem: str, more: int = 0) -> list[_Folder]:
+        """The folders to compare with `stem`, in listing order: all of a small group; of a
+        large one the `MAX_LENDERS` (+ `more`) named next to it on either side, forward and
+        backward (those sharing most of its start, of its end), and the first in listing order."""
+        if len(self.folders) <= _COMPARED:
+            return list(self.folders)
+        reach = MAX_LENDERS + more
+        chosen = set(range(reach))
+        for order, names, key in ((self.forward, self.forward_names, stem), (self.backward, self.backward_names, stem[::-1])):
+            at = bisect.bisect_left(names, key)
+            chosen.update(order[max(0, at - reach):at + reach])
+        return [self.folders[i] for i in sorted(chosen)]
 
 
 def _recorded_rows(entries: dict) -> int:
