@@ -13,7 +13,9 @@ after a secret may be masked with it):
   a piece without `=` after it (a raw `&`, `;` or `#` inside the secret) is masked with it.
 
 `redact_text` applies it to every URL inside a message (`scheme://...`, and every token
-`user:password@...`); `scoring.errors.one_line` and `scoring.console_text.console_line` call
+`user:password@host` whose host reads as a network host: a dotted name, an IP address,
+localhost or a name with a port; an id such as `system:model@v2` is kept, so an error still
+names its row); `scoring.errors.one_line` and `scoring.console_text.console_line` call
 it, so every one-line error and console line is redacted. A URL ends at whitespace (a secret
 holding whitespace is not a URL's) or at the quote that closes it (`_url_end`): the quote it
 was opened with (`'...'` of a repr, `"..."`, `<...>`, backticks), at the same escaping depth,
@@ -60,6 +62,14 @@ _START = re.compile(
     r"""(?<![A-Za-z0-9+.-])[0-9+.-]*(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)"""
     r"""|(?<![^\s"'`<(\[{=,;|])(?P<bare>[\w.~%+-]+:(?!//))"""
 )
+# what follows the `@` of a `user:password@host` token without a scheme: a network host (a
+# dotted name ending in a letter, an IP address, localhost, or any name with a port); read at
+# most a host name's length (253) after each of at most `_HOST_TRIES` `@`s of a token
+_HOST = re.compile(
+    r"(?:localhost|\[[0-9A-Fa-f:.]+\]|\d{1,3}(?:\.\d{1,3}){3}|(?:[A-Za-z0-9-]+\.)+[A-Za-z][A-Za-z0-9-]*"
+    r"|[A-Za-z0-9.-]+:\d{1,5})(?![A-Za-z0-9-])"
+)
+_HOST_LENGTH, _HOST_TRIES = 253, 64
 # where a parameter's value ends at the latest, and how often a URL that seems to end inside a
 # secret value is extended to the next URL after it (each try reads the URL again)
 _PARAM_END = re.compile(r"[&;#]")
@@ -198,7 +208,7 @@ def redact_text(text: str) -> str:
     outer_end = -1  # the end of the URL a URL found inside it lies in
     while (match := _START.search(text, pos)) is not None:
         scheme = match.group("scheme") is not None
-        if not scheme and not _at_in_token(ats, stops, match.end(), len(text)):
+        if not scheme and not _at_in_token(text, ats, stops, match.end(), len(text)):
             out.append(text[pos:match.end()])  # a word and a colon, no `@` after them in the token
             pos = match.end()
             continue
@@ -243,20 +253,26 @@ def _next_url(text: str, pos: int, end: int, ats: list[int], stops: list[int]) -
     """Where the next URL (`_START`: a scheme, or a `user:password@` token, unless `stops` is
     empty) starts in `text[pos:end]`, or `end`."""
     while (match := _START.search(text, pos, end)) is not None:
-        if match.group("scheme") is not None or (stops and _at_in_token(ats, stops, match.end(), end)):
+        if match.group("scheme") is not None or (stops and _at_in_token(text, ats, stops, match.end(), end)):
             return match.start()
         pos = match.end()
     return end
 
 
-def _at_in_token(ats: list[int], stops: list[int], i: int, end: int) -> bool:
-    """An `@` comes at or after `i`, before `end` and before the next of `stops` (whitespace,
-    `://`; positions sorted)."""
+def _at_in_token(text: str, ats: list[int], stops: list[int], i: int, end: int) -> bool:
+    """An `@` followed by a network host (`_HOST`) comes at or after `i`, before `end` and
+    before the next of `stops` (whitespace, `://`; positions sorted): a `user:password@` token
+    without a scheme. An id such as `system:model@v2` names no host and stays readable (an
+    error names its row). Past `_HOST_TRIES` `@`s in one token, it counts as one (masked)."""
     k = bisect.bisect_left(ats, i)
-    if k == len(ats) or ats[k] >= end:
-        return False
     w = bisect.bisect_left(stops, i)
-    return w == len(stops) or ats[k] < stops[w]
+    limit = min(end, stops[w]) if w < len(stops) else end
+    for tries, at in enumerate(ats[k:k + _HOST_TRIES + 1]):
+        if at >= limit:
+            return False
+        if tries == _HOST_TRIES or _HOST.match(text, at + 1, min(at + 1 + _HOST_LENGTH, len(text))):
+            return True
+    return False
 
 
 def redact_values(value):

@@ -206,7 +206,7 @@ def test_emit_json_redacts_values_json_only_writes_through_its_default(capsys):
             return "s3://AKIAOBJECT:objsecret@bucket/k"
 
     summary = {"ok": True, "inputs": {"s3://AKIASET:setsecret@bucket/k"}, "where": Location(),
-               "path": pathlib.PurePosixPath("u:pathsecret@host")}
+               "path": pathlib.PurePosixPath("u:pathsecret@host.example")}
     common.emit(_args(json=True), summary, ["x"])
     printed = capsys.readouterr().out
     assert json.loads(printed)["inputs"] == ["s3://***@bucket/k"]

@@ -173,3 +173,27 @@ def test_a_long_word_before_an_at_sign_costs_linear_time():
     for text in ("a" * 400_000 + " @", "a." * 200_000 + " ://", "a1" * 200_000 + " a@b",
                  "https://a" * 50_000, '"https://h/x",' * 30_000):
         assert redact_text(text).endswith(text[-3:])
+
+
+@pytest.mark.parametrize("text", [
+    "row 3 (id 'sys:a@b') failed", "id=system:model@v1.5", '{"id": "gen:run@2", "ok": true}',
+    "ranked team:alpha@final, team:beta@semi", "at 12:30@2x",
+])
+def test_an_id_with_a_colon_and_an_at_sign_names_no_host_and_stays_readable(text):
+    """Without a scheme, `a:b@c` is a credential only when `c` reads as a network host: a row id
+    of that shape stays in the error that names it."""
+    assert redact_text(text) == text
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("connect admin:hostsecret1@db.example.com now", "hostsecret1"),
+    ("u:hostsecret2@10.0.0.1/x", "hostsecret2"),
+    ("u:hostsecret3@minio:9000", "hostsecret3"),
+    ("(u:hostsecret4@localhost)", "hostsecret4"),
+    ("u:hostsecret5@[::1]:8080", "hostsecret5"),
+    ('{"a": "admin:hostsecret6@head.example", "c": "a@b"}', "hostsecret6"),
+    ("u:host@secret7@minio:9000", "secret7"),
+])
+def test_a_credential_before_a_network_host_is_masked_without_a_scheme(text, secret):
+    shown = redact_text(text)
+    assert secret not in shown and "***@" in shown, shown
