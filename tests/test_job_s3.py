@@ -127,6 +127,17 @@ def test_s3_in_s3_out(moto_endpoint, ray_address, tmp_path):
     assert requests["driver"]["LIST"] == 3 and requests["driver"]["total"] <= 12  # input, output top, text_stats
 
 
+def _reuse_config(moto_endpoint, s3_bucket):
+    """The reuse-by-content tests' job: text_stats and BLEU over `in/` to `out/`, parts of 8 rows."""
+    from ray_jobs.config import parse_config
+
+    return parse_config({
+        "input": f"s3://{s3_bucket}/in", "output": f"s3://{s3_bucket}/out", "progress": False, "part_rows": 8,
+        "metrics": [{"name": "text_stats"}, {"name": "bleu"}], "s3": {"endpoint_url": moto_endpoint},
+        "pool": {"min_size": 1, "max_size": 1, "num_cpus": 0.5},
+    })
+
+
 def _multipart_put(endpoint, bucket, key, data):
     """`data` uploaded in parts (one part here: moto takes a small last part), as `aws s3 cp`
     uploads any file over 8 MiB: its ETag is `<md5 of the parts' md5s>-1`, not the bytes' md5."""
@@ -151,7 +162,6 @@ def test_renamed_s3_shards_reuse_their_scores_by_content(moto_endpoint, s3_bucke
       the old folder's parts serve as its row cache, and new parts are written under the new
       ETag's version.
     Either way 0 rows are scored, every row is reused, and the scores are the first run's."""
-    from ray_jobs.config import parse_config
     from ray_jobs.job import layout
     from ray_jobs.score_corpus import run_job
 
@@ -165,11 +175,7 @@ def test_renamed_s3_shards_reuse_their_scores_by_content(moto_endpoint, s3_bucke
     assert len(data["a"]) != len(data["b"])
     fs.pipe(f"{s3_bucket}/in/old-a.parquet", data["a"])
     _multipart_put(moto_endpoint, s3_bucket, "in/old-b.parquet", data["b"])
-    config = parse_config({
-        "input": f"s3://{s3_bucket}/in", "output": f"s3://{s3_bucket}/out", "progress": False, "part_rows": 8,
-        "metrics": [{"name": "text_stats"}, {"name": "bleu"}], "s3": {"endpoint_url": moto_endpoint},
-        "pool": {"min_size": 1, "max_size": 1, "num_cpus": 0.5},
-    })
+    config = _reuse_config(moto_endpoint, s3_bucket)
     labels = ("text_stats", "bleu")
 
     def parts(label, stem):
@@ -221,7 +227,6 @@ def test_two_renamed_s3_shards_of_one_size_each_reuse_their_own_rows(moto_endpoi
     (`reuse_cache.SameSizeFolders`), so 0 rows are scored and every score is the first run's.
     Then two shards of that size with other content replace them: those folders are lent again,
     no row of theirs matches, and every row is scored (none lost, none wrongly reused)."""
-    from ray_jobs.config import parse_config
     from ray_jobs.score_corpus import run_job
 
     fs = s3fs_client(moto_endpoint)
@@ -236,11 +241,7 @@ def test_two_renamed_s3_shards_of_one_size_each_reuse_their_own_rows(moto_endpoi
     assert len({len(d) for d in data.values()}) == 1 and len(set(data.values())) == 4
     for shard in "ab":
         _multipart_put(moto_endpoint, s3_bucket, f"in/old-{shard}.parquet", data[shard])
-    config = parse_config({
-        "input": f"s3://{s3_bucket}/in", "output": f"s3://{s3_bucket}/out", "progress": False, "part_rows": 8,
-        "metrics": [{"name": "text_stats"}, {"name": "bleu"}], "s3": {"endpoint_url": moto_endpoint},
-        "pool": {"min_size": 1, "max_size": 1, "num_cpus": 0.5},
-    })
+    config = _reuse_config(moto_endpoint, s3_bucket)
     labels = ("text_stats", "bleu")
 
     def rows_of(label, stem):
