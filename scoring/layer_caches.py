@@ -13,7 +13,9 @@ every attention in the decoder layers reads index 0 (`layer_caches`). The tensor
 same ones, so the numbers are the same, compiled or not; the graphs no longer depend on the
 layer index, so the compiled graph count no longer grows with depth. Each layer's cache also
 has its own (empty, discarded) self-attention cache, which the self-attention appends to at
-index 0 as it did at its own index before.
+index 0 as it did at its own index before. During a call the model's decoder attentions all
+read index 0, so one model must not run a decoder call of another caller (a second thread,
+`generate`) at the same time; outside the call every `layer_idx` is as it was.
 """
 
 from __future__ import annotations
