@@ -88,9 +88,12 @@ def raise_recompile_limit(layer_count: int) -> None:
     """Every transformers layer runs through one shared wrapper function (the gradient-
     checkpointing `forward` of `GradientCheckpointingLayer`), and dynamo's recompile limit (8)
     counts the graphs of a function, so all layers of all types share 8 graphs, after which
-    the rest run eagerly, silently. A padded decoder layer compiles once per layer index (it
-    reads its cache entry by index) and per chunk kind: 9 to 11 graphs already for tiny BART's
-    2 + 2 layers (docs/gpu.md, "How often a layer compiles"). The limit becomes dynamo's default per layer instead, never lowered."""
+    the rest run eagerly, silently. The padded decoder compiles per chunk kind, not per layer
+    index (each layer reads its own cache at index 0, `scoring.layer_caches`): 6 graphs for a
+    tiny BART with 2 or 4 layers per stack (11 and 21 before), 7 with source runs (13 and 25);
+    BART-large on a GPU 4 (26 before) (docs/gpu.md, "How often a layer compiles"). The limit
+    becomes dynamo's default per layer instead, never lowered: headroom for a model whose layers
+    do compile per index."""
     import torch._dynamo
 
     config = torch._dynamo.config

@@ -3,13 +3,14 @@ targets (docs/metrics.md, L1; docs/gpu.md for the CUDA path)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from typing import Sequence
 
 import numpy as np
 import torch
 
-from scoring import shared_source_attention
+from scoring import layer_caches, shared_source_attention
 from scoring.engine_setup import compile_model_layers, refuse_float16_for, require_cache_keyword, require_ieee_float32
 from scoring.output_head import OutputHead, token_logprobs
 from scoring.packed_decoder import can_pack_decoder, packed_decoder_states
@@ -60,6 +61,8 @@ class Seq2SeqLikelihood:
         self.head = OutputHead.for_model(model)
         # rows of one source attend to its keys/values as one query sequence (same numbers)
         self.shared_source_attention = shared_source_attention.enable(model)
+        # each decoder layer reads its own cross keys/values at index 0 (scoring/layer_caches.py)
+        self.per_layer_caches = layer_caches.install(model)
         self.layout = "auto"  # decoder layout: "auto", "by_length" or "by_slot" (see _decode_plan)
         # decoder chunks planned across encoder batches: on CUDA unless set (CPU keeps
         # per-batch planning, so its scores and signatures stay as they were)
@@ -395,6 +398,17 @@ class Seq2SeqLikelihood:
             projected.append((keys, values))
         return projected
 
+    def _decoder_cache(self, layer_kv):
+        """The context in which the decoder reads these per-layer (keys, values): each layer
+        its own one-layer cache at index 0 (`scoring.layer_caches`: the compiled graphs do
+        not depend on the layer index), or, where the hook could not be installed, one cache
+        for all layers; nothing without keys/values."""
+        if layer_kv is None:
+            return contextlib.nullcontext(None)
+        if self.per_layer_caches:
+            return layer_caches.layer_caches(self.model, layer_kv)
+        return contextlib.nullcontext(self._cross_cache(layer_kv))
+
     @staticmethod
     def _cross_cache(layers):
         """An encoder-decoder cache whose cross-attention layers hold these (keys, values), one
@@ -412,14 +426,14 @@ class Seq2SeqLikelihood:
             cache.is_updated[layer_index] = True
         return cache
 
-    @classmethod
-    def _cache_view(cls, cross_kv, start: int, stop: int):
-        """`_cross_cache` of rows [start, stop) of the projected keys/values at their full
-        width (views: no copy)."""
-        return cls._cross_cache((keys[start:stop], values[start:stop]) for keys, values in cross_kv)
+    @staticmethod
+    def _rows_view(cross_kv, start: int, stop: int):
+        """Rows [start, stop) of the projected keys/values at their full width, per layer
+        (views: no copy)."""
+        return [(keys[start:stop], values[start:stop]) for keys, values in cross_kv]
 
-    def _cache_for(self, cross_kv, rows: list[int], rows_on_device: torch.Tensor, width: int, one_source: bool = False):
-        """`_cross_cache` of the projected source keys/values of these rows, cut to `width`
+    def _rows_for(self, cross_kv, rows: list[int], rows_on_device: torch.Tensor, width: int, one_source: bool = False):
+        """The projected source keys/values of these rows per layer, cut to `width`
         source positions (a view, no copy, when every row is the same source or when the rows
         are a contiguous run of the source batch). `rows` is the host list (layout decisions
         need no device sync), `rows_on_device` the same rows for the gather."""
@@ -437,7 +451,7 @@ class Seq2SeqLikelihood:
             self.stats["bytes_gathered"] += 2 * keys.numel() * keys.element_size()
             return keys, values
 
-        return self._cross_cache(layer(keys, values) for keys, values in cross_kv)
+        return [layer(keys, values) for keys, values in cross_kv]
 
     def _decode_pairs(self, chunk_pairs, encoder_states, attention_mask, cross_kv, targets: Ragged, groups, source_lengths) -> None:
         if self.source_runs and self.shared_source_attention and self.head is not None and cross_kv is not None:
@@ -455,14 +469,14 @@ class Seq2SeqLikelihood:
         if self.head is not None:
             contiguous = row_list == list(range(row_list[0], row_list[0] + len(row_list)))
             if one_source:  # one source for every row: its unpadded keys/values, no mask needed
-                cache = self._cache_for(cross_kv, row_list, rows, width, one_source=True)
+                layer_kv = self._rows_for(cross_kv, row_list, rows, width, one_source=True)
                 first = row_list[0]
                 states, source_mask = encoder_states[first : first + 1].expand(len(rows), -1, -1), None
             elif cross_kv is not None and self.source_runs and self.shared_source_attention and not contiguous:
                 # rows sorted by source: the keys/values of the chunk's first to last source as
                 # a view, each source's positions read once for all of its rows (no gather)
                 first, last = row_list[0], row_list[-1]
-                cache = self._cache_view(cross_kv, first, last + 1)
+                layer_kv = self._rows_view(cross_kv, first, last + 1)
                 runs = SourceRuns(tuple(row - first for row in row_list), tuple(source_lengths[first : last + 1]))
                 if self.on_cuda:
                     runs = runs.with_kernel_index(decoder_inputs.shape[1], cross_kv[0][0].shape[2], self.device)
@@ -470,20 +484,21 @@ class Seq2SeqLikelihood:
                 states, source_mask = encoder_states[:1].expand(len(rows), -1, -1), None
                 self.stats["source_run_chunks"] += 1
             elif cross_kv is not None:
-                cache = self._cache_for(cross_kv, row_list, rows, width)
+                layer_kv = self._rows_for(cross_kv, row_list, rows, width)
                 states, source_mask = encoder_states[:1].expand(len(rows), -1, -1), attention_mask.index_select(0, rows)
             else:
-                cache, states, source_mask = None, encoder_states.index_select(0, rows), attention_mask.index_select(0, rows)
-            hidden = self.model.get_decoder()(
-                input_ids=decoder_inputs,
-                attention_mask=label_mask,
-                # with cached cross keys/values the states only give the mask its shape
-                encoder_hidden_states=states,
-                encoder_attention_mask=source_mask,
-                cache=cache,
-                use_cache=False,
-                **runs_kwargs,
-            ).last_hidden_state
+                layer_kv, states, source_mask = None, encoder_states.index_select(0, rows), attention_mask.index_select(0, rows)
+            with self._decoder_cache(layer_kv) as cache:
+                hidden = self.model.get_decoder()(
+                    input_ids=decoder_inputs,
+                    attention_mask=label_mask,
+                    # with cached cross keys/values the states only give the mask its shape
+                    encoder_hidden_states=states,
+                    encoder_attention_mask=source_mask,
+                    cache=cache,
+                    use_cache=False,
+                    **runs_kwargs,
+                ).last_hidden_state
             sums = self.head.target_logprob_sums(hidden, labels, targets.lengths[keys])
         else:
             from transformers.modeling_outputs import BaseModelOutput
