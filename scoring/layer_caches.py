@@ -27,16 +27,20 @@ ATTRIBUTE = "_ctgscore_own_cache"
 _INSTALLED = "_ctgscore_own_cache_hook"
 
 
-def one_layer_cache(keys, values):
-    """An encoder-decoder cache whose only cross-attention layer (index 0) holds (keys,
-    values), marked as already computed so the attention only reads it."""
+def cross_cache(layers):
+    """An encoder-decoder cache whose cross-attention layers hold these (keys, values), one
+    pair per layer from index 0, marked as already computed so the attention only reads them."""
     from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
     cross = DynamicCache()
-    cross.update(keys[:, :, :0], values[:, :, :0], 0)  # initialise the layer
-    cross.layers[0].keys, cross.layers[0].values = keys, values
+    count = 0
+    for layer_index, (keys, values) in enumerate(layers):
+        cross.update(keys[:, :, :0], values[:, :, :0], layer_index)  # initialise the layer
+        cross.layers[layer_index].keys, cross.layers[layer_index].values = keys, values
+        count += 1
     cache = EncoderDecoderCache(DynamicCache(), cross)
-    cache.is_updated[0] = True
+    for layer_index in range(count):
+        cache.is_updated[layer_index] = True
     return cache
 
 
@@ -89,7 +93,7 @@ def layer_caches(model, cross_kv):
     saved = []
     try:
         for layer, (keys, values) in zip(layers, cross_kv):
-            setattr(layer, ATTRIBUTE, one_layer_cache(keys, values))
+            setattr(layer, ATTRIBUTE, cross_cache([(keys, values)]))
             for attention in _indexed_attentions(layer):
                 saved.append((attention, attention.layer_idx))
                 attention.layer_idx = 0

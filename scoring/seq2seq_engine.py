@@ -407,24 +407,7 @@ class Seq2SeqLikelihood:
             return contextlib.nullcontext(None)
         if self.per_layer_caches:
             return layer_caches.layer_caches(self.model, layer_kv)
-        return contextlib.nullcontext(self._cross_cache(layer_kv))
-
-    @staticmethod
-    def _cross_cache(layers):
-        """An encoder-decoder cache whose cross-attention layers hold these (keys, values), one
-        pair per layer, marked as already computed so the decoder only reads them."""
-        from transformers.cache_utils import DynamicCache, EncoderDecoderCache
-
-        cross = DynamicCache()
-        count = 0
-        for layer_index, (keys, values) in enumerate(layers):
-            cross.update(keys[:, :, :0], values[:, :, :0], layer_index)  # initialise the layer
-            cross.layers[layer_index].keys, cross.layers[layer_index].values = keys, values
-            count += 1
-        cache = EncoderDecoderCache(DynamicCache(), cross)
-        for layer_index in range(count):
-            cache.is_updated[layer_index] = True
-        return cache
+        return contextlib.nullcontext(layer_caches.cross_cache(layer_kv))
 
     @staticmethod
     def _rows_view(cross_kv, start: int, stop: int):
