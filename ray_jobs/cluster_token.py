@@ -5,7 +5,7 @@
 `cluster.yaml` runs this on every node before `RAY_AUTH_MODE=token ray start ...`: it reads
 the secret (AWS Secrets Manager, through the node's instance profile: no key anywhere) and
 writes it to `~/.ray/auth_token` (or `--out`), the file Ray reads the token from, mode 0600
-in a 0700 folder. The token is never printed, logged or passed on a command line; a failure
+in a 0700 folder of this user's (an open folder is narrowed, another user's refused). The token is never printed, logged or passed on a command line; a failure
 names the secret and the cause, not the value. Exit 0 on success, 1 on failure.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+import stat
 import sys
 
 from scoring import atomic_files
@@ -37,7 +38,19 @@ def write_token(token: str, out: str | os.PathLike = DEFAULT_OUT) -> pathlib.Pat
         raise ValueError("the secret is empty")
     path = pathlib.Path(out).expanduser()
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_folder(path.parent)
     return atomic_files.write_text(path, token, mode=0o600)  # 0600 from creation; a symlink is replaced
+
+
+def private_folder(folder: pathlib.Path) -> None:
+    """The token's folder must be this user's and closed to others: a folder another user owns,
+    or may write, would let them swap the file Ray reads the cluster's token from. A folder of
+    ours that is open (an earlier `~/.ray` made with the umask) is narrowed to 0700."""
+    info = folder.stat()
+    if info.st_uid != os.getuid():
+        raise PermissionError(f"{folder} belongs to user id {info.st_uid}, not to this user")
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        folder.chmod(0o700)
 
 
 def main(argv: list[str] | None = None) -> int:

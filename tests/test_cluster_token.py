@@ -5,6 +5,7 @@ owner-only, never printed), and `ensure_local_token`, the embedded local Ray's t
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import stat
 
@@ -69,3 +70,28 @@ def test_local_token_written_owner_only_when_the_token_mode_needs_one(tmp_path, 
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600 and stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
     monkeypatch.setenv("RAY_AUTH_MODE", "token")
     assert ensure_local_token() is None and token_file.read_text() == first  # an existing token is kept
+
+
+def test_token_folder_is_narrowed_to_its_owner_and_another_users_refused(tmp_path, monkeypatch):
+    folder = tmp_path / ".ray"
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o777)  # an open ~/.ray (made earlier with a loose umask): anyone could swap the file
+    write_token("abc123", folder / "auth_token")
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE((folder / "auth_token").stat().st_mode) == 0o600
+    other = tmp_path / "theirs"
+    other.mkdir(mode=0o700)
+    monkeypatch.setattr(os, "getuid", lambda: other.stat().st_uid + 1)  # the folder is another user's
+    with pytest.raises(PermissionError, match="belongs to user id"):
+        write_token("abc123", other / "auth_token")
+    assert not (other / "auth_token").exists()
+
+
+def test_the_token_is_never_an_argument(capsys):
+    """Everything on the command line is visible to every user in `ps`: no option takes the
+    token itself, only the secret's name and where to write it."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    listed = capsys.readouterr().out.split("options:", 1)[1]  # argparse's list of every option
+    options = set(re.findall(r"(?<![\w-])--?[a-z][\w-]*", listed))
+    assert options == {"-h", "--help", "--secret-id", "--region", "--endpoint-url", "--out"}

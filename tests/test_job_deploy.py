@@ -200,6 +200,13 @@ def test_network_policies_admit_only_the_cluster_and_its_submitters():
         assert not any(selects(selector, stranger) for selector in admitted_to_job_server)
 
 
+def node_security_groups(node_config: dict) -> list[str]:
+    """A node type's security groups: SecurityGroupIds, or its network interfaces' Groups."""
+    if "NetworkInterfaces" in node_config:
+        return [g for interface in node_config["NetworkInterfaces"] for g in interface.get("Groups", [])]
+    return node_config.get("SecurityGroupIds") or []
+
+
 def test_cluster_yaml_asks_for_a_token_and_keeps_the_dashboard_on_loopback():
     """Every node fetches the token from the secret store, then starts Ray with token auth; the
     dashboard listens on the head's 127.0.0.1; every node type has the explicit security group
@@ -217,7 +224,7 @@ def test_cluster_yaml_asks_for_a_token_and_keeps_the_dashboard_on_loopback():
     [head_start] = [c for c in config["head_start_ray_commands"] if "ray start" in c]
     assert "--dashboard-host=127.0.0.1" in head_start
     assert not any("0.0.0.0" in c for c in config["head_start_ray_commands"] + config["worker_start_ray_commands"])
-    groups = [t["node_config"].get("SecurityGroupIds") for t in config["available_node_types"].values()]
+    groups = [node_security_groups(t["node_config"]) for t in config["available_node_types"].values()]
     assert all(g and g == groups[0] and all(re.fullmatch(r"sg-[0-9a-f]{8,17}", s) for s in g) for g in groups)
     assert not re.search(r"RAY_AUTH_TOKEN=", (ROOT / "cluster.yaml").read_text())  # a path to it, never the value
 
