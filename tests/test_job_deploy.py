@@ -127,10 +127,21 @@ def test_deploy_schemas_reject_what_they_should():
     [token_env] = [e for e in container["env"] if e["name"] == "RAY_AUTH_TOKEN"]
     token_env["value"] = "inline"
     assert any("/env/" in m and "should not be valid" in m for m in validate(cron))
-    policy = copy.deepcopy(docs["NetworkPolicy"])
+    [ray_policy] = [doc for _, doc in deploy_documents() if doc["metadata"]["name"] == "ctgscore-ray"]
+    policy = copy.deepcopy(ray_policy)
     policy["spec"]["ingress"][1]["ports"][0]["port"] = 70000
     assert validate(policy)
-    assert validate({**docs["NetworkPolicy"], "kind": "Ingress"})
+    assert validate({**ray_policy, "kind": "Ingress"})
+    for field, value in (("runAsUser", "1000"), ("seccompProfile", {"type": "Default"})):
+        pod = copy.deepcopy(docs["RayCluster"])
+        pod["spec"]["headGroupSpec"]["template"]["spec"]["securityContext"][field] = value
+        assert len(validate(pod)) == 1, field
+    pod = copy.deepcopy(docs["RayCluster"])
+    pod["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystm"] = True
+    assert len(validate(pod)) == 1
+    egress = copy.deepcopy(ray_policy)
+    egress["spec"]["egress"][1]["ports"][0]["protocol"] = "udp"
+    assert len(validate(egress)) == 1
 
 
 def test_ray_token_only_from_a_kubernetes_secret():
@@ -180,7 +191,7 @@ def test_network_policies_admit_only_the_cluster_and_its_submitters():
     for name, spec, doc in ray_clusters():
         pods = [t["metadata"]["labels"] for t in pod_templates(spec)]
         [policy] = [p for p in policies if all(selects(p["spec"]["podSelector"], labels) for labels in pods)]
-        assert policy["spec"]["policyTypes"] == ["Ingress"]
+        assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
         submitters = cronjob_pods if doc["kind"] == "RayCluster" else [{"batch.kubernetes.io/job-name": name}]
         admitted_to_job_server = []
         for rule in policy["spec"]["ingress"]:
