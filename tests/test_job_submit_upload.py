@@ -26,7 +26,7 @@ LEFT_OUT = [".env", ".env.production", "deploy/.env", "certs/server.pem", "certs
             "home/.ray/auth_token", "ray.token", ".git/config", ".venv/bin/python", "venv/lib/site.py",
             "torch-2.13.0-cp311-linux_x86_64.whl", ".whl/ctgscore-0.1-py3-none-any.whl",
             ".cache/tiny-models/tiny-gpt2/model.safetensors", "out/sample/part-0.parquet", "build/lib/x.py",
-            "ray_jobs/__pycache__/job.cpython-311.pyc", "ctgscore.egg-info/PKG-INFO"]
+            "ray_jobs/__pycache__/job.cpython-311.pyc", "ctgscore.egg-info/PKG-INFO", ".ruff_cache/0.17/123"]
 
 
 def uploaded(tree: pathlib.Path, tmp_path: pathlib.Path, include_gitignore: bool) -> set[str]:
@@ -51,15 +51,16 @@ def test_working_dir_upload_leaves_out_secrets_environments_and_caches(tmp_path,
 
 
 def test_this_checkout_uploads_no_secret_or_cache():
-    """The real checkout, listed as Ray walks it (same excludes, no zip): nothing under the
+    """The real checkout, listed as Ray walks it with .rayignore alone (no zip): nothing under the
     folders above, no file named like a secret, and well under Ray's package size limit."""
     from ray._private.runtime_env.packaging import _dir_travel
 
     found: list[pathlib.Path] = []
-    _dir_travel(ROOT, [], lambda path: found.append(path), include_gitignore=True)
+    _dir_travel(ROOT, [], lambda path: found.append(path), include_gitignore=False)  # .rayignore alone
     files = [p.relative_to(ROOT).as_posix() for p in found if p.is_file()]
     assert "pyproject.toml" in files and "ray_jobs/entrypoint.py" in files
-    secret = re.compile(r"(^|/)(\.git|\.venv|venv|\.cache|\.aws|\.ssh|out|build)/|(^|/)\.env($|\.)|\.(whl|pem|key|pyc)$")
+    secret = re.compile(r"(^|/)(\.git|\.venv|venv|\.cache|\.ruff_cache|\.aws|\.ssh|out|build)($|/)|(^|/)\.env($|\.)"
+                        r"|\.(whl|pem|key|pyc)$")
     assert not [f for f in files if secret.search(f)]
     assert sum((ROOT / f).stat().st_size for f in files) < 100 * 2**20
 
@@ -98,3 +99,19 @@ def test_no_documented_submit_carries_a_runtime_env():
     for name, command in commands:
         assert "--working-dir . " in command, (name, command)
         assert not re.search(r"--runtime-env|env_vars|AWS_|RAY_AUTH_TOKEN=|RAY_RUNTIME_ENV_IGNORE", command), (name, command)
+
+
+def test_library_code_never_sets_a_runtime_env():
+    """No call in the library passes `runtime_env` (ray.init, .options, job submission), so no
+    credential or environment of the driver rides along to the workers (docs/security.md)."""
+    import ast
+
+    calls = 0
+    for package in ("scoring", "meta_eval", "splits", "ray_jobs", "ctgscore"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, ast.Call):
+                    calls += 1
+                    assert not any(k.arg in ("runtime_env", "runtime_env_json") for k in node.keywords), \
+                        f"{path.relative_to(ROOT)}:{node.lineno}"
+    assert calls > 1000  # the scan saw the code
