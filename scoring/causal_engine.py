@@ -2,8 +2,8 @@
 
 Two layouts of a batch (docs/gpu.md, "Packed tokens"):
 - padded (the default): rows right-padded to the batch's longest, SDPA with a padding mask;
-- packed (`packed = True`; GPT-2 and Llama with the engine's attention function and output
-  head): the batch's sequences end to end in one row, positions restarting at 0 for each,
+- packed (`packed = True`; `PACKABLE_ARCHITECTURES` with no sliding window, the engine's
+  attention function and output head): the batch's sequences end to end in one row, positions restarting at 0 for each,
   attention block-diagonal and causal from cumulative sequence lengths built on the host
   (scoring/varlen_attention.py), so no padded token enters a GEMM; batches are cut by real
   tokens. The same scores within float32 rounding.
@@ -19,7 +19,7 @@ from typing import Sequence
 import torch
 
 from scoring import shared_source_attention
-from scoring.engine_setup import compile_model_layers, require_ieee_float32
+from scoring.engine_setup import compile_model_layers, require_causal_attention, require_ieee_float32
 from scoring.output_head import OutputHead, token_logprobs
 from scoring.planning import DEFAULT_TOKEN_BUDGET, budget_batches, packed_batches, run_splitting_on_oom
 from scoring.ragged import Ragged, collect, is_cuda, packed_causal
@@ -38,6 +38,7 @@ class CausalLikelihood:
         self.device = next(model.parameters()).device
         self.on_cuda = is_cuda(self.device)
         require_ieee_float32(model)
+        require_causal_attention(model)
         self.stats: Counter = Counter()
         self._pending: list[tuple[list, torch.Tensor]] = []
         # real positions only, float32 chunks: never the [batch, length, vocabulary] logits
@@ -48,14 +49,21 @@ class CausalLikelihood:
         # regional torch.compile of every block (GPT-2's `.h` too): CUDA only, off by default
         self.compiled_layers = compile_model_layers(model) if compile_layers and self.on_cuda else 0
 
-    PACKABLE_ARCHITECTURES = ("gpt2", "llama")
+    # families whose forward, given one packed row, its `position_ids` and the engine's
+    # attention function, gives each sequence its own scores (tests/test_causal_families.py);
+    # only ever with no sliding window (`can_pack`)
+    PACKABLE_ARCHITECTURES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gemma", "phi3", "olmo2",
+                              "granite", "cohere", "smollm3")
 
     def can_pack(self) -> bool:
         """Packing needs the engine's attention function (SDPA models), its output head, and an
-        architecture whose positions come from `position_ids` with no sliding window."""
+        architecture whose positions come from `position_ids` with no sliding window in any
+        layer (packed attention is full causal per sequence: a window would be ignored)."""
+        config = self.model.config
         return (self.attention_enabled and self.head is not None
-                and getattr(self.model.config, "model_type", None) in self.PACKABLE_ARCHITECTURES
-                and getattr(self.model.config, "sliding_window", None) is None)
+                and getattr(config, "model_type", None) in self.PACKABLE_ARCHITECTURES
+                and getattr(config, "sliding_window", None) is None
+                and "sliding_attention" not in (getattr(config, "layer_types", None) or ()))
 
     @torch.inference_mode()
     def sequence_nll(self, sequences: Sequence[Sequence[int]]) -> list[tuple[float, int]]:

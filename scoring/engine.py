@@ -43,6 +43,7 @@ from scoring.engine_setup import (
     layer_stacks,
     refuse_float16_for,
     require_cache_keyword,
+    require_causal_attention,
     require_ieee_float32,
 )
 from scoring.output_head import OutputHead, fused_logsumexp, token_logprobs
@@ -59,5 +60,5 @@ _to_device = to_device
 __all__ = [
     "CPU_DECODE_TOKEN_BUDGET", "DEFAULT_TOKEN_BUDGET", "CausalLikelihood", "OutputHead", "Ragged", "Seq2SeqLikelihood",
     "budget_batches", "collect", "compile_model_layers", "fused_logsumexp", "layer_stacks", "real_positions", "refuse_float16_for",
-    "require_cache_keyword", "require_ieee_float32", "run_splitting_on_oom", "to_device", "token_logprobs",
+    "require_cache_keyword", "require_causal_attention", "require_ieee_float32", "run_splitting_on_oom", "to_device", "token_logprobs",
 ]

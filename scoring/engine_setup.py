@@ -35,6 +35,19 @@ def require_cache_keyword(module_class: type) -> None:
                      "on a GPU machine without a registry carry .whl (`make gpu-wheels`, docs/gpu.md)")
 
 
+def require_causal_attention(model) -> None:
+    """A likelihood of x_t given x_<t needs a decoder that attends left to right; one configured
+    to attend both ways (Gemma 3's `use_bidirectional_attention`: an embedding model) is
+    refused in one line: its prompt caches and packed rows would give other numbers than its
+    forward, and its "perplexity" would mean nothing."""
+    from scoring.errors import UsageError
+    from scoring.output_head import is_causal
+
+    if not is_causal(model.config):
+        raise UsageError(f"model type {getattr(model.config, 'model_type', None)!r} is configured to attend both ways "
+                         "(use_bidirectional_attention): a causal likelihood needs a left-to-right LM")
+
+
 def require_ieee_float32(model) -> None:
     """float32 models on CUDA multiply in IEEE float32, not TF32 (10-bit mantissa): TF32 made
     tiny-BART scores differ from the CPU's by 0.025 nats on an H200. A process that switched TF32

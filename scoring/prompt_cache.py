@@ -46,6 +46,7 @@ from scoring.engine import (
     Ragged,
     budget_batches,
     require_cache_keyword,
+    require_causal_attention,
     require_ieee_float32,
     run_splitting_on_oom,
 )
@@ -111,6 +112,7 @@ class PromptedLikelihood:
         self.min_shared_prefix = int(min_shared_prefix)
         self.device = next(model.parameters()).device
         require_ieee_float32(model)
+        require_causal_attention(model)
         self.head = OutputHead.for_causal_model(model)
         self.stats: Counter = Counter()
         self._results: list = []
