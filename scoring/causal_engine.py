@@ -19,7 +19,13 @@ from typing import Sequence
 import torch
 
 from scoring import shared_source_attention
-from scoring.engine_setup import compile_model_layers, require_causal_attention, require_ieee_float32
+from scoring.engine_setup import (
+    compile_model_layers,
+    require_causal_attention,
+    require_ieee_float32,
+    rope_switch_length,
+    split_at_rope_switch,
+)
 from scoring.output_head import OutputHead, token_logprobs
 from scoring.planning import DEFAULT_TOKEN_BUDGET, budget_batches, packed_batches, run_splitting_on_oom
 from scoring.ragged import Ragged, collect, is_cuda, packed_causal
@@ -46,6 +52,8 @@ class CausalLikelihood:
         # its mask function never reads the mask back (no sync); it also runs packed attention
         self.attention_enabled = shared_source_attention.enable(model)
         self.packed = False  # sequences packed into one row (see `can_pack`); off until measured on a GPU
+        # rotary frequencies that change past this length with the batch's longest: no batch straddles it
+        self.rope_switch = rope_switch_length(model.config)
         # regional torch.compile of every block (GPT-2's `.h` too): CUDA only, off by default
         self.compiled_layers = compile_model_layers(model) if compile_layers and self.on_cuda else 0
 
@@ -88,7 +96,9 @@ class CausalLikelihood:
             raise ValueError(f"packed sequences are not supported for model type {getattr(self.model.config, 'model_type', None)!r} "
                              f"with attention {getattr(self.model.config, '_attn_implementation', None)!r}")
         plan, score = (packed_batches, self._score_packed) if self.packed else (budget_batches, self._score_batch)
-        for batch in plan(lengths, order, self.token_budget, self.max_batch_items):
+        batches = [batch for run in split_at_rope_switch(order, lengths, self.rope_switch)
+                   for batch in plan(lengths, run, self.token_budget, self.max_batch_items)]
+        for batch in batches:
             run_splitting_on_oom(batch, lambda b: score(b, ragged), lambda: self.stats.update(["oom_splits"]))
             if not self.on_cuda:
                 collect(self._pending, store)

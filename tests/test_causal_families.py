@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from ctgscore.testing.host_reads import counted_reads
-from ctgscore.testing.tiny_causal import FAMILIES, WINDOW, tiny_family
+from ctgscore.testing.tiny_causal import FAMILIES, ROPE_SWITCH, WINDOW, tiny_family
 from scoring.causal_engine import CausalLikelihood
 from scoring.errors import UsageError
 from scoring.output_head import OutputHead
@@ -188,3 +188,58 @@ def test_new_families_read_the_device_once_per_call(name, packed):
     assert len(seen) == 1 and seen[0].startswith("tolist at ragged.py"), seen
     engine.on_cuda = False
     assert [t for t, _ in got] == pytest.approx([t for t, _ in engine.ragged_nll(ragged)], rel=TOLERANCE)
+
+
+def test_longrope_never_batches_sequences_across_its_switch():
+    """LongRoPE switches to its long factors when a forward's longest position passes
+    `original_max_position_embeddings` (16 here): a short sequence batched or packed with a long
+    one would take them too. With budgets that put every sequence in one batch, padded, packed
+    and prompted scores still equal each sequence's own forward; without the split they do not."""
+    model = tiny_family("phi3-longrope")
+    sequences = _sequences(model.config.vocab_size)
+    want = reference_nll(model, sequences)
+    engine = CausalLikelihood(model, pad_id=0, token_budget=4096)
+    assert engine.rope_switch == ROPE_SWITCH and engine.can_pack()
+    for packed in (False, True):
+        engine.packed = packed
+        engine.stats.clear()
+        assert relative([t for t, _ in engine.sequence_nll(sequences)], want) <= TOLERANCE, packed
+        assert engine.stats["forward_passes"] == 2  # the sequences past 16 tokens, then the others
+    engine.rope_switch = None  # one batch for all: the short ones take the long factors
+    assert relative([t for t, _ in engine.sequence_nll(sequences)], want) > 1e-3
+    prompts, continuations = _pairs()
+    assert {len(p) + len(c) > ROPE_SWITCH for p, c in zip(prompts, continuations)} == {True, False}
+    want_pairs = reference_continuations(model, prompts, continuations)
+    for share in (True, False):
+        prompted = PromptedLikelihood(model, pad_id=0, share_prompts=share, token_budget=4096, min_shared_prefix=2)
+        got = prompted.continuation_logprobs(Ragged.from_lists(prompts), Ragged.from_lists(continuations))
+        assert relative([t for t, _ in got], want_pairs) <= TOLERANCE, share
+        if share:  # the pairs within 16 tokens still share their prompts
+            assert prompted.stats["prompt_tokens_computed"] < prompted.stats["prompt_tokens_requested"]
+    prompted.rope_switch = None
+    got = prompted.continuation_logprobs(Ragged.from_lists(prompts), Ragged.from_lists(continuations))
+    assert relative([t for t, _ in got], want_pairs) > 1e-3
+
+
+@pytest.mark.parametrize(("parameters", "switch"), [
+    ({"rope_type": "default", "rope_theta": 1e4}, None),
+    ({"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}, None),
+    ({"rope_type": "longrope", "original_max_position_embeddings": 4096}, 4096),
+    ({"rope_type": "dynamic", "factor": 2.0}, 256),  # the position table: it rescales past it
+    ({"full_attention": {"rope_type": "longrope", "original_max_position_embeddings": 64},
+      "sliding_attention": {"rope_type": "default"}}, 64),
+])
+def test_the_rope_switch_is_read_from_the_rotary_parameters(parameters, switch):
+    from types import SimpleNamespace
+
+    from scoring.engine_setup import rope_switch_length
+
+    assert rope_switch_length(SimpleNamespace(rope_parameters=parameters, max_position_embeddings=256)) == switch
+
+
+def test_sequences_split_at_the_switch_keep_their_order():
+    from scoring.engine_setup import split_at_rope_switch
+
+    lengths, order = [40, 2, 300, 64, 65], [2, 4, 3, 0, 1]
+    assert split_at_rope_switch(order, lengths, 64) == [[2, 4], [3, 0, 1]]  # longer than 64, then the others
+    assert split_at_rope_switch(order, lengths, None) == [order] == split_at_rope_switch(order, lengths, 1000)

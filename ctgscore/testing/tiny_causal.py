@@ -8,6 +8,7 @@ from __future__ import annotations
 
 VOCABULARY = 1003  # not a multiple of 64, so the padded output layout really pads
 WINDOW = 4  # sliding windows of the tiny families: shorter than most test sequences
+ROPE_SWITCH = 16  # the tiny LongRoPE model's original_max_position_embeddings
 MATRIX_STD = 0.15
 HEAD_STD = 0.3
 
@@ -32,6 +33,10 @@ FAMILIES: dict[str, tuple[str, dict]] = {
                                     "query_pre_attn_scalar": 8, "tie_word_embeddings": True}),
     "phi3": ("phi3", {"sliding_window": None}),
     "phi3-sliding": ("phi3", {"sliding_window": WINDOW}),
+    # LongRoPE (Phi-3 128k, Phi-3.5): long factors once a forward's longest position passes 16
+    "phi3-longrope": ("phi3", {"sliding_window": None, "original_max_position_embeddings": ROPE_SWITCH, "rope_parameters": {
+        "rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 4, "long_factor": [4.0, 8.0, 16.0, 32.0],
+        "original_max_position_embeddings": ROPE_SWITCH}}),
     "olmo2": ("olmo2", {}),
     "granite": ("granite", {"logits_scaling": 4.0, "embedding_multiplier": 3.0, "residual_multiplier": 0.5,
                             "attention_multiplier": 0.25}),
