@@ -61,7 +61,7 @@ class CausalLikelihood:
     # attention function, gives each sequence its own scores (tests/test_causal_families.py);
     # only ever with no sliding window (`can_pack`)
     PACKABLE_ARCHITECTURES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gemma", "phi3", "olmo2",
-                              "granite", "cohere", "smollm3")
+                              "granite", "cohere", "smollm3", "starcoder2", "glm4")
 
     def can_pack(self) -> bool:
         """Packing needs the engine's attention function (SDPA models), its output head, and an

@@ -60,8 +60,8 @@ class OutputHead:
     # anything else, or one not checked against its forward (tests/test_causal_families.py),
     # is not listed and scores through the model's own forward
     CAUSAL_LOGITS: dict[str, tuple[str, ...]] = {
-        "gpt2": (), "llama": (), "mistral": (), "qwen2": (), "qwen3": (), "qwen3_moe": (), "gemma": (), "phi3": (),
-        "olmo2": (), "smollm3": (),
+        "gpt2": (), "llama": (), "mistral": (), "ministral": (), "qwen2": (), "qwen3": (), "qwen3_moe": (), "gemma": (),
+        "phi3": (), "olmo2": (), "olmo3": (), "smollm3": (), "starcoder2": (), "glm4": (), "exaone4": (),
         "gemma2": ("final_logit_softcapping",), "gemma3_text": ("final_logit_softcapping",),
         "granite": ("logits_scaling",),
         "cohere": ("logit_scale",), "cohere2": ("logit_scale",),

@@ -20,7 +20,8 @@ from scoring.prompt_cache import PromptedLikelihood
 from scoring.ragged import Ragged
 
 LENGTHS = (2, 5, 17, 30, 9, 3, 12, 41, 6)  # most longer than the window (4): a wrong window shows
-SLIDING = {"mistral-sliding", "qwen2-sliding", "qwen3-sliding", "gemma2", "gemma3_text", "phi3-sliding", "cohere2"}
+SLIDING = {"mistral-sliding", "qwen2-sliding", "qwen3-sliding", "gemma2", "gemma3_text", "phi3-sliding", "cohere2", "olmo3",
+           "ministral", "exaone4"}
 SCALED = {"granite": "divisor", "cohere": "multiplier", "cohere2": "multiplier", "gemma2": "softcap", "gemma3_text": "softcap"}
 TOLERANCE = 1e-6
 

@@ -44,6 +44,11 @@ FAMILIES: dict[str, tuple[str, dict]] = {
     "cohere2": ("cohere2", {"logit_scale": 0.25, "sliding_window": WINDOW, "layer_types": _ALTERNATING,
                             "tie_word_embeddings": True}),
     "smollm3": ("smollm3", {"no_rope_layers": [1, 0]}),
+    "olmo3": ("olmo3", {"sliding_window": WINDOW, "layer_types": _ALTERNATING}),
+    "ministral": ("ministral", {"sliding_window": WINDOW, "layer_types": _ALTERNATING}),
+    "starcoder2": ("starcoder2", {"sliding_window": None, "tie_word_embeddings": True}),
+    "glm4": ("glm4", {}),
+    "exaone4": ("exaone4", {"sliding_window": WINDOW, "sliding_window_pattern": 2}),
 }
 # eager attention where transformers has no SDPA for the family (Gemma 2: attention soft-capping)
 _EAGER = ("gemma2",)
