@@ -3,10 +3,13 @@
 Two layouts of a batch (docs/gpu.md, "Packed tokens"):
 - padded (the default): rows right-padded to the batch's longest, SDPA with a padding mask;
 - packed (`packed = True`; `PACKABLE_ARCHITECTURES` with no sliding window, the engine's
-  attention function and output head): the batch's sequences end to end in one row, positions restarting at 0 for each,
-  attention block-diagonal and causal from cumulative sequence lengths built on the host
-  (scoring/varlen_attention.py), so no padded token enters a GEMM; batches are cut by real
-  tokens. The same scores within float32 rounding.
+  attention function and output head): the batch's sequences end to end in one row,
+  positions restarting at 0 for each, attention block-diagonal and causal from cumulative
+  sequence lengths built on the host (scoring/varlen_attention.py), so no padded token enters
+  a GEMM; batches are cut by real tokens. The same scores within float32 rounding.
+
+Rotary frequencies that switch with the batch's longest sequence (LongRoPE) never see a batch
+or packed row straddling their switch (`engine_setup.split_at_rope_switch`).
 
 `stats` counts forward passes and the tokens each forward computed (`tokens_padded`) against
 the real ones (`tokens_real`); packed, the two are equal."""
