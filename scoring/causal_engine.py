@@ -2,11 +2,14 @@
 
 Two layouts of a batch (docs/gpu.md, "Packed tokens"):
 - padded (the default): rows right-padded to the batch's longest, SDPA with a padding mask;
-- packed (`packed = True`; GPT-2 and Llama with the engine's attention function and output
-  head): the batch's sequences end to end in one row, positions restarting at 0 for each,
-  attention block-diagonal and causal from cumulative sequence lengths built on the host
-  (scoring/varlen_attention.py), so no padded token enters a GEMM; batches are cut by real
-  tokens. The same scores within float32 rounding.
+- packed (`packed = True`; `PACKABLE_ARCHITECTURES` with no sliding window, the engine's
+  attention function and output head): the batch's sequences end to end in one row,
+  positions restarting at 0 for each, attention block-diagonal and causal from cumulative
+  sequence lengths built on the host (scoring/varlen_attention.py), so no padded token enters
+  a GEMM; batches are cut by real tokens. The same scores within float32 rounding.
+
+Rotary frequencies that switch with the batch's longest sequence (LongRoPE) never see a batch
+or packed row straddling their switch (`engine_setup.split_at_rope_switch`).
 
 `stats` counts forward passes and the tokens each forward computed (`tokens_padded`) against
 the real ones (`tokens_real`); packed, the two are equal."""
@@ -19,7 +22,13 @@ from typing import Sequence
 import torch
 
 from scoring import shared_source_attention
-from scoring.engine_setup import compile_model_layers, require_ieee_float32
+from scoring.engine_setup import (
+    compile_model_layers,
+    require_causal_attention,
+    require_ieee_float32,
+    rope_switch_length,
+    split_at_rope_switch,
+)
 from scoring.output_head import OutputHead, token_logprobs
 from scoring.planning import DEFAULT_TOKEN_BUDGET, budget_batches, packed_batches, run_splitting_on_oom
 from scoring.ragged import Ragged, collect, is_cuda, packed_causal
@@ -38,6 +47,7 @@ class CausalLikelihood:
         self.device = next(model.parameters()).device
         self.on_cuda = is_cuda(self.device)
         require_ieee_float32(model)
+        require_causal_attention(model)
         self.stats: Counter = Counter()
         self._pending: list[tuple[list, torch.Tensor]] = []
         # real positions only, float32 chunks: never the [batch, length, vocabulary] logits
@@ -45,17 +55,26 @@ class CausalLikelihood:
         # its mask function never reads the mask back (no sync); it also runs packed attention
         self.attention_enabled = shared_source_attention.enable(model)
         self.packed = False  # sequences packed into one row (see `can_pack`); off until measured on a GPU
+        # rotary frequencies that change past this length with the batch's longest: no batch straddles it
+        self.rope_switch = rope_switch_length(model.config)
         # regional torch.compile of every block (GPT-2's `.h` too): CUDA only, off by default
         self.compiled_layers = compile_model_layers(model) if compile_layers and self.on_cuda else 0
 
-    PACKABLE_ARCHITECTURES = ("gpt2", "llama")
+    # families whose forward, given one packed row, its `position_ids` and the engine's
+    # attention function, gives each sequence its own scores (tests/test_causal_families.py);
+    # only ever with no sliding window (`can_pack`)
+    PACKABLE_ARCHITECTURES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gemma", "phi3", "olmo2",
+                              "granite", "cohere", "smollm3", "starcoder2", "glm4")
 
     def can_pack(self) -> bool:
         """Packing needs the engine's attention function (SDPA models), its output head, and an
-        architecture whose positions come from `position_ids` with no sliding window."""
+        architecture whose positions come from `position_ids` with no sliding window in any
+        layer (packed attention is full causal per sequence: a window would be ignored)."""
+        config = self.model.config
         return (self.attention_enabled and self.head is not None
-                and getattr(self.model.config, "model_type", None) in self.PACKABLE_ARCHITECTURES
-                and getattr(self.model.config, "sliding_window", None) is None)
+                and getattr(config, "model_type", None) in self.PACKABLE_ARCHITECTURES
+                and getattr(config, "sliding_window", None) is None
+                and "sliding_attention" not in (getattr(config, "layer_types", None) or ()))
 
     @torch.inference_mode()
     def sequence_nll(self, sequences: Sequence[Sequence[int]]) -> list[tuple[float, int]]:
@@ -80,7 +99,9 @@ class CausalLikelihood:
             raise ValueError(f"packed sequences are not supported for model type {getattr(self.model.config, 'model_type', None)!r} "
                              f"with attention {getattr(self.model.config, '_attn_implementation', None)!r}")
         plan, score = (packed_batches, self._score_packed) if self.packed else (budget_batches, self._score_batch)
-        for batch in plan(lengths, order, self.token_budget, self.max_batch_items):
+        batches = [batch for run in split_at_rope_switch(order, lengths, self.rope_switch)
+                   for batch in plan(lengths, run, self.token_budget, self.max_batch_items)]
+        for batch in batches:
             run_splitting_on_oom(batch, lambda b: score(b, ragged), lambda: self.stats.update(["oom_splits"]))
             if not self.on_cuda:
                 collect(self._pending, store)

@@ -43,7 +43,10 @@ from scoring.engine_setup import (
     layer_stacks,
     refuse_float16_for,
     require_cache_keyword,
+    require_causal_attention,
     require_ieee_float32,
+    rope_switch_length,
+    split_at_rope_switch,
 )
 from scoring.output_head import OutputHead, fused_logsumexp, token_logprobs
 from scoring.planning import CPU_DECODE_TOKEN_BUDGET, DEFAULT_TOKEN_BUDGET, budget_batches, run_splitting_on_oom
@@ -59,5 +62,6 @@ _to_device = to_device
 __all__ = [
     "CPU_DECODE_TOKEN_BUDGET", "DEFAULT_TOKEN_BUDGET", "CausalLikelihood", "OutputHead", "Ragged", "Seq2SeqLikelihood",
     "budget_batches", "collect", "compile_model_layers", "fused_logsumexp", "layer_stacks", "real_positions", "refuse_float16_for",
-    "require_cache_keyword", "require_ieee_float32", "run_splitting_on_oom", "to_device", "token_logprobs",
+    "require_cache_keyword", "require_causal_attention", "require_ieee_float32", "rope_switch_length", "run_splitting_on_oom",
+    "split_at_rope_switch", "to_device", "token_logprobs",
 ]

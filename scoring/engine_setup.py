@@ -35,6 +35,53 @@ def require_cache_keyword(module_class: type) -> None:
                      "on a GPU machine without a registry carry .whl (`make gpu-wheels`, docs/gpu.md)")
 
 
+def require_causal_attention(model) -> None:
+    """A likelihood of x_t given x_<t needs a decoder that attends left to right; one configured
+    to attend both ways (Gemma 3's `use_bidirectional_attention`: an embedding model) is
+    refused in one line: its prompt caches and packed rows would give other numbers than its
+    forward, and its "perplexity" would mean nothing."""
+    from scoring.errors import UsageError
+    from scoring.output_head import is_causal
+
+    if not is_causal(model.config):
+        raise UsageError(f"model type {getattr(model.config, 'model_type', None)!r} is configured to attend both ways "
+                         "(use_bidirectional_attention): a causal likelihood needs a left-to-right LM")
+
+
+def rope_switch_length(config) -> int | None:
+    """The length T past which a model's rotary frequencies change with the batch, or None.
+    transformers picks them from the longest position of the whole forward, L = max(position_ids)
+    + 1: LongRoPE (Phi-3 128k, Phi-3.5, Phi-4-mini) takes its long factors when L > T =
+    `original_max_position_embeddings`, dynamic NTK rescales when L > T = `max_position_embeddings`.
+    A sequence batched with a longer one across T would get other positions than alone, so the
+    engines never batch sequences of both sides of T together (`split_at_rope_switch`). Dynamic
+    NTK past T also depends on the calls before (the longest length seen); the metrics refuse
+    rows past the position table, so it never switches there. Per-layer rotary parameters
+    (Gemma 3's `{layer type: parameters}`) give the smallest T of their layers."""
+    parameters = getattr(config, "rope_parameters", None) or {}
+    entries = list(parameters.values()) if all(isinstance(v, dict) for v in parameters.values()) and parameters else [parameters]
+    found = []
+    for entry in entries:
+        kind = str(entry.get("rope_type", "default"))
+        if kind == "longrope":
+            found.append(entry.get("original_max_position_embeddings") or getattr(config, "original_max_position_embeddings", None)
+                         or getattr(config, "max_position_embeddings", None))
+        elif "dynamic" in kind:
+            found.append(getattr(config, "max_position_embeddings", None))
+    found = [int(t) for t in found if t is not None]
+    return min(found) if found else None
+
+
+def split_at_rope_switch(order: list[int], lengths, switch: int | None) -> list[list[int]]:
+    """`order` as one run, or, past a rope switch T (`rope_switch_length`), as two runs in the
+    same order: the items longer than T, then the others (so no batch straddles T)."""
+    if switch is None:
+        return [order]
+    long = [i for i in order if int(lengths[i]) > switch]
+    short = [i for i in order if int(lengths[i]) <= switch]
+    return [run for run in (long, short) if run]
+
+
 def require_ieee_float32(model) -> None:
     """float32 models on CUDA multiply in IEEE float32, not TF32 (10-bit mantissa): TF32 made
     tiny-BART scores differ from the CPU's by 0.025 nats on an H200. A process that switched TF32

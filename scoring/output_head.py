@@ -27,9 +27,15 @@ class OutputHead:
     """The LM head applied only where it is needed: on real (non-pad) target positions, a
     chunk of positions at a time, so the full [batch, length, vocabulary] logits tensor is
     never built. Only for architectures whose logits are exactly `lm_head(h) +
-    final_logits_bias` (BART, PEGASUS, mBART, Marian) or `lm_head(h)`, soft-capped as
-    c * tanh(z / c) when the config sets `final_logit_softcapping` (GPT-2, Llama-family and
-    Gemma causal models); others use the model's own forward.
+    final_logits_bias` (BART, PEGASUS, mBART, Marian), or for the causal families of
+    `CAUSAL_LOGITS`, whose logits are `lm_head(h)` put through that family's own transform
+    (`_transform`, docs/gpu.md "Output layer"):
+
+        z = lm_head(h) * m / d,   then   z <- c * tanh(z / c)   where the family soft-caps,
+
+    m = `config.logit_scale` (Cohere, Cohere 2), d = `config.logits_scaling` (Granite), c =
+    `config.final_logit_softcapping` (Gemma 2, Gemma 3), each 1 (or absent) in every other
+    family; others use the model's own forward.
 
     One pass over each chunk's float32 logits after the GEMM writes them: no bias pass when
     `final_logits_bias` is zero (checked when its weights change, not per call), and the
@@ -49,7 +55,18 @@ class OutputHead:
       the tile holding it, so only a (positions x tile) float32 block exists at any time."""
 
     ARCHITECTURES = ("bart", "mbart", "pegasus", "marian")
-    CAUSAL_ARCHITECTURES = ("gpt2", "llama", "mistral", "qwen2", "gemma", "gemma2")
+    # causal model type -> the config attributes that transform its logits, as its transformers
+    # forward applies them (read in `_transform`, in one place); a family whose forward adds
+    # anything else, or one not checked against its forward (tests/test_causal_families.py),
+    # is not listed and scores through the model's own forward
+    CAUSAL_LOGITS: dict[str, tuple[str, ...]] = {
+        "gpt2": (), "llama": (), "mistral": (), "ministral": (), "qwen2": (), "qwen3": (), "qwen3_moe": (), "gemma": (),
+        "phi3": (), "olmo2": (), "olmo3": (), "smollm3": (), "starcoder2": (), "glm4": (), "exaone4": (),
+        "gemma2": ("final_logit_softcapping",), "gemma3_text": ("final_logit_softcapping",),
+        "granite": ("logits_scaling",),
+        "cohere": ("logit_scale",), "cohere2": ("logit_scale",),
+    }
+    CAUSAL_ARCHITECTURES = tuple(CAUSAL_LOGITS)
     # Logits of one chunk stay below glibc's largest mmap threshold (32 MiB), so the allocator
     # reuses heap memory between chunks instead of mapping (and page-faulting) fresh pages:
     # with 1,024 positions x 50k vocabulary (200 MiB logits plus a 200 MiB temporary per chunk)
@@ -72,7 +89,7 @@ class OutputHead:
         self.on_cuda = is_cuda(model.get_output_embeddings().weight.device)
         self.pad_vocabulary = self.on_cuda
         self.vocabulary_tile: int | None = None
-        self.softcap = getattr(model.config, "final_logit_softcapping", None) or None
+        self.softcap, self.multiplier, self.divisor = logit_transform(model.config)
         chunk_bytes = self.CUDA_CHUNK_BYTES if self.on_cuda else self.CHUNK_BYTES
         self.positions_per_chunk = max(1, chunk_bytes // (4 * self.padded_vocabulary()))
         self.bias()  # read the bias once now (a host read), not inside a scoring call
@@ -124,9 +141,15 @@ class OutputHead:
 
     @classmethod
     def for_causal_model(cls, model) -> "OutputHead | None":
-        """The head of a causal LM whose logits are `lm_head(base_model(x))` exactly, or that
-        soft-capped by `config.final_logit_softcapping` (no bias, no other scaling), or None."""
-        if getattr(model.config, "model_type", None) not in cls.CAUSAL_ARCHITECTURES:
+        """The head of a causal LM of a `CAUSAL_LOGITS` family whose logits are
+        `lm_head(base_model(x))` (no bias) through the family's transform, or None: another
+        family, a head with a bias, a transform value that is not a finite positive number (the
+        model's own forward then decides what it means), or a model that attends both ways."""
+        if getattr(model.config, "model_type", None) not in cls.CAUSAL_LOGITS or not is_causal(model.config):
+            return None
+        try:
+            logit_transform(model.config)
+        except ValueError:
             return None
         head = model.get_output_embeddings()
         if head is None or getattr(head, "bias", None) is not None or getattr(model, "base_model", model) is model:
@@ -202,9 +225,44 @@ class OutputHead:
         logits = logits[:, : high - low]
         if bias is not None:
             logits += bias[low:high]
-        if self.softcap:
+        return self._transform(logits)
+
+    def _transform(self, logits: torch.Tensor) -> torch.Tensor:
+        """The family's logit transform, in place on float32 logits (class docstring): times
+        `logit_scale`, divided by `logits_scaling`, soft-capped c * tanh(z / c), in the order
+        and with the operations the transformers forwards use."""
+        if self.multiplier is not None:
+            logits.mul_(self.multiplier)
+        if self.divisor is not None:
+            logits.div_(self.divisor)
+        if self.softcap is not None:
             logits.div_(self.softcap).tanh_().mul_(self.softcap)
         return logits
+
+
+def is_causal(config) -> bool:
+    """False for a decoder configured to attend both ways (Gemma 3's
+    `use_bidirectional_attention`, or `is_causal` set False): not a left-to-right LM."""
+    return bool(getattr(config, "is_causal", True)) and not getattr(config, "use_bidirectional_attention", False)
+
+
+def logit_transform(config) -> tuple[float | None, float | None, float | None]:
+    """(soft cap c, multiplier m, divisor d) of a causal family's logits (`OutputHead.CAUSAL_LOGITS`),
+    None where the family does not apply one or its value is 1 (no pass), read only from the
+    attributes the family's forward reads: a stray attribute another family ignores changes
+    nothing. ValueError for a value that is not a finite positive number."""
+    import math
+
+    found: dict[str, float | None] = {}
+    for name in OutputHead.CAUSAL_LOGITS.get(getattr(config, "model_type", None), ()):
+        value = getattr(config, name, None)
+        if value is None and name == "final_logit_softcapping":  # no cap: what the forward does with None
+            found[name] = None
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"{name} = {value!r} is not a finite positive number")
+        found[name] = None if (value == 1 and name != "final_logit_softcapping") else float(value)
+    return found.get("final_logit_softcapping"), found.get("logit_scale"), found.get("logits_scaling")
 
 
 _COMPILED_LOGSUMEXP: list = []  # [] not tried yet, [fn] compiled, [None] compiling failed

@@ -28,8 +28,10 @@ row of a batch (a batch of k continuations of an m-token prompt, longest n: k * 
 budget, at least one row); an out-of-memory splits the batch (`run_splitting_on_oom`); ids and
 lengths are the metric's to settle on the host before they get here; log-probabilities are
 float32 whatever the model dtype; the output head runs on real positions only where the
-logits are exactly `lm_head(h)` (`OutputHead.for_causal_model`), the model's own forward
-otherwise (Gemma 2's soft-capped logits).
+logits are `lm_head(h)` through the family's own transform (`OutputHead.for_causal_model`),
+the model's own forward otherwise. A model whose rotary frequencies switch past a length T
+(LongRoPE: `engine_setup.rope_switch_length`) runs the pairs longer than T whole, batched only
+with each other, and shares prompts among the others only.
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ from scoring.engine import (
     Ragged,
     budget_batches,
     require_cache_keyword,
+    require_causal_attention,
     require_ieee_float32,
+    rope_switch_length,
     run_splitting_on_oom,
 )
 
@@ -111,7 +115,9 @@ class PromptedLikelihood:
         self.min_shared_prefix = int(min_shared_prefix)
         self.device = next(model.parameters()).device
         require_ieee_float32(model)
+        require_causal_attention(model)
         self.head = OutputHead.for_causal_model(model)
+        self.rope_switch = rope_switch_length(model.config)  # engine_setup.rope_switch_length
         self.stats: Counter = Counter()
         self._results: list = []
 
@@ -134,19 +140,27 @@ class PromptedLikelihood:
         self.stats["continuation_tokens"] += int(continuations.lengths.sum())
         if not count:
             return []
-        if not self.share_prompts:
-            self._independent(list(range(count)), prompts, continuations)
-        else:
-            self._shared(prompts, continuations)
+        pairs = list(range(count))
+        if self.rope_switch is not None:
+            # past the switch a pair's positions depend on its whole length: such pairs run whole,
+            # batched only with each other (a cached prompt shorter than the switch would differ)
+            past = set(np.flatnonzero(prompts.lengths + continuations.lengths > self.rope_switch).tolist())
+            if past:
+                self._independent(sorted(past), prompts, continuations)
+                pairs = [k for k in pairs if k not in past]
+        if pairs and self.share_prompts:
+            self._shared(prompts, continuations, pairs)
+        elif pairs:
+            self._independent(pairs, prompts, continuations)
         self._collect()
         return [(float(total), int(n)) for total, n in zip(self._sums, continuations.lengths.tolist())]
 
     # ----- the two paths ------------------------------------------------------------------
-    def _shared(self, prompts: Ragged, continuations: Ragged) -> None:
+    def _shared(self, prompts: Ragged, continuations: Ragged, pairs: list[int]) -> None:
         unique: dict[bytes, int] = {}
         groups: list[list[int]] = []
         firsts: list[int] = []
-        for k in range(len(prompts)):
+        for k in pairs:
             u = unique.setdefault(prompts.key(k), len(groups))
             if u == len(groups):
                 groups.append([])

@@ -52,6 +52,8 @@ def shared_source_sdpa(module, query, key, value, attention_mask, **kwargs):
     if segments is not None:  # one packed row of whole sequences (scoring/varlen_attention.py)
         from scoring.varlen_attention import packed_attention, packed_cross_attention
 
+        refuse_packed_extras(module, kwargs)
+
         cross = getattr(segments, "cross", None)  # a packed decoder's `DecoderPacking`
         if cross is not None:
             if getattr(module, "is_causal", False):  # self-attention: causal per target
@@ -70,6 +72,20 @@ def shared_source_sdpa(module, query, key, value, attention_mask, **kwargs):
     output, weights = sdpa_attention_forward(module, folded, key[:1], value[:1], attention_mask, **kwargs)
     # output: (1, rows * length, heads, dim), query-major like the input -> (rows, length, heads, dim)
     return output.reshape(rows, length, heads, dim), weights
+
+
+# keywords a layer hands its attention function that change the attention itself; packed
+# attention computes none of them, so a layer that sets one is refused, never silently ignored
+PACKED_UNSUPPORTED = ("sliding_window", "softcap", "s_aux")
+
+
+def refuse_packed_extras(module, kwargs) -> None:
+    """ValueError when a layer asks packed attention for a sliding window, a logit soft cap or
+    attention sinks (the engines keep such models off the packed paths; this is the backstop)."""
+    extras = [name for name in PACKED_UNSUPPORTED if kwargs.get(name) is not None]
+    if extras:
+        raise ValueError(f"packed attention cannot run {type(module).__name__} with {', '.join(extras)}: "
+                         "score this model unpacked")
 
 
 def sdpa_mask_without_skips(*args, **kwargs):

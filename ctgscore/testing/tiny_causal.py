@@ -1,10 +1,77 @@
-"""Tiny random causal LMs of the Llama family built in memory (no tokenizer, nothing saved): a
-Llama and a Gemma-2 (logits soft-capped by `final_logit_softcapping`) for the engine's parity
-tests. Random weights: their scores mean nothing."""
+"""Tiny random causal LMs built in memory (no tokenizer, nothing saved) for the engine's parity
+tests: a Llama, a Gemma-2 (logits soft-capped by `final_logit_softcapping`), and one model per
+decoder family people score with (`tiny_family`), with sliding windows shorter than the test
+sequences and the logit scalings of Granite and Cohere set away from 1. Random weights: their
+scores mean nothing."""
 
 from __future__ import annotations
 
 VOCABULARY = 1003  # not a multiple of 64, so the padded output layout really pads
+WINDOW = 4  # sliding windows of the tiny families: shorter than most test sequences
+ROPE_SWITCH = 16  # the tiny LongRoPE model's original_max_position_embeddings
+MATRIX_STD = 0.15
+HEAD_STD = 0.3
+
+_COMMON = dict(vocab_size=VOCABULARY, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, head_dim=8, max_position_embeddings=256, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+               tie_word_embeddings=False)
+_ALTERNATING = ["sliding_attention", "full_attention"]
+# name -> (model type, config keywords on top of `_COMMON`)
+FAMILIES: dict[str, tuple[str, dict]] = {
+    "llama": ("llama", {}),
+    "mistral": ("mistral", {"sliding_window": None}),
+    "mistral-sliding": ("mistral", {"sliding_window": WINDOW}),
+    "qwen2": ("qwen2", {}),
+    "qwen2-sliding": ("qwen2", {"use_sliding_window": True, "sliding_window": WINDOW, "max_window_layers": 1}),
+    "qwen3": ("qwen3", {}),
+    "qwen3-sliding": ("qwen3", {"use_sliding_window": True, "sliding_window": WINDOW, "max_window_layers": 1}),
+    "qwen3_moe": ("qwen3_moe", {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16}),
+    "gemma": ("gemma", {}),
+    "gemma2": ("gemma2", {"sliding_window": WINDOW, "final_logit_softcapping": 3.0, "attn_logit_softcapping": 50.0,
+                          "query_pre_attn_scalar": 8}),
+    "gemma3_text": ("gemma3_text", {"sliding_window": WINDOW, "layer_types": _ALTERNATING, "final_logit_softcapping": 3.0,
+                                    "query_pre_attn_scalar": 8, "tie_word_embeddings": True}),
+    "phi3": ("phi3", {"sliding_window": None}),
+    "phi3-sliding": ("phi3", {"sliding_window": WINDOW}),
+    # LongRoPE (Phi-3 128k, Phi-3.5): long factors once a forward's longest position passes 16
+    "phi3-longrope": ("phi3", {"sliding_window": None, "original_max_position_embeddings": ROPE_SWITCH, "rope_parameters": {
+        "rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 4, "long_factor": [4.0, 8.0, 16.0, 32.0],
+        "original_max_position_embeddings": ROPE_SWITCH}}),
+    "olmo2": ("olmo2", {}),
+    "granite": ("granite", {"logits_scaling": 4.0, "embedding_multiplier": 3.0, "residual_multiplier": 0.5,
+                            "attention_multiplier": 0.25}),
+    "cohere": ("cohere", {"logit_scale": 0.25, "tie_word_embeddings": True}),
+    "cohere2": ("cohere2", {"logit_scale": 0.25, "sliding_window": WINDOW, "layer_types": _ALTERNATING,
+                            "tie_word_embeddings": True}),
+    "smollm3": ("smollm3", {"no_rope_layers": [1, 0]}),
+    "olmo3": ("olmo3", {"sliding_window": WINDOW, "layer_types": _ALTERNATING}),
+    "ministral": ("ministral", {"sliding_window": WINDOW, "layer_types": _ALTERNATING}),
+    "starcoder2": ("starcoder2", {"sliding_window": None, "tie_word_embeddings": True}),
+    "glm4": ("glm4", {}),
+    "exaone4": ("exaone4", {"sliding_window": WINDOW, "sliding_window_pattern": 2}),
+}
+# eager attention where transformers has no SDPA for the family (Gemma 2: attention soft-capping)
+_EAGER = ("gemma2",)
+
+
+def tiny_family(name: str, seed: int = 0):
+    """A 2-layer random model of family `name` (`FAMILIES`) in float32, eval mode. Matrices are
+    drawn with std 0.15 and the output layer (the embedding, where tied) with std 0.3, so
+    attention is far from uniform and the logits far from flat: a wrong window, position or
+    scale changes the scores well beyond rounding."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    model_type, extra = FAMILIES[name]
+    config = AutoConfig.for_model(model_type, **{**_COMMON, **extra})
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager" if model_type in _EAGER else "sdpa")
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() >= 2:
+                parameter.normal_(0.0, MATRIX_STD)
+        model.get_output_embeddings().weight.normal_(0.0, HEAD_STD)
+    return model.eval()
 
 
 def tiny_llama(seed: int = 0, vocab_size: int = VOCABULARY):
