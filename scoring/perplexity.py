@@ -29,7 +29,9 @@ from scoring.signature import Signature, library_versions
 
 # 1.1: the output layer reads real positions only; float32 sums run in another order,
 # so values move by up to 5e-6 relative, and stored 1.0 scores are not reused as 1.1 ones.
-VERSION = "1.1"
+# 1.2: float32 head logits for 14 more causal families (bf16 models move by bf16 rounding) and
+# LongRoPE models never batched across their rotary switch (Phi-3 128k scores were batch-dependent)
+VERSION = "1.2"
 
 
 class Perplexity:

@@ -51,7 +51,9 @@ from scoring.text_encoding import id_lists
 if TYPE_CHECKING:
     import pyarrow as pa
 
-VERSION = "1.0"
+# 1.1: float32 head logits for more causal families, and LongRoPE pairs past the rotary
+# switch scored on their own (their scores had depended on the rest of the batch)
+VERSION = "1.1"
 DIRECTIONS = ("s_h", "r_h", "h_r", "f")
 # the columns each direction reads, as BARTScore's: a row gets each direction whose inputs it has
 DIRECTION_INPUTS = {"s_h": ("text", "source"), "r_h": ("text", "references"), "h_r": ("text", "references"),
