@@ -224,3 +224,17 @@ def test_partition_folders_from_a_splits_file_stay_inside(tmp_path):
     assert folder.parent == out and json.loads((out / "manifest.json").read_text())["splits"][0]["rows"] == {
         "train": 3, "test_iid": 0, "test_comp": 1}
     assert pq.read_table(folder / "test_comp.parquet").column("id").to_pylist() == ["r3"]
+
+
+def test_overflowing_differences_mark_nothing():
+    """Finite scores whose difference overflows float64 give an undefined p, never a mark."""
+    from meta_eval.compare import compare_units
+    from meta_eval.report.leaderboard import mark
+
+    values = np.array([[1e308, -1e308], [1e308, -1e308], [1e308, -1e308]])
+    comp = compare_units(values, ["s1", "s2"], 0, column="m", n_resamples=50, trials=50)
+    pair = comp.pairs[0]
+    assert pair.better is None and mark(comp, "s1", "s2") == "undefined"
+    assert not np.isfinite(pair.p_bootstrap) and not np.isfinite(pair.p_randomization)
+    sane = compare_units(values / 1e300, ["s1", "s2"], 0, column="m", n_resamples=50, trials=50)
+    assert sane.pairs[0].better == "s1" and np.isfinite(sane.pairs[0].p_bootstrap)  # the same data, scaled
