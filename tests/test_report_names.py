@@ -238,3 +238,18 @@ def test_overflowing_differences_mark_nothing():
     assert not np.isfinite(pair.p_bootstrap) and not np.isfinite(pair.p_randomization)
     sane = compare_units(values / 1e300, ["s1", "s2"], 0, column="m", n_resamples=50, trials=50)
     assert sane.pairs[0].better == "s1" and np.isfinite(sane.pairs[0].p_bootstrap)  # the same data, scaled
+
+
+def test_convert_drops_a_jsonl_line_that_names_a_key_twice(tmp_path):
+    """`{"text": "a", "text": "b"}` is valid JSON to most parsers, which keep one value silently."""
+    from ctgscore import convert
+
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"id": "1", "text": "first", "text": "second"}\n'
+                    '{"id": "2", "text": "ok", "attributes": {"tense": "Past", "tense": "Present"}}\n'
+                    '{"id": "3", "text": "kept"}\n')
+    table, report = convert.convert_file(str(path))
+    assert table.column("id").to_pylist() == ["3"] and report.rows_read == 3
+    assert report.dropped == {"line names the key 'text' twice in one object": 1,
+                              "line names the key 'tense' twice in one object": 1}
+    assert report.examples["line names the key 'text' twice in one object"] == [1]
