@@ -253,3 +253,29 @@ def test_convert_drops_a_jsonl_line_that_names_a_key_twice(tmp_path):
     assert report.dropped == {"line names the key 'text' twice in one object": 1,
                               "line names the key 'tense' twice in one object": 1}
     assert report.examples["line names the key 'text' twice in one object"] == [1]
+
+
+def test_codi_legend_keeps_systems_cut_to_one_head_apart():
+    from meta_eval.codi import _accuracy_figure
+
+    plt = plots._plt()
+    systems = [CUT + "1", CUT + "2", "human_x"]
+    with plots.text_only():
+        fig = _accuracy_figure(plt, {"systems": systems, "results": []})
+    try:
+        legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    finally:
+        plt.close(fig)
+    assert len(set(legend)) == 3 and all(len(t) < 100 for t in legend) and legend[2] == "human_x"
+
+
+def test_two_leaderboard_refreshes_in_one_second_keep_two_history_files(tmp_path):
+    import datetime as dt
+
+    from ctgscore.cli.leaderboard import history_file
+
+    now = dt.datetime(2026, 11, 27, 23, 59, 59, tzinfo=dt.timezone.utc)
+    first = history_file(tmp_path, now)
+    first.write_text("{}")
+    second = history_file(tmp_path, now)
+    assert first.name == "20261127T235959Z.json" and second.name == "20261127T235959Z-2.json"

@@ -67,9 +67,9 @@ def plain(name, width: int = LABEL_MAX) -> str:
 
 
 def legend_label(name) -> str:
-    """`plain(name)` for a legend entry: matplotlib leaves out entries whose label starts with
-    `_`, so such a name gets a leading space and stays in the legend."""
-    text = plain(name)
+    """A label (already cut by `plain` or `short`) as a legend entry: matplotlib leaves out
+    entries whose label starts with `_`, so such a name gets a leading space and stays in the legend."""
+    text = plain(name, width=len(str(name)))
     return " " + text if text.startswith("_") else text
 
 
@@ -82,7 +82,12 @@ def tick_labels(names, width: int = 28) -> list[str]:
     """`short` labels for an axis; where two would read the same (names cut to one head, `x`
     beside `human_x`), each of those gets its 1-based position on the axis, so no two rows or
     columns of a plot look alike."""
-    labels = [short(name, width) for name in names]
+    return distinct([short(name, width) for name in names])
+
+
+def distinct(labels) -> list[str]:
+    """`labels` with each one that occurs more than once followed by its 1-based position (`[2]`)."""
+    labels = list(labels)
     counts: dict[str, int] = {}
     for label in labels:
         counts[label] = counts.get(label, 0) + 1
