@@ -279,3 +279,32 @@ def test_two_leaderboard_refreshes_in_one_second_keep_two_history_files(tmp_path
     first.write_text("{}")
     second = history_file(tmp_path, now)
     assert first.name == "20261127T235959Z.json" and second.name == "20261127T235959Z-2.json"
+
+
+@pytest.mark.parametrize("bad", [np.inf, np.nan, -5.0, 1e300, 2.5])
+def test_corpus_bleu_leaves_out_rows_whose_stored_statistics_are_not_counts(tmp_path, bad):
+    """A dump's own `_bleu_stat_` columns: NaN or inf failed the report (int(round(x))), a
+    negative count gave a BLEU above 100, a huge one a 77-digit BLEU."""
+    import sacrebleu
+
+    from meta_eval.corpus_bleu import report_section
+    from scoring.registry import build_metric
+
+    hyps, refs = ["the cat sat on the mat", "a dog ran far away", "hello there world"], ["the cat sat on a mat",
+                                                                                      "the dog ran away", "hello world"]
+    metric = build_metric("bleu")
+    rows = []
+    for system in ("s1", "s2"):
+        scored = metric.score_rows([{"id": f"{system}{k}", "text": hyp, "references": [ref]}
+                                    for k, (hyp, ref) in enumerate(zip(hyps, refs))])
+        rows += [{"id": f"{system}{k}", "dataset": "d", "system": system, "error": None,
+                  "signature": metric.signature_string(), **{c: out[c] for c in metric.stat_columns}}
+                 for k, out in enumerate(scored)]
+    rows[0][metric.stat_columns[2]] = bad
+    pd.DataFrame(rows).to_parquet(tmp_path / "scores.parquet", index=False)
+    section = report_section(str(tmp_path / "scores.parquet"), tmp_path)
+    found = {row["system"]: row for row in json.loads((tmp_path / "corpus_bleu.json").read_text())}
+    assert (found["s1"]["rows"], found["s1"]["rows_invalid"], found["s2"]["rows_invalid"]) == (2, 1, 0)
+    assert found["s1"]["score"] == pytest.approx(sacrebleu.corpus_bleu(hyps[1:], [refs[1:]]).score, abs=1e-6)
+    assert found["s2"]["score"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score, abs=1e-6)
+    assert "1 row(s) left out" in section
