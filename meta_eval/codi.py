@@ -377,17 +377,18 @@ def plot_accuracy(report: dict[str, Any], path: pathlib.Path) -> str:
 
 
 def _accuracy_figure(plt, report: dict[str, Any]):
-    from meta_eval.report.plots import legend_label
+    from meta_eval.report.plots import distinct, legend_label, plain
 
     index = {(r["system"], r["task"], r["measure"]): r["value"] for r in report["results"]}
     groups = list(TASKS) + ["CoDI score"]
     systems = report["systems"]
     width = 0.8 / max(len(systems), 1)
     fig, ax = plt.subplots(figsize=(10, 6))
+    labels = distinct(plain(system) for system in systems)  # two systems cut to one head keep apart in the legend
     for k, system in enumerate(systems):
         values = [100 * (index.get((system, t, "accuracy")) or 0) for t in TASKS]
         values.append(index.get((system, "all", "codi_score")) or 0)
-        ax.bar([i + k * width for i in range(len(groups))], values, width, label=legend_label(system))
+        ax.bar([i + k * width for i in range(len(groups))], values, width, label=legend_label(labels[k]))
     ax.set_xticks([i + width * (len(systems) - 1) / 2 for i in range(len(groups))], groups)
     ax.set_ylabel("accuracy (%)")
     ax.set_ylim(0, 100)

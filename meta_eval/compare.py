@@ -109,8 +109,13 @@ def _randomized_means(shared: tuple[np.ndarray, int], blocks: list) -> list[np.n
 
 
 def _two_sided(observed: np.ndarray, null: np.ndarray) -> np.ndarray:
-    """(1 + #{|null| >= |observed|}) / (K + 1) per column; a relative 1e-12 absorbs rounding."""
-    return (1 + (np.abs(null) >= _bound(observed)).sum(axis=0)) / (len(null) + 1)
+    """(1 + #{|null| >= |observed|}) / (K + 1) per column; a relative 1e-12 absorbs rounding.
+    NaN (undefined, so no mark) where the observed or a resampled difference is not finite:
+    scores near the float64 limit (1e308) overflow a difference, and a count over NaN would
+    read as the smallest p."""
+    p = (1 + (np.abs(null) >= _bound(observed)).sum(axis=0)) / (len(null) + 1)
+    defined = np.isfinite(observed) & np.isfinite(null).all(axis=0)
+    return np.where(defined, p, np.nan)
 
 
 def _bound(observed: np.ndarray) -> np.ndarray:

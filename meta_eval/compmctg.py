@@ -161,21 +161,29 @@ def scored_frame(dump: str, scores, storage_options: Mapping[str, Any] | None = 
 
 def markdown_section(table: Mapping[str, Any]) -> str:
     """The report section: per dataset, one row per protocol, then the averages."""
+    from scoring.tables import MISSING, markdown_table, markdown_text
+
     def fmt(value, percent=True):
-        if value is None:
-            return "–"
+        if value is None or not math.isfinite(value):
+            return MISSING
         return f"{100 * value:.2f}" if percent else f"{value:.2f}"
+
+    def pct(value):
+        return fmt(value)
+
+    def num(value):
+        return fmt(value, False)
 
     lines = ["## CompMCTG results", "",
              "Attribute accuracy on the in-distribution (A_i) and compositional (A_c) test combinations, the "
              "compositional gap G = (A_i − A_c) / A_i and perplexity; averages over Original, Hold-Out and ACD "
              "(Few-Shot apart).", ""]
-    for dataset, data in table["datasets"].items():
-        lines += [f"### {dataset}", "", "| protocol | splits | A_i (%) | A_c (%) | G (%) | PPL i.d. | PPL comp |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
-        for row in data["protocols"] + data["fewshot"]:
-            lines.append(f"| {row['protocol']} | {row['splits']} | {fmt(row['A_iid'])} | {fmt(row['A_comp'])} | "
-                         f"{fmt(row['gap'])} | {fmt(row['P_iid'], False)} | {fmt(row['P_comp'], False)} |")
+    for dataset, data in table["datasets"].items():  # the dataset and the splits file's protocol are text
+        lines += [f"### {markdown_text(dataset)}", "", markdown_table(
+            ["protocol", "splits", "A_i (%)", "A_c (%)", "G (%)", "PPL i.d.", "PPL comp"],
+            [[row["protocol"], row["splits"], row["A_iid"], row["A_comp"], row["gap"], row["P_iid"], row["P_comp"]]
+             for row in data["protocols"] + data["fewshot"]],
+            formats=[None, None, pct, pct, pct, num, num]).rstrip("\n")]
         avg = data["average"]
         lines += ["", f"Average: A_avg {fmt(avg['A_avg'])} %, G_avg {fmt(avg['G_avg'])} %, P_avg {fmt(avg['P_avg'], False)}.", ""]
     return "\n".join(lines)

@@ -4,7 +4,9 @@ The `bleu` and `chrf` metrics (`scoring/bleu.py`) store sacreBLEU's segment stat
 `_bleu_stat_<k>` / `_chrf_stat_<k>`. A corpus score is sacreBLEU's score of the summed
 statistics of its rows (BLEU: BP * exp(mean_n log p_n) over summed n-gram counts; chrF: F-beta
 of summed character/word n-gram counts), with the parameters read back from the run's
-signature, so it equals `sacrebleu.corpus_bleu` / `corpus_chrf` over the same rows.
+signature, so it equals `sacrebleu.corpus_bleu` / `corpus_chrf` over the same rows. A row
+whose stored statistics are not counts (NaN, infinite, negative, fractional, huge: a dump's own
+columns) is left out and counted (`rows_invalid`).
 """
 
 from __future__ import annotations
@@ -64,7 +66,22 @@ class CorpusRow:
     dataset: str | None
     system: str | None
     rows: int
-    score: float
+    score: float | None  # None when no row has usable statistics
+    rows_invalid: int = 0  # rows whose stored statistics are not counts (left out)
+
+
+STAT_LIMIT = 2.0 ** 53  # larger counts are not exact in a float64 (and no text has them)
+
+
+def valid_stats(stats):
+    """Per row: whether its stored statistics are counts sacreBLEU can sum (finite, whole,
+    0 <= v < 2^53). A dump's own `_bleu_stat_` columns could hold NaN, inf, negative or huge
+    values, which would fail the report or give a BLEU above 100."""
+    import numpy as np
+
+    stats = np.asarray(stats, dtype=float)
+    with np.errstate(invalid="ignore"):
+        return (np.isfinite(stats) & (stats >= 0) & (stats < STAT_LIMIT) & (stats == np.round(stats))).all(axis=1)
 
 
 def corpus_scores(frame, label: str, name: str, signature: str) -> list[CorpusRow]:
@@ -81,8 +98,11 @@ def corpus_scores(frame, label: str, name: str, signature: str) -> list[CorpusRo
     for key, group in groups:
         key = key if isinstance(key, tuple) else (key,)
         found = dict(zip(keys, key))
-        out.append(CorpusRow(label, _text(found.get("dataset")), _text(found.get("system")), len(group),
-                             corpus_score(name, signature, group[columns].to_numpy().tolist())))
+        stats = group[columns].to_numpy(dtype=float)
+        valid = valid_stats(stats)
+        score = corpus_score(name, signature, stats[valid].tolist()) if valid.any() else None
+        out.append(CorpusRow(label, _text(found.get("dataset")), _text(found.get("system")), int(valid.sum()),
+                             score, int((~valid).sum())))
     return out
 
 
@@ -132,8 +152,13 @@ def markdown_section(rows: list[CorpusRow]) -> str:
     from scoring.tables import markdown_text
 
     for row in rows:
+        shown = "–" if row.score is None else f"{row.score:.4f}"
         lines.append(f"| {markdown_text(row.metric)} | {markdown_text(row.dataset or '')} | "
-                     f"{markdown_text(row.system or '')} | {row.rows} | {row.score:.4f} |")
+                     f"{markdown_text(row.system or '')} | {row.rows} | {shown} |")
+    invalid = sum(row.rows_invalid for row in rows)
+    if invalid:
+        lines += ["", f"{invalid} row(s) left out: their stored statistics are not counts (NaN, infinite, negative, "
+                      "fractional or above 2^53); `rows_invalid` in corpus_bleu.json says where."]
     return "\n".join(lines) + "\n"
 
 

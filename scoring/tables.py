@@ -1,8 +1,9 @@
 """The one Markdown table writer every report uses (meta-evaluation, system comparison, CoDI, splits).
 
-Cells: `None` and non-finite floats print as an en dash; floats with `digits` decimals (or a
-per-column format); everything else with `str`, escaped by `markdown_text`, so a cell is text:
-it never splits a row, opens a link, an image or raw HTML.
+Cells: `None` and non-finite floats print as an en dash; floats with `digits` decimals (from
+1e15 on with an exponent, so a huge score stays one short cell), or a per-column format;
+everything else with `str`, escaped by `markdown_text`, so a cell is text: it never splits a
+row, opens a link, an image or raw HTML.
 
 Values from the data (system, dataset, metric and column names, file names) are text wherever
 they land in Markdown: `markdown_text` for running text and table cells, `markdown_code` inside
@@ -15,21 +16,35 @@ import math
 import re
 from typing import Any, Callable, Sequence
 
+from scoring.console_text import console_text
+
 MISSING = "–"
+LARGE = 1e15  # floats this large print with an exponent
 Formatter = Callable[[Any], str]
 
 _ALWAYS = frozenset("\\`*[]<>&!#|~")  # Markdown syntax anywhere in a line (links, images, HTML, code, emphasis)
 _LINE_START = frozenset("-+=")  # list items and setext underlines when a value starts a line
-_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
 _ORDERED = re.compile(r"^(\d{1,9})([.)])")
-FORMULA_START = tuple("=+-@\t\r")  # a spreadsheet runs a cell starting with one of these
+# a spreadsheet runs a cell starting with one of these, also behind leading blanks (the full-width
+# forms are what an input method types); a leading control character (tab, carriage return, line
+# feed, NUL: OWASP, ASVS 1.2.10) is neutralised whatever follows
+_FORMULA_CHARS = frozenset("=+-@\uff1d\uff0b\uff0d\uff20")
+_LEADING = re.compile(r"[\s\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202f\u2060\ufeff]*")
+
+
+def visible(value: Any) -> str:
+    """`value` as one line of text in which every character shows (`scoring.console_text`):
+    two names that differ only by a control or invisible character never read the same."""
+    return console_text(value)
 
 
 def markdown_text(value: Any) -> str:
     """`value` as Markdown that renders as exactly its text (CommonMark backslash escapes):
-    control characters and line breaks become spaces, Markdown punctuation is escaped, and `_`
-    only where it could open emphasis (between two letters or digits it stays as it is)."""
-    text = _CONTROL.sub(" ", str(value))
+    control characters, line breaks and invisible or bidi format characters are shown as their
+    escape (`\\n`, `\\x00`, `\\u202e`: `scoring.console_text`, so `a\\nb` never looks like
+    `a b`), Markdown punctuation is escaped, and `_` only where it could open emphasis (between
+    two letters or digits it stays as it is)."""
+    text = visible(value)
     out = []
     for k, ch in enumerate(text):
         if ch in _ALWAYS or (k == 0 and ch in _LINE_START):
@@ -45,18 +60,27 @@ def markdown_text(value: Any) -> str:
 def markdown_code(value: Any) -> str:
     """`value` as an inline code span (shown verbatim): the fence is one backtick longer than
     the longest run of backticks inside, padded with spaces where the text starts or ends with one."""
-    text = _CONTROL.sub(" ", str(value))
+    text = visible(value)
     runs = [len(run) for run in re.findall(r"`+", text)]
     fence = "`" * (max(runs, default=0) + 1)
     pad = " " if text[:1] in ("`", " ") or text[-1:] in ("`", " ") else ""
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
+def formula_like(text: str) -> bool:
+    """Whether a spreadsheet could read `text` as a formula: it starts with a control character
+    (tab, carriage return, line feed, NUL, ...), or its first character after any blanks (spaces,
+    zero-width and bidi marks) is `=`, `+`, `-`, `@` or one of their full-width forms."""
+    if text[:1] and (text[0] <= "\x1f" or "\x7f" <= text[0] <= "\x9f"):
+        return True
+    return text[_LEADING.match(text).end():][:1] in _FORMULA_CHARS
+
+
 def spreadsheet_cell(value: Any) -> Any:
-    """A CSV cell a spreadsheet shows as text: a string starting with `=`, `+`, `-`, `@`, a tab or a
-    carriage return gets a leading `'`. Only strings change: numbers (negative ones too) stay
-    numbers, so numeric columns read back unchanged."""
-    if isinstance(value, str) and value.startswith(FORMULA_START):
+    """A CSV cell a spreadsheet shows as text: a string that is `formula_like` gets a leading
+    `'`. Only strings change: numbers (negative ones too) stay numbers, so numeric columns read
+    back unchanged."""
+    if isinstance(value, str) and formula_like(value):
         return "'" + value
     return value
 
@@ -72,6 +96,8 @@ def format_cell(value: Any, digits: int = 4) -> str:
     if isinstance(value, float):
         if not math.isfinite(value):
             return MISSING
+        if abs(value) >= LARGE:  # a score of 1e300 is 5 significant digits, not 301 of them
+            return f"{value:.{digits}e}"
         return f"{value:.{digits}f}"
     return markdown_text(value)
 

@@ -6,7 +6,9 @@ row's `id`, else its position, and the seed) that forms the in-distribution test
 order of the corpus is kept inside each partition.
 
 Layout: `DIR/<protocol>_<NN>/{train,test_iid,test_comp}.parquet` and `DIR/manifest.json`
-(row counts, the splits' signature, the partition parameters).
+(row counts, the splits' signature, the partition parameters). The folder name is made safe
+(`scoring.file_names`: a protocol such as `../x` from a splits file stays inside DIR), and every
+file is written by temp file and rename (`scoring.atomic_files`: a symlink there is replaced).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from scoring import atomic_files
+from scoring.file_names import FileNames, safe_name
 from splits.aspects import SplitsInputError, read_corpus_table, row_combos
 
 PARTS = ("train", "test_iid", "test_comp")
@@ -67,6 +71,7 @@ def partition_corpus(corpus: str | pathlib.Path, splits_json: Mapping[str, Any],
     manifest: dict[str, Any] = {"corpus": str(corpus), "iid_fraction": iid_fraction, "seed": seed,
                                 "signature": splits_json.get("signature"), "splits": []}
     all_combos = set(keys)
+    folders = FileNames(["manifest.json"])  # the protocol comes from the splits file: a name, never a path
     for n, split in enumerate(splits):
         seen = {tuple(c[a] for a in aspects) for c in split["seen"]}
         unseen = {tuple(c[a] for a in aspects) for c in split["unseen"]}
@@ -75,13 +80,16 @@ def partition_corpus(corpus: str | pathlib.Path, splits_json: Mapping[str, Any],
             raise SplitsInputError(f"{corpus}: combination(s) {sorted(unknown)[:3]} are in neither side of split {n}")
         is_seen = np.fromiter((k in seen for k in keys), dtype=bool, count=len(keys))
         masks = {"train": is_seen & ~iid, "test_iid": is_seen & iid, "test_comp": ~is_seen}
-        folder = out / f"{protocol}_{n:02d}"
+        folder = out / folders.claim(safe_name(f"{protocol}_{n:02d}"))
+        if folder.is_symlink():  # replaced, never followed
+            folder.unlink()
         folder.mkdir(exist_ok=True)
         counts = {}
         for part in PARTS:
             idx = np.flatnonzero(masks[part])
-            pq.write_table(table.take(idx), folder / f"{part}.parquet")
+            rows = table.take(idx)
+            atomic_files.write_with(folder / f"{part}.parquet", lambda handle, rows=rows: pq.write_table(rows, handle))
             counts[part] = int(idx.size)
         manifest["splits"].append({"folder": folder.name, "divergence": split.get("divergence"), "rows": counts})
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False, default=str))
+    atomic_files.write_text(out / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False, default=str))
     return manifest

@@ -67,6 +67,15 @@ def _changes(comparisons, previous: dict | None) -> list[str]:
     return lines
 
 
+def history_file(history, now: dt.datetime):
+    """`history/<UTC time>.json` for this refresh; a second refresh within the same second gets
+    `<UTC time>-2.json` rather than replacing the first one's file."""
+    from scoring.file_names import FileNames
+
+    names = FileNames(path.name for path in history.iterdir())
+    return history / names.claim(now.strftime("%Y%m%dT%H%M%SZ"), ".json")
+
+
 def handle(args: argparse.Namespace) -> int:
     if args.resamples < 1 or args.trials < 1 or args.tasks < 0:
         raise UsageError("--resamples and --trials must be >= 1 and --tasks >= 0")
@@ -97,7 +106,7 @@ def handle(args: argparse.Namespace) -> int:
     write_text(out / "board.html", compare_cli.render(comparisons, "html", previous))  # replaces a symlink
     write_text(board_json, text)
     history = subfolder(out, "history")
-    write_text(history / f"{now.strftime('%Y%m%dT%H%M%SZ')}.json", text)
+    write_text(history_file(history, now), text)
     leaders = {f"{c.dataset}/{c.column}": c.systems[0].system for c in comparisons}
     append_line(out / "history.jsonl", json.dumps({"refreshed": document["refreshed"], "job": scored,
                                                    "rows": acc.input_rows, "leaders": leaders}))

@@ -29,16 +29,32 @@ def _read_text(path: pathlib.Path) -> str:
         raise InputError(f"{path}: not UTF-8 text (byte {exc.start})") from None
 
 
+class DuplicateKey(ValueError):
+    """A JSON object names one key twice (`json.loads` would keep the last value silently)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        raise DuplicateKey(next(key for key, _ in pairs if key in seen or seen.add(key)))
+    return out
+
+
 def read_jsonl(path: str | pathlib.Path, report: ConversionReport) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, object) for every non-blank line; a line that is not a JSON object is
-    dropped with its reason."""
+    """(line number, object) for every non-blank line; a line that is not a JSON object, or whose
+    object names a key twice (two `text` values, one of which would vanish), is dropped with its
+    reason."""
     records = []
     for number, line in enumerate(_read_text(pathlib.Path(path)).split("\n"), start=1):
         if not line.strip():
             continue
         report.rows_read += 1
         try:
-            value = json.loads(line)
+            value = json.loads(line, object_pairs_hook=_unique_keys)
+        except DuplicateKey as exc:
+            report.drop(f"line names the key {exc.args[0]!r} twice in one object", number)
+            continue
         except json.JSONDecodeError:
             report.drop("line is not valid JSON", number)
             continue

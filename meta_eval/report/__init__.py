@@ -18,7 +18,7 @@ import pathlib
 from meta_eval.compare import comparisons_json, leaderboard_csv
 from meta_eval.compare import leaderboard as leaderboard_rows
 from meta_eval.report import plots
-from meta_eval.report.files import safe_name, subfolder, write_text
+from meta_eval.report.files import FileNames, safe_name, subfolder, write_text
 from meta_eval.report.html import render
 from meta_eval.report.leaderboard import leaderboard_html
 from meta_eval.report.markdown import report_markdown
@@ -70,16 +70,15 @@ def write_report(result: MetaResult, out_dir, fmt: str = "both", scores: str | N
     results = json.dumps(to_json_dict(result), indent=1, allow_nan=False) + "\n"
     paths = {"json": write_text(out / "results.json", results)}
     images: dict[str, list[tuple[str, str]]] = {}
-    taken = set(REPORT_FILES)  # a dataset named "report.html" gets a folder of another name
+    folders = FileNames(REPORT_FILES)  # a dataset named "report.html" (or "A" beside "a") gets a folder of its own
     for group in result.groups:
-        folder = safe_name(group.name)
-        while folder in taken:  # a plain name equal to a report file or to another's slug: keep them apart
-            folder = safe_name(folder + "/")
-        taken.add(folder)
+        folder = folders.claim(safe_name(group.name))
         images[group.name] = []
+        names = FileNames()  # two columns whose names clash as files keep a plot each
         for name, caption, fig in _figures(group):
             if fig is None:
                 continue
+            name = names.claim(name.removesuffix(".png"), ".png")
             plots.save(fig, subfolder(out, folder) / name)
             images[group.name].append((caption, f"{folder}/{name}"))
             paths[f"{folder}/{name}"] = out / folder / name

@@ -1,37 +1,19 @@
 """The files a report or a leaderboard writes: names made from data kept inside the report
 folder, and writes that replace whatever is at the path (a symlink too) instead of following it.
 
-`safe_name` keeps a name that is already a plain file name (letters, digits, `-`, `_`, `.`, not
-starting with `.`, at most 64 characters) and turns any other (`..`, `a/b`, a NUL, spaces, a
-leading dot) into a slug of its letters and digits plus the first 8 hex digits of its SHA-256,
-so two different names never share a file and no name leaves the folder.
+Names come from `scoring.file_names` (`safe_name`, `FileNames`: see there): no name leaves the
+report folder, and no two share a file, on any filesystem.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pathlib
 
 from scoring import atomic_files
+from scoring.file_names import FileNames, collision_key, safe_name
 
-PLAIN_MAX = 64
-SLUG_MAX = 48
-
-
-def _plain(text: str) -> bool:
-    return (0 < len(text) <= PLAIN_MAX and not text.startswith(".")
-            and all(ch.isalnum() or ch in "-_." for ch in text) and text.isprintable())
-
-
-def safe_name(name) -> str:
-    """A file or folder name for `name` (see the module doc); the same name always gives the same result."""
-    text = str(name)
-    if _plain(text):
-        return text
-    slug = "".join(ch if ch.isalnum() and ch.isprintable() else "_" for ch in text).strip("_")[:SLUG_MAX]
-    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-    return f"{slug or 'name'}-{digest}"
+__all__ = ["FileNames", "append_line", "collision_key", "safe_name", "subfolder", "write_figure", "write_text"]
 
 
 def subfolder(parent: pathlib.Path, name: str) -> pathlib.Path:

@@ -11,6 +11,7 @@ import base64
 import html
 import pathlib
 import re
+import urllib.parse
 from typing import Iterable
 
 STYLE = ("body{font:14px/1.45 system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;"
@@ -30,11 +31,21 @@ def data_uri(path: pathlib.Path) -> str:
     return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
 
 
-def slug(text: str, seen: dict[str, int]) -> str:
-    """A unique id for a heading: lower-case words joined by '-', numbered when repeated."""
-    base = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "section"
-    seen[base] = seen.get(base, 0) + 1
-    return base if seen[base] == 1 else f"{base}-{seen[base]}"
+def unique_id(base: str, used: set[str]) -> str:
+    """`base`, or `base-2`, `base-3`, ... when that id is already in `used` (then added to it):
+    two headings or sections never share an id, whatever their names (a heading "a 2" after two
+    headings "a" and "a!" too), so every link of a contents list lands on its own section."""
+    anchor, k = base, 1
+    while anchor in used:
+        k += 1
+        anchor = f"{base}-{k}"
+    used.add(anchor)
+    return anchor
+
+
+def slug(text: str, used: set[str]) -> str:
+    """A unique id for a heading: lower-case words joined by '-', numbered when taken (`unique_id`)."""
+    return unique_id(re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "section", used)
 
 
 def _toc(entries: list[tuple[int, str, str]]) -> str:
@@ -88,7 +99,7 @@ def _own_html(tokens: list) -> list:
 def _embed(child, base: pathlib.Path, images: set[str]) -> None:
     """An image token: its file embedded when it is one the report wrote (`images`, relative to
     `base`) and still a regular file inside `base`; anything else becomes its alt text."""
-    src = str(child.attrGet("src") or "")
+    src = urllib.parse.unquote(str(child.attrGet("src") or ""))  # the parser percent-encodes a non-ASCII path
     root = base.resolve()
     path = base / src
     inside = src in images and not path.is_symlink() and path.is_file() and path.resolve().is_relative_to(root)
@@ -110,7 +121,7 @@ def render(markdown_text: str, base: pathlib.Path, title: str = "Meta-evaluation
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
     tokens = _own_html(md.parse(markdown_text))
     allowed = {str(name) for name in images}
-    seen: dict[str, int] = {}
+    seen: set[str] = set()
     entries = []
     for k, token in enumerate(tokens):
         for child in token.children or ():

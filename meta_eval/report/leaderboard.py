@@ -19,9 +19,11 @@ import math
 from typing import Sequence
 
 from meta_eval.compare import CLUSTER_DEFINITION, TEST_NAMES, decisive_p, decisive_test, significance_clusters
+from meta_eval.report.html import unique_id
 from meta_eval.report.page import page
 from meta_eval.report.sortable import SORT_JS
 from meta_eval.results import SystemComparison
+from scoring.tables import visible
 
 PAGE_STYLE = ("body{font:14px/1.45 system-ui,sans-serif;max-width:1180px;margin:1.5em auto;padding:0 1em;"
               "color:#222}h1{font-size:22px}")
@@ -40,6 +42,13 @@ STYLE = (
     ".lb .scroll{overflow-x:auto;max-width:100%;min-width:0}.lb td{white-space:nowrap}.lb td.sys{white-space:normal;"
     "overflow-wrap:anywhere}.lb nav a{overflow-wrap:anywhere}"
 )
+def esc(value) -> str:
+    """A value from the data as HTML text: every character visible (`scoring.tables.visible`: a
+    newline or NUL shows as its escape, never as a space), then escaped."""
+    return html.escape(visible(value))
+
+
+SVG_LABEL_MAX = 60  # longest system name the matrix draws
 COLORS = {"better": "#4c9a5b", "worse": "#d0645a", "same": "#d9d9d9", "undefined": "#ffffff"}
 
 
@@ -56,6 +65,13 @@ def _fmt(value: float | None, digits: int = 4) -> str:
 
 def anchor(comp: SystemComparison) -> str:
     return "lb-" + "".join(ch if ch.isalnum() else "-" for ch in f"{comp.dataset}-{comp.column}")
+
+
+def anchors(comparisons: Sequence[SystemComparison]) -> list[str]:
+    """One id per comparison, distinct even where `anchor` gives two the same (`a/b` and `a_b`,
+    or dataset `a-b` column `c` and dataset `a` column `b-c`)."""
+    used: set[str] = set()
+    return [unique_id(anchor(comp), used) for comp in comparisons]
 
 
 def leading_group(comp: SystemComparison) -> list[str]:
@@ -97,13 +113,23 @@ def mark(comp: SystemComparison, row: str, col: str) -> str:
     return "undefined"
 
 
+def short_label(name: str, width: int = SVG_LABEL_MAX) -> str:
+    """A system name as the matrix draws it: cut at `width` characters with "…" (the tables
+    beside it show the whole name), so a huge name neither widens the drawing nor is repeated
+    once per cell."""
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
 def matrix_svg(comp: SystemComparison, cell: int = 22) -> str:
-    """Pairwise marks as an SVG grid: row system against column system, in rank order."""
-    names = [s.system for s in comp.systems]
+    """Pairwise marks as an SVG grid: row system against column system, in rank order; names
+    are drawn as `short_label` gives them, each with its rank when two would read the same."""
+    names = [short_label(s.system) for s in comp.systems]
+    if len(set(names)) < len(names):  # cut to the same head: the rank (the table's too) tells them apart
+        names = [f"{s.rank}. {name}" for s, name in zip(comp.systems, names)]
+    systems = [s.system for s in comp.systems]
     label = max(60, 7 * max(len(n) for n in names) + 10)
     size = label + cell * len(names) + 4
     width = size + int(0.55 * label)  # room for the last column's label, slanted to the right
-    esc = html.escape
     parts = [f'<svg class="matrix" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{size}" '
              f'viewBox="0 0 {width} {size}" role="img" aria-label="pairwise significance, {esc(comp.column)}">']
     for k, name in enumerate(names):
@@ -118,7 +144,7 @@ def matrix_svg(comp: SystemComparison, cell: int = 22) -> str:
             if r == c:
                 parts.append(f'<rect x="{x}" y="{y}" width="{cell}" height="{cell}" fill="#f4f4f4" stroke="#fff"/>')
                 continue
-            state = mark(comp, row, col)
+            state = mark(comp, systems[r], systems[c])
             parts.append(f'<rect class="cell {state}" data-row="{esc(row)}" data-col="{esc(col)}" x="{x}" y="{y}" '
                          f'width="{cell}" height="{cell}" fill="{COLORS[state]}" stroke="#fff">'
                          f'<title>{esc(row)} vs {esc(col)}: {state}</title></rect>')
@@ -130,7 +156,6 @@ def matrix_svg(comp: SystemComparison, cell: int = 22) -> str:
 
 
 def _table(comp: SystemComparison, clusters: dict[str, int], moved: dict[str, str]) -> str:
-    esc = html.escape
     head = ("<tr><th>rank</th><th class=\"sys\">system</th><th>mean</th><th>95% interval</th>"
             "<th title=\"significance cluster: 1 is the leading group\">cluster</th>")
     head += "<th>since last</th></tr>" if moved else "</tr>"
@@ -156,7 +181,6 @@ def pair_label(comp: SystemComparison, pair) -> str:
 
 def pairs_table(comp: SystemComparison) -> str:
     """Every pair: difference, its interval and the p-value of the test that decides the mark."""
-    esc = html.escape
     test = decisive_test(comp)
     level = f"{100 * comp.pairs[0].ci_diff.level:g}%" if comp.pairs else "95%"
     rows = [f"<tr><th class=\"sys\">A</th><th class=\"sys\">B</th><th>A − B</th><th>{level} interval of A − B</th>"
@@ -173,16 +197,16 @@ def pairs_table(comp: SystemComparison) -> str:
 def leaderboard_section(comparisons: Sequence[SystemComparison], previous: dict | None = None) -> str:
     """The page's body as one fragment with its own (scoped) style: a contents list and one
     section per (dataset, column). Embeddable in another HTML page with one call."""
-    esc = html.escape
-    toc = "".join(f'<li><a href="#{anchor(c)}">{esc(c.dataset)} / {esc(c.column)}</a></li>' for c in comparisons)
+    ids = anchors(comparisons)
+    toc = "".join(f'<li><a href="#{ids[k]}">{esc(c.dataset)} / {esc(c.column)}</a></li>' for k, c in enumerate(comparisons))
     out = [f'<div class="lb"><style>{STYLE}</style><nav><ul>{toc}</ul></nav>'
            f'<p class="definition">{esc(CLUSTER_DEFINITION)} Click a column header to sort a table.</p>']
-    for comp in comparisons:
+    for comp, section_id in zip(comparisons, ids):
         clusters = significance_clusters(comp)
         moved, gone = moves(comp, previous)
         arrow = "lower is better" if comp.lower_is_better else "higher is better"
         test = TEST_NAMES[decisive_test(comp)]
-        out.append(f'<section id="{anchor(comp)}" data-dataset="{esc(comp.dataset)}" data-column="{esc(comp.column)}">'
+        out.append(f'<section id="{section_id}" data-dataset="{esc(comp.dataset)}" data-column="{esc(comp.column)}">'
                    f"<h2>{esc(comp.column)} on {esc(comp.dataset)}</h2>"
                    f'<p class="note">{arrow}; {comp.n_units} paired units ({esc(comp.unit)}), {comp.n_units_dropped} '
                    f"dropped for a missing score. Every mark comes from one test, the two-sided {test}, whose "

@@ -1,7 +1,8 @@
 """PNG plots of a `GroupResult` (matplotlib, Agg backend). Each function returns a figure or None
 when its data does not exist (the report then leaves the plot out and says why).
 
-Every label is plain text (`text_only`: no mathtext), whatever the names in the data are.
+Every label is plain text (`text_only`: no mathtext), whatever the names in the data are, and
+at most `LABEL_MAX` characters of a name are drawn (`plain`).
 Titles name the dataset and the human aspect; heatmap cells are annotated in black or white,
 whichever contrasts with the cell colour, and the figure grows with the number of rows so every
 label stays readable.
@@ -15,6 +16,7 @@ from meta_eval.results import ChecklistBlock, GroupResult, SignificanceBlock
 
 DPI = 100
 MAX_ROWS = 40  # most metrics drawn in one plot (all of them stay in the tables and the JSON)
+LABEL_MAX = 80  # longest name drawn in a title, label or legend (`plain`)
 
 
 def _plt():
@@ -54,23 +56,42 @@ def natural_key(name) -> list:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(name))]
 
 
-def plain(name) -> str:
-    """A name as one line of drawable text: control characters (NUL, line breaks) become spaces."""
-    import re
+def plain(name, width: int = LABEL_MAX) -> str:
+    """A name as one line of drawable text: control characters (NUL, line breaks) show as their
+    escapes (`scoring.tables.visible`), and a name longer than `width` characters is cut there with "…" (drawing a 200,000-character
+    title takes matplotlib minutes; the whole name stays in the tables and the JSON)."""
+    from scoring.tables import visible
 
-    return re.sub(r"[\x00-\x1f\x7f]", " ", str(name))
+    text = visible(str(name)[: width + 1])
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def legend_label(name) -> str:
-    """`plain(name)` for a legend entry: matplotlib leaves out entries whose label starts with
-    `_`, so such a name gets a leading space and stays in the legend."""
-    text = plain(name)
+    """A label (already cut by `plain` or `short`) as a legend entry: matplotlib leaves out
+    entries whose label starts with `_`, so such a name gets a leading space and stays in the legend."""
+    text = plain(name, width=len(str(name)))
     return " " + text if text.startswith("_") else text
 
 
 def short(name: str, width: int = 28) -> str:
     name = plain(name).removeprefix("human_")
     return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def tick_labels(names, width: int = 28) -> list[str]:
+    """`short` labels for an axis; where two would read the same (names cut to one head, `x`
+    beside `human_x`), each of those gets its 1-based position on the axis, so no two rows or
+    columns of a plot look alike."""
+    return distinct([short(name, width) for name in names])
+
+
+def distinct(labels) -> list[str]:
+    """`labels` with each one that occurs more than once followed by its 1-based position (`[2]`)."""
+    labels = list(labels)
+    counts: dict[str, int] = {}
+    for label in labels:
+        counts[label] = counts.get(label, 0) + 1
+    return [f"{label} [{k + 1}]" if counts[label] > 1 else label for k, label in enumerate(labels)]
 
 
 def _heatmap(ax, matrix, rows, cols, cmap: str, vmin: float, vmax: float, fmt: str = "{:.2f}"):
@@ -80,8 +101,8 @@ def _heatmap(ax, matrix, rows, cols, cmap: str, vmin: float, vmax: float, fmt: s
     colormap = plt.get_cmap(cmap).with_extremes(bad="#d9d9d9")  # undefined cells: grey with a dash
     image = ax.imshow(np.ma.masked_invalid(matrix), cmap=colormap, vmin=vmin, vmax=vmax, aspect="auto")
     size = max(8.0, min(10.0, 120 / max(len(cols), len(rows), 1)))
-    ax.set_xticks(range(len(cols)), [short(c) for c in cols], rotation=45, ha="right", fontsize=size)
-    ax.set_yticks(range(len(rows)), [short(r) for r in rows], fontsize=size)
+    ax.set_xticks(range(len(cols)), tick_labels(cols), rotation=45, ha="right", fontsize=size)
+    ax.set_yticks(range(len(rows)), tick_labels(rows), fontsize=size)
     for (i, j), value in np.ndenumerate(matrix):
         if not np.isfinite(value):
             if not (matrix.shape[0] == matrix.shape[1] and i == j and list(rows) == list(cols)):
@@ -125,17 +146,18 @@ def correlations(group: GroupResult):
         note = "no resampling intervals (significance off)"
     fig, ax = plt.subplots(figsize=(9, max(4.5, 1.5 + 0.35 * len(metrics) * max(1, len(series)) ** 0.5)))
     width = 0.8 / max(len(series), 1)
-    for k, (human, (values, intervals)) in enumerate(series.items()):
+    legends = tick_labels(series)
+    for k, (values, intervals) in enumerate(series.values()):
         ys = np.arange(len(metrics)) + (k - (len(series) - 1) / 2) * width
         xs = np.array([values.get(m, np.nan) for m in metrics], dtype=float)
         if intervals:
             lows = np.array([intervals[m].low if m in intervals else np.nan for m in metrics], dtype=float)
             highs = np.array([intervals[m].high if m in intervals else np.nan for m in metrics], dtype=float)
             err = np.nan_to_num(np.abs(np.vstack([xs - lows, highs - xs])))
-            ax.errorbar(xs, ys, xerr=err, fmt="o", ms=4, capsize=2, label=legend_label(short(human)))
+            ax.errorbar(xs, ys, xerr=err, fmt="o", ms=4, capsize=2, label=legend_label(legends[k]))
         else:
-            ax.plot(xs, ys, "o", ms=4, label=legend_label(short(human)))
-    ax.set_yticks(np.arange(len(metrics)), [short(m) for m in metrics], fontsize=8)
+            ax.plot(xs, ys, "o", ms=4, label=legend_label(legends[k]))
+    ax.set_yticks(np.arange(len(metrics)), tick_labels(metrics), fontsize=8)
     ax.axvline(0, color="grey", lw=0.8)
     ax.set_xlabel(f"{method} correlation ({level} level); {note}")
     ax.legend(fontsize=8, loc="best", title="human aspect", title_fontsize=8)
@@ -180,7 +202,7 @@ def _grouped_bars(ax, series: dict, labels: list[str]) -> None:
     for k, (name, values) in enumerate(series.items()):
         offset = (k - (len(series) - 1) / 2) * width
         ax.bar(np.arange(len(labels)) + offset, [np.nan if v is None else v for v in values], width, label=name)
-    ax.set_xticks(range(len(labels)), [short(c, 18) for c in labels], rotation=60, ha="right", fontsize=8)
+    ax.set_xticks(range(len(labels)), tick_labels(labels, 18), rotation=60, ha="right", fontsize=8)
 
 
 @plain_labels

@@ -1,0 +1,64 @@
+"""File and folder names made from data: kept inside their folder, and never two the same file.
+
+`safe_name` keeps a name that is already a plain file name (letters, digits, `-`, `_`, `.`, not
+starting or ending with `.`, not a Windows device name such as `CON` or `nul.txt`, at most 64
+characters) and turns any other (`..`, `a/b`, a NUL, spaces, a leading dot) into a slug of its
+letters and digits plus the first 8 hex digits of its SHA-256, so no name leaves the folder.
+
+`FileNames` hands out the names of one folder so that no two of them are the same file on any
+filesystem a report may be copied to: names are compared as a case-insensitive, Unicode-
+normalising filesystem (macOS, Windows) compares them (`collision_key`: `A` and `a`, NFC `Å`
+and NFD `Å`, `x.` and `x` are one file there), and a name that clashes with one already given
+(or with a crafted SHA-256 prefix collision) gets `-2`, `-3`, ... before its suffix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+
+PLAIN_MAX = 64
+SLUG_MAX = 48
+# CON, PRN, AUX, NUL, COM0-9, LPT0-9 (superscript digits too), with or without an extension
+_DEVICE = re.compile(r"(con|prn|aux|nul|conin\$|conout\$|(com|lpt)[0-9\u00b9\u00b2\u00b3])(\..*)?", re.IGNORECASE)
+
+
+def _plain(text: str) -> bool:
+    return (0 < len(text) <= PLAIN_MAX and not text.startswith(".") and not text.endswith(".")
+            and all(ch.isalnum() or ch in "-_." for ch in text) and text.isprintable()
+            and not _DEVICE.fullmatch(text))
+
+
+def collision_key(name: str) -> str:
+    """`name` as the strictest common filesystem compares it: Unicode-normalised (NFD, as macOS
+    does), case-folded (macOS, Windows), trailing dots and spaces dropped (Windows)."""
+    folded = unicodedata.normalize("NFD", unicodedata.normalize("NFD", name).casefold())
+    return folded.rstrip(". ")
+
+
+class FileNames:
+    """The names of the files of one folder, each distinct from every other by `collision_key`
+    (`reserved`: names the folder already holds, such as a report's own files)."""
+
+    def __init__(self, reserved=()):
+        self._keys = {collision_key(str(name)) for name in reserved}
+
+    def claim(self, stem: str, suffix: str = "") -> str:
+        """`stem + suffix`, or `stem-2 + suffix`, `stem-3 + suffix`, ... when that is taken."""
+        name, k = stem + suffix, 1
+        while collision_key(name) in self._keys:
+            k += 1
+            name = f"{stem}-{k}{suffix}"
+        self._keys.add(collision_key(name))
+        return name
+
+
+def safe_name(name) -> str:
+    """A file or folder name for `name` (see the module doc); the same name always gives the same result."""
+    text = str(name)
+    if _plain(text):
+        return text
+    slug = "".join(ch if ch.isalnum() and ch.isprintable() else "_" for ch in text).strip("_")[:SLUG_MAX]
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{slug or 'name'}-{digest}"
