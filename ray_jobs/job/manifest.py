@@ -122,9 +122,10 @@ def _reasons(counts: dict[str, int]) -> str:
 
 
 def _folders(folders) -> str:
-    """The folders a shard's scores were reused from (`reused_by_content`): one, or those lent
-    as its row cache; a manifest from before the list, one string."""
-    return folders if isinstance(folders, str) else " or ".join(map(str, folders))
+    """The folders a shard's scores were reused from (`reused_by_content`): the one its parts
+    were copied from, or those of the folders lent as its row cache that supplied rows; a
+    manifest from before the list, one string."""
+    return folders if isinstance(folders, str) else " and ".join(map(str, folders))
 
 
 def summary_line(manifest: dict[str, Any]) -> str:
