@@ -190,6 +190,8 @@ def test_every_row_of_a_hostile_dump_comes_out_scored_or_with_a_reason(ray_local
         assert ids == by_id, label  # by id: each id where the input has it, as often
         _assert_counts_add_up(manifest["metrics"][label], [row for _, row in everything], label)
         assert {o["input"] for o in manifest["metrics"][label]["outputs"]} == {str(folder / rel) for rel in good}
+        # no bad shard had output before: none is kept, and none of the half-scored one is left behind
+        assert manifest["metrics"][label]["kept_for_bad_shards"] == [] and not list((out / label).glob("mid corrupt/*"))
 
     text_stats = build_metric("text_stats", {})  # the scores belong to the rows they sit beside
     for rel, rows in inputs.items():
@@ -223,7 +225,8 @@ def _rotate(text: str) -> str:
 def test_a_nightly_rerun_after_edits_renames_copies_and_deletes_equals_a_run_from_scratch(ray_local, ray_address,
                                                                                       tmp_path):
     """Between two runs: one shard unchanged, one copied under a second name, one renamed, one
-    edited (a row changed, two added), one shrunk, one deleted, one added, and two shards of
+    edited (a row changed, two added), one shrunk, one deleted, one added, one given a duplicate
+    id (bad: its earlier output kept as it was and listed), and two shards of
     one size both renamed AND edited (one row each, the same size: another version, so no copy;
     both old folders are lent to each as its row cache). The second run (with prune) scores only
     the changed rows, names as lenders only the folders rows came from, leaves no part of a
@@ -240,11 +243,14 @@ def test_a_nightly_rerun_after_edits_renames_copies_and_deletes_equals_a_run_fro
     _write(folder, "shrink.parquet", _texts("s", 10))
     _write(folder, "gone.parquet", _texts("g", 4))
     _write(folder, "moved.parquet", _texts("m", 5))
+    _write(folder, "dup later.parquet", _texts("d", 4))
     twins = {"a": base[:8], "b": [text[::-1] for text in base[:8]]}
     for name, texts in twins.items():
         (folder / f"old-{name}.parquet").write_bytes(_sized(texts, name))
     first = run_job(_job(folder, out, ("text_stats",), ray_address))
-    assert first["metrics"]["text_stats"]["rows_scored"] == 55
+    assert first["metrics"]["text_stats"]["rows_scored"] == 59
+    dup_folder = out / "text_stats" / "dup later"
+    dup_parts = {p.name: p.stat().st_mtime_ns for p in dup_folder.iterdir()}
 
     edited = pa.table({"id": [f"e{i}" for i in range(12)],
                        "text": [*base[:3], "an edited row", *base[4:], "added one", "added two"]})
@@ -254,6 +260,7 @@ def test_a_nightly_rerun_after_edits_renames_copies_and_deletes_equals_a_run_fro
     (folder / "moved.parquet").rename(folder / "moved here.parquet")
     (folder / "keep copy.parquet").write_bytes((folder / "keep.parquet").read_bytes())
     _write(folder, "added.parquet", _texts("n", 5))
+    _write(folder, "dup later.parquet", pa.table({"id": ["d0", "d1", "d0"], "text": ["a", "b", "c"]}))  # now bad
     for name, texts in twins.items():
         (folder / f"old-{name}.parquet").unlink()
         changed = [*texts[:5], _rotate(texts[5]), *texts[6:]]
@@ -272,7 +279,11 @@ def test_a_nightly_rerun_after_edits_renames_copies_and_deletes_equals_a_run_fro
     line = summary_line(again)
     assert f"new-a.parquet from {root / 'old-a'}," in line and f" or {root}" not in line
     rels = [f["file"][len(str(folder)) + 1:] for f in again["input"]["files"]]
-    parts = list(root.rglob("*.parquet"))
+    [bad] = again["bad_shards"]
+    assert bad["file"] == str(folder / "dup later.parquet") and "duplicate id 'd0'" in bad["error"]
+    assert report["kept_for_bad_shards"] == [str(dup_folder)]  # its earlier output, listed for readers
+    assert {p.name: p.stat().st_mtime_ns for p in dup_folder.iterdir()} == dup_parts  # as it was
+    parts = [p for p in root.rglob("*.parquet") if p.parent != dup_folder]
     assert {str(p.parent.relative_to(root)) for p in parts} == {rel[: -len(".parquet")] for rel in rels}
     assert sum(pq.read_metadata(p).num_rows for p in parts) == 64  # no stale row of a deleted or renamed shard
     assert {pathlib.Path(uri).parent.name for uri in report["pruned_outputs"]} == {"gone", "moved", "old-a", "old-b"}

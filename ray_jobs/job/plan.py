@@ -57,6 +57,9 @@ class ShardPlan:
     # the folders whose parts were copied here (one: a shard of the same bytes) or lent as its row cache
     # (`reuse_cache.SameSizeFolders`: the same size and rows)
     reused_from: list[str] = field(default_factory=list)
+    # the files its folder held when planned (copies made while planning included): its output
+    # from before this run, which a shard that turns out bad keeps as it was
+    existing: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -156,6 +159,7 @@ def plan_metric(
     for shard in shards:
         files = [listed.uri for listed in files_by_stem.get(layout.shard_stem(shard.rel), [])]
         plan.shards[shard.rel] = _plan_shard(config.part_rows, metric.digest, shard, files, footers)
+        plan.shards[shard.rel].existing = set(files)
     _reuse_by_content(out_fs, config, plan, files_by_stem, recorded, footers)
     return plan
 
@@ -205,6 +209,7 @@ def _reuse_by_content(out_fs, config: JobConfig, plan: MetricPlan, files_by_stem
             adopted = _plan_shard(config.part_rows, metric.digest, shard, list(copies.values()),
                                   {copies[uri]: footers[uri] for uri in copies})
             adopted.reused_from = [uris.join(layout.metric_root(config.output, metric.label), stem)]
+            adopted.existing = set(copies.values())
             plan.shards[shard.rel] = adopted
             break
         else:

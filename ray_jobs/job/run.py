@@ -89,9 +89,10 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
             _refuse_bad(skip_bad, failed)
             bad += failed
             shards = [s for s in shards if s.info.uri not in bad_ids]
-            for plan in plans:
-                for shard_rel in [r for r, p in plan.shards.items() if p.shard.info.uri in bad_ids]:
-                    del plan.shards[shard_rel]
+            for plan in plans:  # nothing of theirs is scored; the commit keeps their output as it was
+                for shard_plan in plan.shards.values():
+                    if shard_plan.shard.info.uri in bad_ids:
+                        shard_plan.units = []
             if not shards:
                 raise JobError(f"every shard under {config.input} is bad")
 
