@@ -293,3 +293,32 @@ def test_a_nightly_rerun_after_edits_renames_copies_and_deletes_equals_a_run_fro
         assert mine == theirs, rel  # ids, scores, errors, row keys, signature: as a run from scratch
         assert [row["id"] for row in mine] == pq.read_table(folder / rel, columns=["id"]).column("id").to_pylist()
     assert fresh["metrics"]["text_stats"]["rows_scored"] == 64
+
+
+def test_rows_from_lent_folders_are_counted_per_folder_through_the_cpu_stage():
+    """What the reuse report names comes from the workers: each row found in the row cache is
+    counted for the folder of the part it came from (a later part's row replaces an earlier
+    one's, and its folder with it), and the count crosses the CPU stage's payload intact."""
+    from ray_jobs.incremental import RowCache
+    from ray_jobs.job.rows import prepare_table, prepared_payload, read_prepared
+    from scoring.text_stats import TextStatsMetric
+
+    class Prepared(TextStatsMetric):  # a two-stage metric: its rows go through the CPU stage
+        def prepare(self, rows):
+            return pa.table({"n": pa.array([len(row["text"]) for row in rows], pa.int32())})
+
+    metric = Prepared()
+    table = pa.table({"id": ["a", "b", "c", "d", "e"], "text": ["one", "two", "three", "four", "five"]})
+    rows = table.to_pylist()
+
+    def part(picked):
+        return pa.table({"row_key": [metric.row_key(row) for row in picked], "warning": pa.nulls(len(picked), pa.string()),
+                         **{c: [1.0] * len(picked) for c in metric.output_columns}})
+
+    cache = RowCache(None, metric.output_columns)
+    cache.add(part(rows[:3]), source="/out/m/old-a")
+    cache.add(part(rows[2:3]), source="/out/m/old-b")  # the same row in a later lender
+    cache.add(part(rows[3:4]))  # a part of unknown folder
+    ids, meta = read_prepared(prepared_payload(*prepare_table(metric, table, {"text"}, [], cache)))
+    assert meta["cached"] == 4 and meta["lent"] == {"/out/m/old-a": 2, "/out/m/old-b": 1}
+    assert meta["rows"] == [4] and ids.num_rows == 1  # only "five" is left to score
