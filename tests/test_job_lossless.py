@@ -211,6 +211,19 @@ def test_every_row_of_a_hostile_dump_comes_out_scored_or_with_a_reason(ray_local
     line = summary_line(manifest)
     assert f"{len(refused)} bad shard(s) skipped" in line and "3 id(s) in more than one shard" in line
 
+    again = run_job(_job(folder, out, LABELS, ray_address))  # nothing changed: every count from the kept parts
+    assert {item["file"]: item["error"] for item in again["bad_shards"]} == {
+        item["file"]: item["error"] for item in manifest["bad_shards"]}
+    for label in LABELS:
+        report = again["metrics"][label]
+        assert report["rows_scored"] == 0 and report["parts_written"] == 0, (label, report)
+        rows = [row for rel in inputs for row in _shard_output(out, label, rel)]
+        assert report["rows_error"] == manifest["metrics"][label]["rows_error"], label
+        # error_reasons are those of the parts written this run (none): the first run's stand in
+        report = {**report, "error_reasons": manifest["metrics"][label]["error_reasons"]}
+        _assert_counts_add_up(report, rows, label)
+        assert not list((out / label).glob("mid corrupt/*"))
+
 
 def _sized(texts: list[str], prefix: str) -> bytes:
     return equal_size_bytes(pa.table({"id": [f"{prefix}{i}" for i in range(len(texts))], "text": texts}))
