@@ -189,6 +189,9 @@ def test_every_row_of_a_hostile_dump_comes_out_scored_or_with_a_reason(ray_local
             ids.setdefault(row["id"], []).append(where)
         assert ids == by_id, label  # by id: each id where the input has it, as often
         _assert_counts_add_up(manifest["metrics"][label], [row for _, row in everything], label)
+        for sample in manifest["metrics"][label]["error_samples"]:  # an error names its file and row
+            rel = sample["file"][len(str(folder)) + 1:]
+            assert inputs[rel][sample["row"]]["id"] == sample["id"], (label, sample)
         assert {o["input"] for o in manifest["metrics"][label]["outputs"]} == {str(folder / rel) for rel in good}
         # no bad shard had output before: none is kept, and none of the half-scored one is left behind
         assert manifest["metrics"][label]["kept_for_bad_shards"] == [] and not list((out / label).glob("mid corrupt/*"))
