@@ -57,9 +57,7 @@ class ShardPlan:
     # the folders whose parts were copied here (one: a shard of the same bytes) or lent as its row cache
     # (`reuse_cache.SameSizeFolders`: the same size and rows)
     reused_from: list[str] = field(default_factory=list)
-    # the files its folder held when planned (copies made while planning included): its output
-    # from before this run, which a shard that turns out bad keeps as it was
-    existing: set[str] = field(default_factory=set)
+    existing: set[str] = field(default_factory=set)  # its folder's files when planned: kept as they were if it turns bad
 
 
 @dataclass
