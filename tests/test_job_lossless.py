@@ -102,6 +102,8 @@ def _hostile_dump(folder: pathlib.Path) -> dict[str, str]:
                      row_group_size=2, compression="NONE", use_dictionary=False)
     _corrupt_last_group(corrupt)
     (folder / "notes.txt").write_text("not a shard")  # not *.parquet: not an input
+    for name in ("upper.PARQUET", "_hidden.parquet", ".dot.parquet", "sub dir/short.parq"):  # named like shards: noted
+        _write(folder, name, _texts("n", 2))
     return {"dup.parquet": "duplicate id 'a'", "null id.parquet": "null field 'id'",
             "int id.parquet": "column 'id' has type int64", "int dataset.parquet": "column 'dataset' has type int64",
             "string human.parquet": "column 'human_quality' has type string",
@@ -166,8 +168,10 @@ def test_every_row_of_a_hostile_dump_comes_out_scored_or_with_a_reason(ray_local
     for rel, reason in refused.items():
         assert reason in bad[rel], (rel, bad[rel])
     good = {f["file"][len(str(folder)) + 1:]: f["rows"] for f in manifest["input"]["files"]}
-    shards = sorted(str(p.relative_to(folder)) for p in folder.rglob("*.parquet"))
-    assert sorted([*good, *bad]) == shards  # every *.parquet is an input, good or bad: none unnamed
+    not_read = [uri[len(str(folder)) + 1:] for uri in manifest["inputs_not_read"]]
+    assert sorted(not_read) == sorted([".dot.parquet", "_hidden.parquet", "sub dir/short.parq", "upper.PARQUET"])
+    files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and p.name != "notes.txt")
+    assert sorted([*good, *bad, *not_read]) == files  # every file is an input, good or bad, or said not to be
     assert good["footer only.parquet"] == 0 and good["groups.parquet"] == 5
     assert manifest["duplicate_ids_across_shards"]["count"] == 3
 
@@ -213,6 +217,7 @@ def test_every_row_of_a_hostile_dump_comes_out_scored_or_with_a_reason(ray_local
     assert "null reference" in refs["r0"]["error"] and refs["r1"]["skipped"] and refs["r2"]["chrf"] is not None
     line = summary_line(manifest)
     assert f"{len(refused)} bad shard(s) skipped" in line and "3 id(s) in more than one shard" in line
+    assert "4 file(s) named like Parquet not read" in line
 
     again = run_job(_job(folder, out, LABELS, ray_address))  # nothing changed: every count from the kept parts
     assert {item["file"]: item["error"] for item in again["bad_shards"]} == {
@@ -338,3 +343,23 @@ def test_rows_from_lent_folders_are_counted_per_folder_through_the_cpu_stage():
     ids, meta = read_prepared(prepared_payload(*prepare_table(metric, table, {"text"}, [], cache)))
     assert meta["cached"] == 4 and meta["lent"] == {"/out/m/old-a": 2, "/out/m/old-b": 1}
     assert meta["rows"] == [4] and ids.num_rows == 1  # only "five" is left to score
+
+
+def test_a_dump_of_shards_named_otherwise_is_refused_naming_them(tmp_path):
+    """No `*.parquet` shard, but files a person meant as shards: the error names them."""
+    import fsspec
+
+    from ray_jobs.config import parse_config
+    from ray_jobs.job.errors import JobError
+    from ray_jobs.job.plan import read_shards
+
+    for name in ("PART-0.PARQUET", "part-1.pq"):
+        _write(tmp_path / "in", name, _texts("a", 1))
+    (tmp_path / "in" / "README.md").write_text("a dump")
+    config = parse_config({"input": str(tmp_path / "in"), "output": str(tmp_path / "out"),
+                           "metrics": [{"name": "text_stats"}]})
+    with pytest.raises(JobError) as excinfo:
+        read_shards(config, fsspec.filesystem("file"), ("text",))
+    message = str(excinfo.value)
+    assert message.startswith(f"no *.parquet shards under {tmp_path / 'in'} (2 file(s) named like Parquet not read")
+    assert str(tmp_path / "in" / "PART-0.PARQUET") in message and "README" not in message and "\n" not in message

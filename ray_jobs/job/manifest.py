@@ -10,7 +10,7 @@ from typing import Any
 
 from ray_jobs.config import JobConfig
 from ray_jobs.job import layout
-from ray_jobs.storage import reads, uris, writes
+from ray_jobs.storage import listing, reads, uris, writes
 from scoring.error_rate import exceeds
 
 VERSION = "2"
@@ -142,6 +142,8 @@ def summary_line(manifest: dict[str, Any]) -> str:
     notes = []
     if manifest["bad_shards"]:
         notes.append(f"{len(manifest['bad_shards'])} bad shard(s) skipped, their earlier output kept")
+    if manifest.get("inputs_not_read"):
+        notes.append(listing.not_read_note(manifest["inputs_not_read"]))
     duplicates = manifest.get("duplicate_ids_across_shards") or {}
     if duplicates.get("count"):
         notes.append(f"{duplicates['count']} id(s) in more than one shard")

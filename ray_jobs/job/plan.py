@@ -72,13 +72,13 @@ class MetricPlan:
         return sum(stop - start for plan in self.shards.values() for start, stop in plan.units)
 
 
-def read_shards(config: JobConfig, in_fs, needed: tuple[str, ...], previous: dict[str, Any] | None = None) -> tuple[list[Shard], list[dict[str, str]]]:
-    """Every input shard, from one listing. A shard the previous manifest lists with the same
-    etag and size takes its row count and column types from there; every other footer is
-    checked (no rows read), with bounded concurrency. Returns (good, bad)."""
+def read_shards(config: JobConfig, in_fs, needed: tuple[str, ...], previous: dict[str, Any] | None = None):
+    """Every input shard, from one listing: rows and column types from the previous manifest where it lists the
+    same etag and size, else from its footer (no rows read). Returns (good, bad, `listing.Shards.not_read`)."""
     infos = listing.list_shards(config.input, in_fs)
     if not infos:
-        raise JobError(f"no *.parquet shards under {config.input}")
+        note = listing.not_read_note(infos.not_read)
+        raise JobError(f"no *.parquet shards under {config.input}" + (f" ({note})" if note else ""))
     known = _known_inputs(previous)
     to_check = [info for info in infos if (info.uri, info.etag, info.size) not in known]
     max_inflation = config.limits.max_inflation
@@ -92,7 +92,7 @@ def read_shards(config: JobConfig, in_fs, needed: tuple[str, ...], previous: dic
             continue
         rows, columns = found
         shards.append(Shard(info, rows, columns, layout.input_version(info.etag, info.size)))
-    return shards, bad
+    return shards, bad, infos.not_read
 
 
 def _check(info, in_fs, needed, max_inflation: float) -> tuple[int, dict[str, str]] | shard_checks.BadShard:
