@@ -11,6 +11,7 @@ from ray_jobs.job import layout
 from ray_jobs.job.errors import JobError
 
 MAX_ERROR_SAMPLES = 20
+KEPT_ERRORS = "in parts kept from earlier runs (each row's reason is in its error column)"
 
 
 def metric_report(output: str, plan, committed, verified, reports, scored, metric_started) -> dict[str, Any]:
@@ -30,6 +31,9 @@ def metric_report(output: str, plan, committed, verified, reports, scored, metri
         for reason, count in report["reasons"].items():
             reasons[reason] = reasons.get(reason, 0) + count
         samples.extend(report["samples"][: max(0, MAX_ERROR_SAMPLES - len(samples))])
+    kept_errors = sum(errors for rel, p in plan.shards.items() if rel in covered for _, _, errors in p.kept)
+    if kept_errors:  # their reasons are in those parts' rows, not read again: counted, so the reasons add up
+        reasons[KEPT_ERRORS] = kept_errors
     wall = (scored.get("ended") or time.perf_counter()) - scored.get("started", metric_started)
     first_at, ended = scored.get("first_at"), scored.get("ended")
     steady = scored["rows_after_first"] / (ended - first_at) if first_at and ended and ended > first_at else None
