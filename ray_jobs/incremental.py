@@ -90,7 +90,8 @@ def footer_digest(footer: tuple[int, dict[str, str]] | None) -> str | None:
 
 def load_row_cache(fs, uris: list[str], score_columns: tuple[str, ...]) -> "RowCache":
     """Rows of earlier parts that scored without error: `row_key` -> score columns, warning
-    and skipped (the scores such a row does not get). Rows with an error are scored again (the cause may have been transient); an
+    and skipped (the scores such a row does not get), and the folder of the part each came from
+    (`RowCache.source`: what a report names as the lender). Rows with an error are scored again (the cause may have been transient); an
     unreadable or vanished old part is just not reused."""
     cache = RowCache(None, score_columns)
     columns = ["row_key", *score_columns, "warning", "skipped", "error"]
@@ -99,7 +100,7 @@ def load_row_cache(fs, uris: list[str], score_columns: tuple[str, ...]) -> "RowC
             table = reads.read_table(fs, uri, columns=columns)
         except Exception:  # noqa: BLE001 - a cache miss only costs a re-score
             continue
-        cache.add(table.filter(pc.is_null(table.column("error"))))
+        cache.add(table.filter(pc.is_null(table.column("error"))), source=uri.rsplit("/", 1)[0])
     return cache
 
 
@@ -109,15 +110,26 @@ class RowCache:
     def __init__(self, table: pa.Table | None, score_columns: tuple[str, ...]):
         self.score_columns = tuple(score_columns)
         self.rows: dict[str, dict[str, Any]] = {}
+        self.sources: dict[str, str] = {}  # row key -> the folder whose part holds the row kept
         if table is not None:
             self.add(table)
 
-    def add(self, table: pa.Table) -> None:
+    def add(self, table: pa.Table, source: str | None = None) -> None:
+        """The rows of `table` (a later row of a key replaces an earlier one), from the part
+        folder `source` when known."""
         keys = table.column("row_key").to_pylist()
         names = (*self.score_columns, "warning", *(["skipped"] if "skipped" in table.column_names else []))
         values = {column: table.column(column).to_pylist() for column in names}
         for index, key in enumerate(keys):
             self.rows[key] = {column: values[column][index] for column in values}
+            if source is None:
+                self.sources.pop(key, None)
+            else:
+                self.sources[key] = source
+
+    def source(self, key: str) -> str | None:
+        """The folder of the part the row of `key` was taken from (None when unknown)."""
+        return self.sources.get(key)
 
     def get(self, key: str) -> dict | None:
         found = self.rows.get(key)

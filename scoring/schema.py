@@ -80,6 +80,8 @@ def expected_input_type(column: str, dtype: "pa.DataType") -> str | None:
     name (for the error message). Unknown columns accept any type."""
     import pyarrow as pa
 
+    if pa.types.is_dictionary(dtype):  # dictionary-encoded (a pandas category): its values decide
+        dtype = dtype.value_type
     if column in STRING_COLUMNS:
         return None if (pa.types.is_string(dtype) or pa.types.is_large_string(dtype)) else "string"
     if column in LIST_COLUMNS:
@@ -199,6 +201,10 @@ def id_problem(ids) -> str | None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    if pa.types.is_dictionary(ids.type):
+        ids = ids.dictionary_decode()
+    if not (pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type)):
+        return f"field 'id' has type {ids.type}, expected string"
     if ids.null_count:
         row = pc.index(pc.is_null(ids), True).as_py()
         return f"row {row}: null field 'id' (every row needs an id)"

@@ -6,8 +6,9 @@ Per metric and shard:
   cover replaces (an older version of the shard, overlaps) are removed: replaced, not lost;
   a gap is a `JobError` (rows lost);
 * a shard that is bad this run (unreadable, failed the checks, failed while scoring) keeps
-  the output it had: nothing of it is removed, and parts this run wrote for it are removed
-  only when an older complete output exists beside them; it is reported in the manifest;
+  the output it had, as it was: nothing of it is removed, and the parts this run wrote for it
+  under new names are removed (a shard that failed half way must not show half its rows); its
+  folder, when it held output before, is reported in the manifest (`kept_for_bad_shards`);
 * output of a shard that is no longer in the input is kept and reported, and removed only
   with `prune: true`, each removal recorded in the manifest (and the summary line).
 """
@@ -54,9 +55,9 @@ def commit_metric(out_fs, output: str, plan: MetricPlan, reports: list[dict], ba
         shard = shard_plan.shard
         new = new_by_rel.get(rel, [])
         if shard.info.uri in bad_uris:
-            if shard_plan.superseded:
-                removals.extend(uri for _, uri in new)
-            result.kept_for_bad_shards.append(layout.shard_dir(output, label, rel))
+            removals.extend(uri for _, uri in new if uri not in shard_plan.existing)
+            if shard_plan.existing:
+                result.kept_for_bad_shards.append(layout.shard_dir(output, label, rel))
             continue
         parts = sorted([(part, uri) for part, uri, _ in shard_plan.kept] + new)
         position = 0

@@ -89,6 +89,8 @@ def read_ids(uri: str, input_root: str, s3: S3Config):
 
     fs = clients.arrow_filesystem(input_root, s3)
     ids = pq.read_table(uris.fs_path(uri), columns=["id"], filesystem=fs).column("id").combine_chunks()
+    if pa.types.is_dictionary(ids.type):
+        ids = ids.dictionary_decode()
     if pa.types.is_large_string(ids.type):
         ids = ids.cast(pa.string())
     return ids

@@ -10,7 +10,7 @@ from typing import Any
 
 from ray_jobs.config import JobConfig
 from ray_jobs.job import layout
-from ray_jobs.storage import reads, uris, writes
+from ray_jobs.storage import listing, reads, uris, writes
 from scoring.error_rate import exceeds
 
 VERSION = "2"
@@ -122,9 +122,10 @@ def _reasons(counts: dict[str, int]) -> str:
 
 
 def _folders(folders) -> str:
-    """The folders a shard's scores were reused from (`reused_by_content`): one, or those lent
-    as its row cache; a manifest from before the list, one string."""
-    return folders if isinstance(folders, str) else " or ".join(map(str, folders))
+    """The folders a shard's scores were reused from (`reused_by_content`): the one its parts
+    were copied from, or those of the folders lent as its row cache that supplied rows; a
+    manifest from before the list, one string."""
+    return folders if isinstance(folders, str) else " and ".join(map(str, folders))
 
 
 def summary_line(manifest: dict[str, Any]) -> str:
@@ -141,6 +142,8 @@ def summary_line(manifest: dict[str, Any]) -> str:
     notes = []
     if manifest["bad_shards"]:
         notes.append(f"{len(manifest['bad_shards'])} bad shard(s) skipped, their earlier output kept")
+    if manifest.get("inputs_not_read"):
+        notes.append(listing.not_read_note(manifest["inputs_not_read"]))
     duplicates = manifest.get("duplicate_ids_across_shards") or {}
     if duplicates.get("count"):
         notes.append(f"{duplicates['count']} id(s) in more than one shard")

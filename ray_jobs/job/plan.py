@@ -57,6 +57,7 @@ class ShardPlan:
     # the folders whose parts were copied here (one: a shard of the same bytes) or lent as its row cache
     # (`reuse_cache.SameSizeFolders`: the same size and rows)
     reused_from: list[str] = field(default_factory=list)
+    existing: set[str] = field(default_factory=set)  # its folder's files when planned: kept as they were if it turns bad
 
 
 @dataclass
@@ -71,13 +72,13 @@ class MetricPlan:
         return sum(stop - start for plan in self.shards.values() for start, stop in plan.units)
 
 
-def read_shards(config: JobConfig, in_fs, needed: tuple[str, ...], previous: dict[str, Any] | None = None) -> tuple[list[Shard], list[dict[str, str]]]:
-    """Every input shard, from one listing. A shard the previous manifest lists with the same
-    etag and size takes its row count and column types from there; every other footer is
-    checked (no rows read), with bounded concurrency. Returns (good, bad)."""
+def read_shards(config: JobConfig, in_fs, needed: tuple[str, ...], previous: dict[str, Any] | None = None):
+    """Every input shard, from one listing: rows and column types from the previous manifest where it lists the
+    same etag and size, else from its footer (no rows read). Returns (good, bad, `listing.Shards.not_read`)."""
     infos = listing.list_shards(config.input, in_fs)
     if not infos:
-        raise JobError(f"no *.parquet shards under {config.input}")
+        note = listing.not_read_note(infos.not_read)
+        raise JobError(f"no *.parquet shards under {config.input}" + (f" ({note})" if note else ""))
     known = _known_inputs(previous)
     to_check = [info for info in infos if (info.uri, info.etag, info.size) not in known]
     max_inflation = config.limits.max_inflation
@@ -91,7 +92,7 @@ def read_shards(config: JobConfig, in_fs, needed: tuple[str, ...], previous: dic
             continue
         rows, columns = found
         shards.append(Shard(info, rows, columns, layout.input_version(info.etag, info.size)))
-    return shards, bad
+    return shards, bad, infos.not_read
 
 
 def _check(info, in_fs, needed, max_inflation: float) -> tuple[int, dict[str, str]] | shard_checks.BadShard:
@@ -156,6 +157,7 @@ def plan_metric(
     for shard in shards:
         files = [listed.uri for listed in files_by_stem.get(layout.shard_stem(shard.rel), [])]
         plan.shards[shard.rel] = _plan_shard(config.part_rows, metric.digest, shard, files, footers)
+        plan.shards[shard.rel].existing = set(files)
     _reuse_by_content(out_fs, config, plan, files_by_stem, recorded, footers)
     return plan
 
@@ -205,6 +207,7 @@ def _reuse_by_content(out_fs, config: JobConfig, plan: MetricPlan, files_by_stem
             adopted = _plan_shard(config.part_rows, metric.digest, shard, list(copies.values()),
                                   {copies[uri]: footers[uri] for uri in copies})
             adopted.reused_from = [uris.join(layout.metric_root(config.output, metric.label), stem)]
+            adopted.existing = set(copies.values())
             plan.shards[shard.rel] = adopted
             break
         else:

@@ -11,6 +11,7 @@ from ray_jobs.job import layout
 from ray_jobs.job.errors import JobError
 
 MAX_ERROR_SAMPLES = 20
+KEPT_ERRORS = "in parts kept from earlier runs (each row's reason is in its error column)"
 
 
 def metric_report(output: str, plan, committed, verified, reports, scored, metric_started) -> dict[str, Any]:
@@ -30,6 +31,9 @@ def metric_report(output: str, plan, committed, verified, reports, scored, metri
         for reason, count in report["reasons"].items():
             reasons[reason] = reasons.get(reason, 0) + count
         samples.extend(report["samples"][: max(0, MAX_ERROR_SAMPLES - len(samples))])
+    kept_errors = sum(errors for rel, p in plan.shards.items() if rel in covered for _, _, errors in p.kept)
+    if kept_errors:  # their reasons are in those parts' rows, not read again: counted, so the reasons add up
+        reasons[KEPT_ERRORS] = kept_errors
     wall = (scored.get("ended") or time.perf_counter()) - scored.get("started", metric_started)
     first_at, ended = scored.get("first_at"), scored.get("ended")
     steady = scored["rows_after_first"] / (ended - first_at) if first_at and ended and ended > first_at else None
@@ -78,11 +82,9 @@ def metric_report(output: str, plan, committed, verified, reports, scored, metri
     partial = sum(r.get("partial", 0) for r in good_reports)
     if partial:  # rows that got some of their scores, the others left out for lack of a column
         summary["rows_partial"] = partial
-    hits: dict[str, int] = {}
-    for report in good_reports:
-        hits[report["rel"]] = hits.get(report["rel"], 0) + report["cached"]
-    reused = {rel: p.reused_from for rel, p in plan.shards.items()
-              if rel in covered and p.reused_from and (p.kept or hits.get(rel))}
+    reused = {rel: _lenders(p, [r for r in good_reports if r["rel"] == rel]) for rel, p in plan.shards.items()
+              if rel in covered and p.reused_from}
+    reused = {rel: folders for rel, folders in reused.items() if folders}
     if reused:  # renamed inputs: their scores copied (or, under another ETag, found in the row cache) from the same content
         summary["reused_by_content"] = reused
     if skip_reasons:
@@ -91,3 +93,13 @@ def metric_report(output: str, plan, committed, verified, reports, scored, metri
     if retry:  # errors the next run scores again (out of memory on a single row), counted apart
         summary["rows_retry"] = retry
     return summary
+
+
+def _lenders(shard_plan, reports: list[dict]) -> list[str]:
+    """The folders that supplied a renamed shard's rows: the one its parts were copied from, or,
+    of the folders lent as its row cache (`reuse_cache.SameSizeFolders`), those some row was
+    found in, as the workers counted them (`lent` of their reports), in the plan's order."""
+    if shard_plan.kept:
+        return list(shard_plan.reused_from)
+    supplied = {folder for report in reports for folder, count in (report.get("lent") or {}).items() if count}
+    return [folder for folder in shard_plan.reused_from if folder in supplied] + sorted(supplied - set(shard_plan.reused_from))

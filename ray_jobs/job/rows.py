@@ -24,10 +24,12 @@ KEY, SETTLED, POSITION = "_row_key", "_settled", "_position"
 FACTS = b"ctgscore"  # per-unit facts in the schema metadata: rows from the cache, or why it failed
 
 
-def settle_rows(metric, table: pa.Table, read_columns, carried, cache) -> tuple[list[dict], list[str], list, list[int], int]:
+def settle_rows(metric, table: pa.Table, read_columns, carried,
+                cache) -> tuple[list[dict], list[str], list, list[int], int, dict[str, int]]:
     """Decode a unit's rows and settle every row that needs no scoring: skipped, undecodable,
     or reused from the row cache (`cache`, or None). Returns the rows, their keys, the results
-    so far (None where still to score), the rows left to score and how many came from the cache."""
+    so far (None where still to score), the rows left to score, how many came from the cache
+    and, of those, how many from each folder (`RowCache.source`: the lenders that supplied rows)."""
     from scoring.schema import rows_from_table
 
     wanted = [c for c in table.column_names if c == "id" or c in read_columns or c in carried]
@@ -35,6 +37,7 @@ def settle_rows(metric, table: pa.Table, read_columns, carried, cache) -> tuple[
     keys = [metric.row_key(row) for row in rows]
     results: list[dict[str, Any] | None] = [None] * len(rows)
     todo, cached = [], 0
+    lent: dict[str, int] = {}
     for index, key in enumerate(keys):
         settled = metric.precheck(rows[index], decode_errors[index])  # skipped, or undecodable
         if settled is not None:
@@ -44,9 +47,12 @@ def settle_rows(metric, table: pa.Table, read_columns, carried, cache) -> tuple[
         if hit is not None:
             results[index] = hit
             cached += 1
+            source = cache.source(key)
+            if source is not None:
+                lent[source] = lent.get(source, 0) + 1
         else:
             todo.append(index)
-    return rows, keys, results, todo, cached
+    return rows, keys, results, todo, cached, lent
 
 
 class RowCaches:
@@ -81,7 +87,7 @@ def prepare_table(metric, table: pa.Table, read_columns, carried, cache) -> tupl
     rest (`RowMetric.prepare_rows`). Returns the id columns of the prepared rows and what the
     scoring actor needs besides them: every row's key, the settled results, and per prepared
     row its unit row and its position among the rows left to score (the `batch_size` chunks)."""
-    rows, keys, results, todo, cached = settle_rows(metric, table, read_columns, carried, cache)
+    rows, keys, results, todo, cached, lent = settle_rows(metric, table, read_columns, carried, cache)
     valid, positions = [], []
     for position, row_index in enumerate(todo):
         skip = metric.skip_reason(rows[row_index])
@@ -100,7 +106,7 @@ def prepare_table(metric, table: pa.Table, read_columns, carried, cache) -> tupl
             kept.append((row_index, position))
         else:
             results[row_index] = metric.empty_result(reason)
-    meta = {"keys": keys, "cached": cached, "rows": [r for r, _ in kept], "positions": [p for _, p in kept],
+    meta = {"keys": keys, "cached": cached, "lent": lent, "rows": [r for r, _ in kept], "positions": [p for _, p in kept],
             "settled": {str(i): result for i, result in enumerate(results) if result is not None}}
     return ids, meta
 
@@ -123,7 +129,7 @@ def prepared_payload(ids: pa.Table, meta: dict[str, Any]) -> bytes:
                       POSITION: pa.array(position, type=pa.int64())})
     for name in spread.column_names:
         table = table.append_column(spread.schema.field(name), spread.column(name))
-    facts = {"cached": meta["cached"]}
+    facts = {"cached": meta["cached"], "lent": meta.get("lent") or {}}
     return ipc_bytes(table.replace_schema_metadata({FACTS: json.dumps(facts).encode()}))
 
 
@@ -139,7 +145,7 @@ def read_prepared(payload: bytes) -> tuple[pa.Table, dict[str, Any]]:
     rows = [i for i, p in enumerate(positions) if p is not None]
     ids = table.drop_columns([KEY, SETTLED, POSITION]).replace_schema_metadata(None)
     ids = ids.take(pa.array(rows, type=pa.int64())) if rows else ids.slice(0, 0)
-    meta = {"keys": table.column(KEY).to_pylist(), "cached": facts["cached"], "rows": rows,
+    meta = {"keys": table.column(KEY).to_pylist(), "cached": facts["cached"], "lent": facts.get("lent") or {}, "rows": rows,
             "positions": [positions[i] for i in rows],
             "settled": {str(i): json.loads(text) for i, text in enumerate(settled) if text is not None}}
     return ids, meta

@@ -54,7 +54,7 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
     needed = tuple(dict.fromkeys(c for metric in metrics for c in metric.read_columns))
     with meter.waiting():
         previous = read_previous(out_fs, config)
-        shards, bad = read_shards(config, in_fs, needed, previous)
+        shards, bad, not_read = read_shards(config, in_fs, needed, previous)
         _refuse_bad(skip_bad, bad)
         if not shards:
             raise JobError(f"every shard under {config.input} is bad")
@@ -89,9 +89,10 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
             _refuse_bad(skip_bad, failed)
             bad += failed
             shards = [s for s in shards if s.info.uri not in bad_ids]
-            for plan in plans:
-                for shard_rel in [r for r, p in plan.shards.items() if p.shard.info.uri in bad_ids]:
-                    del plan.shards[shard_rel]
+            for plan in plans:  # nothing of theirs is scored; the commit keeps their output as it was
+                for shard_plan in plan.shards.values():
+                    if shard_plan.shard.info.uri in bad_ids:
+                        shard_plan.units = []
             if not shards:
                 raise JobError(f"every shard under {config.input} is bad")
 
@@ -139,6 +140,8 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
         time.perf_counter() - t0,
     )
     manifest["id_check"] = id_check
+    if not_read:  # named like Parquet, yet no shard: their rows are not in rows_in
+        manifest["inputs_not_read"] = not_read
     with meter.waiting():
         written = write_manifest(out_fs, config, manifest, meter)
     for label, report in metrics_report.items():  # its columns are there, but null in every row

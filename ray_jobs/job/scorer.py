@@ -118,7 +118,7 @@ class PartScorer:
         if prepared is None:
             with self.cache_lock:
                 cache = self.caches.get(self.out_fs, self.metric.label, self.metric.output_columns, unit)
-            rows, keys, results, todo, cached = settle_rows(self.built, table, self.read_columns, self.carried, cache)
+            rows, keys, results, todo, cached, lent = settle_rows(self.built, table, self.read_columns, self.carried, cache)
             self._score_rows(rows, todo, results, where(unit))
         else:
             ids_table, meta = read_prepared(prepared)
@@ -126,14 +126,15 @@ class PartScorer:
                 raise PreparationFailed(meta["failed"])
             # only the id and carried columns: the rest was decoded by the CPU step
             rows, _ = rows_from_table(table.select([c for c in table.column_names if c == "id" or c in self.carried]))
-            keys, cached = meta["keys"], meta["cached"]
+            keys, cached, lent = meta["keys"], meta["cached"], meta["lent"]
             results = [None] * len(rows)
             for index, result in meta["settled"].items():
                 results[int(index)] = result
             self._score_prepared(ids_table, meta["rows"], meta["positions"], results, where(unit))
         ids = [row.get("id") for row in rows]
         carried = {c: [row.get(c) for row in rows] for c in self.carried}
-        return write_part(self.out_fs, self.output, self.metric, self.signature, unit, ids, carried, keys, results, cached)
+        return write_part(self.out_fs, self.output, self.metric, self.signature, unit, ids, carried, keys, results, cached,
+                          lent)
 
     def _score_rows(self, rows: list[dict], todo: list[int], results: list, what: str) -> None:
         step = self.batch_size or max(len(todo), 1)

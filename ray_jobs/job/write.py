@@ -13,9 +13,11 @@ MAX_SAMPLES_PER_PART = 5
 
 
 def write_part(out_fs, output: str, metric, signature: str, unit: dict[str, Any], ids: list, carried: dict[str, list],
-               keys: list[str], results: list[dict[str, Any]], cached: int) -> dict[str, Any]:
+               keys: list[str], results: list[dict[str, Any]], cached: int,
+               lent: dict[str, int] | None = None) -> dict[str, Any]:
     """Write the unit's part for `metric` (`scoring.schema.output_table`, footer
-    `incremental.part_metadata`) and return its report: rows, rows from the cache, errors with
+    `incremental.part_metadata`) and return its report: rows, rows from the cache (`lent`: how
+    many from each folder that supplied them, `rows.settle_rows`), errors with
     a few examples, skipped rows, and the size and md5 of the bytes written (what verification
     checks against the output listing)."""
     from ray_jobs import incremental
@@ -57,6 +59,7 @@ def write_part(out_fs, output: str, metric, signature: str, unit: dict[str, Any]
         "part": uri,
         "rows": len(results),
         "cached": cached,
+        "lent": dict(lent or {}),
         "errors": errors,
         "skipped": skipped,
         "partial": partial,

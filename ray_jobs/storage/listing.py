@@ -99,13 +99,37 @@ def _md5(fs, path: str) -> str:
     return digest.hexdigest()
 
 
-def list_shards(uri: str, fs) -> list[ShardInfo]:
+class Shards(list):
+    """The input shards (`ShardInfo`), and `not_read`: the files under the input named like
+    Parquet that are no shard (`looks_like_parquet`), so the job can say it left them out."""
+
+    def __init__(self, shards=(), not_read=()):
+        super().__init__(shards)
+        self.not_read = list(not_read)
+
+
+def looks_like_parquet(path: str) -> bool:
+    """A name a person may have meant as a shard although it is none: `.PARQUET`, `.parq`,
+    `.pq`, or a `*.parquet` hidden by a leading `.` or `_` (`is_data_file`)."""
+    return not is_data_file(path) and path.rsplit("/", 1)[-1].lower().endswith((".parquet", ".parq", ".pq"))
+
+
+def not_read_note(not_read: list[str]) -> str:
+    """The files `Shards.not_read` as a note for a message ('' when none)."""
+    if not not_read:
+        return ""
+    more = f" and {len(not_read) - 3} more" if len(not_read) > 3 else ""
+    return (f"{len(not_read)} file(s) named like Parquet not read, as only *.parquet names not starting with '.' "
+            f"or '_' are shards: {', '.join(not_read[:3])}{more}")
+
+
+def list_shards(uri: str, fs) -> Shards:
     """Every `*.parquet` under a folder/prefix (recursive, sorted), with size and etag.
     A single `.parquet` file is a one-shard dataset."""
     return guarded(uri, "list input", lambda: _list_shards(uri, fs))
 
 
-def _list_shards(uri: str, fs) -> list[ShardInfo]:
+def _list_shards(uri: str, fs) -> Shards:
     root = fs_path(uri).rstrip("/")
     entries = _tree(fs, uri)
     if not entries or root in entries:
@@ -116,7 +140,7 @@ def _list_shards(uri: str, fs) -> list[ShardInfo]:
         if fs.isfile(root):
             entries = {root: fs.info(root)}
             root = root.rsplit("/", 1)[0]
-    shards = []
+    shards = Shards(not_read=[to_uri(path, uri) for path in sorted(entries) if looks_like_parquet(path)])
     for path, info in sorted(entries.items()):
         if not is_data_file(path):
             continue

@@ -54,7 +54,7 @@ def check_shard(info: ShardInfo, fs, needed: tuple[str, ...], read_ids: bool = T
                 if column not in columns:
                     raise BadShard(info.uri, f"missing required column '{column}' (has: {', '.join(schema.names)})")
             carried = [c for c in carried_columns(columns) if c != "id"]
-            wrong = wrong_type(dict.fromkeys([*needed, *carried]), schema)
+            wrong = wrong_type(dict.fromkeys([*REQUIRED_COLUMNS, *needed, *carried]), schema)
             if wrong is not None:
                 raise BadShard(info.uri, f"column '{wrong[0]}' has type {wrong[1]}, expected {wrong[2]}")
             inflated = inflation_problem(parquet.metadata, info.size, max_inflation, {*REQUIRED_COLUMNS, *needed, *carried})
