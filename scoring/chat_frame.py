@@ -21,6 +21,8 @@ string had none (a run that starts with a space gets the same ids either way).
 
 from __future__ import annotations
 
+from collections import Counter
+
 from scoring.errors import UsageError
 from scoring.literal_tokens import LiteralTokenizer
 
@@ -64,10 +66,18 @@ class ChatFrame:
         if extra >= 0 and extra % count == 0 and rendered.startswith(self.parts[0]):
             start = len(self.parts[0])
             inner = rendered[start : start + extra // count]
-            if inner.join(self.parts) == rendered:
+            if inner.join(self.parts) == rendered and not self._writes_markup(content, inner):
                 return inner
         raise ValueError("the chat template renders this prompt differently from its other prompts "
                          "(its markup depends on the text), so the text cannot be kept apart from the markup")
+
+    def _writes_markup(self, content: str, inner: str) -> bool:
+        """Whether the template wrote control tokens into the content's place that the content
+        does not hold (markup that depends on the text)."""
+        pattern = self.literal.pattern
+        if pattern is None:
+            return False
+        return bool(Counter(pattern.findall(inner)) - Counter(pattern.findall(content)))
 
     def ids(self, content: str) -> tuple[list[int], str | None]:
         """Prompt ids of one user turn holding `content` (module docstring), and a problem of

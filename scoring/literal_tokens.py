@@ -57,7 +57,7 @@ class LiteralTokenizer:
         self.controls = control_tokens(tokenizer, extra)
         self.control_ids = frozenset(self.controls.values())
         longest_first = sorted(self.controls, key=lambda c: (-len(c), c))
-        self._pattern = re.compile("|".join(re.escape(c) for c in longest_first)) if longest_first else None
+        self.pattern = re.compile("|".join(re.escape(c) for c in longest_first)) if longest_first else None
 
     def ids(self, texts: Sequence[str]) -> list[list[int]]:
         """Literal ids of each text (module docstring); check them with `problem`."""
@@ -71,18 +71,18 @@ class LiteralTokenizer:
         among them, which this tokenizer yields even with special-token parsing off."""
         if not self.control_ids.intersection(ids):
             return None
-        found = self._pattern.search(text) if self._pattern is not None else None
+        found = self.pattern.search(text) if self.pattern is not None else None
         what = repr(found.group()) if found else f"id {next(i for i in ids if i in self.control_ids)}"
         return (f"holds the control token {what[:80]}, which this tokenizer yields even from plain text "
                 f"(scored texts never carry control tokens)")
 
     def split(self, text: str) -> list[str | int]:
         """A trusted text cut at its control tokens: [text, id, text, id, ..., text]."""
-        if self._pattern is None:
+        if self.pattern is None:
             return [text]
         out: list[str | int] = []
         start = 0
-        for match in self._pattern.finditer(text):
+        for match in self.pattern.finditer(text):
             out += [text[start:match.start()], self.controls[match.group()]]
             start = match.end()
         return out + [text[start:]]
