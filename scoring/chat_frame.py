@@ -9,7 +9,8 @@ control tokens. A prompt is then rendered for real (the template may strip, esca
 otherwise change its content); its rendered content is what lies between the frame parts, the
 same at every occurrence. The ids: each control token of the frame as its id, and every run of
 text between two of them (the frame's own text with the content inside it) tokenised
-literally (`scoring.literal_tokens`), on its own.
+literally (`scoring.literal_tokens`), on its own, less the whitespace a control token marked
+`lstrip` or `rstrip` takes from its side, as the tokenizer does.
 
 Seams: the tokenizer itself splits a string at its special tokens and tokenises the runs
 between them apart, so for byte-level BPE (GPT-2, Llama 3, Qwen) the ids of a prompt without
@@ -90,6 +91,7 @@ class ChatFrame:
         for part in self.frame[1:]:
             stream[-1] = stream[-1] + inner + part[0]  # the text run around the content, one literal piece
             stream += part[1:]
+        stream = self._strip_around_controls(stream)
         texts = [item for item in stream if isinstance(item, str) and item]
         encoded = iter(self.literal.ids(texts))
         ids: list[int] = []
@@ -103,6 +105,20 @@ class ChatFrame:
                     return [], problem
                 ids += piece
         return ids, None
+
+    def _strip_around_controls(self, stream: list[str | int]) -> list[str | int]:
+        """Whitespace next to a control token marked `lstrip`/`rstrip` dropped from the runs
+        beside it, as the tokenizer does in a whole string (Phi-3's `<|end|>` eats the newline
+        after it)."""
+        out = list(stream)
+        for k, item in enumerate(out):
+            if isinstance(item, int):
+                token = self.tokenizer.added_tokens_decoder.get(item)
+                if k > 0 and getattr(token, "lstrip", False):
+                    out[k - 1] = out[k - 1].rstrip()
+                if k + 1 < len(out) and getattr(token, "rstrip", False):
+                    out[k + 1] = out[k + 1].lstrip()
+        return out
 
     def describe(self) -> str:
         return "chat frame: template markup parsed, text runs between its control tokens literal"

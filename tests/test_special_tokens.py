@@ -218,6 +218,23 @@ def test_seams_byte_level_equal_the_whole_string_metaspace_gets_a_leading_piece(
             assert tokenizer.convert_ids_to_tokens(ids[2]).startswith("▁") and ids != whole
 
 
+def test_control_tokens_that_strip_whitespace_beside_them_do_so_in_the_frame():
+    """A control token marked `rstrip`/`lstrip` (Phi-3's `<|end|>`) takes the whitespace beside it
+    in a whole string; the frame drops it too, so a clean prompt keeps the whole string's ids."""
+    from transformers import AddedToken
+
+    from scoring.chat_frame import ChatFrame
+
+    tokenizer = chatml_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": [
+        AddedToken("<|im_start|>", special=True), AddedToken("<|im_end|>", special=True, rstrip=True, lstrip=True)]})
+    frame = ChatFrame(tokenizer)
+    for text in ("A storm. ", "  A storm.\n\n"):
+        ids, problem = frame.ids(text)
+        assert problem is None and ids == tokenizer(frame.render(text), add_special_tokens=False)["input_ids"]
+    assert "A storm.<|im_end|><|im_start|>assistant" in tokenizer.decode(frame.ids("A storm. ")[0])  # both sides eaten
+
+
 def test_perplexity_reads_special_token_strings_as_text(chat_model):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -239,20 +256,27 @@ def test_perplexity_reads_special_token_strings_as_text(chat_model):
     assert "text:literal" in metric.signature_string()
 
 
-def test_bartscore_parses_special_tokens_as_the_original_without_touching_other_rows(tmp_path):
-    """BARTScore keeps the original's tokenisation (`<mask>`, `</s>`, `<pad>` in a text are parsed
-    into their ids); a row holding them is scored on its own ids and the other rows are unchanged."""
+def test_bartscore_and_ctrleval_parse_special_tokens_as_the_originals_without_touching_other_rows(tiny_models):
+    """BARTScore and CTRLEval keep the originals' tokenisation (`<mask>`, `</s>`, `<pad>`,
+    `<mask_1>` in a text are parsed into their ids); a row holding them is scored on its own ids
+    and the other rows' scores are those they get alone."""
     from transformers import AutoTokenizer
 
-    from ctgscore.testing.tiny_models import build_bart
-
-    path = str(build_bart(tmp_path / "bart"))
-    metric = build_metric("bartscore", {"model": path, "directions": ["s_h"]})
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    bart = build_metric("bartscore", {"model": tiny_models["bart"], "directions": ["s_h"]})
+    tokenizer = AutoTokenizer.from_pretrained(tiny_models["bart"])
     rows = [{"id": "a", "text": "The council met.", "source": "The council met on Monday."},
             {"id": "b", "text": "<pad><pad></s><s><mask> met.", "source": "<s></s><pad><mask> Monday <unk>"}]
-    out = metric.score_rows(rows)
+    out = bart.score_rows(rows)
     assert out[1]["error"] is None and math.isfinite(out[1]["bartscore_s_h"])
-    assert out[0]["bartscore_s_h"] == pytest.approx(metric.score_rows(rows[:1])[0]["bartscore_s_h"], rel=1e-6)
+    assert out[0]["bartscore_s_h"] == pytest.approx(bart.score_rows(rows[:1])[0]["bartscore_s_h"], rel=1e-6)
     parsed = tokenizer(rows[1]["text"])["input_ids"]
     assert parsed[1:3] == [tokenizer.pad_token_id] * 2  # the original's ids: parsed, as fidelity requires
+    ctrl = build_metric("ctrleval", {"model": tiny_models["pegasus"], "iwf": tiny_models["iwf"],
+                                     "aspects": ["coherence", "consistency"]})
+    rows = [{"id": "a", "text": "The council met. It approved the budget.", "prefix": "The council"},
+            {"id": "b", "text": "The <mask_1> met.</s> It <pad> approved <mask_2> the budget.", "prefix": "The <mask_1>"}]
+    out = ctrl.score_rows(rows)
+    alone = ctrl.score_rows(rows[:1])[0]
+    assert out[1]["error"] is None and math.isfinite(out[1]["ctrleval_coherence"])
+    for column in ("ctrleval_coherence", "ctrleval_consistency"):
+        assert out[0][column] == pytest.approx(alone[column], rel=1e-6)
