@@ -81,7 +81,7 @@ def naive_sum(model, prompt_ids, continuation_ids) -> float:
 
 
 def test_literal_ids_are_the_characters_pieces_on_every_tokenizer_kind():
-    from transformers import PegasusTokenizer
+    from transformers import GPTSw3Tokenizer, PegasusTokenizer
 
     from ctgscore.testing.tiny_models import _train_sentencepiece
     from scoring.literal_tokens import LiteralTokenizer
@@ -105,6 +105,14 @@ def test_literal_ids_are_the_characters_pieces_on_every_tokenizer_kind():
     with tempfile.TemporaryDirectory() as work:
         _train_sentencepiece(pathlib.Path(work), corpus_lines(), vocab_size=800)
         pegasus = PegasusTokenizer.from_pretrained(work)
+        # a sentencepiece-backed (slow) tokenizer of a causal LM: sentencepiece itself never yields
+        # a control symbol from text, so the string is its characters
+        sw3 = GPTSw3Tokenizer(vocab_file=f"{work}/spiece.model", name_or_path="gpt-sw3-126m")
+    literal = LiteralTokenizer(sw3)
+    text = "The council <|endoftext|> met."
+    ids = literal.ids([text])[0]
+    assert sw3.eos_token_id in sw3(text, add_special_tokens=False)["input_ids"] and literal.problem(text, ids) is None
+    assert ids == sw3.sp_model.encode(text)  # sentencepiece's own ids for the text
     literal = LiteralTokenizer(pegasus)
     text = "The council met. </s> Boats."
     assert "'</s>'" in literal.problem(text, literal.ids([text])[0])
