@@ -80,7 +80,7 @@ class Perplexity:
         """Per text: [start] + its literal ids, cut to `max_length` (empty when the text has no
         tokens), and whether it was cut; only the text's head is tokenised
         (`scoring.text_encoding.tokenize_heads`). ValueError naming the first text whose ids
-        would hold a control token (`text_problems`)."""
+        would hold a control token (`encode_checked`)."""
         sequences, truncated, found = self.encode_checked(texts)
         if found:
             k = min(found)

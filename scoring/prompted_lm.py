@@ -161,7 +161,7 @@ class PromptedLM:
 
     def prompt_ids(self, prompts: Sequence[str]) -> list[list[int]]:
         """G3: [start] + literal ids(prompt), or the chat frame's ids with `chat_template` (module
-        docstring). A prompt the tokenizer cannot keep literal gets no ids (`encode`)."""
+        docstring); `encode` also says which prompts the tokenizer cannot keep literal."""
         return self.encode(prompts, [])[0]
 
     def continuation_ids(self, continuations: Sequence[str]) -> list[list[int]]:
@@ -174,7 +174,7 @@ class PromptedLM:
         distinct prompt is tokenised once (a dump repeats each source across its systems)."""
         found: dict[int, str] = {}
         unique = list(dict.fromkeys(prompts))
-        by_text: dict[str, tuple[list[int], str | None]] = {}
+        by_text: dict[str, tuple[list[int], str | None]]
         if self.frame is not None:
             by_text = {p: self.frame.ids(p) for p in unique}
         else:
