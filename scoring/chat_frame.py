@@ -69,8 +69,8 @@ class ChatFrame:
             inner = rendered[start : start + extra // count]
             if inner.join(self.parts) == rendered and not self._writes_markup(content, inner):
                 return inner
-        raise ValueError("the chat template renders this prompt differently from its other prompts "
-                         "(its markup depends on the text), so the text cannot be kept apart from the markup")
+        raise ValueError("is rendered by the chat template unlike other prompts (its markup depends on the "
+                         "text), so the text cannot be kept apart from the markup")
 
     def _writes_markup(self, content: str, inner: str) -> bool:
         """Whether the template wrote control tokens into the content's place that the content
@@ -83,10 +83,14 @@ class ChatFrame:
     def ids(self, content: str) -> tuple[list[int], str | None]:
         """Prompt ids of one user turn holding `content` (module docstring), and a problem of
         the text (a control id its literal ids still hold, a frame that depends on it) or None."""
+        from jinja2 import TemplateError
+
         try:
             inner = self.content(content)
         except ValueError as exc:
             return [], str(exc)
+        except TemplateError as exc:  # the template's own `raise_exception`, for this text only
+            return [], f"is refused by the chat template ({str(exc)[:200]})"
         stream: list[str | int] = list(self.frame[0])
         for part in self.frame[1:]:
             stream[-1] = stream[-1] + inner + part[0]  # the text run around the content, one literal piece

@@ -204,7 +204,13 @@ def test_templates_whose_markup_cannot_be_kept_apart(chat_model, tmp_path):
                                                               "<|im_start|>{% endif %}{{ m['content'] }}<|im_end|>{% endfor %}")
     metric = build_metric("gptscore", {"model": branching, "templates": {"plain": "{input}"}, "chat_template": True})
     out = metric.score_rows([{"id": "a", "text": "Fine.", "source": "calm"}, {"id": "b", "text": "Fine.", "source": "urgent"}])
-    assert out[0]["error"] is None and "renders this prompt differently" in out[1]["error"]
+    assert out[0]["error"] is None and out[1]["error"].startswith("s_h: prompt is rendered by the chat template unlike other prompts")
+    refusing = save_variant(chat_model, tmp_path / "refuse", "{% for m in messages %}{% if 'x' in m['content'] %}"
+                                                             "{{ raise_exception('no x here') }}{% endif %}<|im_start|>"
+                                                             "{{ m['content'] }}<|im_end|>{% endfor %}")
+    metric = build_metric("gptscore", {"model": refusing, "templates": {"plain": "{input}"}, "chat_template": True})
+    out = metric.score_rows([{"id": "a", "text": "Fine.", "source": "calm"}, {"id": "b", "text": "Fine.", "source": "xyz"}])
+    assert out[0]["error"] is None and out[1]["error"] == "s_h: prompt is refused by the chat template (no x here)"
 
 
 def test_seams_byte_level_equal_the_whole_string_metaspace_gets_a_leading_piece():
