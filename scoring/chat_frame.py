@@ -83,32 +83,45 @@ class ChatFrame:
     def ids(self, content: str) -> tuple[list[int], str | None]:
         """Prompt ids of one user turn holding `content` (module docstring), and a problem of
         the text (a control id its literal ids still hold, a frame that depends on it) or None."""
+        return self.encode([content])[0]
+
+    def encode(self, contents: list[str]) -> list[tuple[list[int], str | None]]:
+        """`ids` of many contents, their text runs tokenised in one call."""
         from jinja2 import TemplateError
 
-        try:
-            inner = self.content(content)
-        except ValueError as exc:
-            return [], str(exc)
-        except TemplateError as exc:  # the template's own `raise_exception`, for this text only
-            return [], f"is refused by the chat template ({str(exc)[:200]})"
-        stream: list[str | int] = list(self.frame[0])
-        for part in self.frame[1:]:
-            stream[-1] = stream[-1] + inner + part[0]  # the text run around the content, one literal piece
-            stream += part[1:]
-        stream = self._strip_around_controls(stream)
-        texts = [item for item in stream if isinstance(item, str) and item]
+        streams: list[list[str | int] | str] = []
+        for content in contents:
+            try:
+                inner = self.content(content)
+            except ValueError as exc:
+                streams.append(str(exc))
+                continue
+            except TemplateError as exc:  # the template's own `raise_exception`, for this text only
+                streams.append(f"is refused by the chat template ({str(exc)[:200]})")
+                continue
+            stream: list[str | int] = list(self.frame[0])
+            for part in self.frame[1:]:
+                stream[-1] = stream[-1] + inner + part[0]  # the text run around the content, one literal piece
+                stream += part[1:]
+            streams.append(self._strip_around_controls(stream))
+        texts = [item for stream in streams if not isinstance(stream, str) for item in stream if isinstance(item, str) and item]
         encoded = iter(self.literal.ids(texts))
-        ids: list[int] = []
-        for item in stream:
-            if isinstance(item, int):
-                ids.append(item)
-            elif item:
-                piece = next(encoded)
-                problem = self.literal.problem(item, piece)
-                if problem is not None:
-                    return [], problem
-                ids += piece
-        return ids, None
+        out: list[tuple[list[int], str | None]] = []
+        for stream in streams:
+            if isinstance(stream, str):
+                out.append(([], stream))
+                continue
+            ids: list[int] = []
+            problem = None
+            for item in stream:
+                if isinstance(item, int):
+                    ids.append(item)
+                elif item:
+                    piece = next(encoded)
+                    problem = problem or self.literal.problem(item, piece)
+                    ids += piece
+            out.append(([], problem) if problem is not None else (ids, None))
+        return out
 
     def _strip_around_controls(self, stream: list[str | int]) -> list[str | int]:
         """Whitespace next to a control token marked `lstrip`/`rstrip` dropped from the runs

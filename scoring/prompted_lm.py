@@ -176,7 +176,7 @@ class PromptedLM:
         unique = list(dict.fromkeys(prompts))
         by_text: dict[str, tuple[list[int], str | None]]
         if self.frame is not None:
-            by_text = {p: self.frame.ids(p) for p in unique}
+            by_text = dict(zip(unique, self.frame.encode(unique)))
         else:
             head = [] if self.start_id is None else [self.start_id]
             by_text = {p: (head + ids, self.literal.problem(p, ids)) for p, ids in zip(unique, self.literal.ids(unique))}
