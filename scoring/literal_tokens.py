@@ -37,7 +37,7 @@ def control_tokens(tokenizer, extra: Iterable[str] = ()) -> dict[str, int]:
     template text in which non-special added tokens count as control tokens too."""
     written = "\0".join([_template_text(tokenizer), *extra])
     found: dict[str, int] = {}
-    for index, token in tokenizer.added_tokens_decoder.items():
+    for index, token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items():
         content = str(getattr(token, "content", token))
         if getattr(token, "special", False) or (content.strip() and content in written):
             found[content] = int(index)
@@ -57,13 +57,16 @@ class LiteralTokenizer:
         self.controls = control_tokens(tokenizer, extra)
         self.control_ids = frozenset(self.controls.values())
         longest_first = sorted(self.controls, key=lambda c: (-len(c), c))
+        # mistral-common's backend refuses the switch: it never parses control tokens from text
+        # (`problem` still checks its ids)
+        self._switch = {} if type(tokenizer).__name__ == "MistralCommonBackend" else {"split_special_tokens": True}
         self.pattern = re.compile("|".join(re.escape(c) for c in longest_first)) if longest_first else None
 
     def ids(self, texts: Sequence[str]) -> list[list[int]]:
         """Literal ids of each text (module docstring); check them with `problem`."""
         if not texts:
             return []
-        encoded = self.tokenizer(list(texts), add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        encoded = self.tokenizer(list(texts), add_special_tokens=False, **self._switch)["input_ids"]
         return [list(row) for row in encoded]
 
     def problem(self, text: str, ids: Sequence[int]) -> str | None:
