@@ -4,6 +4,11 @@ PPL(x) = exp( (1/N) sum_{t=1..N} -log p(x_t | BOS, x_<t) ): the model's BOS toke
 has none, as for GPT-2 where both are `<|endoftext|>`) is prepended so the first word is
 predicted too, and every token of the text counts.
 
+The text is tokenised literally (docs/security.md, "Special tokens in data"): a special-token
+string inside it (`<|endoftext|>`, `</s>`) is the pieces of its characters, never the special
+id, so a text cannot end its own document or reset the model's context; a text whose literal ids
+would still hold a control token (`scoring.literal_tokens`) is its row's error.
+
 `min_words` (off by default) leaves texts with fewer words (counted as `text.split(" ")`)
 unscored, with a warning, as CompMCTG's evaluation skips texts under 10 words before
 averaging (docs/metrics.md, "Perplexity").
@@ -17,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from scoring.engine import DEFAULT_TOKEN_BUDGET, CausalLikelihood, Ragged
-from scoring.metric import RowMetric
+from scoring.literal_tokens import LiteralTokenizer
+from scoring.metric import RowError, RowMetric
 from scoring.model_limits import ModelLimits, default_max_length, raise_row_error
 from scoring.models import load_config, load_pretrained, load_tokenizer, resolve_model
 from scoring.text_encoding import id_lists
@@ -30,7 +36,10 @@ from scoring.signature import Signature, library_versions
 # 1.1: the output layer reads real positions only; float32 sums run in another order,
 # so values move by up to 5e-6 relative, and stored 1.0 scores are not reused as 1.1 ones.
 # 1.2: float32 head logits for 14 more causal families (bf16 models move by bf16 rounding) and
-# LongRoPE models never batched across their rotary switch (Phi-3 128k scores were batch-dependent)
+# LongRoPE models never batched across their rotary switch (Phi-3 128k scores were batch-dependent);
+# in the same release texts are tokenised literally: only texts holding special-token strings
+# move (a clean text's ids are unchanged), the signature's `text` parameter says so, and the
+# number stays 1.2
 VERSION = "1.2"
 
 
@@ -64,21 +73,35 @@ class Perplexity:
         self.start_id = int(start)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.start_id
         self.token_budget = int(token_budget)
+        self.literal = LiteralTokenizer(self.tokenizer)
         self.engine = None if self.model is None else CausalLikelihood(self.model, pad_id=pad, token_budget=token_budget)
 
     def encode(self, texts: Sequence[str]) -> tuple[list[list[int]], list[bool]]:
-        """Per text: [start] + its ids, cut to `max_length` (empty when the text has no
+        """Per text: [start] + its literal ids, cut to `max_length` (empty when the text has no
         tokens), and whether it was cut; only the text's head is tokenised
-        (`scoring.text_encoding.tokenize_heads`)."""
-        sequences, truncated = [], []
+        (`scoring.text_encoding.tokenize_heads`). ValueError naming the first text whose ids
+        would hold a control token (`encode_checked`)."""
+        sequences, truncated, found = self.encode_checked(texts)
+        if found:
+            k = min(found)
+            raise ValueError(f"text {k}: {found[k]}")
+        return sequences, truncated
+
+    def encode_checked(self, texts: Sequence[str]) -> tuple[list[list[int]], list[bool], dict[int, str]]:
+        """`encode`, with {text: reason} for the texts whose literal ids hold a control token
+        instead of an error."""
+        sequences, truncated, found = [], [], {}
         from scoring.text_encoding import tokenize_heads
 
-        encoded, _ = tokenize_heads(lambda heads: self.tokenizer(heads, add_special_tokens=False)["input_ids"], texts, self.max_length)
-        for ids in encoded:
+        encoded, heads = tokenize_heads(self.literal.ids, texts, self.max_length)
+        for k, (ids, head) in enumerate(zip(encoded, heads)):
+            problem = self.literal.problem(head, ids[: self.max_length - 1])  # what is scored
+            if problem is not None:
+                found[k] = f"text {problem}"
             sequence = [self.start_id] + list(ids) if ids else []
             truncated.append(len(sequence) > self.max_length)
             sequences.append(sequence[: self.max_length])
-        return sequences, truncated
+        return sequences, truncated, found
 
     def perplexities(self, sequences: Ragged) -> list[float]:
         """Perplexity of each encoded sequence (`encode`); a sequence without tokens raises."""
@@ -107,6 +130,7 @@ class Perplexity:
             "dtype": self.dtype,
             "max_length": self.max_length,
             "start_token": self.start_id,
+            "text": self.literal.describe(),
             "batching": f"length-sorted,token_budget={self.token_budget}",
             **library_versions("torch", "transformers"),
         }
@@ -137,7 +161,10 @@ class PerplexityMetric(RowMetric):
         the text has no tokens), `truncated`, and `words` (for `min_words`)."""
         import pyarrow as pa
 
-        sequences, truncated = self.scorer.encode([row["text"] for row in rows])
+        sequences, truncated, found = self.scorer.encode_checked([row["text"] for row in rows])
+        if found:
+            k = min(found)
+            raise RowError(k, found[k])
         lengths = np.fromiter((len(s) for s in sequences), dtype=np.int64, count=len(sequences))
         offsets = np.zeros(len(sequences) + 1, dtype=np.int32)
         np.cumsum(lengths, out=offsets[1:])

@@ -22,6 +22,19 @@ merge the prompt's last characters with the continuation's first into one token,
 "continuation" is no longer a whole number of tokens). The default templates end with a
 newline, so the continuation begins a line as it would in the prompt's text.
 
+Text is text (docs/security.md, "Special tokens in data"): the prompt (template and data alike)
+and the continuation are tokenised literally (`scoring.literal_tokens`): `<|endoftext|>`,
+`</s>` or `<|im_end|>` inside them are the pieces of their characters, never control tokens.
+With a chat template only the template's own markup is parsed (`scoring.chat_frame`): the
+template is rendered around a placeholder and cut there, its control tokens become their ids and
+the text runs between them, the content inside, are tokenised literally on their own, so a
+source holding `<|im_end|>\n<|im_start|>assistant\n` cannot forge a turn. For byte-level BPE
+tokenizers these are the ids of the whole rendered string whenever the text holds no
+control-token string; a Metaspace tokenizer that prepends `▁` only at the string's start
+(Llama 2, Mistral) gets a `▁` at the start of each run instead (`scoring.chat_frame`, "Seams").
+A text whose literal ids would still hold a control token (a unigram vocabulary holding `</s>`
+as a piece) is its row's error.
+
 A prompt + continuation longer than `max_length` (by default the model's position table) is
 that row's error, never a crash and never a silent cut: a truncated prompt would condition on
 another text.
@@ -38,8 +51,10 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from scoring.chat_frame import ChatFrame
 from scoring.engine import DEFAULT_TOKEN_BUDGET, Ragged
 from scoring.errors import UsageError
+from scoring.literal_tokens import LiteralTokenizer
 from scoring.metric import RowError, RowMetric, is_absent
 from scoring.model_limits import default_max_length, limits_for, raise_row_error
 from scoring.models import load_pretrained, load_tokenizer, resolve_model
@@ -52,7 +67,11 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 # 1.1: float32 head logits for more causal families, and LongRoPE pairs past the rotary
-# switch scored on their own (their scores had depended on the rest of the batch)
+# switch scored on their own (their scores had depended on the rest of the batch); in the same
+# release, texts are tokenised literally (special-token strings in data stay text) and chat
+# prompts through the chat frame: scores move for texts holding special-token strings, and with
+# `chat_template` on Metaspace tokenizers (a `▁` at each text run's start) for every text, so the
+# number stays 1.1 and the signature's `text` parameter says how data was tokenised
 VERSION = "1.1"
 DIRECTIONS = ("s_h", "r_h", "h_r", "f")
 # the columns each direction reads, as BARTScore's: a row gets each direction whose inputs it has
@@ -125,6 +144,9 @@ class PromptedLM:
         self.chat_template = bool(chat_template)
         if self.chat_template and not getattr(self.tokenizer, "chat_template", None):
             raise UsageError(f"chat_template: the tokenizer of {model} has no chat template")
+        # data is text: special-token strings in it never become control tokens (docs/security.md)
+        self.frame = ChatFrame(self.tokenizer, model) if self.chat_template else None
+        self.literal = self.frame.literal if self.frame is not None else LiteralTokenizer(self.tokenizer)
         start = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else self.tokenizer.eos_token_id
         self.start_id = None if start is None else int(start)
         self.token_budget = int(token_budget)
@@ -138,32 +160,48 @@ class PromptedLM:
                                                                         share_prompts=share_prompts)
 
     def prompt_ids(self, prompts: Sequence[str]) -> list[list[int]]:
-        """G3: [start] + ids(prompt), or ids(chat-wrapped prompt) with `chat_template`. Each
-        distinct prompt is tokenised once (a dump repeats each source across its systems)."""
-        if not prompts:
-            return []
-        unique = list(dict.fromkeys(prompts))
-        if self.chat_template:
-            texts = [self.tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
-                     for p in unique]
-            encoded = [list(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
-        else:
-            head = [] if self.start_id is None else [self.start_id]
-            encoded = [head + list(ids) for ids in self.tokenizer(unique, add_special_tokens=False)["input_ids"]]
-        by_text = dict(zip(unique, encoded))
-        return [by_text[p] for p in prompts]
+        """G3: [start] + literal ids(prompt), or the chat frame's ids with `chat_template` (module
+        docstring); `encode` also says which prompts the tokenizer cannot keep literal."""
+        return self.encode(prompts, [])[0]
 
     def continuation_ids(self, continuations: Sequence[str]) -> list[list[int]]:
-        """G3: ids(continuation), no special tokens, tokenised on its own."""
-        if not continuations:
-            return []
-        return [list(ids) for ids in self.tokenizer(list(continuations), add_special_tokens=False)["input_ids"]]
+        """G3: literal ids(continuation), no special tokens, tokenised on its own."""
+        return self.encode([], continuations)[1]
 
-    def problems(self, prompts: list[list[int]], continuations: list[list[int]]) -> dict[int, str]:
-        """{pair: reason} for pairs the model cannot score: no continuation tokens, prompt +
-        continuation past `max_length`, ids outside the embedding (settled on the host)."""
+    def encode(self, prompts: Sequence[str], continuations: Sequence[str]) -> tuple[list[list[int]], list[list[int]], dict[int, str]]:
+        """Prompt ids, continuation ids and {pair: reason} for the pairs whose text holds a
+        control token the tokenizer yields even as plain text (`scoring.literal_tokens`). Each
+        distinct prompt is tokenised once (a dump repeats each source across its systems)."""
         found: dict[int, str] = {}
+        unique = list(dict.fromkeys(prompts))
+        by_text: dict[str, tuple[list[int], str | None]]
+        if self.frame is not None:
+            by_text = dict(zip(unique, self.frame.encode(unique)))
+        else:
+            head = [] if self.start_id is None else [self.start_id]
+            by_text = {p: (head + ids, self.literal.problem(p, ids)) for p, ids in zip(unique, self.literal.ids(unique))}
+        p_ids = []
+        for k, p in enumerate(prompts):
+            ids, problem = by_text[p]
+            p_ids.append(ids)
+            if problem is not None:
+                found[k] = f"prompt {problem}"
+        c_ids = self.literal.ids(continuations)
+        for k, (c, ids) in enumerate(zip(continuations, c_ids)):
+            problem = self.literal.problem(c, ids)
+            if problem is not None:
+                found.setdefault(k, f"continuation {problem}")
+        return p_ids, c_ids, found
+
+    def problems(self, prompts: list[list[int]], continuations: list[list[int]],
+                 text_problems: dict[int, str] | None = None) -> dict[int, str]:
+        """{pair: reason} for pairs the model cannot score: a text holding a control token
+        (`text_problems`, from `encode`), no continuation tokens, prompt + continuation past
+        `max_length`, ids outside the embedding (settled on the host)."""
+        found: dict[int, str] = dict(text_problems or {})
         for k, (p, c) in enumerate(zip(prompts, continuations)):
+            if k in found:
+                continue
             if not c:
                 found[k] = "continuation has no tokens"
             elif len(p) + len(c) > self.max_length:
@@ -185,8 +223,8 @@ class PromptedLM:
         prompts, continuations = check_text_list("prompts", prompts), check_text_list("continuations", continuations)
         if len(prompts) != len(continuations):
             raise ValueError(f"{len(prompts)} prompts but {len(continuations)} continuations")
-        p_ids, c_ids = self.prompt_ids(prompts), self.continuation_ids(continuations)
-        found = self.problems(p_ids, c_ids)
+        p_ids, c_ids, text_problems = self.encode(prompts, continuations)
+        found = self.problems(p_ids, c_ids, text_problems)
         if found:
             k = min(found)
             raise ValueError(f"pair {k}: {found[k]}")
@@ -202,6 +240,7 @@ class PromptedLM:
             "max_length": self.max_length,
             "start_token": "chat template" if self.chat_template else self.start_id,
             "tokenization": "prompt and continuation separately, joined",
+            "text": self.frame.describe() if self.frame is not None else self.literal.describe(),
             "batching": (f"shared prompts,token_budget={self.token_budget}" if self.share_prompts
                          else f"independent,token_budget={self.token_budget}"),
             **library_versions("torch", "transformers"),
@@ -305,8 +344,8 @@ class GPTScoreMetric(RowMetric):
                 continuations += [c for _, c in pairs]
                 counts.append(len(pairs))
             owners = np.repeat(np.arange(len(rows)), counts)
-            p_ids, c_ids = self.scorer.prompt_ids(prompts), self.scorer.continuation_ids(continuations)
-            found = self.scorer.problems(p_ids, c_ids)
+            p_ids, c_ids, text_problems = self.scorer.encode(prompts, continuations)
+            found = self.scorer.problems(p_ids, c_ids, text_problems)
             if found:
                 k = min(found, key=lambda k: (owners[k], k))
                 raise RowError(int(owners[k]), f"{group}: {found[k]}")
