@@ -159,6 +159,16 @@ class PromptedLM:
         self.engine = None if self.model is None else PromptedLikelihood(self.model, pad_id=pad, token_budget=token_budget,
                                                                         share_prompts=share_prompts)
 
+    def check_template(self, name: str, template: str) -> None:
+        """Templates are tokenised as text, like the data they hold: a control-token string
+        written in one (`<|im_start|>`, `</s>`) would stay text where its author meant markup,
+        so it is refused when the metric is built; the model's chat markup comes from
+        `chat_template`."""
+        found = self.literal.pattern.search(template) if self.literal.pattern is not None else None
+        if found:
+            raise UsageError(f"templates: {name} writes the control token {found.group()[:40]!r}, but templates are "
+                             "tokenised as text; use chat_template: true for the model's chat markup")
+
     def prompt_ids(self, prompts: Sequence[str]) -> list[list[int]]:
         """G3: [start] + literal ids(prompt), or the chat frame's ids with `chat_template` (module
         docstring); `encode` also says which prompts the tokenizer cannot keep literal."""
@@ -283,6 +293,9 @@ class GPTScoreMetric(RowMetric):
                     raise UsageError(f"templates: aspect {aspect!r} has no template for direction {group}")
         self.scorer = PromptedLM(model, device=device, dtype=dtype, max_length=max_length, token_budget=token_budget,
                                  revision=revision, cache_dir=cache_dir, chat_template=chat_template, share_prompts=share_prompts)
+        for aspect in self.aspects:
+            for group in self._groups():
+                self.scorer.check_template(f"aspect {aspect!r} ({group})", self.templates[aspect][group])
         needs_references = any(d != "s_h" for d in directions)
         self.required_columns = ("text",) + (("source",) if "s_h" in directions else ()) + (("references",) if needs_references else ())
         self.output_columns = tuple(f"gptscore_{a}_{d}" for a in self.aspects for d in directions)

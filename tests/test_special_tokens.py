@@ -174,6 +174,14 @@ def test_a_continuation_with_endoftext_is_scored_as_plain_text(chat_model):
     assert "text:literal (special-token strings in data are text" in metric.signature_string()
 
 
+def test_a_template_that_writes_a_control_token_is_refused_when_the_metric_is_built(chat_model):
+    """Templates are tokenised as text: `<|im_start|>` written in one would silently stay text,
+    so the metric refuses it, naming the aspect and the token; the same words without it build."""
+    with pytest.raises(UsageError, match=r"aspect 'turns' \(s_h\) writes the control token '<\|im_start\|>'.*chat_template"):
+        build_metric("gptscore", {"model": chat_model, "templates": {"turns": "<|im_start|>user\n{input}<|im_end|>\n"}})
+    assert build_metric("gptscore", {"model": chat_model, "templates": {"turns": "user\n{input}\n"}}).aspects == ("turns",)
+
+
 @pytest.mark.parametrize("content, check", [
     ("{{ message['content'] | trim }}", "trim"),
     ("{{ message['content'] | e }}", "escape"),
