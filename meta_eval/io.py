@@ -154,9 +154,7 @@ def read_scores(path: str, humans: list[str] | None = None, metrics: list[str] |
     n_input = len(frame)
     n_error = int(frame.pop("error").sum())
     n_skipped = int(frame.pop("skipped").sum())
-    for col in ("doc_id", "system", "dataset"):
-        if col in frame:
-            frame[col] = frame[col].astype("object").where(frame[col].notna(), None)
+    normalise_keys(frame)
     humans = humans or [c for c in frame.columns if c.startswith("human_")]
     if metrics is None:
         metrics = _score_columns(_numeric_columns(frame))
@@ -164,6 +162,20 @@ def read_scores(path: str, humans: list[str] | None = None, metrics: list[str] |
     return Table(frame=frame, humans=list(humans), metrics=list(metrics), source=str(path),
                  n_input_rows=n_input, n_error_rows=n_error, n_skipped_rows=n_skipped, runs=runs,
                  cat_columns={h: None for h in humans}, lower_is_better=default_lower_is_better(metrics))
+
+
+KEY_COLUMNS = ("doc_id", "system", "dataset")
+
+
+def normalise_keys(frame: pd.DataFrame, columns=KEY_COLUMNS) -> pd.DataFrame:
+    """Key columns as objects with every missing key (null, NaN, blank string:
+    `meta_eval.row_account.is_missing`) as None, in place; returns the frame."""
+    from meta_eval.row_account import missing_mask
+
+    for col in columns:
+        if col in frame:
+            frame[col] = frame[col].astype("object").where(~missing_mask(frame[col]), None)
+    return frame
 
 
 def _check_columns(frame: pd.DataFrame, columns: list[str], source: str) -> None:
@@ -198,8 +210,14 @@ def read_checklist_csv(path: str | pathlib.Path, metrics: list[str] | None = Non
         if col not in raw:
             raise InputError(f"{path}: column {col!r} not found")
     frame = pd.DataFrame({"id": [f"{stem}:{i}" for i in range(len(raw))], "dataset": stem})
-    frame["doc_id"] = raw[conf["doc"]].astype(str).agg("|".join, axis=1)
-    frame["system"] = raw[conf["system"]].astype(str) if conf["system"] else None
+    from meta_eval.row_account import missing_mask
+
+    doc_missing = np.column_stack([missing_mask(raw[c]) for c in conf["doc"]]).any(axis=1)
+    frame["doc_id"] = raw[conf["doc"]].astype(str).agg("|".join, axis=1).where(~doc_missing, None)
+    if conf["system"]:  # a missing system stays missing (not the text "nan")
+        frame["system"] = raw[conf["system"]].astype(str).where(~missing_mask(raw[conf["system"]]), None)
+    else:
+        frame["system"] = None
     cat_columns = {}
     for aspect, cat in conf["aspects"].items():
         frame[f"human_{aspect}"] = raw[aspect].astype(float)

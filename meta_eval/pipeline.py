@@ -23,8 +23,9 @@ import pandas as pd
 
 from meta_eval import bootstrap, checklist, compare, correlation, marks, pairwise, permutation, subsample
 from meta_eval.defaults import DEFAULT_RESAMPLES
-from meta_eval.io import Table, finite_mask
+from meta_eval.io import Table, finite_mask, normalise_keys
 from meta_eval.results import GroupResult, InputSummary, MetaResult, MetricRun, SignificanceBlock, TransferTable
+from meta_eval.row_account import group_keys
 from meta_eval.runner import Runner
 from scoring.errors import InputError
 
@@ -195,6 +196,11 @@ def analyse_group(table: Table, name: str, opts: Options, runner: Runner | None 
         result.checklist = checklist.run_checklist(_with(table, raw, humans, metrics), pairs=opts.pairs)
         if not table.has_systems:
             result.omitted["checklist system-level parts"] = "no system column"
+        else:
+            for key, part in (("system", "system-level parts"), ("doc_id", "win fractions")):
+                missing = int(raw[key].isna().sum()) if key in raw else 0
+                if missing and key in raw and raw[key].notna().any():
+                    result.omitted[f"checklist {part}"] = f"{missing} rows without a {key} left out of them"
     elif opts.run_checklist:
         result.omitted["checklist"] = "needs a human aspect and a metric column"
     if opts.compare_systems:
@@ -249,11 +255,17 @@ def run_meta(table: Table, opts: Options | None = None, runner: Runner | None = 
     opts = opts or Options()
     opts.validate()
     check_evaluable(table)
-    frame = table.frame
+    rows_in = len(table.frame)
+    frame = normalise_keys(table.frame.copy())
+    keep, rows = group_keys(frame, "dataset")
+    if rows.rows_left_out:
+        frame = frame.loc[keep].reset_index(drop=True)
+    table = _with(table, frame, table.humans, table.metrics)
     has_datasets = "dataset" in frame and frame["dataset"].notna().any()
     datasets = sorted(map(str, frame["dataset"].dropna().unique())) if has_datasets else []
     sig = Signature("meta-eval", VERSION, {
-        "source": display_source(table.source), "rows": len(frame), "error_rows": table.n_error_rows,
+        "source": display_source(table.source), "rows": rows_in, "error_rows": table.n_error_rows,
+        **({"rows_left_out": rows.left_out} if rows.rows_left_out else {}),
         "levels": opts.levels, "methods": opts.methods, "kendall_variant": f"tau-{opts.variant}",
         "significance": {"test": opts.significance, "alpha": opts.alpha, "correction": opts.correction,
                          "sided": "two-sided" if opts.significance != "bartscore_subsample" else "one-sided each way",
@@ -273,7 +285,7 @@ def run_meta(table: Table, opts: Options | None = None, runner: Runner | None = 
         datasets=tuple(datasets),
         runs=tuple(MetricRun(name, facts["rows"], facts["rows_error"], tuple(facts["signatures"]))
                    for name, facts in table.runs.items()),
-        rows_skipped=table.n_skipped_rows)
+        rows_skipped=table.n_skipped_rows, rows_used=rows.rows_used, rows_left_out=dict(rows.left_out))
     groups = []
     if has_datasets:
         for name, part in frame.groupby("dataset", sort=True):

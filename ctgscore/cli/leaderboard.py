@@ -100,10 +100,11 @@ def handle(args: argparse.Namespace) -> int:
     now = dt.datetime.now(dt.timezone.utc)
     scored = {label: {"rows_scored": r.get("rows_scored"), "rows_cached": r.get("rows_cached")}
               for label, r in manifest.get("metrics", {}).items()}
+    rows = acc.account
     document = compare.leaderboard_document(comparisons, refreshed=now.isoformat(timespec="seconds"),
-                                            scores=str(scores), job=scored)
+                                            scores=str(scores), job=scored, rows=rows.as_dict())
     text = json.dumps(document, indent=1, allow_nan=False)
-    write_text(out / "board.html", compare_cli.render(comparisons, "html", previous))  # replaces a symlink
+    write_text(out / "board.html", compare_cli.render(comparisons, "html", previous, rows))  # replaces a symlink
     write_text(board_json, text)
     history = subfolder(out, "history")
     write_text(history_file(history, now), text)
@@ -114,6 +115,7 @@ def handle(args: argparse.Namespace) -> int:
     rows_cached = sum(v["rows_cached"] or 0 for v in scored.values())
     summary = {"ok": not problems, "command": "leaderboard", "output": str(out), "page": str(out / "board.html"),
                "job": scored, "errors": problems, "previous": previous is not None, "skipped": skipped,
+               "rows_used": rows.rows_used, "rows_left_out": dict(rows.left_out),
                "leaderboard": document["leaderboard"]}
     rows_in = (manifest.get("input") or {}).get("rows")
     per_metric = f", summed over {len(scored)} metrics of {rows_in} input rows" if len(scored) > 1 and rows_in else ""
@@ -121,6 +123,7 @@ def handle(args: argparse.Namespace) -> int:
              f"{len(comparisons)} comparisons ({', '.join(columns)}) -> {out / 'board.html'}"]
     lines += _changes(comparisons, previous)
     lines += [f"  skipped: {reason}" for reason in skipped]
+    lines += [f"  left out: {rows.line()}"] if rows.line() else []
     lines += [f"  error: {problem}" for problem in problems]
     common.emit(args, summary, lines)
     return 1 if problems else 0
