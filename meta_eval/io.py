@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from meta_eval.checklist import BINARY
+from meta_eval.checklist import BINARY, CATEGORIES
 from scoring import schema
 from scoring.errors import InputError
 
@@ -223,6 +223,11 @@ def read_checklist_csv(path: str | pathlib.Path, metrics: list[str] | None = Non
         frame[f"human_{aspect}"] = raw[aspect].astype(float)
         cat_columns[f"human_{aspect}"] = cat if cat in (None, BINARY) else f"cat_{aspect}"
         if cat and cat != BINARY:
+            bad = ~raw[cat].isin(CATEGORIES)  # a missing category is no quality group: named, not "nan"
+            if bad.any():
+                row = int(np.flatnonzero(bad.to_numpy())[0])
+                raise InputError(f"{path}: row {row}: column {cat!r} = {raw[cat].iloc[row]!r} is not one of "
+                                 f"{', '.join(CATEGORIES)}")
             frame[f"cat_{aspect}"] = raw[cat].astype(str)
     if metrics is None:
         metrics = [c for c in _numeric_columns(raw)
@@ -230,7 +235,7 @@ def read_checklist_csv(path: str | pathlib.Path, metrics: list[str] | None = Non
     _check_columns(raw, metrics, path)
     for col in metrics:
         frame[col] = raw[col].astype(float)
-    frame = frame.copy()
+    frame = normalise_keys(frame.copy())
     return Table(frame=frame, humans=[f"human_{a}" for a in conf["aspects"]], metrics=list(metrics),
                  source=path, n_input_rows=len(raw), n_error_rows=0, cat_columns=cat_columns,
                  easy_pairs=conf["easy"], hard_pairs=conf["hard"])

@@ -149,3 +149,20 @@ def test_a_clean_dump_leaves_nothing_out_and_says_nothing(tmp_path, cli):
                 "-o", tmp_path / "board.md"])
     assert proc.returncode == 0 and "left out" not in proc.stdout
     assert "left out" not in (tmp_path / "board.md").read_text()
+
+
+def test_checklist_csv_keeps_a_missing_system_missing_and_names_a_missing_category(tmp_path, shared_data):
+    from meta_eval.io import read_checklist_csv
+    from scoring.errors import InputError
+
+    raw = pd.read_csv(shared_data / "checklist" / "ctrl_topic.csv").head(40)
+    raw.loc[3, "model"] = np.nan
+    raw.loc[4, "prefix"] = "  "
+    (tmp_path / "ctrl_topic.csv").write_text(raw.to_csv(index=False))
+    table = read_checklist_csv(tmp_path / "ctrl_topic.csv")
+    assert table.frame.loc[3, "system"] is None and "nan" not in set(table.frame["system"].dropna())
+    assert table.frame.loc[4, "doc_id"] is None
+    raw.loc[7, "fluency_cat"] = np.nan
+    (tmp_path / "ctrl_topic.csv").write_text(raw.to_csv(index=False))
+    with pytest.raises(InputError, match=r"ctrl_topic.csv: row 7: column 'fluency_cat' = nan is not one of poor"):
+        read_checklist_csv(tmp_path / "ctrl_topic.csv")
