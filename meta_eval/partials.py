@@ -297,7 +297,7 @@ class GridAccumulator:
         return len(self._codes)
 
     def all_systems(self) -> list[str]:
-        return sorted(self.systems)
+        return sorted(s for s in self.systems if s is not None)  # rows without one are counted in `account`
 
     def grids(self) -> list[UnitGrid]:
         """Per dataset (sorted; rows without a dataset are left out when others have one, and

@@ -138,6 +138,8 @@ def test_compare_cli_reports_the_rows_left_out(holes, tmp_path, cli):
     assert line in (tmp_path / "board.md").read_text()
     assert cli(args + ["-o", tmp_path / "board.html"]).returncode == 0
     assert line in (tmp_path / "board.html").read_text()
+    unknown = cli(args + ["--systems", "s0", "nope"])  # the systems named in the error leave out the missing one
+    assert unknown.returncode == 2 and "(systems: s0, s1, s2, s3)" in unknown.stderr
     assert cli(args + ["-o", tmp_path / "board.json"]).returncode == 0
     assert json.loads((tmp_path / "board.json").read_text())["rows"] == \
         {"rows_in": 48, "rows_used": 26, "rows_left_out": EXPECTED}
