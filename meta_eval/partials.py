@@ -5,6 +5,8 @@ per-unit means (`meta_eval.compare`). That table is a sum and a count per cell, 
 from partial sums: `file_partial` reads one Parquet file (only the unit, system, dataset, error
 and wanted score columns), groups its rows by (dataset, unit, system) and returns the sums and
 counts of the finite-or-infinite (non-NaN) scores of the rows without an error, as small arrays.
+Rows without a system or unit (null, NaN, blank: `meta_eval.row_account`) go into no cell and
+are counted per (dataset, reason); `GridAccumulator.account` says where every row went.
 `GridAccumulator` folds partials into one table of cells on the driver; its memory follows the
 number of cells, not the number of rows or the columns a dump carries.
 
@@ -146,8 +148,9 @@ def file_partial(spec: PartialSpec, label: str, path: str, storage_options: dict
             reason[hit] = k
             keep &= ~hit
     reasons = [no_key(spec.system), no_key(spec.unit)]
-    cells_of_keys = np.unique(np.column_stack([d_codes, reason]), axis=0, return_counts=True) if rows else ((), ())
-    key_rows = {(datasets[d], None if r < 0 else reasons[r]): int(n) for (d, r), n in zip(*cells_of_keys)}
+    per_key = np.bincount(d_codes * 3 + reason + 1, minlength=3 * len(datasets))  # (dataset, kept / reason)
+    key_rows = {(datasets[k // 3], None if k % 3 == 0 else reasons[k % 3 - 1]): int(per_key[k])
+                for k in np.flatnonzero(per_key)}
     key = ((d_codes * len(systems) + s_codes) * len(units) + u_codes)[keep]
     space = len(datasets) * len(systems) * len(units)
     if space <= max(4 * len(key), 1 << 16):  # dense key space: no sort needed
@@ -300,8 +303,9 @@ class GridAccumulator:
         return sorted(s for s in self.systems if s is not None)  # rows without one are counted in `account`
 
     def grids(self) -> list[UnitGrid]:
-        """Per dataset (sorted; rows without a dataset are left out when others have one, and
-        form the dataset "all" when none has) and column: units sorted, systems sorted."""
+        """Per dataset (sorted; rows without a dataset are left out when others have one,
+        counted in `account`, and form the dataset "all" when none has) and column: units
+        sorted, systems sorted."""
         import pandas as pd
 
         self._compact()

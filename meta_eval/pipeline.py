@@ -1,6 +1,7 @@
 """Every meta-evaluation number for one `meta_eval.io.Table`, per dataset group, as typed results.
 
-Per group (the `dataset` column, else one group "all"): correlations at the levels that apply,
+Per group (the `dataset` column, else one group "all"; rows without a dataset when others have
+one are left out and counted, `meta_eval.row_account`): correlations at the levels that apply,
 the WMT DARR tau when the table has `human_darr_better`, the significance of every metric pair
 per human aspect and level (the paired bootstrap by default, or the BARTScore paper's subsample
 test), the metric preference checklist, and the systems compared per column (leaderboard) when
@@ -280,7 +281,7 @@ def run_meta(table: Table, opts: Options | None = None, runner: Runner | None = 
         **({"tie_calibrated_accuracy": {"average": opts.tie_averaging}} if "tie_calibrated_accuracy" in opts.methods else {}),
         **library_versions("scipy", "numpy", "pandas", "levenshtein")})
     summary = InputSummary(
-        source=display_source(table.source), rows_in=table.n_input_rows, rows_error=table.n_error_rows, humans=tuple(table.humans),
+        source=display_source(table.source), rows_in=table.n_input_rows or rows_in, rows_error=table.n_error_rows, humans=tuple(table.humans),
         metrics=tuple(table.metrics), lower_is_better=tuple(sorted(c for c in table.lower_is_better if c in frame)),
         datasets=tuple(datasets),
         runs=tuple(MetricRun(name, facts["rows"], facts["rows_error"], tuple(facts["signatures"]))

@@ -131,6 +131,7 @@ def test_compare_cli_reports_the_rows_left_out(holes, tmp_path, cli):
     args = ["compare", "-s", folder, "--columns", "m", "--resamples", "40", "--trials", "40"]
     summary = json.loads(cli(args + ["--json"]).stdout)
     assert (summary["rows"], summary["rows_used"], summary["rows_left_out"]) == (48, 26, EXPECTED)
+    assert adds_up(summary["rows"], summary["rows_used"], summary["rows_left_out"])
     line = "22 of 48 rows left out of every group (16 no dataset, 4 no system, 2 no doc_id); 26 used"
     proc = cli(args + ["-o", tmp_path / "board.md"])
     assert proc.returncode == 0, proc.stderr
