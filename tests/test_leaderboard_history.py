@@ -58,8 +58,10 @@ def test_a_refresh_reads_an_old_history_and_appends_the_new_format(tmp_path, cli
                           "dataset": "toy", "system": [s for s in ("sysA", "sysB") for _ in range(6)],
                           "doc_id": [f"d{d}" for _ in range(2) for d in range(6)],
                           "m": [float(d) for d in range(6)] + [float(d) + 3 for d in range(6)]})
+    strays = pd.DataFrame({"id": ["x1", "x2"], "dataset": [None, "  "], "system": "sysA", "doc_id": "d0", "m": 99.0})
+    frame = pd.concat([frame, strays], ignore_index=True)  # two rows without a dataset: counted, not ranked
     pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), scores)
-    manifest = {"output": str(scores), "metrics": {"stub": {"rows_scored": 0, "rows_cached": 12}}}
+    manifest = {"output": str(scores), "metrics": {"stub": {"rows_scored": 0, "rows_cached": 14}}}
     monkeypatch.setattr(score_corpus, "load_config", lambda path, overrides=None: types.SimpleNamespace())
     monkeypatch.setattr(score_corpus, "run_job", lambda config: manifest)
     monkeypatch.setattr(score_corpus, "error_rate_exceeded", lambda manifest: [])
@@ -72,6 +74,10 @@ def test_a_refresh_reads_an_old_history_and_appends_the_new_format(tmp_path, cli
                 "--trials", "50", "--no-progress"])
     assert proc.returncode == 0, proc.stderr
     assert "toy / m: leader sysB 5.5; leader since 2026-01-01T00:00:00+00:00 (2 refreshes)" in proc.stdout
+    line = "2 of 14 rows left out of every group (2 no dataset); 12 used"
+    assert f"  left out: {line}" in proc.stdout.splitlines() and line in (board / "board.html").read_text()
+    assert json.loads((board / "leaderboard.json").read_text())["rows"] == \
+        {"rows_in": 14, "rows_used": 12, "rows_left_out": {"no dataset": 2}}
     lines = [json.loads(line) for line in (board / "history.jsonl").read_text().splitlines()]
     assert lines[0] == old  # the old line is kept as written
     assert lines[1]["format"] == 2 and lines[1]["leaders"] == [{"dataset": "toy", "column": "m", "system": "sysB"}]
