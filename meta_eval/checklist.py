@@ -36,6 +36,7 @@ from meta_eval.results import (
 GROUPS = ("lo", "mod", "hi")
 BINARY = "binary"  # category source of a 0/1 aspect: 0 -> lo, 1 -> hi
 _CAT_TO_GROUP = {"poor": "lo", "moderate": "mod", "high": "hi"}
+CATEGORIES = tuple(_CAT_TO_GROUP)  # the stored quality categories
 
 
 def quality_groups(frame: pd.DataFrame, aspect: str, cat_col: str | None = None) -> pd.Series:

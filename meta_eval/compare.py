@@ -44,6 +44,7 @@ import pandas as pd
 
 from meta_eval.bootstrap import BLOCK_SIZE, block_counts, plan_blocks
 from meta_eval.results import Interval, LeaderboardRow, SystemComparison, SystemPair, SystemScore, to_json_dict
+from meta_eval.row_account import RowAccount, group_keys, missing_mask
 from meta_eval.runner import Runner, local_runner
 
 VERSION = "2"
@@ -65,7 +66,7 @@ def paired_units(frame: pd.DataFrame, column: str, systems: Sequence[str] | None
                              f"(have: {', '.join(visible_columns(frame.columns))})")
     data = frame[[unit, system_col, column]].copy()
     data[column] = pd.to_numeric(data[column], errors="coerce").astype(float)
-    data = data[data[unit].notna() & data[system_col].notna()]
+    data = data[~missing_mask(data[unit]) & ~missing_mask(data[system_col])]  # counted by `compare_systems`
     data[system_col] = data[system_col].astype(str)
     grid = data.pivot_table(index=unit, columns=system_col, values=column, aggfunc="mean", dropna=False)
     if systems is not None:
@@ -256,18 +257,32 @@ def compare_units(values: np.ndarray, names: Sequence[str], dropped: int, *, col
                             signature=str(sig))
 
 
+class Comparisons(list):
+    """The comparisons of `compare_systems` (a list), with `rows`: where every input row went
+    (`meta_eval.row_account.RowAccount`)."""
+
+    rows: RowAccount
+
+
 def compare_systems(frame: pd.DataFrame, columns: Iterable[str], *, dataset_col: str = "dataset",
-                    lower_is_better: Iterable[str] = (), **options) -> list[SystemComparison]:
+                    lower_is_better: Iterable[str] = (), **options) -> Comparisons:
     """`system_comparison` for every score column in every dataset (`dataset_col` groups; one
-    group "all" when the column is absent or empty). `options` go to `system_comparison`."""
+    group "all" when the column is absent or empty). `options` go to `system_comparison`.
+    Rows without a dataset (when others have one), a system or a unit are in no comparison:
+    the result's `rows` counts them per reason."""
     lower = set(lower_is_better)
     columns = list(columns)
-    if dataset_col in frame and frame[dataset_col].notna().any():
+    keep, rows = group_keys(frame, dataset_col, [options.get("system_col", "system"), options.get("unit", "doc_id")])
+    if rows.rows_left_out:
+        frame = frame.loc[keep]
+    if dataset_col in frame and not missing_mask(frame[dataset_col]).all():
         groups = [(str(name), part) for name, part in frame.groupby(dataset_col, sort=True)]
     else:
         groups = [("all", frame)]
-    return [system_comparison(part, column, dataset=name, lower_is_better=column in lower, **options)
-            for name, part in groups for column in columns]
+    out = Comparisons(system_comparison(part, column, dataset=name, lower_is_better=column in lower, **options)
+                      for name, part in groups for column in columns)
+    out.rows = rows
+    return out
 
 
 def leaderboard(comparisons: Iterable[SystemComparison]) -> list[LeaderboardRow]:

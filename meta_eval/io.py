@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from meta_eval.checklist import BINARY
+from meta_eval.checklist import BINARY, CATEGORIES
 from scoring import schema
 from scoring.errors import InputError
 
@@ -154,9 +154,7 @@ def read_scores(path: str, humans: list[str] | None = None, metrics: list[str] |
     n_input = len(frame)
     n_error = int(frame.pop("error").sum())
     n_skipped = int(frame.pop("skipped").sum())
-    for col in ("doc_id", "system", "dataset"):
-        if col in frame:
-            frame[col] = frame[col].astype("object").where(frame[col].notna(), None)
+    normalise_keys(frame)
     humans = humans or [c for c in frame.columns if c.startswith("human_")]
     if metrics is None:
         metrics = _score_columns(_numeric_columns(frame))
@@ -164,6 +162,20 @@ def read_scores(path: str, humans: list[str] | None = None, metrics: list[str] |
     return Table(frame=frame, humans=list(humans), metrics=list(metrics), source=str(path),
                  n_input_rows=n_input, n_error_rows=n_error, n_skipped_rows=n_skipped, runs=runs,
                  cat_columns={h: None for h in humans}, lower_is_better=default_lower_is_better(metrics))
+
+
+KEY_COLUMNS = ("doc_id", "system", "dataset")
+
+
+def normalise_keys(frame: pd.DataFrame, columns=KEY_COLUMNS) -> pd.DataFrame:
+    """Key columns as objects with every missing key (null, NaN, blank string:
+    `meta_eval.row_account.is_missing`) as None, in place; returns the frame."""
+    from meta_eval.row_account import missing_mask
+
+    for col in columns:
+        if col in frame:
+            frame[col] = frame[col].astype("object").where(~missing_mask(frame[col]), None)
+    return frame
 
 
 def _check_columns(frame: pd.DataFrame, columns: list[str], source: str) -> None:
@@ -198,13 +210,24 @@ def read_checklist_csv(path: str | pathlib.Path, metrics: list[str] | None = Non
         if col not in raw:
             raise InputError(f"{path}: column {col!r} not found")
     frame = pd.DataFrame({"id": [f"{stem}:{i}" for i in range(len(raw))], "dataset": stem})
-    frame["doc_id"] = raw[conf["doc"]].astype(str).agg("|".join, axis=1)
-    frame["system"] = raw[conf["system"]].astype(str) if conf["system"] else None
+    from meta_eval.row_account import missing_mask
+
+    doc_missing = np.column_stack([missing_mask(raw[c]) for c in conf["doc"]]).any(axis=1)
+    frame["doc_id"] = raw[conf["doc"]].astype(str).agg("|".join, axis=1).where(~doc_missing, None)
+    if conf["system"]:  # a missing system stays missing (not the text "nan")
+        frame["system"] = raw[conf["system"]].astype(str).where(~missing_mask(raw[conf["system"]]), None)
+    else:
+        frame["system"] = None
     cat_columns = {}
     for aspect, cat in conf["aspects"].items():
         frame[f"human_{aspect}"] = raw[aspect].astype(float)
         cat_columns[f"human_{aspect}"] = cat if cat in (None, BINARY) else f"cat_{aspect}"
         if cat and cat != BINARY:
+            bad = ~raw[cat].isin(CATEGORIES)  # a missing category is no quality group: named, not "nan"
+            if bad.any():
+                row = int(np.flatnonzero(bad.to_numpy())[0])
+                raise InputError(f"{path}: row {row}: column {cat!r} = {raw[cat].iloc[row]!r} is not one of "
+                                 f"{', '.join(CATEGORIES)}")
             frame[f"cat_{aspect}"] = raw[cat].astype(str)
     if metrics is None:
         metrics = [c for c in _numeric_columns(raw)
@@ -212,7 +235,7 @@ def read_checklist_csv(path: str | pathlib.Path, metrics: list[str] | None = Non
     _check_columns(raw, metrics, path)
     for col in metrics:
         frame[col] = raw[col].astype(float)
-    frame = frame.copy()
+    frame = normalise_keys(frame.copy())
     return Table(frame=frame, humans=[f"human_{a}" for a in conf["aspects"]], metrics=list(metrics),
                  source=path, n_input_rows=len(raw), n_error_rows=0, cat_columns=cat_columns,
                  easy_pairs=conf["easy"], hard_pairs=conf["hard"])

@@ -5,6 +5,8 @@ per-unit means (`meta_eval.compare`). That table is a sum and a count per cell, 
 from partial sums: `file_partial` reads one Parquet file (only the unit, system, dataset, error
 and wanted score columns), groups its rows by (dataset, unit, system) and returns the sums and
 counts of the finite-or-infinite (non-NaN) scores of the rows without an error, as small arrays.
+Rows without a system or unit (null, NaN, blank: `meta_eval.row_account`) go into no cell and
+are counted per (dataset, reason); `GridAccumulator.account` says where every row went.
 `GridAccumulator` folds partials into one table of cells on the driver; its memory follows the
 number of cells, not the number of rows or the columns a dump carries.
 
@@ -22,6 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
+from meta_eval.row_account import RowAccount, is_missing, no_key
 from scoring.errors import InputError
 
 _SYSTEM_BITS, _UNIT_BITS, _DATASET_BITS = 16, 32, 15
@@ -55,6 +58,7 @@ class Partial:
     counts: np.ndarray  # (cells, columns of the run)
     rows: int = 0
     error_rows: int = 0
+    key_rows: dict = field(default_factory=dict)  # (dataset, reason or None when kept) -> rows
 
 
 def _open(path: str, storage_options: dict | None):
@@ -77,7 +81,14 @@ def _codes(column) -> tuple[np.ndarray, list]:
     if indices.null_count:
         indices = indices.fill_null(len(uniques))
         uniques.append(None)
-    return indices.to_numpy(zero_copy_only=False).astype(np.int64), uniques
+    codes = indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    missing = [is_missing(u) for u in uniques]  # NaN ids and blank strings name no group either
+    if any(missing):
+        kept = [u for u, bad in zip(uniques, missing) if not bad]
+        remap = np.cumsum([not bad for bad in missing]) - 1
+        remap[np.array(missing)] = len(kept)
+        codes, uniques = remap[codes].astype(np.int64), kept + [None]
+    return codes, uniques
 
 
 def _float_values(column, path: str, name: str) -> np.ndarray:
@@ -130,9 +141,16 @@ def file_partial(spec: PartialSpec, label: str, path: str, storage_options: dict
     s_codes, systems = _codes(table[spec.system])
     systems = [None if s is None else str(s) for s in systems]
     keep = np.ones(rows, bool)
-    for codes, uniques in ((u_codes, units), (s_codes, systems)):
+    reason = np.full(rows, -1, np.int64)  # -1: kept; else the index of the first key missing
+    for k, (codes, uniques) in enumerate(((s_codes, systems), (u_codes, units))):
         if None in uniques:
-            keep &= codes != uniques.index(None)
+            hit = keep & (codes == uniques.index(None))
+            reason[hit] = k
+            keep &= ~hit
+    reasons = [no_key(spec.system), no_key(spec.unit)]
+    per_key = np.bincount(d_codes * 3 + reason + 1, minlength=3 * len(datasets))  # (dataset, kept / reason)
+    key_rows = {(datasets[k // 3], None if k % 3 == 0 else reasons[k % 3 - 1]): int(per_key[k])
+                for k in np.flatnonzero(per_key)}
     key = ((d_codes * len(systems) + s_codes) * len(units) + u_codes)[keep]
     space = len(datasets) * len(systems) * len(units)
     if space <= max(4 * len(key), 1 << 16):  # dense key space: no sort needed
@@ -152,7 +170,7 @@ def file_partial(spec: PartialSpec, label: str, path: str, storage_options: dict
         counts[:, k] = np.bincount(inverse, valid, len(cells))
     u, rest = cells % len(units), cells // len(units)
     key_array = np.column_stack([rest // len(systems), u, rest % len(systems)]).astype(np.int64)
-    return Partial(label, datasets, units, systems, key_array, sums, counts, rows, int(failed.sum()))
+    return Partial(label, datasets, units, systems, key_array, sums, counts, rows, int(failed.sum()), key_rows)
 
 
 def partials_task(shared: tuple[PartialSpec, dict | None], items: list) -> list[Partial]:
@@ -177,12 +195,16 @@ class GridAccumulator:
     """The fold of partials: global key tables and one row of sums / counts per cell."""
 
     columns: list[str]
+    dataset_column: str = "dataset"
+    system_column: str = "system"
+    unit_column: str = "doc_id"
     datasets: dict = field(default_factory=dict)
     units: dict = field(default_factory=dict)
     systems: dict = field(default_factory=dict)
     rows: int = 0  # summed over the runs (metric folders) read
     error_rows: int = 0
     run_rows: dict = field(default_factory=dict)  # run label -> rows read in it
+    run_keys: dict = field(default_factory=dict)  # run label -> {(dataset, reason or None): rows}
     _codes: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     _sums: np.ndarray | None = None
     _counts: np.ndarray | None = None
@@ -202,6 +224,11 @@ class GridAccumulator:
         self.rows += part.rows
         self.error_rows += part.error_rows
         self.run_rows[part.label] = self.run_rows.get(part.label, 0) + part.rows
+        keys = self.run_keys.setdefault(part.label, {})
+        for key, n in part.key_rows.items():
+            keys[key] = keys.get(key, 0) + n
+        for name in part.datasets:  # a dataset only rows without a system carry still counts as named
+            self.datasets.setdefault(name, len(self.datasets))
         if not len(part.keys):
             return
         d = self._global(self.datasets, part.datasets)[part.keys[:, 0]]
@@ -246,16 +273,39 @@ class GridAccumulator:
         return max(self.run_rows.values(), default=0)
 
     @property
+    def account(self) -> RowAccount:
+        """Where the input rows went (`meta_eval.row_account`), counted on the run with the most
+        rows (every run carries the same keys): rows without a dataset when others have one
+        (they form no grid), then rows without a system, then without a unit."""
+        if not self.run_rows:
+            return RowAccount(0, 0, {})
+        label = max(self.run_rows, key=lambda name: self.run_rows[name])
+        named = any(name is not None for name in self.datasets)
+        left_out: dict[str, int] = {}
+        used = 0
+        for (dataset, reason), n in self.run_keys.get(label, {}).items():
+            if named and dataset is None:
+                reason = no_key(self.dataset_column)
+            if reason is None:
+                used += n
+            else:
+                left_out[reason] = left_out.get(reason, 0) + n
+        order = [no_key(self.dataset_column), no_key(self.system_column), no_key(self.unit_column)]
+        left_out = {reason: left_out[reason] for reason in order if reason in left_out}
+        return RowAccount(self.run_rows[label], used, left_out)
+
+    @property
     def n_cells(self) -> int:
         self._compact()
         return len(self._codes)
 
     def all_systems(self) -> list[str]:
-        return sorted(self.systems)
+        return sorted(s for s in self.systems if s is not None)  # rows without one are counted in `account`
 
     def grids(self) -> list[UnitGrid]:
-        """Per dataset (sorted; rows without a dataset are left out when others have one, and
-        form the dataset "all" when none has) and column: units sorted, systems sorted."""
+        """Per dataset (sorted; rows without a dataset are left out when others have one,
+        counted in `account`, and form the dataset "all" when none has) and column: units
+        sorted, systems sorted."""
         import pandas as pd
 
         self._compact()
@@ -305,7 +355,7 @@ def accumulate(spec: PartialSpec, items: Sequence[tuple[str, str]], runner=None,
     from meta_eval.runner import local_runner
 
     run = runner or local_runner
-    acc = GridAccumulator(spec.outputs)
+    acc = GridAccumulator(spec.outputs, spec.dataset, spec.system, spec.unit)
     items = list(items)
     width = max(1, int(width))
     for start in range(0, len(items), width):

@@ -1,6 +1,7 @@
 """Every meta-evaluation number for one `meta_eval.io.Table`, per dataset group, as typed results.
 
-Per group (the `dataset` column, else one group "all"): correlations at the levels that apply,
+Per group (the `dataset` column, else one group "all"; rows without a dataset when others have
+one are left out and counted, `meta_eval.row_account`): correlations at the levels that apply,
 the WMT DARR tau when the table has `human_darr_better`, the significance of every metric pair
 per human aspect and level (the paired bootstrap by default, or the BARTScore paper's subsample
 test), the metric preference checklist, and the systems compared per column (leaderboard) when
@@ -23,8 +24,9 @@ import pandas as pd
 
 from meta_eval import bootstrap, checklist, compare, correlation, marks, pairwise, permutation, subsample
 from meta_eval.defaults import DEFAULT_RESAMPLES
-from meta_eval.io import Table, finite_mask
+from meta_eval.io import Table, finite_mask, normalise_keys
 from meta_eval.results import GroupResult, InputSummary, MetaResult, MetricRun, SignificanceBlock, TransferTable
+from meta_eval.row_account import group_keys
 from meta_eval.runner import Runner
 from scoring.errors import InputError
 
@@ -195,6 +197,11 @@ def analyse_group(table: Table, name: str, opts: Options, runner: Runner | None 
         result.checklist = checklist.run_checklist(_with(table, raw, humans, metrics), pairs=opts.pairs)
         if not table.has_systems:
             result.omitted["checklist system-level parts"] = "no system column"
+        else:
+            for key, part in (("system", "system-level parts"), ("doc_id", "win fractions")):
+                missing = int(raw[key].isna().sum()) if key in raw else 0
+                if missing and key in raw and raw[key].notna().any():
+                    result.omitted[f"checklist {part}"] = f"{missing} rows without a {key} left out of them"
     elif opts.run_checklist:
         result.omitted["checklist"] = "needs a human aspect and a metric column"
     if opts.compare_systems:
@@ -249,11 +256,17 @@ def run_meta(table: Table, opts: Options | None = None, runner: Runner | None = 
     opts = opts or Options()
     opts.validate()
     check_evaluable(table)
-    frame = table.frame
+    rows_in = len(table.frame)
+    frame = normalise_keys(table.frame.copy())
+    keep, rows = group_keys(frame, "dataset")
+    if rows.rows_left_out:
+        frame = frame.loc[keep].reset_index(drop=True)
+    table = _with(table, frame, table.humans, table.metrics)
     has_datasets = "dataset" in frame and frame["dataset"].notna().any()
     datasets = sorted(map(str, frame["dataset"].dropna().unique())) if has_datasets else []
     sig = Signature("meta-eval", VERSION, {
-        "source": display_source(table.source), "rows": len(frame), "error_rows": table.n_error_rows,
+        "source": display_source(table.source), "rows": rows_in, "error_rows": table.n_error_rows,
+        **({"rows_left_out": rows.left_out} if rows.rows_left_out else {}),
         "levels": opts.levels, "methods": opts.methods, "kendall_variant": f"tau-{opts.variant}",
         "significance": {"test": opts.significance, "alpha": opts.alpha, "correction": opts.correction,
                          "sided": "two-sided" if opts.significance != "bartscore_subsample" else "one-sided each way",
@@ -268,12 +281,12 @@ def run_meta(table: Table, opts: Options | None = None, runner: Runner | None = 
         **({"tie_calibrated_accuracy": {"average": opts.tie_averaging}} if "tie_calibrated_accuracy" in opts.methods else {}),
         **library_versions("scipy", "numpy", "pandas", "levenshtein")})
     summary = InputSummary(
-        source=display_source(table.source), rows_in=table.n_input_rows, rows_error=table.n_error_rows, humans=tuple(table.humans),
+        source=display_source(table.source), rows_in=table.n_input_rows or rows_in, rows_error=table.n_error_rows, humans=tuple(table.humans),
         metrics=tuple(table.metrics), lower_is_better=tuple(sorted(c for c in table.lower_is_better if c in frame)),
         datasets=tuple(datasets),
         runs=tuple(MetricRun(name, facts["rows"], facts["rows_error"], tuple(facts["signatures"]))
                    for name, facts in table.runs.items()),
-        rows_skipped=table.n_skipped_rows)
+        rows_skipped=table.n_skipped_rows, rows_used=rows.rows_used, rows_left_out=dict(rows.left_out))
     groups = []
     if has_datasets:
         for name, part in frame.groupby("dataset", sort=True):

@@ -59,7 +59,8 @@ def test_a_refresh_scores_only_new_rows_and_reports_moves(tmp_path, ray_temp, ra
     assert [(r["system"], r["rank"]) for r in saved["leaderboard"]] == [("sysC", 1), ("sysB", 2), ("sysA", 3)]
     assert saved["job"]["text_stats"] == {"rows_scored": 10, "rows_cached": 20}
     history = [json.loads(line) for line in (board / "history.jsonl").read_text().splitlines()]
-    assert [h["leaders"]["toy/text_stats_words"] for h in history] == ["sysB", "sysC"]
+    assert [h["leaders"] for h in history] == [[{"dataset": "toy", "column": "text_stats_words", "system": s}]
+                                               for s in ("sysB", "sysC")]
     page = (board / "board.html").read_text()
     assert "▼1" in page and ">new<" in page
 

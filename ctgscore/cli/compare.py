@@ -109,18 +109,25 @@ def plan_columns(path: str, columns: list[str] | None):
     return columns, {label: tuple(pairs) for label, pairs in wanted.items()}, items
 
 
-def render(comparisons, fmt: str, previous: dict | None = None) -> str:
+def render(comparisons, fmt: str, previous: dict | None = None, rows=None) -> str:
+    """The comparisons as `fmt`; `rows` (a `RowAccount`) adds the rows left out of every group:
+    a line under the tables (md, html), `rows` in the JSON (CSV: one row per system only)."""
     from meta_eval import compare
 
     if fmt == "csv":
         return compare.leaderboard_csv(compare.leaderboard(comparisons))
     if fmt == "json":
-        return compare.comparisons_json(comparisons)
+        return compare.comparisons_json(comparisons, **({"rows": rows.as_dict()} if rows is not None else {}))
     if fmt == "html":
         from meta_eval.report.leaderboard import leaderboard_html
 
-        return leaderboard_html(comparisons, previous=previous)
-    return compare.comparison_markdown(comparisons)
+        return leaderboard_html(comparisons, previous=previous, rows=rows)
+    text = compare.comparison_markdown(comparisons)
+    if rows is not None and rows.line():
+        from scoring.tables import markdown_text
+
+        text += f"\n**Rows {markdown_text(rows.line())}.**\n"
+    return text
 
 
 def compare_grids(grids, lower: set[str], options: dict) -> tuple[list, list[str]]:
@@ -189,7 +196,8 @@ def handle(args: argparse.Namespace) -> int:
         raise InputError(f"scores {args.scores}: nothing to compare ({skipped[0]})")
     if previous is not None:
         check_previous_matches(previous, comparisons, args.previous)
-    text = render(comparisons, fmt, previous)
+    rows = acc.account
+    text = render(comparisons, fmt, previous, rows)
     if output is not None:
         from meta_eval.report.files import write_text
 
@@ -197,6 +205,7 @@ def handle(args: argparse.Namespace) -> int:
     board = compare.leaderboard(comparisons)
     summary = {"ok": True, "command": "compare", "output": str(output) if output else None, "format": fmt,
                "rows": acc.input_rows, "rows_read": acc.rows, "error_rows": acc.error_rows, "cells": acc.n_cells,
+               "rows_used": rows.rows_used, "rows_left_out": dict(rows.left_out),
                "leaderboard": to_json_dict(board), "comparisons": to_json_dict(list(comparisons)), "skipped": skipped}
     limit = LINE_LIMIT
     if output is None:  # the document itself on stdout: printed whole, line by line by the console rule
@@ -213,6 +222,8 @@ def handle(args: argparse.Namespace) -> int:
             ranking = ", ".join(f"{s.rank}. {s.system} {s.mean:.4g}" for s in comp.systems)
             lines.append(f"  {comp.dataset} / {comp.column}: {ranking}")
     lines += [f"  skipped: {reason}" for reason in skipped]
+    if rows.line() and (output is not None or fmt == "csv"):  # md, html and json on stdout carry it themselves
+        lines.append(f"  left out: {rows.line()}")
     common.emit(args, summary, lines, limit)
     return 0
 

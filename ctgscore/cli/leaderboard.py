@@ -49,8 +49,10 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
     parser.set_defaults(handler=handle, prune=False, max_error_rate=None)
 
 
-def _changes(comparisons, previous: dict | None) -> list[str]:
-    """One line per (dataset, column) naming new systems with their rank, moves and departures."""
+def _changes(comparisons, previous: dict | None, history: list[dict] = ()) -> list[str]:
+    """One line per (dataset, column) naming new systems with their rank, moves and departures,
+    and since when the leader has led (`history`: the refreshes so far, this one last)."""
+    from meta_eval.report.history import leader_since
     from meta_eval.report.leaderboard import moves
 
     lines = []
@@ -63,6 +65,9 @@ def _changes(comparisons, previous: dict | None) -> list[str]:
             parts += [f"new {name} rank {ranks[name]}" for name, move in moved.items() if move == "new"]
             parts += [f"{name} {move} to {ranks[name]}" for name, move in moved.items() if move not in ("new", "=")]
             parts += [f"gone {name}" for name in gone]
+        since, count = leader_since(list(history), comp.dataset, comp.column, leader.system)
+        if count > 1:
+            parts.append(f"leader since {since} ({count} refreshes)")
         lines.append(f"  {comp.dataset} / {comp.column}: " + "; ".join(parts))
     return lines
 
@@ -100,27 +105,36 @@ def handle(args: argparse.Namespace) -> int:
     now = dt.datetime.now(dt.timezone.utc)
     scored = {label: {"rows_scored": r.get("rows_scored"), "rows_cached": r.get("rows_cached")}
               for label, r in manifest.get("metrics", {}).items()}
+    rows = acc.account
     document = compare.leaderboard_document(comparisons, refreshed=now.isoformat(timespec="seconds"),
-                                            scores=str(scores), job=scored)
+                                            scores=str(scores), job=scored, rows=rows.as_dict())
     text = json.dumps(document, indent=1, allow_nan=False)
-    write_text(out / "board.html", compare_cli.render(comparisons, "html", previous))  # replaces a symlink
+    write_text(out / "board.html", compare_cli.render(comparisons, "html", previous, rows))  # replaces a symlink
     write_text(board_json, text)
     history = subfolder(out, "history")
     write_text(history_file(history, now), text)
-    leaders = {f"{c.dataset}/{c.column}": c.systems[0].system for c in comparisons}
-    append_line(out / "history.jsonl", json.dumps({"refreshed": document["refreshed"], "job": scored,
-                                                   "rows": acc.input_rows, "leaders": leaders}))
+    from meta_eval.report.history import history_record, read_history
+
+    record = history_record(comparisons, document["refreshed"], scored, acc.input_rows)
+    log = out / "history.jsonl"
+    known = {(c.dataset, c.column) for c in comparisons}
+    earlier = read_history(log, known) if log.is_file() and not log.is_symlink() else []  # old lines read as well
+    history = [r for r in earlier if "problem" not in r] + [record]
+    append_line(log, json.dumps(record))
     rows_scored = sum(v["rows_scored"] or 0 for v in scored.values())
     rows_cached = sum(v["rows_cached"] or 0 for v in scored.values())
     summary = {"ok": not problems, "command": "leaderboard", "output": str(out), "page": str(out / "board.html"),
                "job": scored, "errors": problems, "previous": previous is not None, "skipped": skipped,
+               "rows_used": rows.rows_used, "rows_left_out": dict(rows.left_out),
                "leaderboard": document["leaderboard"]}
     rows_in = (manifest.get("input") or {}).get("rows")
     per_metric = f", summed over {len(scored)} metrics of {rows_in} input rows" if len(scored) > 1 and rows_in else ""
     lines = [f"leaderboard: scored {rows_scored} new or changed rows ({rows_cached} reused{per_metric}); "
              f"{len(comparisons)} comparisons ({', '.join(columns)}) -> {out / 'board.html'}"]
-    lines += _changes(comparisons, previous)
+    lines += _changes(comparisons, previous, history)
     lines += [f"  skipped: {reason}" for reason in skipped]
+    lines += [f"  left out: {rows.line()}"] if rows.line() else []
+    lines += [f"  history: {log} line {r['line']}: {r['problem']} (kept, not read)" for r in earlier if "problem" in r]
     lines += [f"  error: {problem}" for problem in problems]
     common.emit(args, summary, lines)
     return 1 if problems else 0

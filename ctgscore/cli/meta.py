@@ -151,6 +151,7 @@ def handle(args: argparse.Namespace) -> int:
     common.check_input_path(args.scores, "scores")
     output = common.prepare_output_dir(args.output, "report folder")
     from meta_eval import report  # heavy (pandas, scipy, matplotlib): after the cheap checks
+    from meta_eval.row_account import RowAccount
 
     table = read_table(args)
     if args.lower_is_better is not None:
@@ -166,10 +167,12 @@ def handle(args: argparse.Namespace) -> int:
     elapsed = time.time() - started
     summary = {"ok": True, "command": "meta", "output": str(output), "rows": table.n_input_rows,
                "error_rows": table.n_error_rows, "skipped_rows": table.n_skipped_rows, "metrics": list(table.metrics), "humans": list(table.humans),
+               "rows_used": results.input.rows_used, "rows_left_out": dict(results.input.rows_left_out),
                "files": {name: str(path) for name, path in paths.items()}, "wall_s": round(elapsed, 3)}
     lines = [f"meta: {table.n_input_rows} rows ({table.n_error_rows} with an error in some metric run, "
              f"{table.n_skipped_rows} skipped by some metric run), "
              f"{len(table.metrics)} metrics x {len(table.humans)} human aspects, {elapsed:.1f} s -> {output}"]
+    lines += RowAccount.lines(results.input.rows_used, results.input.rows_left_out)
     plots = [path for path in paths.values() if str(path).endswith(".png")]
     lines += [f"  {name}: {path}" for name, path in paths.items() if not str(path).endswith(".png")]
     if plots:

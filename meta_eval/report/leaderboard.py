@@ -221,10 +221,13 @@ def leaderboard_section(comparisons: Sequence[SystemComparison], previous: dict 
 
 
 def leaderboard_html(comparisons: Sequence[SystemComparison], previous: dict | None = None,
-                     title: str = "Leaderboard") -> str:
+                     title: str = "Leaderboard", rows=None) -> str:
     """The whole page (see the module doc), under the Content-Security-Policy of
-    `meta_eval.report.page`."""
+    `meta_eval.report.page`; `rows` (a `meta_eval.row_account.RowAccount`) adds the line of
+    rows left out of every group under the tables."""
     since = " (moves since the previous refresh)" if previous is not None else ""
     body = f"<h1>{html.escape(title)}{since}</h1>\n{leaderboard_section(comparisons, previous)}"
+    if rows is not None and rows.line():
+        body += f"\n<p class=\"left-out\">{html.escape(rows.line())}.</p>"
     return page(title, body, styles=[PAGE_STYLE], body_styles=[STYLE], scripts=[SORT_JS],
                 head="<meta name=\"viewport\" content=\"width=device-width\">")

@@ -228,6 +228,16 @@ GROUP_SECTIONS = [
 ]
 
 
+def left_out_lines(inp) -> list[str]:
+    """The rows that went into no group, per reason (`meta_eval.row_account`), or nothing."""
+    if not inp.rows_left_out:
+        return []
+    from meta_eval.row_account import RowAccount
+
+    (line,) = RowAccount.lines(inp.rows_used, inp.rows_left_out, indent="")
+    return [f"**Rows {text(line)}.**", ""]
+
+
 def report_markdown(result: MetaResult, images: dict[str, list[tuple[str, str]]]) -> str:
     """The whole report; `images` maps a group name to its (caption, relative path) pairs."""
     inp = result.input
@@ -238,6 +248,7 @@ def report_markdown(result: MetaResult, images: dict[str, list[tuple[str, str]]]
            "metric run (their scores on that run are excluded), "
            f"{inp.rows_skipped} skipped by a metric run that does not apply to them (not errors); "
            f"human aspects: {names(inp.humans)}; metrics: {names(inp.metrics)}.", "",
+           *left_out_lines(inp),
            sign_convention(result), "",
            f"Significance test: {TEST_NAMES[opts.significance]}, alpha {opts.alpha:g}, multiple-comparison "
            f"correction: {correction}. Every mark agrees with the interval shown beside it; '–' marks a "

@@ -1,0 +1,122 @@
+"""Where every input row went: used in a group, or left out with its reason (`docs/meta_eval.md`,
+"Rows left out").
+
+The statistics group rows by key columns (`dataset`, `system`, the unit `doc_id`). A key that is
+missing puts a row in no group, so it is left out and counted here, never dropped in silence.
+A key is missing when it is null, a float NaN (a numeric id column) or a string that is empty
+or only white space (`is_missing`). One `RowAccount` per command holds
+rows_in = rows_used + sum(left_out.values()); building one that does not add up is an error.
+`meta`, `compare` (row frames and partial sums alike) all count through this module.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+
+def no_key(column: str) -> str:
+    """The reason a row without `column` is left out ("no dataset", "no doc_id")."""
+    return f"no {column}"
+
+
+def is_missing(value) -> bool:
+    """A key that names no group: None, NaN (float, pandas NA/NaT) or a blank string."""
+    if value is None:
+        return True
+    if isinstance(value, str):
+        return not value.strip()
+    if isinstance(value, float):
+        return math.isnan(value)
+    try:
+        import pandas as pd
+
+        return bool(pd.isna(value)) if np.ndim(value) == 0 else False
+    except (TypeError, ValueError):
+        return False
+
+
+def missing_mask(values) -> np.ndarray:
+    """`is_missing` of every element (classified once per distinct value)."""
+    import pandas as pd
+
+    series = pd.Series(values, dtype="object") if not isinstance(values, pd.Series) else values.astype("object")
+    codes, uniques = pd.factorize(series, use_na_sentinel=True)
+    bad = np.array([is_missing(u) for u in uniques] + [True], dtype=bool)  # -1 (NA) -> the last entry
+    return bad[codes]
+
+
+@dataclass(frozen=True)
+class RowAccount:
+    """rows_in = rows_used + the rows left out, per reason (insertion order is the precedence)."""
+
+    rows_in: int
+    rows_used: int
+    left_out: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.rows_used + sum(self.left_out.values()) != self.rows_in or self.rows_used < 0:
+            raise ValueError(f"row account does not add up: {self.rows_in} in != {self.rows_used} used + "
+                             f"{sum(self.left_out.values())} left out ({self.left_out})")
+
+    @property
+    def rows_left_out(self) -> int:
+        return sum(self.left_out.values())
+
+    def line(self) -> str | None:
+        """One line for a console or a report, or None when no row was left out."""
+        if not self.rows_left_out:
+            return None
+        reasons = ", ".join(f"{n} {reason}" for reason, n in self.left_out.items())
+        return (f"{self.rows_left_out} of {self.rows_in} rows left out of every group ({reasons}); "
+                f"{self.rows_used} used")
+
+    @classmethod
+    def lines(cls, rows_used: int | None, left_out: dict[str, int], indent: str = "  ") -> list[str]:
+        """The console line of an account given as rows used and rows left out (none when none)."""
+        if not left_out:
+            return []
+        return [f"{indent}left out: {cls(rows_used + sum(left_out.values()), rows_used, dict(left_out)).line()}"]
+
+    def as_dict(self) -> dict:
+        return {"rows_in": self.rows_in, "rows_used": self.rows_used, "rows_left_out": dict(self.left_out)}
+
+
+def account(rows_in: int, checks: Sequence[tuple[str, np.ndarray]]) -> tuple[np.ndarray, RowAccount]:
+    """Rows to keep and their account: `checks` are (reason, missing mask) in precedence order; a
+    row missing several keys is counted once, under the first reason that applies."""
+    keep = np.ones(rows_in, dtype=bool)
+    left_out = {}
+    for reason, missing in checks:
+        hit = keep & np.asarray(missing, dtype=bool)
+        if hit.any():
+            left_out[reason] = left_out.get(reason, 0) + int(hit.sum())
+            keep &= ~hit
+    return keep, RowAccount(rows_in, int(keep.sum()), left_out)
+
+
+def group_keys(frame, group_col: str, keys: Sequence[str] = ()) -> tuple[np.ndarray, RowAccount]:
+    """The rows of a frame that land in a group and their account. `group_col` (the dataset)
+    is checked only when some row has one (no row having one: a single group of all rows);
+    `keys` (system, unit) must be present in every kept row. Precedence: `group_col`, then `keys`."""
+    rows = len(frame)
+    checks = []
+    if group_col in frame:
+        missing = missing_mask(frame[group_col])
+        if not missing.all():
+            checks.append((no_key(group_col), missing))
+    for key in [k for k in keys if k in frame]:  # an absent key column is the caller's error to name
+        checks.append((no_key(key), missing_mask(frame[key])))
+    return account(rows, checks)
+
+
+def merge(accounts: Sequence[RowAccount]) -> RowAccount:
+    """The sum of several accounts (reasons in first-seen order)."""
+    left_out: dict[str, int] = {}
+    for item in accounts:
+        for reason, n in item.left_out.items():
+            left_out[reason] = left_out.get(reason, 0) + n
+    return RowAccount(sum(a.rows_in for a in accounts), sum(a.rows_used for a in accounts), left_out)
