@@ -9,6 +9,11 @@ shard's parts; a part holds the shard's rows `start <= row < stop` (0-based, in 
 numbers zero-padded to 10 digits so names sort by row). `version` is a 12-hex digest of the
 input shard's etag and size: a changed shard writes new names, so its old parts stay readable
 (they are the row cache) until the new ones cover the shard.
+
+On a case-insensitive, Unicode-normalising disk (macOS, Windows) two names that differ only in
+case, normal form or trailing dots are one folder (`scoring.file_names.collision_key`): two input
+shards whose folders would meet there (`a.parquet` and `A.parquet`, or `A.parquet` and
+`a/b.parquet`) are refused for a local output (`clashing_shards`); S3 keys are exact.
 """
 
 from __future__ import annotations
@@ -16,8 +21,10 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from typing import Iterable
 
 from ray_jobs.storage import uris
+from scoring.file_names import collision_key
 
 MANIFEST = "manifest.json"
 PART_PATTERN = re.compile(r"^part-(\d{10})-(\d{10})-([0-9a-f]{12})\.parquet$")
@@ -52,6 +59,31 @@ def shard_stem(rel: str) -> str:
     """The shard's folder name inside a metric folder: its path relative to the input,
     without `.parquet`."""
     return rel[: -len(".parquet")] if rel.endswith(".parquet") else rel
+
+
+def clashing_shards(rels: Iterable[str]) -> tuple[str, str] | None:
+    """The first two shards (by sorted rel) whose output folders, or a folder above them, are
+    two names for one folder on a case-insensitive disk (`collision_key`); None when none are."""
+    seen: dict[tuple[str, ...], tuple[str, str]] = {}  # key of a folder path -> (that path, its first shard)
+    for rel in sorted(rels):
+        names = shard_stem(rel).split("/")
+        for depth in range(1, len(names) + 1):
+            folder = "/".join(names[:depth])
+            first = seen.setdefault(tuple(collision_key(name) for name in names[:depth]), (folder, rel))
+            if first[0] != folder:
+                return first[1], rel
+    return None
+
+
+def clashing_labels(labels: Iterable[str], reserved: Iterable[str] = (MANIFEST,)) -> tuple[str, str] | None:
+    """Two metric labels (or a label and a `reserved` name beside them: the manifest, the id
+    index) that are one name on a case-insensitive disk; None when there are none."""
+    seen: dict[str, str] = {collision_key(name): name for name in reserved}
+    for label in labels:
+        first = seen.setdefault(collision_key(label), label)
+        if first != label:
+            return first, label
+    return None
 
 
 def metric_root(output: str, label: str) -> str:
