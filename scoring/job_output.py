@@ -229,6 +229,7 @@ def read_run(fs, run: RunFiles) -> Run:
     """One run's files read into one frame indexed by id, or by (id, shard) where an id occurs in
     several of its shards (the module docstring); the same id twice in one shard, or twice in a
     run without shards, is an error."""
+    import numpy as np
     import pandas as pd
 
     from scoring.parquet_read import read_parquet_here
@@ -246,8 +247,10 @@ def read_run(fs, run: RunFiles) -> Run:
     if schema.ID not in frame:
         raise InputError(f"{run.files[0]}: no column 'id'")
     row_shards = None
-    if run.shards is not None:
-        row_shards = pd.Categorical([run.shards[name] for name, part in zip(run.files, parts) for _ in range(len(part))])
+    if run.shards is not None:  # one code per row, repeated file by file
+        code = {shard: k for k, shard in enumerate(dict.fromkeys(run.shards[name] for name in run.files))}
+        codes = np.repeat([code[run.shards[name]] for name in run.files], [len(part) for part in parts])
+        row_shards = pd.Categorical.from_codes(codes, categories=list(code))
     duplicated = frame[schema.ID].duplicated()
     by_shard = False
     if duplicated.any():

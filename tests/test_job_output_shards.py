@@ -211,3 +211,45 @@ def test_run_refuses_them_before_any_work(tmp_path, cli):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "A.parquet" in lines[0] and "a.parquet" in lines[0] and "case-insensitive" in lines[0]
     assert not list((tmp_path / "out").rglob("*.parquet"))
+
+
+# ----- a job's own output, read back ------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_jobs_output_with_an_id_in_two_shards_reads_back_whole(ray_local, tmp_path):
+    """One job run over two shards sharing two ids: every reader gets all 25 rows, the shared
+    ids once per shard, each with the scores of its own text."""
+    import sacrebleu
+
+    from meta_eval.corpus_bleu import read_corpus_scores
+    from ray_jobs.score_corpus import run_job
+    from tests.job_support import make_rows, write_rows
+
+    a, b = make_rows(0, 15), make_rows(1, 10)
+    b[3]["id"], b[7]["id"] = a[2]["id"], a[9]["id"]
+    write_rows(tmp_path / "in" / "a.parquet", a)
+    write_rows(tmp_path / "in" / "dump" / "b.parquet", b)
+    manifest = run_job(parse_config({
+        "input": str(tmp_path / "in"), "output": str(tmp_path / "out"), "progress": False, "batch_size": 8,
+        "part_rows": 10, "pool": {"min_size": 1, "max_size": 1, "num_cpus": 0.5},
+        "metrics": [{"name": "text_stats"}, {"name": "bleu"}]}))
+    assert manifest["duplicate_ids_across_shards"]["count"] == 2
+
+    frame = ctgscore.load_scores(str(tmp_path / "out"))
+    rows = {(row["id"], shard): row for shard, shard_rows in (("a", a), ("dump/b", b)) for row in shard_rows}
+    assert len(frame) == 25 and set(zip(frame["id"], frame["shard"])) == set(rows)
+    assert frame.groupby("id").size().max() == 2 and list(frame.columns[:2]) == ["id", "shard"]
+    for _, row in frame.iterrows():
+        source = rows[(row["id"], row["shard"])]
+        assert row["text_stats_words"] == len(source["text"].split()) and row["system"] == source["system"]
+        assert row["bleu"] == pytest.approx(sacrebleu.sentence_bleu(source["text"], source["references"]).score)
+    table = read_scores(str(tmp_path / "out"))
+    assert table.n_input_rows == 25 and sorted(zip(table.frame["id"], table.frame["shard"])) == sorted(rows)
+
+    # corpus BLEU per system is sacreBLEU's over all 25 rows, both rows of a shared id included
+    corpus = read_corpus_scores(str(tmp_path / "out"))
+    assert sorted(found.system for found in corpus) == ["sys0", "sys1", "sys2"]
+    for found in corpus:
+        mine = [row for row in rows.values() if row["system"] == found.system]
+        want = sacrebleu.corpus_bleu([r["text"] for r in mine], [[r["references"][0] for r in mine]]).score
+        assert found.rows == len(mine) and found.score == pytest.approx(want)
