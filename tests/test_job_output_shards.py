@@ -20,7 +20,6 @@ from meta_eval.io import read_scores
 from meta_eval.partials import PartialSpec, accumulate
 from ray_jobs.config import parse_config
 from ray_jobs.job import layout
-from ray_jobs.job.plan import check_folders
 from ray_jobs.storage.listing import ShardInfo
 from scoring.errors import InputError, UsageError
 from scoring.job_output import read_runs
@@ -190,13 +189,17 @@ def _config(output, labels=("text_stats",)):
 def test_a_local_output_refuses_clashing_shards_and_labels_s3_does_not():
     infos = [ShardInfo(uri=f"/data/in/{rel}", rel=rel, size=1, etag="e") for rel in ("A.parquet", "a.parquet")]
     with pytest.raises(UsageError) as caught:
-        check_folders(_config("/data/out"), infos)
+        layout.refuse_clashing_folders(_config("/data/out"), infos)
     message = str(caught.value)
     assert "'/data/in/A.parquet' and '/data/in/a.parquet'" in message and "\n" not in message
     assert caught.value.exit_code == 2
     with pytest.raises(UsageError, match="labels 'ppl' and 'PPL'"):
-        check_folders(_config("/data/out", ("ppl", "PPL")), infos[:1])
-    check_folders(_config("s3://bucket/out", ("ppl", "PPL")), infos)  # S3 keys are exact: nothing clashes
+        layout.refuse_clashing_folders(_config("/data/out", ("ppl", "PPL")), infos[:1])
+    with pytest.raises(UsageError, match="labels '_id_index.parquet' and '_ID_INDEX.parquet'"):
+        layout.refuse_clashing_folders(_config("/data/out", ("_ID_INDEX.parquet",)), infos[:1])
+    assert layout.refuse_clashing_folders(_config("/data/out"), infos[:1]) == infos[:1]
+    s3 = _config("s3://bucket/out", ("ppl", "PPL"))
+    assert layout.refuse_clashing_folders(s3, infos) == infos  # S3 keys are exact: nothing clashes
 
 
 def test_run_refuses_them_before_any_work(tmp_path, cli):

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from ray_jobs.storage import uris
+from scoring.errors import UsageError
 from scoring.file_names import collision_key
 
 MANIFEST = "manifest.json"
@@ -84,6 +85,30 @@ def clashing_labels(labels: Iterable[str], reserved: Iterable[str] = (MANIFEST,)
         if first != label:
             return first, label
     return None
+
+
+def refuse_clashing_folders(config, shards):
+    """`shards` (`listing.ShardInfo`s: rel, uri), once checked: a local output (`config.output`)
+    that would put two metric labels (or a label and the manifest or the id index), or two
+    input shards, in one folder on a case-insensitive disk (macOS, Windows) is refused
+    (`UsageError`, exit 2): a prune or a replacement in one shard's folder would remove the
+    other's parts. An S3 output is left alone: its keys are exact."""
+    from ray_jobs.job.id_index import INDEX_NAME
+
+    output = config.output
+    if uris.is_s3(output):
+        return shards
+    clash = clashing_labels([metric.label or metric.name for metric in config.metrics], (MANIFEST, INDEX_NAME))
+    if clash:
+        raise UsageError(f"metric labels {clash[0]!r} and {clash[1]!r} name one folder of {output} on a "
+                         "case-insensitive disk (macOS, Windows); set another 'label'")
+    clash = clashing_shards(shard.rel for shard in shards)
+    if clash:
+        uri = {shard.rel: shard.uri for shard in shards}
+        raise UsageError(f"input shards {uri[clash[0]]!r} and {uri[clash[1]]!r} would write to one output folder "
+                         "on a case-insensitive disk (macOS, Windows: names that differ only in case, Unicode "
+                         "normal form or trailing dots); rename one of them")
+    return shards
 
 
 def metric_root(output: str, label: str) -> str:

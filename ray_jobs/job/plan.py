@@ -18,9 +18,6 @@ Parquet footers the manifest does not vouch for (`docs/job.md`, "Planning from t
   complete parts of the other folders scored from an input of the same size and rows (up to
   `reuse_cache.MAX_LENDERS`) serve as its row cache: rows of the same content are reused, not
   scored.
-
-A local output refuses input shards (and metric labels) whose folders would be one folder on a
-case-insensitive disk (`check_folders`, `docs/job.md`, "Output layout").
 """
 
 from __future__ import annotations
@@ -30,12 +27,11 @@ from typing import Any
 
 from ray_jobs import incremental
 from ray_jobs.config import JobConfig
-from ray_jobs.job import id_index, layout
+from ray_jobs.job import layout
 from ray_jobs.job.errors import JobError
 from ray_jobs.job.metrics import ResolvedMetric
 from ray_jobs.job.reuse_cache import SameSizeFolders
 from ray_jobs.storage import listing, parallel, reads, shard_checks, uris, writes
-from scoring.errors import UsageError
 
 
 @dataclass
@@ -79,11 +75,10 @@ class MetricPlan:
 def read_shards(config: JobConfig, in_fs, needed: tuple[str, ...], previous: dict[str, Any] | None = None):
     """Every input shard, from one listing: rows and column types from the previous manifest where it lists the
     same etag and size, else from its footer (no rows read). Returns (good, bad, `listing.Shards.not_read`)."""
-    infos = listing.list_shards(config.input, in_fs)
+    infos = layout.refuse_clashing_folders(config, listing.list_shards(config.input, in_fs))
     if not infos:
         note = listing.not_read_note(infos.not_read)
         raise JobError(f"no *.parquet shards under {config.input}" + (f" ({note})" if note else ""))
-    check_folders(config, infos)
     known = _known_inputs(previous)
     to_check = [info for info in infos if (info.uri, info.etag, info.size) not in known]
     max_inflation = config.limits.max_inflation
@@ -98,27 +93,6 @@ def read_shards(config: JobConfig, in_fs, needed: tuple[str, ...], previous: dic
         rows, columns = found
         shards.append(Shard(info, rows, columns, layout.input_version(info.etag, info.size)))
     return shards, bad, infos.not_read
-
-
-def check_folders(config: JobConfig, infos) -> None:
-    """Refuse (exit 2) a run whose local output would put two shards, or two metric labels, in
-    one folder on a case-insensitive disk (macOS, Windows; `layout.clashing_shards`): a prune or
-    replacement in one shard's folder would remove the other's parts. An S3 output is left
-    alone: its keys are exact."""
-    if uris.is_s3(config.output):
-        return
-    labels = layout.clashing_labels([metric.label or metric.name for metric in config.metrics],
-                                    (layout.MANIFEST, id_index.INDEX_NAME))
-    if labels:
-        raise UsageError(f"metric labels {labels[0]!r} and {labels[1]!r} name one folder of {config.output} on a "
-                         "case-insensitive disk (macOS, Windows); set another 'label'")
-    shards = layout.clashing_shards(info.rel for info in infos)
-    if shards:
-        uri = {info.rel: info.uri for info in infos}
-        first, second = uri[shards[0]], uri[shards[1]]
-        raise UsageError(f"input shards {first!r} and {second!r} would write to one output folder on a "
-                         "case-insensitive disk (macOS, Windows: names that differ only in case, Unicode "
-                         "normal form or trailing dots); rename one of them")
 
 
 def _check(info, in_fs, needed, max_inflation: float) -> tuple[int, dict[str, str]] | shard_checks.BadShard:
