@@ -202,7 +202,42 @@ def test_a_local_output_refuses_clashing_shards_and_labels_s3_does_not():
     assert layout.refuse_clashing_folders(s3, infos) == infos  # S3 keys are exact: nothing clashes
 
 
-def test_run_refuses_them_before_any_work(tmp_path, cli):
+def _macos(first, second):
+    """`os.path.samefile` as a case-insensitive, Unicode-normalising disk answers it."""
+    from scoring.file_names import collision_key
+
+    return collision_key(first) == collision_key(second)
+
+
+def test_a_folder_the_disk_takes_for_an_existing_one_is_refused(tmp_path):
+    """A shard renamed by case only (`A.parquet` -> `a.parquet`): on macOS its folder is the old
+    one, which the listing shows as `A`, so its parts would look orphaned (and be pruned)."""
+    from ray_jobs.storage.listing import list_tree
+    from scoring.s3_filesystem import url_to_fs
+
+    out = tmp_path / "out"
+    for folder in ("text_stats/A", "text_stats/Dump/x", "PPL/b"):
+        (out / folder).mkdir(parents=True)
+        (out / folder / "part-0000000000-0000000001-abcdefabcdef.parquet").write_bytes(b"x")
+    tree = list_tree(url_to_fs(str(out))[0], str(out))
+
+    def shards(*rels):
+        return [ShardInfo(uri=f"/data/in/{rel}", rel=rel, size=1, etag="e") for rel in rels]
+
+    config = _config(str(out))
+    layout.refuse_folded_outputs(config, shards("a.parquet", "dump/y.parquet"), tree)  # Linux: other folders
+    layout.refuse_folded_outputs(config, shards("A.parquet", "Dump/y.parquet"), tree, _macos)  # the same spelling
+    with pytest.raises(UsageError) as caught:
+        layout.refuse_folded_outputs(config, shards("a.parquet"), tree, _macos)
+    assert "input shard '/data/in/a.parquet'" in str(caught.value) and f"{out}/text_stats/A'" in str(caught.value)
+    with pytest.raises(UsageError, match=f"existing folder '{out}/text_stats/Dump'"):
+        layout.refuse_folded_outputs(config, shards("dump/y.parquet"), tree, _macos)  # a folder above it
+    with pytest.raises(UsageError, match="metric label 'ppl'"):
+        layout.refuse_folded_outputs(_config(str(out), ("ppl",)), shards("b.parquet"), tree, _macos)
+    layout.refuse_folded_outputs(_config("s3://bucket/out"), shards("a.parquet"), {"bucket/out/text_stats/A/p": {}}, _macos)
+
+
+def test_run_refuses_them_before_any_work(tmp_path, cli, monkeypatch):
     from tests.job_support import make_rows, write_rows
 
     write_rows(tmp_path / "in" / "A.parquet", make_rows(0, 3))
@@ -214,6 +249,17 @@ def test_run_refuses_them_before_any_work(tmp_path, cli):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "A.parquet" in lines[0] and "a.parquet" in lines[0] and "case-insensitive" in lines[0]
     assert not list((tmp_path / "out").rglob("*.parquet"))
+
+    # the input renamed by case only, over the old output, on a disk that folds case: refused too
+    (tmp_path / "in" / "A.parquet").unlink()
+    old = tmp_path / "out" / "text_stats" / "A" / "part-0000000000-0000000003-abcdefabcdef.parquet"
+    old.parent.mkdir(parents=True)
+    old.write_bytes(b"old part")
+    monkeypatch.setattr(layout, "_same_folder", _macos)
+    proc = cli(["run", str(tmp_path / "job.yaml")])
+    assert proc.returncode == 2, proc.stderr
+    assert "a.parquet" in proc.stderr and "text_stats/A'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert old.read_bytes() == b"old part"
 
 
 # ----- a job's own output, read back ------------------------------------------------------------

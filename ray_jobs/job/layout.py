@@ -13,12 +13,16 @@ input shard's etag and size: a changed shard writes new names, so its old parts 
 On a case-insensitive, Unicode-normalising disk (macOS, Windows) two names that differ only in
 case, normal form or trailing dots are one folder (`scoring.file_names.collision_key`): two input
 shards whose folders would meet there (`a.parquet` and `A.parquet`, or `A.parquet` and
-`a/b.parquet`) are refused for a local output (`clashing_shards`); S3 keys are exact.
+`a/b.parquet`), or two such labels, are refused for a local output (`refuse_clashing_folders`),
+and so is a folder this run writes that the disk takes for an existing one spelt otherwise
+(`refuse_folded_outputs`: a shard renamed by case only); S3 keys are exact.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import posixpath
 import re
 from dataclasses import dataclass
 from typing import Iterable
@@ -109,6 +113,46 @@ def refuse_clashing_folders(config, shards):
                          "on a case-insensitive disk (macOS, Windows: names that differ only in case, Unicode "
                          "normal form or trailing dots); rename one of them")
     return shards
+
+
+def _same_folder(first: str, second: str) -> bool:
+    """Whether two existing local paths are one folder (this disk folds their names together)."""
+    try:
+        return os.path.samefile(first, second)
+    except OSError:  # one of them is not there: two folders
+        return False
+
+
+def refuse_folded_outputs(config, shards, tree: dict, same_folder=None) -> None:
+    """A local output whose disk takes a folder this run writes (a label's, or a shard's, or one
+    above it) for an existing folder spelt otherwise (a shard or a label renamed by case only,
+    its old output still there: the listing shows the old spelling, so the new shard's parts
+    would look orphaned, be pruned or not be read) is refused (`UsageError`, exit 2), naming
+    both. `tree`: the output's listing (fs paths); `same_folder(a, b)` asks the disk."""
+    if uris.is_s3(config.output):
+        return
+    same_folder = same_folder or _same_folder
+    root = uris.fs_path(config.output).rstrip("/")
+    spelt: dict[tuple[str, ...], set[str]] = {}  # key of an existing folder path -> its spellings
+    folders = {posixpath.dirname(path[len(root) + 1:]) for path in tree if path.startswith(root + "/")}
+    for names in (folder.split("/") for folder in folders if folder):
+        for depth in range(1, len(names) + 1):
+            spelt.setdefault(tuple(collision_key(n) for n in names[:depth]), set()).add("/".join(names[:depth]))
+    checked: set[str] = set()
+    for label in [metric.label or metric.name for metric in config.metrics]:
+        for shard in shards:
+            names = [label, *shard_stem(shard.rel).split("/")]
+            for depth in range(1, len(names) + 1):
+                folder = "/".join(names[:depth])
+                if folder in checked:
+                    continue
+                checked.add(folder)
+                for other in spelt.get(tuple(collision_key(n) for n in names[:depth]), ()):
+                    if other != folder and same_folder(posixpath.join(root, other), posixpath.join(root, folder)):
+                        whose = f"metric label {label!r}" if depth == 1 else f"input shard {shard.uri!r}"
+                        raise UsageError(f"{whose} writes to {posixpath.join(root, folder)!r}, which this disk takes for "
+                                         f"the existing folder {posixpath.join(root, other)!r} (names that differ only "
+                                         "in case, Unicode normal form or trailing dots); remove or rename that folder")
 
 
 def metric_root(output: str, label: str) -> str:
