@@ -12,8 +12,8 @@ What it reads (local path or `s3://` prefix; the reader is `scoring/job_output.p
   `ctgscore score`): one run.
 
 What it returns: a pandas DataFrame with one row per `id` (per `id` and `shard` when a job's
-input held an id in several shards: then a `shard` column follows `id`), the carried columns (`dataset`,
-`system`, `doc_id`, `human_*`), every run's score columns, `error`: None, or the reasons of
+input held an id in several shards: then a `shard` column follows `id`), the carried columns
+(`dataset`, `system`, `doc_id`, `human_*`), every run's score columns, `error`: None, or the reasons of
 the runs that could not score the row (`label: reason; ...`), and `skipped`: None, or the runs
 that do not apply to the row (`bartscore: no references; ...`; not errors). A score of a row its
 run could not score or skipped is NaN. A score column produced by several runs (two perplexity models, say) is named
@@ -33,8 +33,9 @@ __all__ = ["load_scores", "run_files"]
 def load_scores(path: str, metrics: Iterable[str] | None = None, *,
                 storage_options: Mapping[str, Any] | None = None):
     """Every metric run under `path` joined on `id` (on `id` and `shard` where ids repeat across
-    shards) into one wide DataFrame (see the module docstring). `metrics` limits the runs read (by label, the job's folder names);
-    `storage_options` go to fsspec (e.g. `{"client_kwargs": {"endpoint_url": ...}}` for S3)."""
+    shards) into one wide DataFrame (see the module docstring). `metrics` limits the runs read
+    (by label, the job's folder names); `storage_options` go to fsspec (e.g.
+    `{"client_kwargs": {"endpoint_url": ...}}` for S3)."""
     import numpy as np
     import pandas as pd
 

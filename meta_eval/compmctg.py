@@ -162,7 +162,8 @@ def scored_frame(dump: str, scores, storage_options: Mapping[str, Any] | None = 
             table = read_parquet_here(handle, columns=["id", "attributes"])
         shard = {SHARD: posixpath.relpath(name, base).removesuffix(".parquet")} if by_shard else {}
         for row in table.to_pylist():
-            records.append({"id": row["id"], **shard, **{ATTR_PREFIX + k: str(v) for k, v in row_attributes(row).items()}})
+            found = {ATTR_PREFIX + k: str(v) for k, v in row_attributes(row).items()}
+            records.append({"id": row["id"], **shard, **found})
     keys = ["id", SHARD] if by_shard else ["id"]
     attributes = pd.DataFrame.from_records(records, columns=None if records else keys)
     if by_shard:

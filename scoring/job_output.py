@@ -254,14 +254,14 @@ def read_run(fs, run: RunFiles) -> Run:
     duplicated = frame[schema.ID].duplicated()
     by_shard = False
     if duplicated.any():
-        first = frame.loc[duplicated, schema.ID].iloc[0]
         if row_shards is None:
-            raise InputError(f"metric run {run.name!r}: id {first!r} appears twice")
+            raise InputError(f"metric run {run.name!r}: id {frame.loc[duplicated, schema.ID].iloc[0]!r} appears twice")
         keys = pd.DataFrame({schema.ID: frame[schema.ID].to_numpy(), SHARD: row_shards})
         twice = keys.duplicated()
         if twice.any():
             where = keys.loc[twice].iloc[0]
-            raise InputError(f"metric run {run.name!r}: id {where[schema.ID]!r} appears twice in shard {where[SHARD]!r}")
+            raise InputError(f"metric run {run.name!r}: id {where[schema.ID]!r} appears twice in shard "
+                             f"{where[SHARD]!r}")
         by_shard = True
     frame = frame.set_index(schema.ID)
     if by_shard:
@@ -276,7 +276,8 @@ def _shard_keyed(frame, row_shards, name: str):
     import pandas as pd
 
     if SHARD in frame.columns:
-        raise InputError(f"metric run {name!r}: has a column {SHARD!r}, which names a row's shard where ids repeat across shards")
+        raise InputError(f"metric run {name!r}: has a column {SHARD!r}, the name of a row's shard "
+                         "where ids repeat across shards")
     index = pd.MultiIndex.from_arrays([frame.index, pd.Index(row_shards, dtype=object)], names=[schema.ID, SHARD])
     return frame.set_axis(index, axis=0)
 
@@ -290,7 +291,8 @@ def key_by_shard(runs: list[Run]) -> list[Run]:
     for run in runs:
         if not run.by_shard:
             if run.row_shards is None:  # not met in one listing: runs without shards are alone there
-                raise InputError(f"metric run {run.name!r}: has no shards to tell apart the ids that repeat across the shards of the others")
+                raise InputError(f"metric run {run.name!r}: has no shards to tell apart the ids that repeat "
+                                 "across the shards of the others")
             run = Run(run.name, _shard_keyed(run.frame, run.row_shards, run.name), run.score_columns,
                       run.signatures, run.row_shards)
         keyed.append(run)

@@ -150,9 +150,10 @@ def refuse_folded_outputs(config, shards, tree: dict, same_folder=None) -> None:
                 for other in spelt.get(tuple(collision_key(n) for n in names[:depth]), ()):
                     if other != folder and same_folder(posixpath.join(root, other), posixpath.join(root, folder)):
                         whose = f"metric label {label!r}" if depth == 1 else f"input shard {shard.uri!r}"
-                        raise UsageError(f"{whose} writes to {posixpath.join(root, folder)!r}, which this disk takes for "
-                                         f"the existing folder {posixpath.join(root, other)!r} (names that differ only "
-                                         "in case, Unicode normal form or trailing dots); remove or rename that folder")
+                        raise UsageError(f"{whose} writes to {posixpath.join(root, folder)!r}, which this disk takes "
+                                         f"for the existing folder {posixpath.join(root, other)!r} (names that differ "
+                                         "only in case, Unicode normal form or trailing dots); remove or rename that "
+                                         "folder")
 
 
 def metric_root(output: str, label: str) -> str:
