@@ -11,8 +11,9 @@ What it reads (local path or `s3://` prefix; the reader is `scoring/job_output.p
 * a single Parquet file or a folder of Parquet files without sub-folders (e.g. the output of
   `ctgscore score`): one run.
 
-What it returns: a pandas DataFrame with one row per `id`, the carried columns (`dataset`,
-`system`, `doc_id`, `human_*`), every run's score columns, `error`: None, or the reasons of
+What it returns: a pandas DataFrame with one row per `id` (per `id` and `shard` when a job's
+input held an id in several shards: then a `shard` column follows `id`), the carried columns
+(`dataset`, `system`, `doc_id`, `human_*`), every run's score columns, `error`: None, or the reasons of
 the runs that could not score the row (`label: reason; ...`), and `skipped`: None, or the runs
 that do not apply to the row (`bartscore: no references; ...`; not errors). A score of a row its
 run could not score or skipped is NaN. A score column produced by several runs (two perplexity models, say) is named
@@ -24,16 +25,17 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from scoring import schema
-from scoring.job_output import output_names, read_runs, run_files
+from scoring.job_output import SHARD, output_names, read_runs, run_files
 
 __all__ = ["load_scores", "run_files"]
 
 
 def load_scores(path: str, metrics: Iterable[str] | None = None, *,
                 storage_options: Mapping[str, Any] | None = None):
-    """Every metric run under `path` joined on `id` into one wide DataFrame (see the module
-    docstring). `metrics` limits the runs read (by label, the job's folder names);
-    `storage_options` go to fsspec (e.g. `{"client_kwargs": {"endpoint_url": ...}}` for S3)."""
+    """Every metric run under `path` joined on `id` (on `id` and `shard` where ids repeat across
+    shards) into one wide DataFrame (see the module docstring). `metrics` limits the runs read
+    (by label, the job's folder names); `storage_options` go to fsspec (e.g.
+    `{"client_kwargs": {"endpoint_url": ...}}` for S3)."""
     import numpy as np
     import pandas as pd
 
@@ -63,16 +65,17 @@ def load_scores(path: str, metrics: Iterable[str] | None = None, *,
     carried_order = [c for c in schema.carried_columns(carried.columns) if c != schema.ID]
     score_order = [c for part in scores for c in part.columns]
     wide = wide[carried_order + score_order + [schema.ERROR, schema.SKIPPED]]
-    wide.index.name = schema.ID
-    return wide.reset_index().sort_values(schema.ID, kind="stable").reset_index(drop=True)
+    keys = [schema.ID, SHARD] if wide.index.nlevels == 2 else [schema.ID]
+    wide.index.names = keys
+    return wide.reset_index().sort_values(keys, kind="stable").reset_index(drop=True)
 
 
 def _joined_reasons(reasons: list, index):
-    """One `label: reason; ...` string per id (None where no run gave a reason)."""
+    """One `label: reason; ...` string per row (None where no run gave a reason)."""
     import pandas as pd
 
     column = pd.Series(None, index=index, dtype=object)
     if reasons:
-        joined = pd.concat(reasons).groupby(level=0).agg("; ".join)
+        joined = pd.concat(reasons).groupby(level=list(range(index.nlevels))).agg("; ".join)
         column.loc[joined.index] = joined
     return column.astype(object).where(column.notna(), None)

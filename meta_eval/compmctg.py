@@ -19,9 +19,12 @@ the averages. Rows a score run skipped or could not score (null values) are left
 from __future__ import annotations
 
 import math
+import posixpath
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
+from scoring.errors import InputError
+from scoring.job_output import SHARD
 from scoring.schema import is_data_file
 
 AVERAGED = ("original", "holdout", "acd")
@@ -140,7 +143,9 @@ def per_combination(frame, aspects: Sequence[str]) -> list[dict[str, Any]]:
 
 def scored_frame(dump: str, scores, storage_options: Mapping[str, Any] | None = None):
     """Stored scores (a DataFrame in `ctgscore.load_scores` layout, one row per id) joined by
-    id with the dump's attribute combinations, one `attr:<aspect>` column per aspect."""
+    id with the dump's attribute combinations, one `attr:<aspect>` column per aspect. Where an
+    id repeats across the dump's shards the scores have a `shard` column (each row's shard: its
+    path under the dump without `.parquet`), and the join is on id and shard."""
     import pandas as pd
 
     from scoring.attribute_accuracy import row_attributes
@@ -149,14 +154,23 @@ def scored_frame(dump: str, scores, storage_options: Mapping[str, Any] | None = 
 
     fs, root = url_to_fs(str(dump), storage_options)
     files = sorted(p for p in fs.find(root) if is_data_file(p)) if fs.isdir(root) else [root]
+    by_shard = SHARD in scores.columns
+    base = posixpath.dirname(root.rstrip("/")) if not fs.isdir(root) else root.rstrip("/")
     records = []
     for name in files:
         with fs.open(name, "rb") as handle:
             table = read_parquet_here(handle, columns=["id", "attributes"])
+        shard = {SHARD: posixpath.relpath(name, base).removesuffix(".parquet")} if by_shard else {}
         for row in table.to_pylist():
-            records.append({"id": row["id"], **{ATTR_PREFIX + k: str(v) for k, v in row_attributes(row).items()}})
-    attributes = pd.DataFrame.from_records(records, columns=None if records else ["id"])
-    return scores.merge(attributes, on="id", how="left")
+            found = {ATTR_PREFIX + k: str(v) for k, v in row_attributes(row).items()}
+            records.append({"id": row["id"], **shard, **found})
+    keys = ["id", SHARD] if by_shard else ["id"]
+    attributes = pd.DataFrame.from_records(records, columns=None if records else keys)
+    if by_shard:
+        unknown = sorted(set(scores[SHARD]) - set(attributes[SHARD]))
+        if unknown:
+            raise InputError(f"{dump}: no shard {unknown[0]!r} of the scores under it (give the job's input folder)")
+    return scores.merge(attributes, on=keys, how="left")
 
 
 def markdown_section(table: Mapping[str, Any]) -> str:

@@ -97,11 +97,13 @@ def _score_columns(columns) -> list[str]:
 
 def _read_parquet_files(path: str) -> tuple[pd.DataFrame, dict]:
     """The metric runs under `path` (`scoring.job_output`: the manifest's current outputs, runs
-    kept apart by label, score columns and signature), joined on `id`, one row per id. A row's
+    kept apart by label, score columns and signature), joined on `id`, one row per id (on `id`
+    and `shard`, one row per both, where a job's input held an id in several shards: those
+    are separate rows, as the job scored them, and a `shard` column tells them apart). A row's
     `error` only blanks the score columns of its own metric run; a score column several runs
     produce is named `<run>.<column>`. Returns the frame and per-run facts (rows, errors,
     signatures), keyed by the run's score columns (by run name where those repeat)."""
-    from scoring.job_output import output_names, read_runs
+    from scoring.job_output import SHARD, output_names, read_runs
 
     runs_read = read_runs(path)
     names = output_names((run.name, _score_columns(run.frame.columns)) for run in runs_read)
@@ -134,7 +136,7 @@ def _read_parquet_files(path: str) -> tuple[pd.DataFrame, dict]:
     merged["error"] = any_error.reindex(merged.index, fill_value=False)
     any_skipped = pd.concat(skips, axis=1).fillna(False).astype(bool).any(axis=1)
     merged["skipped"] = any_skipped.reindex(merged.index, fill_value=False)
-    merged.index.name = "id"
+    merged.index.names = ["id", SHARD] if merged.index.nlevels == 2 else ["id"]
     merged = merged.reset_index()
     return merged, runs
 

@@ -12,7 +12,15 @@ the leaderboard, corpus BLEU and the CompMCTG table all find their runs here.
 A run's files are then kept apart by what they hold: files with other score columns, or of
 another metric signature, form a run of their own (`Run.name`: the label, then `[columns]` or
 `@<signature digest>` where a label holds several). A score column that several runs produce is
-named `<run>.<column>` (`output_names`)."""
+named `<run>.<column>` (`output_names`).
+
+Rows are identified by their shard and their id. A run under a metric folder knows the shard of
+each file: the folder under the label (`OUT/<label>/<shard>/part-...`; `""` for files directly in
+the label folder); a flat folder or one file has none. A run's frame is indexed by id, as long as
+no id occurs twice in it; the job allows one id in several input shards, and then its frame is
+indexed by (`id`, `shard`) instead (`SHARD`). The same (shard, id) twice, or an id twice in a run
+without shards, is an error. `read_runs` keys every run it returns the same way, so they join
+row for row: by id, or by (id, shard) as soon as one run needs it."""
 
 from __future__ import annotations
 
@@ -26,6 +34,7 @@ from scoring import schema
 from scoring.errors import InputError
 
 MANIFEST = "manifest.json"
+SHARD = "shard"  # the index level (and `load_scores` column) naming a row's shard when ids repeat across shards
 
 
 @dataclass
@@ -37,20 +46,27 @@ class RunFiles:
     files: list[str]
     score_columns: tuple[str, ...]
     signature: str | None
+    shards: dict[str, str] | None = None  # file -> its shard (folder under the label); None: no shards
 
 
 @dataclass
 class Run:
-    """One metric run's rows, indexed by id."""
+    """One metric run's rows, indexed by id, or by (id, shard) where an id repeats across shards."""
 
     name: str
-    frame: Any  # pandas.DataFrame indexed by id
+    frame: Any  # pandas.DataFrame indexed by id, or by (id, shard)
     score_columns: list[str]
     signatures: list[str] = field(default_factory=list)
+    row_shards: Any = None  # each row's shard (a sequence as long as the frame), None without shards
 
     @property
     def label(self) -> str:  # the name `load_scores` and compare always called it
         return self.name
+
+    @property
+    def by_shard(self) -> bool:
+        """Whether the frame is indexed by (id, shard)."""
+        return self.frame.index.nlevels == 2
 
 
 def _filesystem(path: str, storage_options: Mapping[str, Any] | None):
@@ -102,17 +118,29 @@ def _manifest_runs(manifest: dict, files: list[str], root: str) -> list[tuple[st
     return runs
 
 
-def _labelled_files(fs, root: str) -> list[tuple[str, list[str]]]:
-    """(label, parquet files) per metric run under the folder `root`."""
+def _labelled_files(fs, root: str) -> tuple[list[tuple[str, list[str]]], bool]:
+    """(label, parquet files) per metric run under the folder `root`, and whether they sit in
+    metric folders (`OUT/<label>/...`: a file's shard is its folder under the label) rather
+    than directly in `root` (no shards)."""
     files = sorted(p for p in fs.find(root) if schema.is_data_file(p))
     manifest_path = posixpath.join(root, MANIFEST)
     if fs.exists(manifest_path):
-        return _manifest_runs(_read_manifest(fs, manifest_path), files, root)
+        return _manifest_runs(_read_manifest(fs, manifest_path), files, root), True
     top = [f for f in files if posixpath.dirname(f).rstrip("/") == root]
     if top:  # a flat folder of shards: one run
-        return [(posixpath.basename(root) or "scores", top)]
+        return [(posixpath.basename(root) or "scores", top)], False
     labels = sorted({posixpath.relpath(f, root).split("/")[0] for f in files})
-    return [(label, [f for f in files if f.startswith(posixpath.join(root, label) + "/")]) for label in labels]
+    return [(label, [f for f in files if f.startswith(posixpath.join(root, label) + "/")]) for label in labels], True
+
+
+def _shards(root: str, label: str, files: list[str]) -> dict[str, str]:
+    """{file: its shard}: the file's folder relative to the metric folder `root/label`."""
+    folder = posixpath.join(root, label)
+    shards = {}
+    for name in files:
+        parent = posixpath.dirname(name).rstrip("/")
+        shards[name] = posixpath.relpath(parent, folder) if parent != folder else ""
+    return shards
 
 
 def _select(runs, metrics: Iterable[str] | None, root: str):
@@ -144,15 +172,15 @@ def _file_facts(fs, name: str) -> tuple[tuple[str, ...], str | None]:
     return tuple(c for c in names if schema.is_score_column(c)), signature
 
 
-def _split(fs, label: str, files: list[str]) -> list[RunFiles]:
-    """A label's files kept apart by score columns and signature."""
+def _split(fs, label: str, files: list[str], shards: dict[str, str] | None) -> list[RunFiles]:
+    """A label's files kept apart by score columns and signature (`shards`: file -> shard)."""
     groups: dict[tuple, list[str]] = {}
     for name in files:
         columns, signature = _file_facts(fs, name)
         groups.setdefault((columns, signature), []).append(name)
     if len(groups) == 1:
         ((columns, signature),) = groups
-        return [RunFiles(label, label, files, columns, signature)]
+        return [RunFiles(label, label, files, columns, signature, shards)]
     by_columns: dict[tuple, int] = {}
     for columns, _ in groups:
         by_columns[columns] = by_columns.get(columns, 0) + 1
@@ -161,7 +189,8 @@ def _split(fs, label: str, files: list[str]) -> list[RunFiles]:
         name = f"{label}[{','.join(columns)}]" if len(by_columns) > 1 else label
         if by_columns[columns] > 1:
             name += "@" + hashlib.sha256(str(signature).encode()).hexdigest()[:8]
-        runs.append(RunFiles(name, label, names, columns, signature))
+        runs.append(RunFiles(name, label, names, columns, signature,
+                             None if shards is None else {n: shards[n] for n in names}))
     return runs
 
 
@@ -172,15 +201,18 @@ def list_runs(path: str, metrics: Iterable[str] | None = None, *,
     fs, root = _filesystem(str(path), storage_options)
     if not fs.exists(root):
         raise InputError(f"scores {path}: no such file, folder or prefix")
+    sharded = False
     if fs.isdir(root):
-        labelled = _select(_labelled_files(fs, root), metrics, root)
+        labelled, sharded = _labelled_files(fs, root)
+        labelled = _select(labelled, metrics, root)
         if not labelled:
             raise InputError(f"scores {path}: no Parquet files under it")
     else:
         labelled = _select([(posixpath.splitext(posixpath.basename(root))[0], [root])], metrics, root)
     runs = []
     for label, files in labelled:
-        runs += _split(fs, label, files) if files else [RunFiles(label, label, [], (), None)]
+        shards = _shards(root, label, files) if sharded else None
+        runs += _split(fs, label, files, shards) if files else [RunFiles(label, label, [], (), None, shards)]
     return fs, runs
 
 
@@ -194,7 +226,10 @@ def run_files(path: str, metrics: Iterable[str] | None = None, *,
 
 
 def read_run(fs, run: RunFiles) -> Run:
-    """One run's files read into one frame indexed by id (ids unique within the run)."""
+    """One run's files read into one frame indexed by id, or by (id, shard) where an id occurs in
+    several of its shards (the module docstring); the same id twice in one shard, or twice in a
+    run without shards, is an error."""
+    import numpy as np
     import pandas as pd
 
     from scoring.parquet_read import read_parquet_here
@@ -211,20 +246,65 @@ def read_run(fs, run: RunFiles) -> Run:
     frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     if schema.ID not in frame:
         raise InputError(f"{run.files[0]}: no column 'id'")
+    row_shards = None
+    if run.shards is not None:  # one code per row, repeated file by file
+        code = {shard: k for k, shard in enumerate(dict.fromkeys(run.shards[name] for name in run.files))}
+        codes = np.repeat([code[run.shards[name]] for name in run.files], [len(part) for part in parts])
+        row_shards = pd.Categorical.from_codes(codes, categories=list(code))
     duplicated = frame[schema.ID].duplicated()
+    by_shard = False
     if duplicated.any():
-        raise InputError(f"metric run {run.name!r}: id {frame.loc[duplicated, schema.ID].iloc[0]!r} appears twice")
+        if row_shards is None:
+            raise InputError(f"metric run {run.name!r}: id {frame.loc[duplicated, schema.ID].iloc[0]!r} appears twice")
+        keys = pd.DataFrame({schema.ID: frame[schema.ID].to_numpy(), SHARD: row_shards})
+        twice = keys.duplicated()
+        if twice.any():
+            where = keys.loc[twice].iloc[0]
+            raise InputError(f"metric run {run.name!r}: id {where[schema.ID]!r} appears twice in shard "
+                             f"{where[SHARD]!r}")
+        by_shard = True
     frame = frame.set_index(schema.ID)
+    if by_shard:
+        frame = _shard_keyed(frame, row_shards, run.name)
     signatures = sorted(map(str, frame[schema.SIGNATURE].dropna().unique())) if schema.SIGNATURE in frame else []
     return Run(name=run.name, frame=frame, score_columns=[c for c in frame.columns if schema.is_score_column(c)],
-               signatures=signatures)
+               signatures=signatures, row_shards=row_shards)
+
+
+def _shard_keyed(frame, row_shards, name: str):
+    """`frame` (indexed by id) indexed by (id, shard)."""
+    import pandas as pd
+
+    if SHARD in frame.columns:
+        raise InputError(f"metric run {name!r}: has a column {SHARD!r}, the name of a row's shard "
+                         "where ids repeat across shards")
+    index = pd.MultiIndex.from_arrays([frame.index, pd.Index(row_shards, dtype=object)], names=[schema.ID, SHARD])
+    return frame.set_axis(index, axis=0)
+
+
+def key_by_shard(runs: list[Run]) -> list[Run]:
+    """`runs` all indexed the same way, so they join row for row: by id, or, when one of them
+    is indexed by (id, shard), every one by (id, shard)."""
+    if not any(run.by_shard for run in runs):
+        return runs
+    keyed = []
+    for run in runs:
+        if not run.by_shard:
+            if run.row_shards is None:  # not met in one listing: runs without shards are alone there
+                raise InputError(f"metric run {run.name!r}: has no shards to tell apart the ids that repeat "
+                                 "across the shards of the others")
+            run = Run(run.name, _shard_keyed(run.frame, run.row_shards, run.name), run.score_columns,
+                      run.signatures, run.row_shards)
+        keyed.append(run)
+    return keyed
 
 
 def read_runs(path: str, metrics: Iterable[str] | None = None, *,
               storage_options: Mapping[str, Any] | None = None) -> list[Run]:
-    """Every metric run under `path`, read (one frame per run, indexed by id)."""
+    """Every metric run under `path`, read and keyed alike (`key_by_shard`): one frame per run,
+    indexed by id, or by (id, shard) when some id repeats across shards."""
     fs, runs = list_runs(path, metrics, storage_options=storage_options)
-    return [read_run(fs, run) for run in runs]
+    return key_by_shard([read_run(fs, run) for run in runs])
 
 
 def output_names(runs: Iterable[tuple[str, Iterable[str]]]) -> dict[tuple[str, str], str]:

@@ -9,15 +9,27 @@ shard's parts; a part holds the shard's rows `start <= row < stop` (0-based, in 
 numbers zero-padded to 10 digits so names sort by row). `version` is a 12-hex digest of the
 input shard's etag and size: a changed shard writes new names, so its old parts stay readable
 (they are the row cache) until the new ones cover the shard.
+
+On a case-insensitive, Unicode-normalising disk (macOS, Windows) two names that differ only in
+case, normal form or trailing dots are one folder (`scoring.file_names.collision_key`): two input
+shards whose folders would meet there (`a.parquet` and `A.parquet`, or `A.parquet` and
+`a/b.parquet`), or two such labels, are refused for a local output (`refuse_clashing_folders`),
+and so is a folder this run writes that the disk takes for an existing one spelt otherwise
+(`refuse_folded_outputs`: a shard renamed by case only); S3 keys are exact.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import posixpath
 import re
 from dataclasses import dataclass
+from typing import Iterable
 
 from ray_jobs.storage import uris
+from scoring.errors import UsageError
+from scoring.file_names import collision_key
 
 MANIFEST = "manifest.json"
 PART_PATTERN = re.compile(r"^part-(\d{10})-(\d{10})-([0-9a-f]{12})\.parquet$")
@@ -52,6 +64,96 @@ def shard_stem(rel: str) -> str:
     """The shard's folder name inside a metric folder: its path relative to the input,
     without `.parquet`."""
     return rel[: -len(".parquet")] if rel.endswith(".parquet") else rel
+
+
+def clashing_shards(rels: Iterable[str]) -> tuple[str, str] | None:
+    """The first two shards (by sorted rel) whose output folders, or a folder above them, are
+    two names for one folder on a case-insensitive disk (`collision_key`); None when none are."""
+    seen: dict[tuple[str, ...], tuple[str, str]] = {}  # key of a folder path -> (that path, its first shard)
+    for rel in sorted(rels):
+        names = shard_stem(rel).split("/")
+        for depth in range(1, len(names) + 1):
+            folder = "/".join(names[:depth])
+            first = seen.setdefault(tuple(collision_key(name) for name in names[:depth]), (folder, rel))
+            if first[0] != folder:
+                return first[1], rel
+    return None
+
+
+def clashing_labels(labels: Iterable[str], reserved: Iterable[str] = (MANIFEST,)) -> tuple[str, str] | None:
+    """Two metric labels (or a label and a `reserved` name beside them: the manifest, the id
+    index) that are one name on a case-insensitive disk; None when there are none."""
+    seen: dict[str, str] = {collision_key(name): name for name in reserved}
+    for label in labels:
+        first = seen.setdefault(collision_key(label), label)
+        if first != label:
+            return first, label
+    return None
+
+
+def refuse_clashing_folders(config, shards):
+    """`shards` (`listing.ShardInfo`s: rel, uri), once checked: a local output (`config.output`)
+    that would put two metric labels (or a label and the manifest or the id index), or two
+    input shards, in one folder on a case-insensitive disk (macOS, Windows) is refused
+    (`UsageError`, exit 2): a prune or a replacement in one shard's folder would remove the
+    other's parts. An S3 output is left alone: its keys are exact."""
+    from ray_jobs.job.id_index import INDEX_NAME
+
+    output = config.output
+    if uris.is_s3(output):
+        return shards
+    clash = clashing_labels([metric.label or metric.name for metric in config.metrics], (MANIFEST, INDEX_NAME))
+    if clash:
+        raise UsageError(f"metric labels {clash[0]!r} and {clash[1]!r} name one folder of {output} on a "
+                         "case-insensitive disk (macOS, Windows); set another 'label'")
+    clash = clashing_shards(shard.rel for shard in shards)
+    if clash:
+        uri = {shard.rel: shard.uri for shard in shards}
+        raise UsageError(f"input shards {uri[clash[0]]!r} and {uri[clash[1]]!r} would write to one output folder "
+                         "on a case-insensitive disk (macOS, Windows: names that differ only in case, Unicode "
+                         "normal form or trailing dots); rename one of them")
+    return shards
+
+
+def _same_folder(first: str, second: str) -> bool:
+    """Whether two existing local paths are one folder (this disk folds their names together)."""
+    try:
+        return os.path.samefile(first, second)
+    except OSError:  # one of them is not there: two folders
+        return False
+
+
+def refuse_folded_outputs(config, shards, tree: dict, same_folder=None) -> None:
+    """A local output whose disk takes a folder this run writes (a label's, or a shard's, or one
+    above it) for an existing folder spelt otherwise (a shard or a label renamed by case only,
+    its old output still there: the listing shows the old spelling, so the new shard's parts
+    would look orphaned, be pruned or not be read) is refused (`UsageError`, exit 2), naming
+    both. `tree`: the output's listing (fs paths); `same_folder(a, b)` asks the disk."""
+    if uris.is_s3(config.output):
+        return
+    same_folder = same_folder or _same_folder
+    root = uris.fs_path(config.output).rstrip("/")
+    spelt: dict[tuple[str, ...], set[str]] = {}  # key of an existing folder path -> its spellings
+    folders = {posixpath.dirname(path[len(root) + 1:]) for path in tree if path.startswith(root + "/")}
+    for names in (folder.split("/") for folder in folders if folder):
+        for depth in range(1, len(names) + 1):
+            spelt.setdefault(tuple(collision_key(n) for n in names[:depth]), set()).add("/".join(names[:depth]))
+    checked: set[str] = set()
+    for label in [metric.label or metric.name for metric in config.metrics]:
+        for shard in shards:
+            names = [label, *shard_stem(shard.rel).split("/")]
+            for depth in range(1, len(names) + 1):
+                folder = "/".join(names[:depth])
+                if folder in checked:
+                    continue
+                checked.add(folder)
+                for other in spelt.get(tuple(collision_key(n) for n in names[:depth]), ()):
+                    if other != folder and same_folder(posixpath.join(root, other), posixpath.join(root, folder)):
+                        whose = f"metric label {label!r}" if depth == 1 else f"input shard {shard.uri!r}"
+                        raise UsageError(f"{whose} writes to {posixpath.join(root, folder)!r}, which this disk takes "
+                                         f"for the existing folder {posixpath.join(root, other)!r} (names that differ "
+                                         "only in case, Unicode normal form or trailing dots); remove or rename that "
+                                         "folder")
 
 
 def metric_root(output: str, label: str) -> str:

@@ -63,6 +63,7 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
             applicability.check_columns(metric.label, metric.score_needs, present, "absent from every input shard")
         writes.probe_writable(out_fs, config.output)
         tree = listing.list_tree(out_fs, config.output)
+        layout.refuse_folded_outputs(config, [s.info for s in shards], tree)  # renamed by case only, on macOS/Windows
         writes.clean_leftovers(out_fs, config.output, tree=tree)
         manifest_uri = layout.manifest_uri(config.output)
         if uris.fs_path(manifest_uri) in tree:
