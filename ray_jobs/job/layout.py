@@ -10,6 +10,12 @@ numbers zero-padded to 10 digits so names sort by row). `version` is a 12-hex di
 input shard's etag and size: a changed shard writes new names, so its old parts stay readable
 (they are the row cache) until the new ones cover the shard.
 
+A part whose name its shard's folder already holds (an unchanged shard scored again under a
+new signature) is written *staged*, as `_next-part-...parquet` (hidden from readers and Parquet
+datasets by the leading `_`), and renamed to its own name by the commit once the shard's new
+parts cover it (`staged_filename`, `parse_part_file`, `unstaged_uri`): a shard that fails half
+way keeps its old parts as they were.
+
 On a case-insensitive, Unicode-normalising disk (macOS, Windows) two names that differ only in
 case, normal form or trailing dots are one folder (`scoring.file_names.collision_key`): two input
 shards whose folders would meet there (`a.parquet` and `A.parquet`, or `A.parquet` and
@@ -33,6 +39,7 @@ from scoring.file_names import collision_key
 
 MANIFEST = "manifest.json"
 PART_PATTERN = re.compile(r"^part-(\d{10})-(\d{10})-([0-9a-f]{12})\.parquet$")
+STAGED_PREFIX = "_next-"  # a part waiting for the commit to take its own name
 
 
 @dataclass(frozen=True, order=True)
@@ -48,12 +55,30 @@ class PartName:
     def filename(self) -> str:
         return f"part-{self.start:010d}-{self.stop:010d}-{self.version}.parquet"
 
+    def staged_filename(self) -> str:
+        return STAGED_PREFIX + self.filename()
+
 
 def parse_part(filename: str) -> PartName | None:
     match = PART_PATTERN.match(filename)
     if not match or int(match.group(2)) < int(match.group(1)):
         return None
     return PartName(int(match.group(1)), int(match.group(2)), match.group(3))
+
+
+def parse_part_file(filename: str) -> PartName | None:
+    """The part a file holds, under its own name or staged (`STAGED_PREFIX`); None: not a part."""
+    return parse_part(filename[len(STAGED_PREFIX):] if filename.startswith(STAGED_PREFIX) else filename)
+
+
+def is_staged(uri: str) -> bool:
+    return uri.rsplit("/", 1)[-1].startswith(STAGED_PREFIX)
+
+
+def unstaged_uri(uri: str) -> str:
+    """A staged part's own name, in its folder (`uri` itself when it is not staged)."""
+    folder, name = uri.rsplit("/", 1)
+    return f"{folder}/{name[len(STAGED_PREFIX):]}" if name.startswith(STAGED_PREFIX) else uri
 
 
 def input_version(etag: str, size: int) -> str:
@@ -166,6 +191,10 @@ def shard_dir(output: str, label: str, rel: str) -> str:
 
 def part_uri(output: str, label: str, rel: str, part: PartName) -> str:
     return uris.join(shard_dir(output, label, rel), part.filename())
+
+
+def staged_part_uri(output: str, label: str, rel: str, part: PartName) -> str:
+    return uris.join(shard_dir(output, label, rel), part.staged_filename())
 
 
 def manifest_uri(output: str) -> str:

@@ -161,9 +161,12 @@ def _listed_after(out_fs, output: str, plans, committed, tree, wrote: bool) -> d
         for plan in plans
         for rel, shard_plan in plan.shards.items()
         if shard_plan.units or shard_plan.superseded or shard_plan.reused_from
-    } | {uri.rsplit("/", 1)[0] for result in committed for uri in result.pruned}
+    } | {uri.rsplit("/", 1)[0] for result in committed for uri in result.pruned} | {
+        layout.shard_dir(output, plan.metric.label, cover.rel)
+        for plan, result in zip(plans, committed) for cover in result.covers if cover.renamed
+    }
     reused = any(p.reused_from for plan in plans for p in plan.shards.values())
-    if wrote or reused or any(c.replaced or c.pruned for c in committed):
+    if wrote or reused or any(c.replaced or c.pruned or c.renamed for c in committed):
         few = len(touched) <= len(plans)
         tree = listing.relist(out_fs, output, tree, touched) if few else listing.list_tree(out_fs, output)
     return {f.uri: f for f in listing.output_files(output, tree)}

@@ -3,8 +3,8 @@
 
 A unit travels through Ray Data as one row whose `UNIT` column holds its descriptor (JSON):
 the shard (uri, rel, etag, size, version), the range, the columns to read, the labels of the
-metrics that score it and, per label, the shard's earlier parts (its row cache). Each stage
-parses it once (`unit_of`)."""
+metrics that score it and, per label, the shard's earlier parts (its row cache), and the labels
+whose part is written staged (`plan._staged_units`). Each stage parses it once (`unit_of`)."""
 
 from __future__ import annotations
 
@@ -29,9 +29,11 @@ def build_units(plans, carried_of) -> list[dict[str, str]]:
                     unit = units[(rel, start, stop)] = {
                         "uri": shard.info.uri, "rel": rel, "etag": shard.info.etag, "size": shard.info.size,
                         "version": shard.version, "start": start, "stop": stop, "columns": [], "labels": [],
-                        "previous": {}, "_shard_columns": shard.columns,
+                        "previous": {}, "staged": [], "_shard_columns": shard.columns,
                     }
                 unit["labels"].append(label)
+                if (start, stop) in shard_plan.staged:
+                    unit["staged"].append(label)
                 unit["previous"][label] = shard_plan.previous
                 wanted = [c for c in plan.metric.read_columns if c in shard.columns]
                 unit["columns"] = list(dict.fromkeys(unit["columns"] + wanted))

@@ -40,8 +40,9 @@ def verify_metric(plan: MetricPlan, committed: CommitResult, reports: list[dict]
         }
         for part, uri in cover.parts:
             found = listed.get(uri)
-            if uri in cover.new:
-                report = by_part.get(uri)
+            origin = cover.renamed.get(uri, uri)  # a staged part moved into place by the commit: as written
+            if origin in cover.new:
+                report = by_part.get(origin)
                 if report is None or found is None or not _matches(report, part.rows, found):
                     raise JobError(
                         f"metric {label}: part {uri} does not hold rows {part.start} to {part.stop} of {cover.uri} "
@@ -52,8 +53,8 @@ def verify_metric(plan: MetricPlan, committed: CommitResult, reports: list[dict]
             else:
                 if found is None:
                     raise JobError(f"metric {label}: kept part {uri} of {cover.uri} vanished during the run")
-                errors = kept_errors.get(uri, 0)
-                skipped = kept_skipped.get(uri, 0)
+                errors = kept_errors.get(origin, 0)
+                skipped = kept_skipped.get(origin, 0)
             result.rows_error += errors
             result.rows_out += part.rows
             record["parts"][part.filename()] = {"rows": part.rows, "errors": errors, "skipped": skipped,

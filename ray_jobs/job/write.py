@@ -46,7 +46,9 @@ def write_part(out_fs, output: str, metric, signature: str, unit: dict[str, Any]
         unit["rel"], unit["etag"], unit["size"], signature, metric.digest, unit["start"], unit["stop"], errors, skipped,
         retry,
     )
-    uri = layout.part_uri(output, metric.label, unit["rel"], layout.PartName(unit["start"], unit["stop"], unit["version"]))
+    # staged: its name is taken by a part of another signature, replaced only by the commit
+    where = layout.staged_part_uri if metric.label in unit.get("staged", ()) else layout.part_uri
+    uri = where(output, metric.label, unit["rel"], layout.PartName(unit["start"], unit["stop"], unit["version"]))
     data = writes.table_bytes(out, metadata)
     writes.put_atomic(out_fs, uri, data)
     return {

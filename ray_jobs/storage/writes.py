@@ -1,6 +1,6 @@
 """Writes under an output prefix: whole objects atomically (readers see the old file or the
 new one, never a part), the write probe before any scoring, removal of temp files that
-crashed runs left, and removal of superseded outputs."""
+crashed runs left, renaming a staged object into place, and removal of superseded outputs."""
 
 from __future__ import annotations
 
@@ -100,6 +100,21 @@ def copy_atomic(fs, source: str, target: str) -> None:
     under a renamed input's folder."""
     data = guarded(source, "read", lambda: fs.cat_file(fs_path(source)))
     put_atomic(fs, target, data)
+
+
+def move_into_place(fs, source: str, target: str) -> None:
+    """Give the object `source` the name `target`, replacing what `target` held; readers of
+    `target` see the old object or the new one, never a part. Local: `os.replace` (one atomic
+    rename). S3 has no rename: a server-side copy (one CopyObject, atomic for `target`) then the
+    removal of `source`; stopped between the two, both names hold the same bytes."""
+    if is_s3(source):
+        guarded(target, "write", lambda: fs.copy(fs_path(source), fs_path(target)))
+        remove(fs, source)
+        return
+    try:
+        pathlib.Path(fs_path(source)).replace(fs_path(target))
+    except OSError as exc:
+        raise storage_error(exc, target, "write") from exc
 
 
 def remove(fs, uri: str) -> None:
