@@ -45,10 +45,10 @@ def _empty_groups_shard(path: pathlib.Path) -> None:
             writer.write_table(table)
 
 
-def _corrupt_last_group(path: pathlib.Path) -> None:
-    """Overwrite the data pages of the last row group's `text`: the footer stays readable,
-    the rows of that group do not."""
-    chunk = pq.read_metadata(path).row_group(pq.read_metadata(path).num_row_groups - 1).column(1)
+def _corrupt_last_group(path: pathlib.Path, column: int = 1) -> None:
+    """Overwrite the data pages of the last row group's `text` (or another column): the footer
+    stays readable, the rows of that group do not."""
+    chunk = pq.read_metadata(path).row_group(pq.read_metadata(path).num_row_groups - 1).column(column)
     data = bytearray(path.read_bytes())
     data[chunk.data_page_offset:chunk.data_page_offset + chunk.total_compressed_size] = b"\xff" * chunk.total_compressed_size
     path.write_bytes(bytes(data))
@@ -314,6 +314,43 @@ def test_a_nightly_rerun_after_edits_renames_copies_and_deletes_equals_a_run_fro
         assert mine == theirs, rel  # ids, scores, errors, row keys, signature: as a run from scratch
         assert [row["id"] for row in mine] == pq.read_table(folder / rel, columns=["id"]).column("id").to_pylist()
     assert fresh["metrics"]["text_stats"]["rows_scored"] == 64
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_an_unchanged_shard_failing_half_way_under_a_new_signature_keeps_its_old_parts_as_they_were(
+        ray_local, ray_address, tmp_path):
+    """An unchanged shard scored again under a new signature writes parts of the names its
+    folder holds. When it fails half way (its last row group's `constraint` is corrupt, and only
+    the second run reads `constraint`, for codi), its folder keeps the first run's parts byte for
+    byte, not half of them replaced; the good shard's parts are replaced under the same names."""
+    from ray_jobs.score_corpus import run_job
+
+    folder, out = tmp_path / "in", tmp_path / "out"
+    for rel, prefix in (("good.parquet", "g"), ("mid.parquet", "m")):
+        table = _texts(prefix, 6).append_column("constraint", pa.array([LENGTH] * 6))
+        _write(folder, rel, table, row_group_size=2, compression="NONE", use_dictionary=False)
+    _corrupt_last_group(folder / "mid.parquet", column=2)
+    metrics = [{"name": "slow_length", "label": "len"}]
+    first = run_job(_job(folder, out, (), ray_address, metrics=metrics))
+    assert first["bad_shards"] == [] and first["metrics"]["len"]["rows_out"] == 12
+    before = {label: {p.name: p.read_bytes() for p in (out / "len" / label).iterdir()} for label in ("good", "mid")}
+
+    metrics = [{"name": "slow_length", "label": "len", "params": {"salt": 1}}, {"name": "codi"}]  # a new revision
+    again = run_job(_job(folder, out, (), ray_address, metrics=metrics))
+    [bad] = again["bad_shards"]
+    assert bad["file"] == str(folder / "mid.parquet") and "(while scoring)" in bad["error"], bad
+    report = again["metrics"]["len"]
+    assert report["kept_for_bad_shards"] == [str(out / "len" / "mid")]
+    assert {p.name: p.read_bytes() for p in (out / "len" / "mid").iterdir()} == before["mid"]  # as it was
+    digests = {first["metrics"]["len"]["parts"]["good.parquet"]["digest"], report["parts"]["good.parquet"]["digest"]}
+    assert len(digests) == 2  # the signature did change
+    good = sorted((out / "len" / "good").iterdir())
+    assert [p.name for p in good] == sorted(before["good"])  # the same names, nothing staged left
+    assert {pq.read_metadata(p).metadata[b"ctgscore.signature_digest"].decode() for p in good} == {
+        report["parts"]["good.parquet"]["digest"]}
+    assert report["rows_out"] == 6 and report["parts_replaced"] == 0
+    assert not list((out / "codi").glob("mid/*")) and again["metrics"]["codi"]["rows_out"] == 6
 
 
 def test_rows_from_lent_folders_are_counted_per_folder_through_the_cpu_stage():
