@@ -18,7 +18,7 @@ from ray_jobs.job import layout
 from ray_jobs.job.commit import commit_metric
 from ray_jobs.job.metrics import ResolvedMetric
 from ray_jobs.job.plan import Shard, plan_metric
-from ray_jobs.job.units import UNIT, build_units
+from ray_jobs.job.units import UNIT, build_units, staged_units
 from ray_jobs.job.verify import verify_metric
 from ray_jobs.job.write import write_part
 from ray_jobs.storage import clients, listing, uris
@@ -93,14 +93,14 @@ def test_a_shard_failing_half_way_under_a_new_signature_keeps_its_old_parts_byte
     fs, config, shard = _setup(output)
     old = _metric(config, "d1")
     plan, reports = _score(fs, config, old, shard)
-    assert plan.shards["a.parquet"].staged == set()  # a first run: nothing to stage, own names at once
+    assert staged_units(plan.shards["a.parquet"]) == set()  # a first run: nothing to stage, own names at once
     _commit(fs, config, plan, reports, bad=False)
     before = _folder(fs, config, shard)
     assert sorted(before) == [layout.PartName(s, s + 2, shard.version).filename() for s in (0, 2, 4)]
 
     new = _metric(config, "d22")  # a new model revision: same input, same part names, another signature
     plan, reports = _score(fs, config, new, shard, fail_from=4)
-    assert plan.shards["a.parquet"].staged == {(0, 2), (2, 4), (4, 6)}
+    assert staged_units(plan.shards["a.parquet"]) == {(0, 2), (2, 4), (4, 6)}
     assert all(layout.is_staged(report["part"]) for report in reports) and len(reports) == 2
     assert _folder(fs, config, shard) == {**before, **{r["part"].rsplit("/", 1)[-1]: fs.cat_file(uris.fs_path(r["part"]))
                                                       for r in reports}}  # old parts untouched while scoring
@@ -132,7 +132,7 @@ def test_an_interrupted_runs_staged_parts_are_kept_and_moved_into_place_by_the_n
 
     plan, reports = _score(fs, config, new, shard)
     shard_plan = plan.shards["a.parquet"]
-    assert shard_plan.units == [(4, 6)] and shard_plan.staged == {(4, 6)}  # only the rows the interrupted run missed
+    assert shard_plan.units == [(4, 6)] and staged_units(shard_plan) == {(4, 6)}  # only the rows the interrupted run missed
     assert [layout.is_staged(uri) for _, uri, _ in shard_plan.kept] == [True, True]
     done, verified = _commit(fs, config, plan, reports, bad=False)
     after = _folder(fs, config, shard)

@@ -58,8 +58,6 @@ class ShardPlan:
     # (`reuse_cache.SameSizeFolders`: the same size and rows)
     reused_from: list[str] = field(default_factory=list)
     existing: set[str] = field(default_factory=set)  # its folder's files when planned: kept as they were if it turns bad
-    # units whose part name the folder already holds (another signature): written staged, renamed by the commit
-    staged: set[tuple[int, int]] = field(default_factory=set)
 
 
 @dataclass
@@ -161,18 +159,7 @@ def plan_metric(
         plan.shards[shard.rel] = _plan_shard(config.part_rows, metric.digest, shard, files, footers)
         plan.shards[shard.rel].existing = set(files)
     _reuse_by_content(out_fs, config, plan, files_by_stem, recorded, footers)
-    for shard_plan in plan.shards.values():
-        shard_plan.staged = _staged_units(shard_plan)
     return plan
-
-
-def _staged_units(plan: ShardPlan) -> set[tuple[int, int]]:
-    """The units whose part name the shard's folder already holds (a part of another signature
-    or an incomplete one: an unchanged shard scored again): written under staged names, so the
-    folder keeps its parts as they were until the commit finds the shard covered."""
-    names = {uri.rsplit("/", 1)[-1] for uri in plan.existing}
-    return {(start, stop) for start, stop in plan.units
-            if layout.PartName(start, stop, plan.shard.version).filename() in names}
 
 
 def _reuse_by_content(out_fs, config: JobConfig, plan: MetricPlan, files_by_stem, recorded, known) -> None:
@@ -271,9 +258,8 @@ def _plan_shard(part_rows: int, digest: str, shard: Shard, files: list[str], foo
         if incremental.footer_digest(footer) == digest:
             plan.previous.append(uri)
         if part.version != shard.version or layout.is_staged(uri):
-            plan.superseded.append(uri)  # same names are replaced by the commit (`_staged_units`)
-    # a part under its own name before a staged one of the same rows
-    candidates.sort(key=lambda item: (item[0].start, -item[0].stop, layout.is_staged(item[1])))
+            plan.superseded.append(uri)  # same names are replaced by the commit (`units.staged_units`)
+    candidates.sort(key=lambda item: (item[0].start, -item[0].stop, layout.is_staged(item[1])))  # own names first
     total = shard.num_rows
     if total == 0:  # an empty shard still gets one (empty) part
         empty = [c for c in candidates if c[0].start == c[0].stop == 0]

@@ -4,12 +4,14 @@
 A unit travels through Ray Data as one row whose `UNIT` column holds its descriptor (JSON):
 the shard (uri, rel, etag, size, version), the range, the columns to read, the labels of the
 metrics that score it and, per label, the shard's earlier parts (its row cache), and the labels
-whose part is written staged (`plan._staged_units`). Each stage parses it once (`unit_of`)."""
+whose part is written staged (`staged_units`). Each stage parses it once (`unit_of`)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+from ray_jobs.job import layout
 
 UNIT = "_unit"
 
@@ -23,6 +25,7 @@ def build_units(plans, carried_of) -> list[dict[str, str]]:
         label = plan.metric.label
         for rel, shard_plan in plan.shards.items():
             shard = shard_plan.shard
+            staged = staged_units(shard_plan)
             for start, stop in shard_plan.units:
                 unit = units.get((rel, start, stop))
                 if unit is None:
@@ -32,7 +35,7 @@ def build_units(plans, carried_of) -> list[dict[str, str]]:
                         "previous": {}, "staged": [], "_shard_columns": shard.columns,
                     }
                 unit["labels"].append(label)
-                if (start, stop) in shard_plan.staged:
+                if (start, stop) in staged:
                     unit["staged"].append(label)
                 unit["previous"][label] = shard_plan.previous
                 wanted = [c for c in plan.metric.read_columns if c in shard.columns]
@@ -43,6 +46,16 @@ def build_units(plans, carried_of) -> list[dict[str, str]]:
         unit["columns"] = list(dict.fromkeys(["id", *unit["columns"], *carried]))
         descriptors.append({UNIT: json.dumps(unit)})
     return descriptors
+
+
+def staged_units(shard_plan) -> set[tuple[int, int]]:
+    """The units of a shard (`plan.ShardPlan`) whose part name its folder already holds (a part
+    of another signature, or an incomplete one: an unchanged shard scored again): written under
+    staged names, so the folder keeps its parts as they were until the commit finds the shard
+    covered (`layout.staged_part_uri`)."""
+    names = {uri.rsplit("/", 1)[-1] for uri in shard_plan.existing}
+    version = shard_plan.shard.version
+    return {(start, stop) for start, stop in shard_plan.units if layout.PartName(start, stop, version).filename() in names}
 
 
 def unit_of(text: str) -> dict[str, Any]:
