@@ -170,6 +170,13 @@ def scored_frame(dump: str, scores, storage_options: Mapping[str, Any] | None = 
         unknown = sorted(set(scores[SHARD]) - set(attributes[SHARD]))
         if unknown:
             raise InputError(f"{dump}: no shard {unknown[0]!r} of the scores under it (give the job's input folder)")
+    twice = attributes.duplicated(keys)
+    if twice.any():  # a merge would give the score row once per dump row: counted twice, or crossed
+        repeated = attributes.loc[twice, "id"].iloc[0]
+        where = f"twice in shard {attributes.loc[twice, SHARD].iloc[0]!r} of it" if by_shard else (
+            "in more than one of its rows, and the scores have no 'shard' column to tell them apart "
+            "(read all the runs of the job that scored this dump)")
+        raise InputError(f"{dump}: id {repeated!r} is {where}")
     return scores.merge(attributes, on=keys, how="left")
 
 

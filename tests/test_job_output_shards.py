@@ -165,6 +165,29 @@ def test_compmctg_joins_the_dump_on_id_and_shard(tmp_path):
         scored_frame(str(dump / "a.parquet"), scores)
 
 
+def test_compmctg_refuses_a_dump_id_it_cannot_place(tmp_path):
+    """Scores keyed by id alone (a run over shard a only) and a dump holding r1 in two shards:
+    the join would count r1's scores twice (once per dump row); a shard's id twice likewise."""
+    from meta_eval.compmctg import scored_frame
+
+    dump = tmp_path / "dump"
+    for shard, rows in ROWS.items():
+        (dump / shard).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({"id": [r[0] for r in rows],
+                                 "attributes": pa.array([[("sentiment", shard)]] * len(rows),
+                                                        type=pa.map_(pa.string(), pa.string()))}),
+                       dump / f"{shard}.parquet")
+    out = _job_output(tmp_path)
+    only_a = ctgscore.load_scores(str(out), metrics=["only_a"])
+    assert "shard" not in only_a and len(only_a) == 3
+    with pytest.raises(InputError, match=r"id 'r1' is in more than one of its rows.*no 'shard' column"):
+        scored_frame(str(dump), only_a)
+    assert len(scored_frame(str(dump / "a.parquet"), only_a)) == 3  # one shard: each id once
+    pq.write_table(pq.read_table(dump / "a.parquet").take([0, 1, 1]), dump / "a.parquet")
+    with pytest.raises(InputError, match=r"id 'r1' is twice in shard 'a' of it"):
+        scored_frame(str(dump), ctgscore.load_scores(str(out)))
+
+
 # ----- output folders that clash on case-insensitive disks --------------------------------------
 def test_clashing_shards_by_the_way_macos_and_windows_compare_names():
     nfc, nfd = unicodedata.normalize("NFC", "Å.parquet"), unicodedata.normalize("NFD", "Å.parquet")
