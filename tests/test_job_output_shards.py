@@ -225,6 +225,19 @@ def test_a_local_output_refuses_clashing_shards_and_labels_s3_does_not():
     assert layout.refuse_clashing_folders(s3, infos) == infos  # S3 keys are exact: nothing clashes
 
 
+def test_a_local_output_refuses_s3_keys_a_disk_resolves_elsewhere():
+    """S3 keys may hold `..`, `.` and empty names (moto and S3 list them as written): on a
+    local disk `../evil` leaves the metric folder and `a//b` is the folder of `a/b`."""
+    for rel in ("../evil.parquet", "sub/../../up.parquet", "./c.parquet", "a//b.parquet", "a/./b.parquet"):
+        infos = [ShardInfo(uri=f"s3://bucket/in/{rel}", rel=rel, size=1, etag="e"),
+                 ShardInfo(uri="s3://bucket/in/a/b.parquet", rel="a/b.parquet", size=1, etag="e")]
+        with pytest.raises(UsageError, match=r"^input shard 's3://bucket/in/.*' has an empty, '.' or '..' folder name"):
+            layout.refuse_clashing_folders(_config("/data/out"), infos)
+        assert layout.refuse_clashing_folders(_config("s3://bucket/out"), infos) == infos
+    fine = [ShardInfo(uri=f"s3://bucket/in/{rel}", rel=rel, size=1, etag="e") for rel in ("..a.parquet", "a../b.parquet")]
+    assert layout.refuse_clashing_folders(_config("/data/out"), fine) == fine
+
+
 def _macos(first, second):
     """`os.path.samefile` as a case-insensitive, Unicode-normalising disk answers it."""
     from scoring.file_names import collision_key
