@@ -160,7 +160,7 @@ def scored_frame(dump: str, scores, storage_options: Mapping[str, Any] | None = 
     for name in files:
         with fs.open(name, "rb") as handle:
             table = read_parquet_here(handle, columns=["id", "attributes"])
-        shard = {SHARD: posixpath.relpath(name, base).removesuffix(".parquet")} if by_shard else {}
+        shard = {SHARD: name[len(base) + 1:].removesuffix(".parquet")} if by_shard else {}  # as written, as the job
         for row in table.to_pylist():
             found = {ATTR_PREFIX + k: str(v) for k, v in row_attributes(row).items()}
             records.append({"id": row["id"], **shard, **found})

@@ -53,3 +53,25 @@ def test_an_s3_output_with_an_id_in_two_shards_reads_back_as_on_disk(moto, s3_bu
         pd.testing.assert_frame_equal(ctgscore.load_scores(uri, storage_options=options), on_disk)
     fs.rm(f"{s3_bucket}/out/manifest.json")  # a run in progress: every folder read, the same rows
     pd.testing.assert_frame_equal(ctgscore.load_scores(f"s3://{s3_bucket}/out", storage_options=options), on_disk)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_s3_shards_named_apart_by_an_empty_folder_name_stay_apart(moto, s3_bucket, tmp_path):
+    """S3 keeps `a//b` and `a/b` as two keys (two input shards, two output folders of an S3
+    job): their rows are two shards' rows, not one shard's with each shared id twice."""
+    import s3fs
+
+    options = {"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": moto},
+               "skip_instance_cache": True}
+    fs = s3fs.S3FileSystem(**options)
+    local = tmp_path / "out"
+    for shard in ("a", "b"):
+        _part(local / "ppl" / shard, "ppl", shard, ROWS["a"], "perplexity")
+    for shard, key in (("a", "a/b"), ("b", "a//b")):
+        name = "part-0000000000-0000000009-abc.parquet"
+        fs.put_file(str(local / "ppl" / shard / name), f"{s3_bucket}/out/ppl/{key}/{name}")
+    assert len(fs.find(f"{s3_bucket}/out/ppl")) == 2
+    frame = ctgscore.load_scores(f"s3://{s3_bucket}/out", storage_options=options)
+    assert sorted(zip(frame["id"], frame["shard"])) == sorted((row[0], shard) for row in ROWS["a"]
+                                                              for shard in ("a/b", "a//b"))
