@@ -60,3 +60,14 @@ def test_lenders_of_many_renamed_shards_are_read_in_one_pass():
     assert lenders[f"new-{n - 1:05d}.parquet"] == [f"{OUT}/ppl/old-{n - 1:05d}"]  # a folder that gave 0 rows: not named
     # each report's shard is looked up a few times, not once per renamed shard (n * n = 90000)
     assert _Report.lookups <= 5 * n, _Report.lookups
+
+
+def test_the_json_summary_names_the_inputs_not_read_as_the_summary_line_does():
+    from ray_jobs.entrypoint import run_summary
+    from ray_jobs.job.manifest import summary_line
+
+    manifest = {"metrics": {}, "bad_shards": [], "input": {"files": []}, "wall_s": 1.0, "manifest": "/out/manifest.json",
+                "inputs_not_read": ["/in/a.PARQUET", "/in/_b.parquet"]}
+    assert "2 file(s) named like Parquet not read" in summary_line(manifest)
+    assert run_summary(manifest, "/out", [])["inputs_not_read"] == ["/in/a.PARQUET", "/in/_b.parquet"]
+    assert run_summary({"metrics": {}}, "/out", [])["inputs_not_read"] == []
