@@ -160,7 +160,7 @@ def scored_frame(dump: str, scores, storage_options: Mapping[str, Any] | None = 
     for name in files:
         with fs.open(name, "rb") as handle:
             table = read_parquet_here(handle, columns=["id", "attributes"])
-        shard = {SHARD: posixpath.relpath(name, base).removesuffix(".parquet")} if by_shard else {}
+        shard = {SHARD: name[len(base) + 1:].removesuffix(".parquet")} if by_shard else {}  # as written, as the job
         for row in table.to_pylist():
             found = {ATTR_PREFIX + k: str(v) for k, v in row_attributes(row).items()}
             records.append({"id": row["id"], **shard, **found})
@@ -170,6 +170,13 @@ def scored_frame(dump: str, scores, storage_options: Mapping[str, Any] | None = 
         unknown = sorted(set(scores[SHARD]) - set(attributes[SHARD]))
         if unknown:
             raise InputError(f"{dump}: no shard {unknown[0]!r} of the scores under it (give the job's input folder)")
+    twice = attributes.duplicated(keys)
+    if twice.any():  # a merge would give the score row once per dump row: counted twice, or crossed
+        repeated = attributes.loc[twice, "id"].iloc[0]
+        where = f"twice in shard {attributes.loc[twice, SHARD].iloc[0]!r} of it" if by_shard else (
+            "in more than one of its rows, and the scores have no 'shard' column to tell them apart "
+            "(read all the runs of the job that scored this dump)")
+        raise InputError(f"{dump}: id {repeated!r} is {where}")
     return scores.merge(attributes, on=keys, how="left")
 
 

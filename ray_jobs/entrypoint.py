@@ -24,7 +24,8 @@ from scoring.redact import redact_values
 
 
 def run_summary(manifest: dict[str, Any], output: str | None, problems: list[str]) -> dict[str, Any]:
-    """What a run reports to its caller: per-metric row counts, bad shards, pruned files."""
+    """What a run reports to its caller: per-metric row counts, bad shards, input files named
+    like Parquet that were not read (as the summary line says), pruned files."""
     from ray_jobs.job.manifest import pruned_outputs
 
     metrics = {
@@ -35,7 +36,8 @@ def run_summary(manifest: dict[str, Any], output: str | None, problems: list[str
     }
     return {"ok": not problems, "command": "run", "output": manifest.get("output") or output,
             "manifest": manifest.get("manifest"), "metrics": metrics, "wall_s": manifest.get("wall_s"),
-            "bad_shards": manifest.get("bad_shards", []), "errors": problems, "pruned": pruned_outputs(manifest)}
+            "bad_shards": manifest.get("bad_shards", []), "inputs_not_read": manifest.get("inputs_not_read", []),
+            "errors": problems, "pruned": pruned_outputs(manifest)}
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

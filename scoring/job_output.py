@@ -134,13 +134,10 @@ def _labelled_files(fs, root: str) -> tuple[list[tuple[str, list[str]]], bool]:
 
 
 def _shards(root: str, label: str, files: list[str]) -> dict[str, str]:
-    """{file: its shard}: the file's folder relative to the metric folder `root/label`."""
-    folder = posixpath.join(root, label)
-    shards = {}
-    for name in files:
-        parent = posixpath.dirname(name).rstrip("/")
-        shards[name] = posixpath.relpath(parent, folder) if parent != folder else ""
-    return shards
+    """{file: its shard}: the file's folder relative to the metric folder `root/label`, as
+    written (S3 keeps `a//b` apart from `a/b`: no path normalisation)."""
+    prefix = posixpath.join(root, label) + "/"
+    return {name: posixpath.dirname(name)[len(prefix):] if name.startswith(prefix) else "" for name in files}
 
 
 def _select(runs, metrics: Iterable[str] | None, root: str):

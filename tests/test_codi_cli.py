@@ -86,3 +86,28 @@ def test_convert_reports_bad_responses(shared_data, tmp_path, capsys):
     assert status == 1
     assert "sentiment.jsonl row 0: field 'instruction' does not match" in capsys.readouterr().err
     assert not (tmp_path / "x.parquet").exists()
+
+
+def test_report_refuses_an_id_it_cannot_match(tmp_path, capsys):
+    """A job's output over an input that held an id in two shards has two score rows of that
+    id: matched by id, both rows got the last one's score (the other's row scored twice)."""
+    import pyarrow as pa
+
+    from ctgscore.cli.constraints import join_scores
+    from scoring.errors import InputError
+
+    rows = [{"id": "a", "text": "x"}, {"id": "b", "text": "y"}, {"id": "a", "text": "z"}]
+    scores = [{"id": "a", "codi_success": 1.0}, {"id": "b", "codi_success": 0.0}, {"id": "a", "codi_success": 0.0}]
+    with pytest.raises(InputError, match=r"^input in.parquet: id 'a' is on more than one row"):
+        join_scores(rows, scores, "out/codi", "in.parquet")
+    with pytest.raises(InputError, match=r"^scores out/codi: id 'a' is on more than one row"):
+        join_scores(rows[:2], scores, "out/codi", "in.parquet")
+    assert join_scores(rows[:2], scores[1::-1], "out/codi") == scores[:2]  # unique ids: matched, in row order
+
+    rows_path, scores_path = tmp_path / "rows.parquet", tmp_path / "scores.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), rows_path)
+    pq.write_table(pa.Table.from_pylist(scores), scores_path)
+    code = main(["constraints", "report", "--input", str(rows_path), "--scores", str(scores_path),
+                 "--output", str(tmp_path / "report")])
+    err = capsys.readouterr().err
+    assert code == 1 and "id 'a' is on more than one row" in err and len(err.strip().splitlines()) == 1

@@ -165,6 +165,29 @@ def test_compmctg_joins_the_dump_on_id_and_shard(tmp_path):
         scored_frame(str(dump / "a.parquet"), scores)
 
 
+def test_compmctg_refuses_a_dump_id_it_cannot_place(tmp_path):
+    """Scores keyed by id alone (a run over shard a only) and a dump holding r1 in two shards:
+    the join would count r1's scores twice (once per dump row); a shard's id twice likewise."""
+    from meta_eval.compmctg import scored_frame
+
+    dump = tmp_path / "dump"
+    for shard, rows in ROWS.items():
+        (dump / shard).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({"id": [r[0] for r in rows],
+                                 "attributes": pa.array([[("sentiment", shard)]] * len(rows),
+                                                        type=pa.map_(pa.string(), pa.string()))}),
+                       dump / f"{shard}.parquet")
+    out = _job_output(tmp_path)
+    only_a = ctgscore.load_scores(str(out), metrics=["only_a"])
+    assert "shard" not in only_a and len(only_a) == 3
+    with pytest.raises(InputError, match=r"id 'r1' is in more than one of its rows.*no 'shard' column"):
+        scored_frame(str(dump), only_a)
+    assert len(scored_frame(str(dump / "a.parquet"), only_a)) == 3  # one shard: each id once
+    pq.write_table(pq.read_table(dump / "a.parquet").take([0, 1, 1]), dump / "a.parquet")
+    with pytest.raises(InputError, match=r"id 'r1' is twice in shard 'a' of it"):
+        scored_frame(str(dump), ctgscore.load_scores(str(out)))
+
+
 # ----- output folders that clash on case-insensitive disks --------------------------------------
 def test_clashing_shards_by_the_way_macos_and_windows_compare_names():
     nfc, nfd = unicodedata.normalize("NFC", "Å.parquet"), unicodedata.normalize("NFD", "Å.parquet")
@@ -200,6 +223,19 @@ def test_a_local_output_refuses_clashing_shards_and_labels_s3_does_not():
     assert layout.refuse_clashing_folders(_config("/data/out"), infos[:1]) == infos[:1]
     s3 = _config("s3://bucket/out", ("ppl", "PPL"))
     assert layout.refuse_clashing_folders(s3, infos) == infos  # S3 keys are exact: nothing clashes
+
+
+def test_a_local_output_refuses_s3_keys_a_disk_resolves_elsewhere():
+    """S3 keys may hold `..`, `.` and empty names (moto and S3 list them as written): on a
+    local disk `../evil` leaves the metric folder and `a//b` is the folder of `a/b`."""
+    for rel in ("../evil.parquet", "sub/../../up.parquet", "./c.parquet", "a//b.parquet", "a/./b.parquet"):
+        infos = [ShardInfo(uri=f"s3://bucket/in/{rel}", rel=rel, size=1, etag="e"),
+                 ShardInfo(uri="s3://bucket/in/a/b.parquet", rel="a/b.parquet", size=1, etag="e")]
+        with pytest.raises(UsageError, match=r"^input shard 's3://bucket/in/.*' has an empty, '.' or '..' folder name"):
+            layout.refuse_clashing_folders(_config("/data/out"), infos)
+        assert layout.refuse_clashing_folders(_config("s3://bucket/out"), infos) == infos
+    fine = [ShardInfo(uri=f"s3://bucket/in/{rel}", rel=rel, size=1, etag="e") for rel in ("..a.parquet", "a../b.parquet")]
+    assert layout.refuse_clashing_folders(_config("/data/out"), fine) == fine
 
 
 def _macos(first, second):

@@ -122,8 +122,17 @@ def handle_score(args: argparse.Namespace) -> int:
     return 0
 
 
-def join_scores(rows: list[dict], scores: list[dict], scores_path: str) -> list[dict]:
-    """Score rows in the order of `rows`, matched by id (the Ray job may reorder them)."""
+def join_scores(rows: list[dict], scores: list[dict], scores_path: str, input_path: str = "the input") -> list[dict]:
+    """Score rows in the order of `rows`, matched by id (the Ray job may reorder them). An id on
+    two rows, or two score rows (a job's input may hold one id in several shards), cannot be
+    matched by id: an `InputError` naming it, not one row's score given to both."""
+    for what, found in ((f"input {input_path}", rows), (f"scores {scores_path}", scores)):
+        seen: set = set()
+        for item in found:
+            if item["id"] in seen:
+                raise InputError(f"{what}: id {item['id']!r} is on more than one row, so rows cannot be matched to "
+                                 "their scores by id; report each input shard with its own output folder")
+            seen.add(item["id"])
     by_id = {score["id"]: score for score in scores}
     missing = [row["id"] for row in rows if row["id"] not in by_id]
     if missing:
@@ -140,7 +149,7 @@ def handle_report(args: argparse.Namespace) -> int:
     common.check_input_path(args.scores, "scores")
     output = common.prepare_output_dir(args.output, "report folder")
     rows = pq.read_table(args.input).to_pylist()
-    scores = join_scores(rows, pq.read_table(args.scores).to_pylist(), args.scores)
+    scores = join_scores(rows, pq.read_table(args.scores).to_pylist(), args.scores, args.input)
     signatures = sorted({s.get("signature") for s in scores if s.get("signature")})
     try:
         report = aggregate.aggregate(rows, scores, metric_signature="; ".join(signatures) or None,

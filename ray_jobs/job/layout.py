@@ -121,7 +121,9 @@ def refuse_clashing_folders(config, shards):
     that would put two metric labels (or a label and the manifest or the id index), or two
     input shards, in one folder on a case-insensitive disk (macOS, Windows) is refused
     (`UsageError`, exit 2): a prune or a replacement in one shard's folder would remove the
-    other's parts. An S3 output is left alone: its keys are exact."""
+    other's parts. So is an input shard (an S3 key) whose path has an empty, `.` or `..` name
+    (`a//b`, `./b`, `../b`): the disk would resolve its folder to another shard's or outside
+    the metric folder. An S3 output is left alone: its keys are exact."""
     from ray_jobs.job.id_index import INDEX_NAME
 
     output = config.output
@@ -131,6 +133,11 @@ def refuse_clashing_folders(config, shards):
     if clash:
         raise UsageError(f"metric labels {clash[0]!r} and {clash[1]!r} name one folder of {output} on a "
                          "case-insensitive disk (macOS, Windows); set another 'label'")
+    for shard in shards:  # S3 keys may hold such names; a disk resolves them to another folder
+        if any(name in ("", ".", "..") for name in shard_stem(shard.rel).split("/")):
+            raise UsageError(f"input shard {shard.uri!r} has an empty, '.' or '..' folder name in its path, so its "
+                             "output folder on a local disk would be another shard's, or outside the metric's "
+                             "folder; rename it")
     clash = clashing_shards(shard.rel for shard in shards)
     if clash:
         uri = {shard.rel: shard.uri for shard in shards}

@@ -82,7 +82,10 @@ def metric_report(output: str, plan, committed, verified, reports, scored, metri
     partial = sum(r.get("partial", 0) for r in good_reports)
     if partial:  # rows that got some of their scores, the others left out for lack of a column
         summary["rows_partial"] = partial
-    reused = {rel: _lenders(p, [r for r in good_reports if r["rel"] == rel]) for rel, p in plan.shards.items()
+    by_rel: dict[str, list[dict]] = {}  # grouped once: one pass per renamed shard would be quadratic
+    for report in good_reports:
+        by_rel.setdefault(report["rel"], []).append(report)
+    reused = {rel: _lenders(p, by_rel.get(rel, [])) for rel, p in plan.shards.items()
               if rel in covered and p.reused_from}
     reused = {rel: folders for rel, folders in reused.items() if folders}
     if reused:  # renamed inputs: their scores copied (or, under another ETag, found in the row cache) from the same content
