@@ -5,7 +5,8 @@
 `cluster.yaml` runs this on every node before `RAY_AUTH_MODE=token ray start ...`: it reads
 the secret (AWS Secrets Manager, through the node's instance profile: no key anywhere) and
 writes it to `~/.ray/auth_token` (or `--out`), the file Ray reads the token from, mode 0600
-in a 0700 folder of this user's (an open folder is narrowed, another user's refused). The token is never printed, logged or passed on a command line; a failure
+in a folder of this user's that no one else may write (a new one is made 0700; one that others may
+write, or another user's, is refused). The token is never printed, logged or passed on a command line; a failure
 names the secret and the cause, not the value. Exit 0 on success, 1 on failure.
 """
 
@@ -43,14 +44,16 @@ def write_token(token: str, out: str | os.PathLike = DEFAULT_OUT) -> pathlib.Pat
 
 
 def private_folder(folder: pathlib.Path) -> None:
-    """The token's folder must be this user's and closed to others: a folder another user owns,
-    or may write, would let them swap the file Ray reads the cluster's token from. A folder of
-    ours that is open (an earlier `~/.ray` made with the umask) is narrowed to 0700."""
+    """The token's folder must be this user's and closed to others' writes: whoever may write
+    it could swap the file Ray reads the cluster's token from. Such a folder is refused, not
+    changed (it may be a working directory given by `--out`); read and search bits are left
+    alone, since the file itself is 0600."""
     info = folder.stat()
     if info.st_uid != os.getuid():
         raise PermissionError(f"{folder} belongs to user id {info.st_uid}, not to this user")
-    if stat.S_IMODE(info.st_mode) & 0o077:
-        folder.chmod(0o700)
+    if stat.S_IMODE(info.st_mode) & 0o022:
+        raise PermissionError(f"{folder} may be written by other users (mode {stat.S_IMODE(info.st_mode):04o}), who could "
+                              f"swap the token file; run `chmod go-w {folder}` or write the token elsewhere (--out)")
 
 
 def main(argv: list[str] | None = None) -> int:

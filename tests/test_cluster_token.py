@@ -72,13 +72,17 @@ def test_local_token_written_owner_only_when_the_token_mode_needs_one(tmp_path, 
     assert ensure_local_token() is None and token_file.read_text() == first  # an existing token is kept
 
 
-def test_token_folder_is_narrowed_to_its_owner_and_another_users_refused(tmp_path, monkeypatch):
+def test_a_token_folder_others_may_write_is_refused_and_left_as_it_is(tmp_path, monkeypatch):
     folder = tmp_path / ".ray"
     folder.mkdir(mode=0o755)
     folder.chmod(0o777)  # an open ~/.ray (made earlier with a loose umask): anyone could swap the file
+    with pytest.raises(PermissionError, match=r"may be written by other users \(mode 0777\).*chmod go-w"):
+        write_token("abc123", folder / "auth_token")
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o777 and not (folder / "auth_token").exists()  # not changed behind its owner's back
+    folder.chmod(0o755)  # readable by others is fine: the file itself is 0600
     write_token("abc123", folder / "auth_token")
-    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert stat.S_IMODE((folder / "auth_token").stat().st_mode) == 0o600
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o755
     other = tmp_path / "theirs"
     other.mkdir(mode=0o700)
     monkeypatch.setattr(os, "getuid", lambda: other.stat().st_uid + 1)  # the folder is another user's
