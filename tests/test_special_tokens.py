@@ -326,3 +326,28 @@ def test_the_frame_reads_the_added_token_table_once_not_per_prompt(monkeypatch):
     monkeypatch.undo()
     for text, (ids, problem) in zip(texts, encoded):  # the strips still applied: the whole string's ids
         assert problem is None and ids == tokenizer(frame.render(text), add_special_tokens=False)["input_ids"]
+
+
+def test_the_control_pattern_finds_the_longest_token_and_tries_one_branch_per_character():
+    """The control-token pattern reads hostile text (every chat prompt, twice): built as one
+    alternation of all tokens, each `<` of a text was tried against every token (6,000
+    reserved tokens: 2 s per 100,000 characters). As a trie it tries one branch per distinct
+    next character, and still finds what the longest-first alternation finds."""
+    import random
+    import re
+
+    from scoring.literal_tokens import control_pattern
+
+    tokens = [f"<|reserved_special_token_{k}|>" for k in range(300)] + [
+        "<|eot_id|>", "<|eot", "<|", "</s>", "<s>", "<unk>", "<unused1>", "<unused12>", "x" * 3000]
+    pattern = control_pattern(tokens)
+    reference = re.compile("|".join(re.escape(t) for t in sorted(tokens, key=lambda t: (-len(t), t))))
+    rng = random.Random(5)
+    for _ in range(300):
+        pieces = [rng.choice(tokens)[: rng.randint(1, 40)] for _ in range(6)] + ["".join(rng.choices("<|>/seotu_12 ", k=20))]
+        rng.shuffle(pieces)
+        text = "".join(pieces)
+        assert pattern.findall(text) == reference.findall(text), text
+    # a prefix the tokens share is one path of the trie, tried once, not once per token
+    assert pattern.pattern.count("reserved_special_token_") == 1
+    assert control_pattern(["ab"]).pattern == "ab" and control_pattern(["a", "ab"]).pattern == "a(?:b)?"
