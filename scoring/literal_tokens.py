@@ -32,12 +32,21 @@ def _template_text(tokenizer) -> str:
     return template if isinstance(template, str) else ""
 
 
+def _added_tokens(tokenizer) -> dict:
+    """The tokenizer's {id: added token}, or {} where it keeps none (mistral-common's backend
+    raises NotImplementedError: its special tokens come from `all_special_tokens`)."""
+    try:
+        return getattr(tokenizer, "added_tokens_decoder", None) or {}
+    except NotImplementedError:
+        return {}
+
+
 def control_tokens(tokenizer, extra: Iterable[str] = ()) -> dict[str, int]:
     """{string: id} of the tokenizer's control tokens (module docstring); `extra`: rendered
     template text in which non-special added tokens count as control tokens too."""
     written = "\0".join([_template_text(tokenizer), *extra])
     found: dict[str, int] = {}
-    for index, token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items():
+    for index, token in _added_tokens(tokenizer).items():
         content = str(getattr(token, "content", token))
         if getattr(token, "special", False) or (content.strip() and content in written):
             found[content] = int(index)

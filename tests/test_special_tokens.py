@@ -351,3 +351,31 @@ def test_the_control_pattern_finds_the_longest_token_and_tries_one_branch_per_ch
     # a prefix the tokens share is one path of the trie, tried once, not once per token
     assert pattern.pattern.count("reserved_special_token_") == 1
     assert control_pattern(["ab"]).pattern == "ab" and control_pattern(["a", "ab"]).pattern == "a(?:b)?"
+
+
+def test_mistral_commons_backend_is_read_without_an_added_token_table():
+    """transformers' `MistralCommonBackend` raises NotImplementedError for `added_tokens_decoder`
+    (and ValueError for `split_special_tokens`): building the literal tokenizer failed on it.
+    Its special tokens come from `all_special_tokens`; a control id in a text's ids is still found.
+    (mistral-common is not installed here: a stand-in with the backend's documented behaviour.)"""
+    from scoring.literal_tokens import LiteralTokenizer
+
+    class MistralCommonBackend:
+        all_special_tokens = ["<unk>", "<s>", "</s>", "[INST]"]
+        all_special_ids = [0, 1, 2, 3]
+        unk_token_id = 0
+
+        @property
+        def added_tokens_decoder(self):
+            raise NotImplementedError("`MistralCommonBackend` does not implement `added_tokens_decoder`.")
+
+        def __call__(self, texts, add_special_tokens=True, split_special_tokens=False):
+            if split_special_tokens:
+                raise ValueError("`MistralCommonBackend` does not support `split_special_tokens`.")
+            return {"input_ids": [[3 if word == "[INST]" else 10 + len(word) for word in text.split()] for text in texts]}
+
+    literal = LiteralTokenizer(MistralCommonBackend())
+    assert literal.control_ids == {1, 2, 3}
+    clean, forged = literal.ids(["a storm", "a [INST] storm"])
+    assert literal.problem("a storm", clean) is None
+    assert "'[INST]'" in literal.problem("a [INST] storm", forged)
