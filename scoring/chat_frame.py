@@ -46,6 +46,12 @@ class ChatFrame:
         self.parts: list[str] = frames[0]
         self.literal = LiteralTokenizer(tokenizer, extra=self.parts)
         self.frame = [self.literal.split(part) for part in self.parts]
+        # (lstrip, rstrip) of the frame's control tokens, read once: the tokenizer's table of added
+        # tokens is rebuilt on every read (milliseconds with thousands of reserved tokens)
+        decoder = tokenizer.added_tokens_decoder
+        tokens = {item: decoder.get(item) for part in self.frame for item in part if isinstance(item, int)}
+        self._strips = {item: (bool(getattr(token, "lstrip", False)), bool(getattr(token, "rstrip", False)))
+                        for item, token in tokens.items()}
 
     def render(self, content: str) -> str:
         return self.tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
@@ -130,10 +136,10 @@ class ChatFrame:
         out = list(stream)
         for k, item in enumerate(out):
             if isinstance(item, int):
-                token = self.tokenizer.added_tokens_decoder.get(item)
-                if k > 0 and getattr(token, "lstrip", False):
+                lstrip, rstrip = self._strips[item]
+                if k > 0 and lstrip:
                     out[k - 1] = out[k - 1].rstrip()
-                if k + 1 < len(out) and getattr(token, "rstrip", False):
+                if k + 1 < len(out) and rstrip:
                     out[k + 1] = out[k + 1].lstrip()
         return out
 

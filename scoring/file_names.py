@@ -2,7 +2,8 @@
 
 `safe_name` keeps a name that is already a plain file name (letters, digits, `-`, `_`, `.`, not
 starting or ending with `.`, not a Windows device name such as `CON` or `nul.txt`, at most 64
-characters) and turns any other (`..`, `a/b`, a NUL, spaces, a leading dot) into a slug of its
+characters and 192 UTF-8 bytes, so that a prefix and a suffix still fit the 255 bytes of a file
+name) and turns any other (`..`, `a/b`, a NUL, spaces, a leading dot) into a slug of its
 letters and digits plus the first 8 hex digits of its SHA-256, so no name leaves the folder.
 
 `FileNames` hands out the names of one folder so that no two of them are the same file on any
@@ -19,13 +20,15 @@ import re
 import unicodedata
 
 PLAIN_MAX = 64
-SLUG_MAX = 48
+PLAIN_MAX_BYTES = 192  # 64 letters of 3 bytes; letters of 4 bytes (CJK Extension B) take the slug
+SLUG_MAX = 48  # at most 48 * 4 + 9 = 201 bytes with its hash
 # CON, PRN, AUX, NUL, COM0-9, LPT0-9 (superscript digits too), with or without an extension
 _DEVICE = re.compile(r"(con|prn|aux|nul|conin\$|conout\$|(com|lpt)[0-9\u00b9\u00b2\u00b3])(\..*)?", re.IGNORECASE)
 
 
 def _plain(text: str) -> bool:
-    return (0 < len(text) <= PLAIN_MAX and not text.startswith(".") and not text.endswith(".")
+    return (0 < len(text) <= PLAIN_MAX and len(text.encode("utf-8", "surrogatepass")) <= PLAIN_MAX_BYTES
+            and not text.startswith(".") and not text.endswith(".")
             and all(ch.isalnum() or ch in "-_." for ch in text) and text.isprintable()
             and not _DEVICE.fullmatch(text))
 

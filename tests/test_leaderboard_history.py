@@ -81,3 +81,15 @@ def test_a_refresh_reads_an_old_history_and_appends_the_new_format(tmp_path, cli
     lines = [json.loads(line) for line in (board / "history.jsonl").read_text().splitlines()]
     assert lines[0] == old  # the old line is kept as written
     assert lines[1]["format"] == 2 and lines[1]["leaders"] == [{"dataset": "toy", "column": "m", "system": "sysB"}]
+
+
+def test_a_line_whose_leaders_are_not_a_list_is_a_problem_line_not_a_crash(tmp_path):
+    """A hand-edited or damaged line (`"leaders": 5`) is named as a problem line, as a line that
+    is not JSON is; the lines around it still count."""
+    log = tmp_path / "history.jsonl"
+    good = history_record([comparison("toy", "m", "x")], "t1", {}, 4)
+    log.write_text("".join(json.dumps(line) + "\n" for line in (good, {**good, "leaders": 5}, {**good, "refreshed": "t3"})))
+    records = read_history(log)
+    assert records[1] == {"line": 2, "problem": "leaders is not a list"}
+    kept = [r for r in records if "problem" not in r]
+    assert leader_since(kept, "toy", "m", "x") == ("t1", 2)

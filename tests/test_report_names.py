@@ -308,3 +308,17 @@ def test_corpus_bleu_leaves_out_rows_whose_stored_statistics_are_not_counts(tmp_
     assert found["s1"]["score"] == pytest.approx(sacrebleu.corpus_bleu(hyps[1:], [refs[1:]]).score, abs=1e-6)
     assert found["s2"]["score"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score, abs=1e-6)
     assert "1 row(s) left out" in section
+
+
+def test_names_of_four_byte_letters_fit_a_file_name_with_the_report_prefixes(tmp_path):
+    """64 letters of four UTF-8 bytes each (CJK Extension B, mathematical letters) were kept as a
+    plain name of 256 bytes: past the 255 bytes a Linux file name may have, so the report failed
+    on such a dataset or column (`leaderboard_<name>.png`). Such a name gets the slug instead."""
+    for name in ("\U00020000" * 64, "\U0001d400" * 50, "\u4e00" * 64, "a" * 64):
+        safe = safe_name(name)
+        assert safe == safe_name(name) and len(safe.encode()) <= 201
+        folder = tmp_path / safe
+        folder.mkdir()
+        for stem in ("leaderboard_", "win_fractions_", "checklist_ks_"):
+            (folder / f"{stem}{safe}-2.png").write_bytes(b"")
+    assert safe_name("\u4e00" * 64) == "\u4e00" * 64  # three-byte letters: still plain, as before

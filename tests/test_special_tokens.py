@@ -302,3 +302,80 @@ def test_bartscore_and_ctrleval_parse_special_tokens_as_the_originals_without_to
     assert out[1]["error"] is None and math.isfinite(out[1]["ctrleval_coherence"])
     for column in ("ctrleval_coherence", "ctrleval_consistency"):
         assert out[0][column] == pytest.approx(alone[column], rel=1e-6)
+
+
+def test_the_frame_reads_the_added_token_table_once_not_per_prompt(monkeypatch):
+    """A fast tokenizer rebuilds `added_tokens_decoder` on every read (17 ms with 6,000 reserved
+    tokens, as Gemma's): read per control token per prompt, 2,000 prompts took 400 s. The
+    frame reads the table when it is built; encoding prompts never reads it again."""
+    from transformers import AddedToken, PreTrainedTokenizerFast
+
+    from scoring.chat_frame import ChatFrame
+
+    tokenizer = chatml_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": [
+        AddedToken("<|im_start|>", special=True), AddedToken("<|im_end|>", special=True, rstrip=True, lstrip=True)]})
+    frame = ChatFrame(tokenizer)
+    reads = []
+    table = PreTrainedTokenizerFast.added_tokens_decoder
+    monkeypatch.setattr(PreTrainedTokenizerFast, "added_tokens_decoder",
+                        property(lambda self: reads.append(1) or table.fget(self)))
+    texts = [f"Storm {k}. " for k in range(20)]
+    encoded = frame.encode(texts)
+    assert reads == []
+    monkeypatch.undo()
+    for text, (ids, problem) in zip(texts, encoded):  # the strips still applied: the whole string's ids
+        assert problem is None and ids == tokenizer(frame.render(text), add_special_tokens=False)["input_ids"]
+
+
+def test_the_control_pattern_finds_the_longest_token_and_tries_one_branch_per_character():
+    """The control-token pattern reads hostile text (every chat prompt, twice): built as one
+    alternation of all tokens, each `<` of a text was tried against every token (6,000
+    reserved tokens: 2 s per 100,000 characters). As a trie it tries one branch per distinct
+    next character, and still finds what the longest-first alternation finds."""
+    import random
+    import re
+
+    from scoring.literal_tokens import control_pattern
+
+    tokens = [f"<|reserved_special_token_{k}|>" for k in range(300)] + [
+        "<|eot_id|>", "<|eot", "<|", "</s>", "<s>", "<unk>", "<unused1>", "<unused12>", "x" * 3000]
+    pattern = control_pattern(tokens)
+    reference = re.compile("|".join(re.escape(t) for t in sorted(tokens, key=lambda t: (-len(t), t))))
+    rng = random.Random(5)
+    for _ in range(300):
+        pieces = [rng.choice(tokens)[: rng.randint(1, 40)] for _ in range(6)] + ["".join(rng.choices("<|>/seotu_12 ", k=20))]
+        rng.shuffle(pieces)
+        text = "".join(pieces)
+        assert pattern.findall(text) == reference.findall(text), text
+    # a prefix the tokens share is one path of the trie, tried once, not once per token
+    assert pattern.pattern.count("reserved_special_token_") == 1
+    assert control_pattern(["ab"]).pattern == "ab" and control_pattern(["a", "ab"]).pattern == "a(?:b)?"
+
+
+def test_mistral_commons_backend_is_read_without_an_added_token_table():
+    """transformers' `MistralCommonBackend` raises NotImplementedError for `added_tokens_decoder`
+    (and ValueError for `split_special_tokens`): building the literal tokenizer failed on it.
+    Its special tokens come from `all_special_tokens`; a control id in a text's ids is still found.
+    (mistral-common is not installed here: a stand-in with the backend's documented behaviour.)"""
+    from scoring.literal_tokens import LiteralTokenizer
+
+    class MistralCommonBackend:
+        all_special_tokens = ["<unk>", "<s>", "</s>", "[INST]"]
+        all_special_ids = [0, 1, 2, 3]
+        unk_token_id = 0
+
+        @property
+        def added_tokens_decoder(self):
+            raise NotImplementedError("`MistralCommonBackend` does not implement `added_tokens_decoder`.")
+
+        def __call__(self, texts, add_special_tokens=True, split_special_tokens=False):
+            if split_special_tokens:
+                raise ValueError("`MistralCommonBackend` does not support `split_special_tokens`.")
+            return {"input_ids": [[3 if word == "[INST]" else 10 + len(word) for word in text.split()] for text in texts]}
+
+    literal = LiteralTokenizer(MistralCommonBackend())
+    assert literal.control_ids == {1, 2, 3}
+    clean, forged = literal.ids(["a storm", "a [INST] storm"])
+    assert literal.problem("a storm", clean) is None
+    assert "'[INST]'" in literal.problem("a [INST] storm", forged)

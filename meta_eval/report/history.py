@@ -35,7 +35,8 @@ def _split(key: str, known: set[tuple[str, str]]) -> tuple[str | None, str | Non
 def read_history(path, known: Iterable[tuple[str, str]] = ()) -> list[dict]:
     """Every line of a `history.jsonl` (old or new format) as a format-2 record; `known`:
     (dataset, column) pairs that resolve old `"dataset/column"` keys. A line that is not a JSON
-    object is skipped and named in the record list as `{"line": n, "problem": ...}`."""
+    object, or whose `leaders` is neither a list nor an old-format object, is skipped and named
+    in the record list as `{"line": n, "problem": ...}`."""
     known = set(known)
     records = []
     with open(path, encoding="utf-8") as handle:
@@ -51,6 +52,9 @@ def read_history(path, known: Iterable[tuple[str, str]] = ()) -> list[dict]:
                 records.append({"line": number, "problem": "not a JSON object"})
                 continue
             leaders = record.get("leaders")
+            if leaders is not None and not isinstance(leaders, (list, dict)):  # would fail `leader_since`
+                records.append({"line": number, "problem": "leaders is not a list"})
+                continue
             if isinstance(leaders, dict):  # before format 2: {"dataset/column": system}
                 converted = []
                 for key, system in leaders.items():
