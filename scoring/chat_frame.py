@@ -30,6 +30,10 @@ from scoring.literal_tokens import LiteralTokenizer
 # digits survive what templates do to content (trim, escape, upper/lower, JSON); two of them
 # expose a frame that depends on the content
 PLACEHOLDERS = ("40912735861529307484", "73150864290371652918")
+# the date a template that writes one (Llama 3.x: "Today Date: ..." from `date_string`, or from the
+# clock when it is not given) renders, so a prompt's ids do not depend on the day it was scored;
+# it is the value those templates fall back on without a clock
+FIXED_DATE = "26 Jul 2024"
 
 
 class ChatFrame:
@@ -43,19 +47,30 @@ class ChatFrame:
         if frames[0] is None or frames[0] != frames[1]:
             raise UsageError(f"chat_template: the chat template of {model} does not write a user turn's content "
                              "as it is given, so its markup cannot be kept apart from the data (use chat_template: false)")
-        self.parts: list[str] = frames[0]
-        self.literal = LiteralTokenizer(tokenizer, extra=self.parts)
+        self.literal = LiteralTokenizer(tokenizer, extra=frames[0])
+        self._set_frame(frames[0])
+
+    def _set_frame(self, parts: list[str]) -> None:
+        self.parts: list[str] = parts
         self.frame = [self.literal.split(part) for part in self.parts]
         # (lstrip, rstrip) of the frame's control tokens, read once: the tokenizer's table of added
         # tokens is rebuilt on every read (milliseconds with thousands of reserved tokens)
-        decoder = tokenizer.added_tokens_decoder
+        decoder = self.tokenizer.added_tokens_decoder
         tokens = {item: decoder.get(item) for part in self.frame for item in part if isinstance(item, int)}
         self._strips = {item: (bool(getattr(token, "lstrip", False)), bool(getattr(token, "rstrip", False)))
                         for item, token in tokens.items()}
 
+    def refresh(self) -> None:
+        """The frame as the template renders it now. A template that reads the clock itself
+        (`strftime_now` without `date_string`) renders another frame after midnight; a frame
+        built the day before would make every later prompt "unlike the others" (a row error)."""
+        parts = self._frame_parts(PLACEHOLDERS[0])
+        if parts is not None and parts != self.parts and parts == self._frame_parts(PLACEHOLDERS[1]):
+            self._set_frame(parts)
+
     def render(self, content: str) -> str:
         return self.tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
-                                                  add_generation_prompt=True)
+                                                  add_generation_prompt=True, date_string=FIXED_DATE)
 
     def _frame_parts(self, placeholder: str) -> list[str] | None:
         template = self.tokenizer.chat_template
@@ -95,6 +110,7 @@ class ChatFrame:
         """`ids` of many contents, their text runs tokenised in one call."""
         from jinja2 import TemplateError
 
+        self.refresh()
         streams: list[list[str | int] | str] = []
         for content in contents:
             try:

@@ -221,6 +221,42 @@ def test_templates_whose_markup_cannot_be_kept_apart(chat_model, tmp_path):
     assert out[0]["error"] is None and out[1]["error"] == "s_h: prompt is refused by the chat template (no x here)"
 
 
+def test_templates_that_write_the_date_give_the_same_ids_every_day_or_follow_the_clock(chat_model, tmp_path, monkeypatch):
+    """A Llama-3-style template writes `date_string`, or the clock's date when it is not given:
+    the frame renders a fixed date, so a prompt's ids do not depend on the day. A template that
+    reads only the clock gets a frame rebuilt when its rendering changes (past midnight), never
+    "unlike other prompts" for every later row."""
+    import datetime as real
+
+    from transformers.utils import chat_template_utils
+
+    turn = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}<|im_start|>assistant\n"
+    today = {"value": real.datetime(2026, 11, 27, 23, 59)}
+
+    class Clock:
+        @staticmethod
+        def now():
+            return today["value"]
+
+    monkeypatch.setattr(chat_template_utils, "datetime", Clock)
+    row = [{"id": "a", "text": "Fine.", "source": "calm seas"}]
+    llama = save_variant(chat_model, tmp_path / "llama", "{% if date_string is not defined %}{% set date_string = "
+                                                         "strftime_now('%d %b %Y') %}{% endif %}<|im_start|>system\n"
+                                                         "Today Date: {{ date_string }}<|im_end|>\n" + turn)
+    metric = build_metric("gptscore", {"model": llama, "templates": {"plain": "{input}"}, "chat_template": True})
+    before = metric.scorer.prompt_ids(["calm seas"])[0]
+    assert "Today Date: 26 Jul 2024" in metric.scorer.frame.render("calm seas")
+    today["value"] = real.datetime(2026, 11, 28, 0, 1)
+    assert metric.scorer.prompt_ids(["calm seas"])[0] == before
+    clock = save_variant(chat_model, tmp_path / "clock", "<|im_start|>system\nToday: {{ strftime_now('%Y-%m-%d') }}<|im_end|>\n" + turn)
+    today["value"] = real.datetime(2026, 11, 27, 23, 59)
+    metric = build_metric("gptscore", {"model": clock, "templates": {"plain": "{input}"}, "chat_template": True})
+    assert metric.score_rows(row)[0]["error"] is None
+    today["value"] = real.datetime(2026, 11, 28, 0, 1)
+    out = metric.score_rows(row)[0]
+    assert out["error"] is None and "2026-11-28" in metric.scorer.frame.parts[0]
+
+
 def test_seams_byte_level_equal_the_whole_string_metaspace_gets_a_leading_piece():
     """Tokenising the text runs apart from the template's control tokens: the ids of the whole
     rendered string on byte-level BPE (above); on a Metaspace tokenizer that prepends `▁` only at
