@@ -140,3 +140,19 @@ def test_an_interrupted_runs_staged_parts_are_kept_and_moved_into_place_by_the_n
     assert after[layout.PartName(0, 2, shard.version).filename()] == interrupted[
         layout.PartName(0, 2, shard.version).staged_filename()]  # the staged bytes, not scored again
     assert done.renamed == 3 and verified.rows_out == ROWS
+
+
+def test_parts_of_an_old_signature_under_other_names_are_removed_once_the_new_cover_is_whole(output):
+    """A new signature and a new `part_rows` together: the new parts have other names, so no
+    staging; once they cover the shard, the old signature's parts go (they are no cover's), so
+    the folder never holds a row twice."""
+    fs, config, shard = _setup(output)
+    plan, reports = _score(fs, config, _metric(config, "d1"), shard)
+    _commit(fs, config, plan, reports, bad=False)
+    wider = parse_config({"input": "/in", "output": config.output, "part_rows": 3, "metrics": [{"name": "text_stats", "label": "m"}]})
+    plan, reports = _score(fs, wider, _metric(wider, "d22"), shard)
+    assert plan.shards["a.parquet"].units == [(0, 3), (3, 6)] and staged_units(plan.shards["a.parquet"]) == set()
+    done, verified = _commit(fs, wider, plan, reports, bad=False)
+    after = _folder(fs, wider, shard)
+    assert sorted(after) == [layout.PartName(s, s + 3, shard.version).filename() for s in (0, 3)]
+    assert set(_signatures(after).values()) == {"d22"} and verified.rows_out == ROWS and done.replaced == 3

@@ -257,8 +257,7 @@ def _plan_shard(part_rows: int, digest: str, shard: Shard, files: list[str], foo
             continue
         if incremental.footer_digest(footer) == digest:
             plan.previous.append(uri)
-        if part.version != shard.version or layout.is_staged(uri):
-            plan.superseded.append(uri)  # same names are replaced by the commit (`units.staged_units`)
+        plan.superseded.append(uri)  # no cover's: goes once the cover is whole (a same name is replaced: `units.staged_units`)
     candidates.sort(key=lambda item: (item[0].start, -item[0].stop, layout.is_staged(item[1])))  # own names first
     total = shard.num_rows
     if total == 0:  # an empty shard still gets one (empty) part
