@@ -213,6 +213,7 @@ def _one_shard_plan(tmp_path, name, rows):
 
 def test_plan_keeps_committed_parts_and_schedules_only_the_gaps(tmp_path):
     from ray_jobs.job.plan import Shard, plan_metric
+    from ray_jobs.job.units import staged_units
 
     fs, config, metric, info, shard = _one_shard_plan(tmp_path, "a.parquet", 1000)
     # a killed run committed parts 0-100, 300-400 and 900-1000 (workers finish out of order)
@@ -221,7 +222,9 @@ def test_plan_keeps_committed_parts_and_schedules_only_the_gaps(tmp_path):
     plan = plan_metric(fs, config, metric, [shard]).shards["a.parquet"]
     assert [uri for _, uri, _ in plan.kept] == kept
     assert plan.units == [(100, 200), (200, 300)] + [(s, s + 100) for s in range(400, 900, 100)]
-    assert plan.superseded == []  # the d0 part has this run's name for 100-200: it is overwritten
+    # the d0 part is no cover's: superseded; it has this run's name for 100-200, so that unit is
+    # written staged and the commit moves it over the d0 part (tests/test_job_staged.py)
+    assert plan.superseded == [other_signature] and staged_units(plan) == {(100, 200)}
     assert other_signature not in plan.previous  # another signature is no cache
     # the shard changes: every old part becomes the row cache of the new run and is superseded
     changed = Shard(info, 1000, shard.columns, "fedcba987654")
