@@ -66,7 +66,6 @@ class OutputHead:
         "granite": ("logits_scaling",),
         "cohere": ("logit_scale",), "cohere2": ("logit_scale",),
     }
-    CAUSAL_ARCHITECTURES = tuple(CAUSAL_LOGITS)
     # Logits of one chunk stay below glibc's largest mmap threshold (32 MiB), so the allocator
     # reuses heap memory between chunks instead of mapping (and page-faulting) fresh pages:
     # with 1,024 positions x 50k vocabulary (200 MiB logits plus a 200 MiB temporary per chunk)
