@@ -104,13 +104,18 @@ class LiteralTokenizer:
         encoded = self.tokenizer(list(texts), add_special_tokens=False, **self._switch)["input_ids"]
         return [list(row) for row in encoded]
 
+    def first_control(self, text: str) -> str | None:
+        """The first control-token string written in `text`, or None."""
+        found = self.pattern.search(text) if self.pattern is not None else None
+        return found.group() if found else None
+
     def problem(self, text: str, ids: Sequence[int]) -> str | None:
         """Why `ids` (the literal ids of `text`) cannot stand for the text, or None: a control id
         among them, which this tokenizer yields even with special-token parsing off."""
         if not self.control_ids.intersection(ids):
             return None
-        found = self.pattern.search(text) if self.pattern is not None else None
-        what = repr(found.group()) if found else f"id {next(i for i in ids if i in self.control_ids)}"
+        found = self.first_control(text)
+        what = repr(found) if found else f"id {next(i for i in ids if i in self.control_ids)}"
         return (f"holds the control token {what[:80]}, which this tokenizer yields even from plain text "
                 f"(scored texts never carry control tokens)")
 

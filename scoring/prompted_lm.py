@@ -164,9 +164,9 @@ class PromptedLM:
         written in one (`<|im_start|>`, `</s>`) would stay text where its author meant markup,
         so it is refused when the metric is built; the model's chat markup comes from
         `chat_template`."""
-        found = self.literal.pattern.search(template) if self.literal.pattern is not None else None
+        found = self.literal.first_control(template)
         if found:
-            raise UsageError(f"templates: {name} writes the control token {found.group()[:40]!r}, but templates are "
+            raise UsageError(f"templates: {name} writes the control token {found[:40]!r}, but templates are "
                              "tokenised as text; use chat_template: true for the model's chat markup")
 
     def prompt_ids(self, prompts: Sequence[str]) -> list[list[int]]:
