@@ -469,6 +469,14 @@ FAKE_AWS = {
 }
 
 
+def moto_session(endpoint: str, monkeypatch) -> dict:
+    """The fake credentials in this test's environment (`FAKE_AWS`), and the fsspec
+    `storage_options` (s3fs keyword arguments) that reach the moto server at `endpoint`."""
+    for key, value in FAKE_AWS.items():
+        monkeypatch.setenv(key, value)
+    return {"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": endpoint}, "skip_instance_cache": True}
+
+
 class DeviceFaultMetric(SlowLengthMetric):
     """`slow_length` whose first scoring call (once per `marker_dir`, across processes)
     raises what PyTorch raises after a device-side assert: the process's CUDA context is lost."""

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 import ctgscore
+from tests.job_support import moto_session
 from tests.test_job_output_shards import ROWS, _part
 
 # shards named as a dump may name them: a space, a percent escape that must stay literal, a folder
@@ -33,11 +34,7 @@ def _write(out, prefix: str) -> None:
 def test_an_s3_output_with_an_id_in_two_shards_reads_back_as_on_disk(moto, s3_bucket, tmp_path, monkeypatch):
     import s3fs
 
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(key, value)
-    options = {"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": moto},
-               "skip_instance_cache": True}
+    options = moto_session(moto, monkeypatch)
     fs = s3fs.S3FileSystem(**options)
     local = tmp_path / "out"
     _write(local, f"s3://{s3_bucket}/out")
@@ -57,13 +54,12 @@ def test_an_s3_output_with_an_id_in_two_shards_reads_back_as_on_disk(moto, s3_bu
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_s3_shards_named_apart_by_an_empty_folder_name_stay_apart(moto, s3_bucket, tmp_path):
+def test_s3_shards_named_apart_by_an_empty_folder_name_stay_apart(moto, s3_bucket, tmp_path, monkeypatch):
     """S3 keeps `a//b` and `a/b` as two keys (two input shards, two output folders of an S3
     job): their rows are two shards' rows, not one shard's with each shared id twice."""
     import s3fs
 
-    options = {"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": moto},
-               "skip_instance_cache": True}
+    options = moto_session(moto, monkeypatch)
     fs = s3fs.S3FileSystem(**options)
     local = tmp_path / "out"
     for shard in ("a", "b"):

@@ -97,13 +97,11 @@ def test_single_file_and_errors(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_reads_s3_prefix(moto, s3_bucket, tmp_path, monkeypatch):
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(key, value)
     import s3fs
 
-    options = {"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": moto},
-               "skip_instance_cache": True}
+    from tests.job_support import moto_session
+
+    options = moto_session(moto, monkeypatch)
     fs = s3fs.S3FileSystem(**options)
     local = tmp_path / "m.parquet"
     pq.write_table(_hand_run(IDS[:3], [1.0, 2.0, 3.0], [None, "oops", None]), local)
