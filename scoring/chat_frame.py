@@ -34,6 +34,11 @@ PLACEHOLDERS = ("40912735861529307484", "73150864290371652918")
 # clock when it is not given) renders, so a prompt's ids do not depend on the day it was scored;
 # it is the value those templates fall back on without a clock
 FIXED_DATE = "26 Jul 2024"
+# whitespace as the tokenizers library (Rust's `char::is_whitespace`: Unicode White_Space) takes
+# it beside an `lstrip`/`rstrip` token; Python's `str.strip` also takes U+001C-U+001F, which the
+# tokenizers library keeps (a Python-backend tokenizer strips with `str.strip`, and so do we there)
+UNICODE_WHITE_SPACE = ("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
+                       "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
 
 
 class ChatFrame:
@@ -48,6 +53,7 @@ class ChatFrame:
             raise UsageError(f"chat_template: the chat template of {model} does not write a user turn's content "
                              "as it is given, so its markup cannot be kept apart from the data (use chat_template: false)")
         self.literal = LiteralTokenizer(tokenizer, extra=frames[0])
+        self._whitespace = UNICODE_WHITE_SPACE if getattr(tokenizer, "is_fast", False) else None
         self._set_frame(frames[0])
 
     def _set_frame(self, parts: list[str]) -> None:
@@ -148,15 +154,16 @@ class ChatFrame:
     def _strip_around_controls(self, stream: list[str | int]) -> list[str | int]:
         """Whitespace next to a control token marked `lstrip`/`rstrip` dropped from the runs
         beside it, as the tokenizer does in a whole string (Phi-3's `<|end|>` eats the newline
-        after it)."""
+        after it), with the whitespace the tokenizer's backend strips (`UNICODE_WHITE_SPACE`)."""
         out = list(stream)
+        space = self._whitespace
         for k, item in enumerate(out):
             if isinstance(item, int):
                 lstrip, rstrip = self._strips[item]
                 if k > 0 and lstrip:
-                    out[k - 1] = out[k - 1].rstrip()
+                    out[k - 1] = out[k - 1].rstrip(space)
                 if k + 1 < len(out) and rstrip:
-                    out[k + 1] = out[k + 1].lstrip()
+                    out[k + 1] = out[k + 1].lstrip(space)
         return out
 
     def describe(self) -> str:

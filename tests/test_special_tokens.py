@@ -293,6 +293,24 @@ def test_control_tokens_that_strip_whitespace_beside_them_do_so_in_the_frame():
     assert "A storm.<|im_end|><|im_start|>assistant" in tokenizer.decode(frame.ids("A storm. ")[0])  # both sides eaten
 
 
+def test_the_frame_strips_the_whitespace_the_tokenizers_library_strips():
+    """The tokenizers library takes Unicode White_Space beside an `lstrip`/`rstrip` token, but not
+    the information separators U+001C-U+001F that Python's `str.strip` also takes: a prompt that
+    ends in one keeps it, as in the whole string (with `str.strip` it lost it and its ids moved)."""
+    from transformers import AddedToken
+
+    from scoring.chat_frame import ChatFrame
+
+    tokenizer = chatml_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": [
+        AddedToken("<|im_start|>", special=True), AddedToken("<|im_end|>", special=True, rstrip=True, lstrip=True)]})
+    assert tokenizer.is_fast
+    frame = ChatFrame(tokenizer)
+    for text in ("A storm.\x1c", "\x1fA storm.\x1e\x1d", "A storm.\u3000\x85", "A storm.\u2029 \x1c "):
+        ids, problem = frame.ids(text)
+        assert problem is None and ids == tokenizer(frame.render(text), add_special_tokens=False)["input_ids"], repr(text)
+
+
 def test_perplexity_reads_special_token_strings_as_text(chat_model):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
