@@ -303,8 +303,14 @@ def load_pretrained(model_class, source: ModelSource, dtype: str = "float32", de
 
 
 def load_tokenizer(source: ModelSource):
+    """The model's tokenizer on the tokenizers library (or transformers' Python backend), never
+    mistral-common's: with that package installed (vLLM brings it) transformers would load a
+    Mistral checkpoint holding `tekken.json` through it, so the same model would tokenise on
+    another backend from one environment to the next, outside the literal-text rules
+    (`scoring.literal_tokens`) that are tested on these backends."""
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(
-        source.local_path, revision=source.revision if source.is_hub else None, trust_remote_code=False
+        source.local_path, revision=source.revision if source.is_hub else None, trust_remote_code=False,
+        mistral_format=False,
     )
