@@ -62,18 +62,30 @@ class CausalLikelihood:
 
     # families whose forward, given one packed row, its `position_ids` and the engine's
     # attention function, gives each sequence its own scores (tests/test_causal_families.py);
-    # only ever with no sliding window (`can_pack`)
+    # only ever with no sliding window (`can_pack`). Not listed, though their head is fast:
+    # Falcon (its attention bypasses transformers' attention functions; ALiBi variants add
+    # position biases), GPT-OSS (attention sinks, sliding layers, eager attention only),
+    # DeepSeek-V3 (multi-head latent attention: value heads narrower than query/key heads)
     PACKABLE_ARCHITECTURES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gemma", "phi3", "olmo2",
-                              "granite", "cohere", "smollm3", "starcoder2", "glm4")
+                              "granite", "cohere", "smollm3", "starcoder2", "glm4", "mixtral", "qwen2_moe", "olmoe",
+                              "granitemoe", "gpt_neox", "opt", "phi", "glm4_moe", "seed_oss", "ernie4_5", "apertus",
+                              "hunyuan_v1_dense")
+    # families whose layers take `sliding_window` only where `layer_types` says
+    # "sliding_attention" (Qwen2-MoE: its config writes sliding_window = 0 when
+    # use_sliding_window is off, and its attention hands no window to the attention function,
+    # so only `layer_types` tells whether a window applies)
+    WINDOW_BY_LAYER_TYPE = ("qwen2_moe",)
 
     def can_pack(self) -> bool:
         """Packing needs the engine's attention function (SDPA models), its output head, and an
         architecture whose positions come from `position_ids` with no sliding window in any
         layer (packed attention is full causal per sequence: a window would be ignored)."""
         config = self.model.config
+        model_type = getattr(config, "model_type", None)
+        window = None if model_type in self.WINDOW_BY_LAYER_TYPE else getattr(config, "sliding_window", None)
         return (self.attention_enabled and self.head is not None
-                and getattr(config, "model_type", None) in self.PACKABLE_ARCHITECTURES
-                and getattr(config, "sliding_window", None) is None
+                and model_type in self.PACKABLE_ARCHITECTURES
+                and window is None
                 and "sliding_attention" not in (getattr(config, "layer_types", None) or ()))
 
     @torch.inference_mode()
