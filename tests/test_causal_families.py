@@ -234,7 +234,7 @@ def test_a_decoder_attending_both_ways_is_refused():
 
 
 @pytest.mark.parametrize(("name", "packed"), [("qwen3", True), ("granite", True), ("cohere", False), ("gemma3_text", False),
-                                              ("phi3", True)])
+                                              ("phi3", True), ("phi", True)])
 def test_new_families_read_the_device_once_per_call(name, packed):
     model = tiny_family(name)
     engine = CausalLikelihood(model, pad_id=0, token_budget=48)
