@@ -28,8 +28,8 @@ class OutputHead:
     chunk of positions at a time, so the full [batch, length, vocabulary] logits tensor is
     never built. Only for architectures whose logits are exactly `lm_head(h) +
     final_logits_bias` (BART, PEGASUS, mBART, Marian), or for the causal families of
-    `CAUSAL_LOGITS`, whose logits are `lm_head(h)` (h W^T + b: Phi's `lm_head` has a bias b,
-    the other families' none) put through that family's own transform (`_transform`,
+    `CAUSAL_LOGITS`, whose logits are `lm_head(h)` (h W^T + b: the `lm_head` of Phi and GPT-J
+    has a bias b, Phi-3.5-MoE's with `lm_head_bias`, the other families' none) put through that family's own transform (`_transform`,
     docs/gpu.md "Output layer"):
 
         z = lm_head(h) * m / d,   then   z <- c * tanh(z / c)   where the family soft-caps,
@@ -65,7 +65,8 @@ class OutputHead:
         "phi3": (), "olmo2": (), "olmo3": (), "smollm3": (), "starcoder2": (), "glm4": (), "exaone4": (),
         "mixtral": (), "qwen2_moe": (), "olmoe": (), "gpt_neox": (), "opt": (), "falcon": (), "deepseek_v3": (),
         "glm4_moe": (), "gpt_oss": (), "seed_oss": (), "ernie4_5": (), "apertus": (), "hunyuan_v1_dense": (),
-        "phi": (),  # lm_head with a bias: `bias()` adds it
+        "gptj": (), "gpt_bigcode": (), "phimoe": (), "ernie4_5_moe": (), "deepseek_v2": (), "nemotron": (), "bloom": (),
+        "phi": (),  # lm_head with a bias (GPT-J's too, Phi-3.5-MoE's with lm_head_bias): `bias()` adds it
         "gemma2": ("final_logit_softcapping",), "gemma3_text": ("final_logit_softcapping",),
         "granite": ("logits_scaling",), "granitemoe": ("logits_scaling",),
         "cohere": ("logit_scale",), "cohere2": ("logit_scale",),

@@ -2,9 +2,10 @@
 every family's per-sequence NLL, padded, packed where the engine packs it, and through
 PromptedLikelihood (shared prompts and independent forwards), against the plain reference, one
 unpadded sequence at a time: `model(input_ids).logits` -> log_softmax -> gather. Within 1e-6
-relative in float32. Sliding-window families (and Falcon, GPT-OSS, DeepSeek-V3) stay off
-packing; the logit scalings of Granite and Cohere and Phi's output bias are applied by the
-output head; a call reads the device once."""
+relative in float32. Sliding-window families (and Falcon, BLOOM, GPT-OSS, DeepSeek, Nemotron)
+stay off packing, and each fails its parity when forced to pack; the logit scalings of Granite
+and Cohere and the output biases of Phi and GPT-J are applied by the output head; a call reads
+the device once."""
 
 from __future__ import annotations
 
@@ -23,10 +24,11 @@ from scoring.ragged import Ragged
 LENGTHS = (2, 5, 17, 30, 9, 3, 12, 41, 6)  # most longer than the window (4): a wrong window shows
 SLIDING = {"mistral-sliding", "qwen2-sliding", "qwen3-sliding", "gemma2", "gemma3_text", "phi3-sliding", "cohere2", "olmo3",
            "ministral", "exaone4", "mixtral-sliding", "qwen2_moe-sliding", "gpt_oss"}
-# a fast head, never packed: attention outside transformers' attention functions (Falcon), or
-# value heads narrower than query/key heads (DeepSeek-V3's latent attention)
-HEAD_ONLY = {"falcon", "falcon-alibi", "deepseek_v3"}
-EAGER = {"gemma2", "gpt_oss"}  # no engine attention function, so nothing reaches packed attention
+# a fast head, never packed: attention outside transformers' attention functions (Falcon), value
+# heads narrower than query/key heads (DeepSeek's latent attention), decoder layers that drop the
+# packed segments' keyword (Nemotron)
+HEAD_ONLY = {"falcon", "falcon-alibi", "deepseek_v3", "deepseek_v2", "nemotron"}
+EAGER = {"gemma2", "gpt_oss", "bloom"}  # no engine attention function, so nothing reaches packed attention
 # layers that hand no window to the attention function (only the mask has it): packing would drop it silently
 WINDOW_IN_MASK_ONLY = {"qwen2_moe-sliding"}
 SCALED = {"granite": "divisor", "granitemoe": "divisor", "cohere": "multiplier", "cohere2": "multiplier",
@@ -94,7 +96,7 @@ def test_every_family_scores_as_its_own_forward(name):
     assert relative([t for t, _ in padded], want) <= TOLERANCE, name
     assert engine.stats["forward_passes"] >= 2
     # a packable family without a sliding window packs, and gives the same numbers
-    assert engine.can_pack() == (name not in SLIDING | HEAD_ONLY)
+    assert engine.can_pack() == (name not in SLIDING | HEAD_ONLY | EAGER)
     if engine.can_pack():
         engine.packed = True
         packed = engine.sequence_nll(sequences)
@@ -182,10 +184,23 @@ def test_the_family_logit_transform_is_what_makes_the_scores_match(name):
     assert relative([t for t, _ in engine.sequence_nll(sequences)], want) > 1e-2
 
 
-def test_the_output_bias_of_phi_is_added():
-    """Phi's lm_head has a bias (drawn large in the tiny model): the head adds it, and without
-    it the scores are far from the model's."""
-    model = tiny_family("phi")
+def test_a_layer_that_drops_the_packed_segments_is_refused_in_attention():
+    """Nemotron's decoder layers do not hand their keyword arguments on to attention: forced to
+    pack, its attention would get the placeholder mask without the segments and attend across
+    the whole row. The attention function knows the placeholder and refuses instead."""
+    model = tiny_family("nemotron")
+    engine = CausalLikelihood(model, pad_id=0)
+    assert engine.attention_enabled and engine.head is not None and not engine.can_pack()
+    engine.packed, engine.can_pack = True, lambda: True
+    with pytest.raises(ValueError, match="NemotronAttention: its layer drops the packed segments"):
+        engine.sequence_nll(_sequences(model.config.vocab_size)[2:5])
+
+
+@pytest.mark.parametrize("name", ["phi", "gptj", "phimoe"])
+def test_the_output_bias_is_added(name):
+    """The lm_head of Phi, GPT-J and Phi-3.5-MoE has a bias (drawn large in the tiny models):
+    the head adds it, and without it the scores are far from the model's."""
+    model = tiny_family(name)
     sequences = _sequences(model.config.vocab_size)[:4]
     engine = CausalLikelihood(model, pad_id=0)
     assert engine.head.bias() is not None

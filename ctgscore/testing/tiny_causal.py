@@ -2,7 +2,7 @@
 tests: a Llama, a Gemma-2 (logits soft-capped by `final_logit_softcapping`), and one model per
 decoder family people score with (`tiny_family`), with sliding windows shorter than the test
 sequences, the logit scalings of Granite and Cohere set away from 1 and Phi's output bias drawn
-large. Random weights: their scores mean nothing."""
+large (GPT-J's and Phi-3.5-MoE's too). Random weights: their scores mean nothing."""
 
 from __future__ import annotations
 
@@ -81,13 +81,27 @@ FAMILIES: dict[str, tuple[str, dict]] = {
     "phi": ("phi", {"partial_rotary_factor": 0.5}),
     "falcon": ("falcon", {"head_dim": _UNSET, "new_decoder_architecture": True, "num_kv_heads": 2, "alibi": False}),
     "falcon-alibi": ("falcon", {"head_dim": _UNSET, "alibi": True, "multi_query": True, "parallel_attn": True}),
+    # GPT-J (partial rotary, a bias on lm_head); StarCoder 1 / SantaCoder (multi-query, learned
+    # positions); Phi-3.5-MoE (sparsemixer routing, lm_head bias); BLOOM (ALiBi, eager attention only)
+    "gptj": ("gptj", {"head_dim": _UNSET, "rotary_dim": 4}),
+    "gpt_bigcode": ("gpt_bigcode", {"head_dim": _UNSET, "multi_query": True}),
+    "phimoe": ("phimoe", {"num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": None, "lm_head_bias": True}),
+    "ernie4_5_moe": ("ernie4_5_moe", {"moe_num_experts": 4, "moe_k": 2, "moe_intermediate_size": 16,
+                                      "moe_num_shared_experts": 1}),
+    "deepseek_v2": ("deepseek_v2", {"num_key_value_heads": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
+                                    "moe_intermediate_size": 16, "first_k_dense_replace": 1, "n_shared_experts": 1,
+                                    "q_lora_rank": None, "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8,
+                                    "v_head_dim": 4}),
+    "nemotron": ("nemotron", {}),
+    "bloom": ("bloom", {"head_dim": _UNSET}),
     "seed_oss": ("seed_oss", {}),
     "ernie4_5": ("ernie4_5", {}),
     "apertus": ("apertus", {}),
     "hunyuan_v1_dense": ("hunyuan_v1_dense", {}),
 }
-# eager attention where transformers has no SDPA for the family (Gemma 2: attention soft-capping)
-_EAGER = ("gemma2", "gpt_oss")
+# eager attention where transformers has no SDPA for the family (Gemma 2: attention soft-capping;
+# GPT-OSS: attention sinks; BLOOM: ALiBi)
+_EAGER = ("gemma2", "gpt_oss", "bloom")
 
 
 def tiny_family(name: str, seed: int = 0):
@@ -107,7 +121,7 @@ def tiny_family(name: str, seed: int = 0):
             if parameter.dim() >= 2:
                 parameter.normal_(0.0, MATRIX_STD)
         model.get_output_embeddings().weight.normal_(0.0, HEAD_STD)
-        if getattr(model.get_output_embeddings(), "bias", None) is not None:  # Phi's: large enough to matter
+        if getattr(model.get_output_embeddings(), "bias", None) is not None:  # Phi's, GPT-J's: large enough to matter
             model.get_output_embeddings().bias.normal_(0.0, 1.0)
     return model.eval()
 
