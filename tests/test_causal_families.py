@@ -239,6 +239,17 @@ def test_a_family_not_checked_here_uses_the_model_forward():
     assert set(FAMILIES[name][0] for name in FAMILIES) <= set(OutputHead.CAUSAL_LOGITS)
 
 
+def test_every_listed_family_has_a_parity_test_here():
+    """A model type joins the fast head or packing only with a tiny model in `FAMILIES` (so the
+    parity test above runs on it); GPT-2 is checked in tests/test_output_head.py and
+    tests/test_packed_attention.py instead."""
+    tested = {model_type for model_type, _ in FAMILIES.values()} | {"gpt2"}
+    assert set(OutputHead.CAUSAL_LOGITS) <= tested
+    assert set(CausalLikelihood.PACKABLE_ARCHITECTURES) <= tested
+    packed_here = {FAMILIES[name][0] for name in FAMILIES if name not in SLIDING | HEAD_ONLY | EAGER}
+    assert set(CausalLikelihood.PACKABLE_ARCHITECTURES) <= packed_here | {"gpt2"}
+
+
 def test_a_decoder_attending_both_ways_is_refused():
     model = tiny_family("gemma3_text")
     model.config.use_bidirectional_attention = True
