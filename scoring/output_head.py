@@ -29,8 +29,8 @@ class OutputHead:
     never built. Only for architectures whose logits are exactly `lm_head(h) +
     final_logits_bias` (BART, PEGASUS, mBART, Marian), or for the causal families of
     `CAUSAL_LOGITS`, whose logits are `lm_head(h)` (h W^T + b: the `lm_head` of Phi and GPT-J
-    has a bias b, Phi-3.5-MoE's with `lm_head_bias`, the other families' none) put through that family's own transform (`_transform`,
-    docs/gpu.md "Output layer"):
+    has a bias b, Phi-3.5-MoE's with `lm_head_bias`, the other families' none) put through that
+    family's own transform (`_transform`, docs/gpu.md "Output layer"):
 
         z = lm_head(h) * m / d,   then   z <- c * tanh(z / c)   where the family soft-caps,
 
@@ -124,8 +124,8 @@ class OutputHead:
 
     def bias(self) -> torch.Tensor | None:
         """The logits' bias in float32: `final_logits_bias` (BART and kin), else the output
-        layer's own bias (Phi's `lm_head = Linear(hidden, vocabulary, bias=True)`, whose forward
-        is h W^T + b); None when there is none or it is all zeros (as in the published BART and
+        layer's own bias (Phi's and GPT-J's `lm_head = Linear(hidden, vocabulary, bias=True)`,
+        whose forward is h W^T + b); None when there is none or it is all zeros (as in the published BART and
         PEGASUS checkpoints): then no pass adds it. Re-checked only when the bias tensor is
         replaced or changed in place (e.g. a state dict loaded on top)."""
         bias = getattr(self.model, "final_logits_bias", None)

@@ -143,22 +143,20 @@ def test_a_window_read_per_layer_type_only_where_the_family_does():
     """Qwen2-MoE's config writes sliding_window = 0 for "no window" and its layers take a window
     only where `layer_types` says so: it packs. The same 0 in a family that reads
     `sliding_window` itself (Mixtral) keeps packing off."""
-    from scoring.causal_engine import CausalLikelihood as Engine
-
     qwen = tiny_family("qwen2_moe")
     assert qwen.config.sliding_window == 0 and "sliding_attention" not in qwen.config.layer_types
-    assert Engine(qwen, pad_id=0).can_pack()
+    assert CausalLikelihood(qwen, pad_id=0).can_pack()
     mixtral = tiny_family("mixtral")
     mixtral.config.sliding_window = 0
-    assert not Engine(mixtral, pad_id=0).can_pack()
+    assert not CausalLikelihood(mixtral, pad_id=0).can_pack()
 
 
 @pytest.mark.parametrize("name", sorted(HEAD_ONLY | EAGER))
 def test_families_outside_packing_would_fail_their_parity_packed(name):
     """A wrong entry in PACKABLE_ARCHITECTURES would be caught: forced past the engine's check,
     these families' packed scores raise or are far from their own forward (Falcon's and the
-    eager families' attention never sees the packed segments; DeepSeek-V3's value heads do not
-    fit packed attention)."""
+    eager families' attention never sees the packed segments; DeepSeek's value heads do not fit
+    packed attention; Nemotron's layers drop the segments, which its attention refuses)."""
     model = tiny_family(name)
     sequences = _sequences(model.config.vocab_size)[2:5]
     engine = CausalLikelihood(model, pad_id=0)
