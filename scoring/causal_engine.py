@@ -62,18 +62,31 @@ class CausalLikelihood:
 
     # families whose forward, given one packed row, its `position_ids` and the engine's
     # attention function, gives each sequence its own scores (tests/test_causal_families.py);
-    # only ever with no sliding window (`can_pack`)
+    # only ever with no sliding window (`can_pack`). Not listed, though their head is fast:
+    # Falcon (its attention bypasses transformers' attention functions; ALiBi variants add
+    # position biases), GPT-OSS and BLOOM (eager attention only: sinks and sliding layers,
+    # ALiBi), DeepSeek-V2/V3 (multi-head latent attention: value heads narrower than query/key
+    # heads), Nemotron (its decoder layers drop the keywords that carry the packed segments)
     PACKABLE_ARCHITECTURES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gemma", "phi3", "olmo2",
-                              "granite", "cohere", "smollm3", "starcoder2", "glm4")
+                              "granite", "cohere", "smollm3", "starcoder2", "glm4", "mixtral", "qwen2_moe", "olmoe",
+                              "granitemoe", "gpt_neox", "opt", "phi", "glm4_moe", "seed_oss", "ernie4_5", "apertus",
+                              "hunyuan_v1_dense", "gptj", "gpt_bigcode", "phimoe", "ernie4_5_moe")
+    # families whose layers take `sliding_window` only where `layer_types` says
+    # "sliding_attention" (Qwen2-MoE: its config writes sliding_window = 0 when
+    # use_sliding_window is off, and its attention hands no window to the attention function,
+    # so only `layer_types` tells whether a window applies)
+    WINDOW_BY_LAYER_TYPE = ("qwen2_moe",)
 
     def can_pack(self) -> bool:
         """Packing needs the engine's attention function (SDPA models), its output head, and an
         architecture whose positions come from `position_ids` with no sliding window in any
         layer (packed attention is full causal per sequence: a window would be ignored)."""
         config = self.model.config
+        model_type = getattr(config, "model_type", None)
+        window = None if model_type in self.WINDOW_BY_LAYER_TYPE else getattr(config, "sliding_window", None)
         return (self.attention_enabled and self.head is not None
-                and getattr(config, "model_type", None) in self.PACKABLE_ARCHITECTURES
-                and getattr(config, "sliding_window", None) is None
+                and model_type in self.PACKABLE_ARCHITECTURES
+                and window is None
                 and "sliding_attention" not in (getattr(config, "layer_types", None) or ()))
 
     @torch.inference_mode()
@@ -118,12 +131,11 @@ class CausalLikelihood:
         packed = packed_causal(sequences, batch, self.device)
         lengths = tuple(sequences.lengths[batch].tolist())  # numpy on the host, no device read
         segments = PackedSegments(lengths, packed["cu_seqlens"], max(lengths))
-        if self._mask_marker is None or self._mask_marker.device != self.device:
-            # a 4-D mask is passed through untouched by transformers (no mask is built); the
-            # attention function reads the segments instead
-            self._mask_marker = torch.ones((1, 1, 1, 1), dtype=torch.bool, device=self.device)
+        # a 4-D mask is passed through untouched by transformers (no mask is built); the
+        # attention function reads the segments instead, and refuses this mask without them
         hidden = self.model.base_model(
-            input_ids=packed["ids"][None], position_ids=packed["positions"][None], attention_mask=self._mask_marker,
+            input_ids=packed["ids"][None], position_ids=packed["positions"][None],
+            attention_mask=shared_source_attention.packed_mask(self.device),
             use_cache=False, **{shared_source_attention.PACKING_KWARG: segments},
         ).last_hidden_state[0]
         self._count_tokens(batch, sequences, segments.total)
@@ -131,8 +143,6 @@ class CausalLikelihood:
         sums = self.head.logprob_sums_at(hidden.index_select(0, predicting), packed["ids"].index_select(0, predicting + 1),
                                          packed["owners"], len(batch))
         self._pending.append((list(batch), -sums))
-
-    _mask_marker: torch.Tensor | None = None
 
     def _score_batch(self, batch: list[int], sequences: Ragged) -> None:
         input_ids, mask = sequences.padded(batch, self.pad_id, self.device)

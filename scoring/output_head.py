@@ -28,8 +28,9 @@ class OutputHead:
     chunk of positions at a time, so the full [batch, length, vocabulary] logits tensor is
     never built. Only for architectures whose logits are exactly `lm_head(h) +
     final_logits_bias` (BART, PEGASUS, mBART, Marian), or for the causal families of
-    `CAUSAL_LOGITS`, whose logits are `lm_head(h)` put through that family's own transform
-    (`_transform`, docs/gpu.md "Output layer"):
+    `CAUSAL_LOGITS`, whose logits are `lm_head(h)` (h W^T + b: the `lm_head` of Phi and GPT-J
+    has a bias b, Phi-3.5-MoE's with `lm_head_bias`, the other families' none) put through that
+    family's own transform (`_transform`, docs/gpu.md "Output layer"):
 
         z = lm_head(h) * m / d,   then   z <- c * tanh(z / c)   where the family soft-caps,
 
@@ -62,8 +63,12 @@ class OutputHead:
     CAUSAL_LOGITS: dict[str, tuple[str, ...]] = {
         "gpt2": (), "llama": (), "mistral": (), "ministral": (), "qwen2": (), "qwen3": (), "qwen3_moe": (), "gemma": (),
         "phi3": (), "olmo2": (), "olmo3": (), "smollm3": (), "starcoder2": (), "glm4": (), "exaone4": (),
+        "mixtral": (), "qwen2_moe": (), "olmoe": (), "gpt_neox": (), "opt": (), "falcon": (), "deepseek_v3": (),
+        "glm4_moe": (), "gpt_oss": (), "seed_oss": (), "ernie4_5": (), "apertus": (), "hunyuan_v1_dense": (),
+        "gptj": (), "gpt_bigcode": (), "phimoe": (), "ernie4_5_moe": (), "deepseek_v2": (), "nemotron": (), "bloom": (),
+        "phi": (),  # lm_head with a bias (GPT-J's too, Phi-3.5-MoE's with lm_head_bias): `bias()` adds it
         "gemma2": ("final_logit_softcapping",), "gemma3_text": ("final_logit_softcapping",),
-        "granite": ("logits_scaling",),
+        "granite": ("logits_scaling",), "granitemoe": ("logits_scaling",),
         "cohere": ("logit_scale",), "cohere2": ("logit_scale",),
     }
     # Logits of one chunk stay below glibc's largest mmap threshold (32 MiB), so the allocator
@@ -118,10 +123,14 @@ class OutputHead:
         return self._weight
 
     def bias(self) -> torch.Tensor | None:
-        """`final_logits_bias` in float32, or None when there is none or it is all zeros (as in
-        the published BART and PEGASUS checkpoints): then no pass adds it. Re-checked only when
-        the bias tensor is replaced or changed in place (e.g. a state dict loaded on top)."""
+        """The logits' bias in float32: `final_logits_bias` (BART and kin), else the output
+        layer's own bias (Phi's and GPT-J's `lm_head = Linear(hidden, vocabulary, bias=True)`,
+        whose forward is h W^T + b); None when there is none or it is all zeros (as in the published BART and
+        PEGASUS checkpoints): then no pass adds it. Re-checked only when the bias tensor is
+        replaced or changed in place (e.g. a state dict loaded on top)."""
         bias = getattr(self.model, "final_logits_bias", None)
+        if bias is None:
+            bias = getattr(self.model.get_output_embeddings(), "bias", None)
         if bias is None:
             return None
         key = (bias.data_ptr(), _version_of(bias))
@@ -141,9 +150,10 @@ class OutputHead:
     @classmethod
     def for_causal_model(cls, model) -> "OutputHead | None":
         """The head of a causal LM of a `CAUSAL_LOGITS` family whose logits are
-        `lm_head(base_model(x))` (no bias) through the family's transform, or None: another
-        family, a head with a bias, a transform value that is not a finite positive number (the
-        model's own forward then decides what it means), or a model that attends both ways."""
+        `lm_head(base_model(x))` through the family's transform, or None: another family, an
+        output layer that is not a plain linear map (h W^T, plus its bias where it has one), a
+        transform value that is not a finite positive number (the model's own forward then
+        decides what it means), or a model that attends both ways."""
         if getattr(model.config, "model_type", None) not in cls.CAUSAL_LOGITS or not is_causal(model.config):
             return None
         try:
@@ -151,7 +161,7 @@ class OutputHead:
         except ValueError:
             return None
         head = model.get_output_embeddings()
-        if head is None or getattr(head, "bias", None) is not None or getattr(model, "base_model", model) is model:
+        if not isinstance(head, torch.nn.Linear) or getattr(model, "base_model", model) is model:
             return None
         return cls(model)
 

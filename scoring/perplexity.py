@@ -40,7 +40,11 @@ from scoring.signature import Signature, library_versions
 # in the same release texts are tokenised literally: only texts holding special-token strings
 # move (a clean text's ids are unchanged), the signature's `text` parameter says so, and the
 # number stays 1.2
-VERSION = "1.2"
+# 1.3: float32 head logits for 22 more causal families (Mixtral, Qwen2-MoE, OLMoE, Granite-MoE,
+# GPT-NeoX, GPT-J, StarCoder 1, OPT, Phi, Phi-3.5-MoE, Falcon, BLOOM, DeepSeek-V2/V3, GLM-4-MoE,
+# GPT-OSS, Seed-OSS, ERNIE 4.5 and its MoE, Apertus, Hunyuan dense, Nemotron), before scored
+# through their own forward: bf16 models move by bf16 rounding
+VERSION = "1.3"
 
 
 class Perplexity:

@@ -72,7 +72,9 @@ if TYPE_CHECKING:
 # prompts through the chat frame: scores move for texts holding special-token strings, and with
 # `chat_template` on Metaspace tokenizers (a `▁` at each text run's start) for every text, so the
 # number stays 1.1 and the signature's `text` parameter says how data was tokenised
-VERSION = "1.1"
+# 1.2: float32 head logits for 22 more causal families (as perplexity 1.3): bf16 models move by
+# bf16 rounding
+VERSION = "1.2"
 DIRECTIONS = ("s_h", "r_h", "h_r", "f")
 # the columns each direction reads, as BARTScore's: a row gets each direction whose inputs it has
 DIRECTION_INPUTS = {"s_h": ("text", "source"), "r_h": ("text", "references"), "h_r": ("text", "references"),

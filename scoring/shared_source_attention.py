@@ -34,6 +34,29 @@ PACKING_KWARG = "ctgscore_packing"
 SOURCE_RUNS_KWARG = "ctgscore_source_runs"
 
 
+_PACKED_MASKS: dict[torch.device, torch.Tensor] = {}
+
+
+def packed_mask(device) -> torch.Tensor:
+    """The placeholder 4-D mask a packed causal forward hands transformers (which passes a 4-D
+    mask through untouched, so it builds none; the attention function reads the segments
+    instead): one tensor per device, so the attention function knows it again when a layer
+    drops the segments' keyword on the way (`refuse_packed_without_segments`)."""
+    device = torch.device(device)
+    if device not in _PACKED_MASKS:
+        _PACKED_MASKS[device] = torch.ones((1, 1, 1, 1), dtype=torch.bool, device=device)
+    return _PACKED_MASKS[device]
+
+
+def refuse_packed_without_segments(module, attention_mask) -> None:
+    """ValueError when the packed placeholder mask arrives without its segments: the layer did
+    not hand its keyword arguments on to its attention (Nemotron's and StableLM's decoder
+    layers in transformers 5.24), so attention would run across every sequence of the row."""
+    if attention_mask is not None and any(attention_mask is mask for mask in _PACKED_MASKS.values()):
+        raise ValueError(f"packed attention cannot run {type(module).__name__}: its layer drops the packed segments "
+                         "on the way to attention; score this model unpacked")
+
+
 def _is_broadcast(tensor: torch.Tensor) -> bool:
     return tensor.shape[0] > 1 and tensor.stride(0) == 0
 
@@ -60,6 +83,7 @@ def shared_source_sdpa(module, query, key, value, attention_mask, **kwargs):
                 return packed_attention(query, key, value, segments.targets, kwargs.get("scaling"), causal=True), None
             return packed_cross_attention(query, key, value, cross, kwargs.get("scaling")), None
         return packed_attention(query, key, value, segments, kwargs.get("scaling"), causal=getattr(module, "is_causal", True)), None
+    refuse_packed_without_segments(module, attention_mask)
     if not (_is_broadcast(key) and _is_broadcast(value)) or getattr(module, "is_causal", False):
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     rows, heads, length, dim = query.shape

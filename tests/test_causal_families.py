@@ -2,8 +2,10 @@
 every family's per-sequence NLL, padded, packed where the engine packs it, and through
 PromptedLikelihood (shared prompts and independent forwards), against the plain reference, one
 unpadded sequence at a time: `model(input_ids).logits` -> log_softmax -> gather. Within 1e-6
-relative in float32. Sliding-window families stay off packing; the logit scalings of Granite
-and Cohere are applied by the output head; a call reads the device once."""
+relative in float32. Sliding-window families (and Falcon, BLOOM, GPT-OSS, DeepSeek, Nemotron)
+stay off packing, and each fails its parity when forced to pack; the logit scalings of Granite
+and Cohere and the output biases of Phi and GPT-J are applied by the output head; a call reads
+the device once."""
 
 from __future__ import annotations
 
@@ -21,8 +23,16 @@ from scoring.ragged import Ragged
 
 LENGTHS = (2, 5, 17, 30, 9, 3, 12, 41, 6)  # most longer than the window (4): a wrong window shows
 SLIDING = {"mistral-sliding", "qwen2-sliding", "qwen3-sliding", "gemma2", "gemma3_text", "phi3-sliding", "cohere2", "olmo3",
-           "ministral", "exaone4"}
-SCALED = {"granite": "divisor", "cohere": "multiplier", "cohere2": "multiplier", "gemma2": "softcap", "gemma3_text": "softcap"}
+           "ministral", "exaone4", "mixtral-sliding", "qwen2_moe-sliding", "gpt_oss"}
+# a fast head, never packed: attention outside transformers' attention functions (Falcon), value
+# heads narrower than query/key heads (DeepSeek's latent attention), decoder layers that drop the
+# packed segments' keyword (Nemotron)
+HEAD_ONLY = {"falcon", "falcon-alibi", "deepseek_v3", "deepseek_v2", "nemotron"}
+EAGER = {"gemma2", "gpt_oss", "bloom"}  # no engine attention function, so nothing reaches packed attention
+# layers that hand no window to the attention function (only the mask has it): packing would drop it silently
+WINDOW_IN_MASK_ONLY = {"qwen2_moe-sliding"}
+SCALED = {"granite": "divisor", "granitemoe": "divisor", "cohere": "multiplier", "cohere2": "multiplier",
+          "gemma2": "softcap", "gemma3_text": "softcap"}
 TOLERANCE = 1e-6
 
 
@@ -86,7 +96,7 @@ def test_every_family_scores_as_its_own_forward(name):
     assert relative([t for t, _ in padded], want) <= TOLERANCE, name
     assert engine.stats["forward_passes"] >= 2
     # a packable family without a sliding window packs, and gives the same numbers
-    assert engine.can_pack() == (name not in SLIDING)
+    assert engine.can_pack() == (name not in SLIDING | HEAD_ONLY | EAGER)
     if engine.can_pack():
         engine.packed = True
         packed = engine.sequence_nll(sequences)
@@ -102,11 +112,13 @@ def test_every_family_scores_as_its_own_forward(name):
             assert prompted.stats["prompt_tokens_computed"] < prompted.stats["prompt_tokens_requested"]
 
 
-@pytest.mark.parametrize("name", sorted(SLIDING - {"gemma2"}))
+@pytest.mark.parametrize("name", sorted(SLIDING - EAGER))
 def test_sliding_window_families_are_kept_off_packing(name):
     """The window matters in these tiny models (the same weights without it score otherwise),
     packed attention ignores windows, so the engine refuses to pack them; a layer that still
-    reached packed attention with a window would be refused there too."""
+    reached packed attention with a window would be refused there too, except where the layer
+    hands the window to its mask only (Qwen2-MoE): packed, its scores would be wrong, so the
+    engine's own check is what keeps it off."""
     sliding = tiny_family(name)
     assert sliding.config.sliding_window == WINDOW
     sequences = _sequences(sliding.config.vocab_size)[2:4]
@@ -119,8 +131,42 @@ def test_sliding_window_families_are_kept_off_packing(name):
     with pytest.raises(ValueError, match="packed sequences are not supported"):
         engine.sequence_nll(sequences)
     engine.can_pack = lambda: True  # past the engine's own check: the attention function refuses
+    if name in WINDOW_IN_MASK_ONLY:
+        packed = engine.sequence_nll(sequences)
+        assert relative([t for t, _ in packed], reference_nll(sliding, sequences)) > 1e-3
+        return
     with pytest.raises(ValueError, match="packed attention cannot run .* with sliding_window"):
         engine.sequence_nll(sequences)
+
+
+def test_a_window_read_per_layer_type_only_where_the_family_does():
+    """Qwen2-MoE's config writes sliding_window = 0 for "no window" and its layers take a window
+    only where `layer_types` says so: it packs. The same 0 in a family that reads
+    `sliding_window` itself (Mixtral) keeps packing off."""
+    qwen = tiny_family("qwen2_moe")
+    assert qwen.config.sliding_window == 0 and "sliding_attention" not in qwen.config.layer_types
+    assert CausalLikelihood(qwen, pad_id=0).can_pack()
+    mixtral = tiny_family("mixtral")
+    mixtral.config.sliding_window = 0
+    assert not CausalLikelihood(mixtral, pad_id=0).can_pack()
+
+
+@pytest.mark.parametrize("name", sorted(HEAD_ONLY | EAGER))
+def test_families_outside_packing_would_fail_their_parity_packed(name):
+    """A wrong entry in PACKABLE_ARCHITECTURES would be caught: forced past the engine's check,
+    these families' packed scores raise or are far from their own forward (Falcon's and the
+    eager families' attention never sees the packed segments; DeepSeek's value heads do not fit
+    packed attention; Nemotron's layers drop the segments, which its attention refuses)."""
+    model = tiny_family(name)
+    sequences = _sequences(model.config.vocab_size)[2:5]
+    engine = CausalLikelihood(model, pad_id=0)
+    assert engine.head is not None and not engine.can_pack()
+    engine.packed, engine.can_pack = True, lambda: True
+    try:
+        packed = engine.sequence_nll(sequences)
+    except (RuntimeError, ValueError):
+        return
+    assert relative([t for t, _ in packed], reference_nll(model, sequences)) > 1e-3
 
 
 @pytest.mark.parametrize("name", sorted(SCALED))
@@ -134,6 +180,30 @@ def test_the_family_logit_transform_is_what_makes_the_scores_match(name):
     assert getattr(engine.head, SCALED[name]) is not None
     setattr(engine.head, SCALED[name], None)
     assert relative([t for t, _ in engine.sequence_nll(sequences)], want) > 1e-2
+
+
+def test_a_layer_that_drops_the_packed_segments_is_refused_in_attention():
+    """Nemotron's decoder layers do not hand their keyword arguments on to attention: forced to
+    pack, its attention would get the placeholder mask without the segments and attend across
+    the whole row. The attention function knows the placeholder and refuses instead."""
+    model = tiny_family("nemotron")
+    engine = CausalLikelihood(model, pad_id=0)
+    assert engine.attention_enabled and engine.head is not None and not engine.can_pack()
+    engine.packed, engine.can_pack = True, lambda: True
+    with pytest.raises(ValueError, match="NemotronAttention: its layer drops the packed segments"):
+        engine.sequence_nll(_sequences(model.config.vocab_size)[2:5])
+
+
+@pytest.mark.parametrize("name", ["phi", "gptj", "phimoe"])
+def test_the_output_bias_is_added(name):
+    """The lm_head of Phi, GPT-J and Phi-3.5-MoE has a bias (drawn large in the tiny models):
+    the head adds it, and without it the scores are far from the model's."""
+    model = tiny_family(name)
+    sequences = _sequences(model.config.vocab_size)[:4]
+    engine = CausalLikelihood(model, pad_id=0)
+    assert engine.head.bias() is not None
+    engine.head.bias = lambda: None
+    assert relative([t for t, _ in engine.sequence_nll(sequences)], reference_nll(model, sequences)) > 1e-2
 
 
 def test_a_transform_is_read_only_from_the_family_that_applies_it():
@@ -167,6 +237,17 @@ def test_a_family_not_checked_here_uses_the_model_forward():
     assert set(FAMILIES[name][0] for name in FAMILIES) <= set(OutputHead.CAUSAL_LOGITS)
 
 
+def test_every_listed_family_has_a_parity_test_here():
+    """A model type joins the fast head or packing only with a tiny model in `FAMILIES` (so the
+    parity test above runs on it); GPT-2 is checked in tests/test_output_head.py and
+    tests/test_packed_attention.py instead."""
+    tested = {model_type for model_type, _ in FAMILIES.values()} | {"gpt2"}
+    assert set(OutputHead.CAUSAL_LOGITS) <= tested
+    assert set(CausalLikelihood.PACKABLE_ARCHITECTURES) <= tested
+    packed_here = {FAMILIES[name][0] for name in FAMILIES if name not in SLIDING | HEAD_ONLY | EAGER}
+    assert set(CausalLikelihood.PACKABLE_ARCHITECTURES) <= packed_here | {"gpt2"}
+
+
 def test_a_decoder_attending_both_ways_is_refused():
     model = tiny_family("gemma3_text")
     model.config.use_bidirectional_attention = True
@@ -177,7 +258,7 @@ def test_a_decoder_attending_both_ways_is_refused():
 
 
 @pytest.mark.parametrize(("name", "packed"), [("qwen3", True), ("granite", True), ("cohere", False), ("gemma3_text", False),
-                                              ("phi3", True)])
+                                              ("phi3", True), ("phi", True)])
 def test_new_families_read_the_device_once_per_call(name, packed):
     model = tiny_family(name)
     engine = CausalLikelihood(model, pad_id=0, token_budget=48)
