@@ -142,7 +142,7 @@ def test_the_matrix_cuts_huge_names_and_keeps_them_apart(report):
     assert int(re.search(r'width="(\d+)"', svg).group(1)) < 2000  # not 7 pixels per character of a huge name
     labels = re.findall(r'text-anchor="end">(.*?)</text>', svg)
     assert len(labels) == len(set(labels)) == len(SYSTEMS)
-    assert CUT not in svg and CUT + "1" in board and CUT + "2" in board  # whole names in the table
+    assert CUT not in svg and CUT + "1" in board and CUT + "2" in board  # whole, once, in the list of cut names
 
 
 def test_plot_labels_are_cut_and_never_alike():

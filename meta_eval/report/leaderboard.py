@@ -10,6 +10,10 @@ and the p-value of the one test that decides its mark; and, given the previous r
 leaderboard JSON, each system's move in rank (new systems marked new, systems gone listed).
 Every table sorts by a click on its header. `leaderboard_section` is the same body without the
 page, for embedding.
+
+Names are shown by `scoring.display_names.html_name` (a name over 120 characters cut, with its
+length and digest, the name in the cell's `title`), and a page that cut any ends with a folded
+list of those names, each once and whole (`full_names`).
 """
 
 from __future__ import annotations
@@ -126,7 +130,7 @@ def mark(comp: SystemComparison, row: str, col: str) -> str:
 
 def short_label(name: str, width: int = SVG_LABEL_MAX) -> str:
     """A system name as the matrix draws it: cut at `width` characters with "…" (the tables
-    beside it show the whole name), so a huge name neither widens the drawing nor is repeated
+    beside it show it by `scoring.display_names`, the page's list of cut names whole), so a huge name neither widens the drawing nor is repeated
     once per cell."""
     return name if len(name) <= width else name[: width - 1] + "…"
 
