@@ -233,3 +233,25 @@ def test_constraints_splits_and_compmctg_reports_cut_names():
         assert len(md) < 5_000 and not RUN.search(md), md[:300]
         assert "Names longer than 120 characters are shown cut" in md
         assert max(len(line) for line in md.splitlines()) < 1_000
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_browser_shows_cut_names_with_their_titles_and_runs_no_data(outputs):
+    """Headless Chromium's view of `compare`'s board.html: the page fits a laptop's width, each
+    cut name's `title` is the name (the hostile head's quotes, tags and newline as text), no
+    element of the data was made, and every contents link lands."""
+    from tests.browser import render
+
+    dom = """() => ({
+      cuts: Array.from(document.querySelectorAll('span.cut')).map(s => [s.textContent, s.title]),
+      scripts: document.querySelectorAll('script').length, bold: document.querySelectorAll('b').length})"""
+    rendered, info = render(outputs / "board.html", width=1280, evaluate=dom)
+    assert rendered.scroll_width <= 1280
+    assert rendered.anchors and all(a["target_exists"] for a in rendered.anchors)
+    assert info["scripts"] == 1 and info["bold"] == 0  # the page's own sort script; the name's <b> is text
+    titles = {text: title for text, title in info["cuts"]}
+    assert titles[display_name(HOSTILE)] == display_name(HOSTILE, TITLE_MAX)
+    for name in (MID_A, MID_B):  # 2,001 characters: the title too is cut (at 2,000), each with its own digest
+        assert titles[display_name(name)] == display_name(name, TITLE_MAX)
+    assert titles[display_name(MID_A)] != titles[display_name(MID_B)] and len(titles) == len(LONG_NAMES)
