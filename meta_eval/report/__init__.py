@@ -49,7 +49,8 @@ def _figures(group: GroupResult):
         yield "checklist_system_ks.png", f"{dataset}: checklist system-level KS", plots.checklist_system_ks(group, chk)
     for human in dict.fromkeys(a.human for a in chk.aspect_level):
         yield (f"checklist_ks_{safe_name(human.removeprefix('human_'))}.png",
-               f"{dataset}: checklist aspect-level KS, {display_name(human)}", plots.checklist_aspect_ks(group, chk, human))
+               f"{dataset}: checklist aspect-level KS, {display_name(human)}",
+               plots.checklist_aspect_ks(group, chk, human))
     yield ("preference_similarity.png", f"{dataset}: preference similarity (Easy pairs)",
            plots.preference_similarity(group, chk))
     shown = [c for c in group.humans if c in chk.columns][:1] + [c for c in group.metrics if c in chk.columns][:2]

@@ -130,8 +130,8 @@ def mark(comp: SystemComparison, row: str, col: str) -> str:
 
 def short_label(name: str, width: int = SVG_LABEL_MAX) -> str:
     """A system name as the matrix draws it: cut at `width` characters with "…" (the tables
-    beside it show it by `scoring.display_names`, the page's list of cut names whole), so a huge name neither widens the drawing nor is repeated
-    once per cell."""
+    beside it show it by `scoring.display_names`, the page's list of cut names whole), so a
+    huge name neither widens the drawing nor is repeated once per cell."""
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
@@ -189,7 +189,7 @@ def _table(comp: SystemComparison, clusters: dict[str, int], moved: dict[str, st
 
 
 def pair_label(comp: SystemComparison, pair) -> str:
-    """The mark of a pair in words, as HTML: "X better" (X shown by `name`), "no significant
+    """The mark of a pair in words, as HTML: "X better" (X shown by `html_name`), "no significant
     difference", or "–" (undefined)."""
     state = mark(comp, pair.a, pair.b)
     return {"better": f"{html_name(pair.a)} better", "worse": f"{html_name(pair.b)} better",

@@ -154,8 +154,8 @@ def _checklist(group: GroupResult) -> list[str]:
                 f"Hi {sizes.size_hi} rows):", ""]
         small = min(sizes.size_lo, sizes.size_mod, sizes.size_hi)
         if small < SMALL_GROUP:
-            out += [f"> **Warning:** a quality group of {markdown_name(human)} has {small} row(s): a KS statistic over fewer "
-                    f"than {SMALL_GROUP} rows says little.", ""]
+            out += [f"> **Warning:** a quality group of {markdown_name(human)} has {small} row(s): a KS statistic "
+                    f"over fewer than {SMALL_GROUP} rows says little.", ""]
         out += folded(f"KS per column ({len(items)} rows)",
                       [markdown_table(["column", "KS Lo-Hi", "KS Lo-Mod", "KS Hi-Mod", "preference"],
                                       [[a.column, a.ks_lo_hi, a.ks_lo_mod, a.ks_hi_mod, a.preference]
