@@ -416,5 +416,7 @@ def write_report(report: dict[str, Any], out_dir: str | pathlib.Path, plot: bool
         paths["png"] = out / images[0]
     text = markdown(report, images)
     paths["md"] = write_text(out / "report.md", text)
-    paths["html"] = write_text(out / "report.html", render(text, out, title="CoDI-Eval report", images=images))
+    names = [*report["systems"], *(r["task"] for r in report["results"])]
+    paths["html"] = write_text(out / "report.html", render(text, out, title="CoDI-Eval report", images=images,
+                                                           names=names))
     return paths

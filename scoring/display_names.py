@@ -93,15 +93,18 @@ def _pieces(text: str, positions, budget: int) -> tuple[str, int]:
     return "".join(taken), following
 
 
+def cut_span(value: Any) -> str:
+    """The opening tag that carries a cut name: `<span class="cut" title="NAME">`, the name
+    escaped (quotes included) and at most `TITLE_MAX` characters (a longer one cut there by the
+    same rule, with the same digest)."""
+    return f'<span class="cut" title="{html.escape(display_name(value, TITLE_MAX), quote=True)}">'
+
+
 def html_name(value: Any, limit: int = DISPLAY_MAX) -> str:
-    """`value` as HTML text of a cell or heading: `display_name`, escaped; a cut name is a
-    `<span class="cut">` whose `title` (escaped, quotes included) holds the name, up to
-    `TITLE_MAX` characters (a longer one cut there by the same rule, with the same digest)."""
+    """`value` as HTML text of a cell or heading: `display_name`, escaped; a cut name inside a
+    `cut_span`, whose `title` holds the name."""
     shown = html.escape(display_name(value, limit))
-    if not is_cut(value, limit):
-        return shown
-    title = html.escape(display_name(value, TITLE_MAX), quote=True)
-    return f'<span class="cut" title="{title}">{shown}</span>'
+    return f"{cut_span(value)}{shown}</span>" if is_cut(value, limit) else shown
 
 
 def cut_note(markdown: str, whole: str) -> str:

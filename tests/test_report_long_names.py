@@ -158,7 +158,7 @@ def test_meta_report_is_small_and_every_name_whole_in_the_json(outputs):
     headings = re.findall(r"^## Dataset (.*)$", md, re.M)
     assert len(headings) == 2 and len(headings[1]) < 140  # escapes of the marker's brackets aside
     report = (out / "report.html").read_text()
-    assert not RUN.search(report)
+    assert not re.search(r"([A-Zx])\1{%d,}" % TITLE_MAX, report)  # a title holds at most 2,000 characters
     board = (out / "leaderboard.html").read_text()
     assert len(board) < 4 * N + 200_000  # each long name once whole (the folded list), not once per cell
     for name in (LONG_DATASET, LONG_METRIC, HOSTILE):
@@ -255,3 +255,27 @@ def test_the_browser_shows_cut_names_with_their_titles_and_runs_no_data(outputs)
     for name in (MID_A, MID_B):  # 2,001 characters: the title too is cut (at 2,000), each with its own digest
         assert titles[display_name(name)] == display_name(name, TITLE_MAX)
     assert titles[display_name(MID_A)] != titles[display_name(MID_B)] and len(titles) == len(LONG_NAMES)
+
+
+def test_the_report_page_carries_each_cut_name_in_a_title(outputs):
+    """report.html is rendered from report.md (raw HTML off): each cut dataset, metric and
+    system there is wrapped in a span whose title is the name; the Markdown stays plain text."""
+    page = (outputs / "meta" / "report.html").read_text()
+    parsed = parse(page)
+    found = {span["text"]: span["attrs"]["title"] for span in parsed.cuts}
+    for name in (LONG_DATASET, LONG_METRIC, HOSTILE, MID_A, MID_B):
+        assert found[display_name(name)] == display_name(name, TITLE_MAX)
+    assert "<span" not in (outputs / "meta" / "report.md").read_text()
+    assert len(page) < 2_000_000 and "<b>" not in page
+
+
+def test_a_constraints_report_page_titles_a_cut_system(tmp_path):
+    from meta_eval.codi import write_report
+
+    report = {"signature": "s", "signatures": {"accuracy": "a", "self_bleu": "b"}, "systems": [HOSTILE, "ok"],
+              "results": [{"system": HOSTILE, "task": "lexical", "measure": "accuracy", "value": 0.5}]}
+    paths = write_report(report, tmp_path, plot=False)
+    page = paths["html"].read_text()
+    (span, *more) = parse(page).cuts
+    assert span["attrs"]["title"] == display_name(HOSTILE, TITLE_MAX) and span["text"] == display_name(HOSTILE)
+    assert len(page) < 50_000 and json.loads(paths["json"].read_text())["systems"][0] == HOSTILE

@@ -62,6 +62,17 @@ def _figures(group: GroupResult):
                plots.win_fractions(group, chk, column))
 
 
+def _names(result: MetaResult) -> set[str]:
+    """The names a report shows: datasets, human aspects, metrics and systems (a cut one gets its
+    `title` on the page, `meta_eval.report.html.render`)."""
+    names = {*result.input.humans, *result.input.metrics}
+    for group in result.groups:
+        names.add(group.name)
+        for comp in group.systems:
+            names.update([comp.column, *(s.system for s in comp.systems)])
+    return names
+
+
 def write_report(result: MetaResult, out_dir, fmt: str = "both", scores: str | None = None) -> dict[str, pathlib.Path]:
     """Write every file; returns name -> path. `fmt`: "both" (default), "html" or "md" for the report text.
     `scores`: the scores path the result was computed from (the signature shows it shortened);
@@ -103,5 +114,6 @@ def write_report(result: MetaResult, out_dir, fmt: str = "both", scores: str | N
         paths["md"] = write_text(out / "report.md", text)
     if fmt in ("both", "html"):
         written = [path for _, path in (pair for pairs in images.values() for pair in pairs)]
-        paths["html"] = write_text(out / "report.html", render(text, out, images=written))
+        names = _names(result)
+        paths["html"] = write_text(out / "report.html", render(text, out, images=written, names=names))
     return paths
