@@ -18,12 +18,16 @@ name through `display_name`:
 
 `DISPLAY_MAX` is 120: a cell or heading of 120 characters still reads on one or two lines of a
 report page, leaves 57 characters of the name's head and tail beside the 63-character marker,
-and real names (a Hugging Face model id is at most 96 characters on each side of its `/`, a
-model path with a size and a date) are shorter, so nothing but a hostile name is cut.
+and real names (a model id such as `meta-llama/Llama-3.1-8B-Instruct`, a run name with a
+size and a date, a metric column such as `bartscore_para_src_hypo`) are far shorter, so in
+practice only a hostile or broken name is cut.
 
 The full name stays where the medium can carry it: an HTML cell shows the cut form with the
-name in its `title` (`html_name`, at most `TITLE_MAX` characters, then cut by the same rule),
-and the JSON, CSV and Parquet outputs keep every name raw; only what a person reads changes.
+name in its `title` (`html_name`, at most `TITLE_MAX` characters, then cut by the same rule:
+a title repeats in every cell the name fills, and 30 cells of a 200,000-character name would
+make the page megabytes again; a leaderboard page lists each cut name once whole instead), the
+Markdown reports say which JSON file holds them whole (`cut_note`), and the JSON, CSV and
+Parquet outputs keep every name raw; only what a person reads changes.
 """
 
 from __future__ import annotations
