@@ -70,6 +70,8 @@ def _names(result: MetaResult) -> set[str]:
         names.add(group.name)
         for comp in group.systems:
             names.update([comp.column, *(s.system for s in comp.systems)])
+        if group.checklist is not None:
+            names.update(s for pair in (*group.checklist.easy_pairs, *group.checklist.hard_pairs) for s in pair)
     return names
 
 
