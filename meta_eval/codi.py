@@ -330,7 +330,8 @@ def _scaled(value: Any, scale: float = 1.0) -> float | None:
 
 def markdown(report: dict[str, Any], images: Sequence[str] = ()) -> str:
     """Accuracy (%) per task, the CoDI score and Self-BLEU (x100) per system."""
-    from scoring.tables import markdown_code, markdown_table, markdown_text
+    from scoring.display_names import cut_note
+    from scoring.tables import markdown_code, markdown_name, markdown_table
 
     index = {(r["system"], r["task"], r["measure"]): r for r in report["results"]}
 
@@ -349,7 +350,7 @@ def markdown(report: dict[str, Any], images: Sequence[str] = ()) -> str:
     errors = [r for r in report["results"] if r.get("n_errors")]
     if errors:
         lines += ["Rows that could not be scored (counted as failures):", ""]
-        lines += [f"- {markdown_text(r['system'])} / {markdown_text(r['task'])}: {r['n_errors']} of {r['n_rows']} rows"
+        lines += [f"- {markdown_name(r['system'])} / {markdown_name(r['task'])}: {r['n_errors']} of {r['n_rows']} rows"
                   for r in errors]
         lines.append("")
     lines += ["Signatures:", "", f"- accuracy: {markdown_code(report['signatures']['accuracy'])}",
@@ -358,7 +359,8 @@ def markdown(report: dict[str, Any], images: Sequence[str] = ()) -> str:
         lines.append(f"- metric: {markdown_code(report['signatures']['metric'])}")
     if images:
         lines += ["", "## Plots", ""] + [f"![{name}]({name})" for name in images]
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    return text + cut_note(text, "`results.json`")
 
 
 def plot_accuracy(report: dict[str, Any], path: pathlib.Path) -> str:
@@ -414,5 +416,7 @@ def write_report(report: dict[str, Any], out_dir: str | pathlib.Path, plot: bool
         paths["png"] = out / images[0]
     text = markdown(report, images)
     paths["md"] = write_text(out / "report.md", text)
-    paths["html"] = write_text(out / "report.html", render(text, out, title="CoDI-Eval report", images=images))
+    names = [*report["systems"], *(r["task"] for r in report["results"])]
+    paths["html"] = write_text(out / "report.html", render(text, out, title="CoDI-Eval report", images=images,
+                                                           names=names))
     return paths

@@ -363,12 +363,13 @@ def comparisons_json(comparisons: Sequence[SystemComparison], **extra) -> str:
 
 def comparison_markdown(comparisons: Sequence[SystemComparison], digits: int = 4) -> str:
     """Leaderboard and pairwise tables, one section per (dataset, column)."""
-    from scoring.tables import markdown_code, markdown_table, markdown_text
+    from scoring.display_names import display_name
+    from scoring.tables import markdown_code, markdown_name, markdown_table
 
     out = []
     for comp in comparisons:
         arrow = "lower is better" if comp.lower_is_better else "higher is better"
-        out.append(f"#### {markdown_text(comp.column)} on {markdown_code(comp.dataset)} ({arrow})\n")
+        out.append(f"#### {markdown_name(comp.column)} on {markdown_code(display_name(comp.dataset))} ({arrow})\n")
         out.append(f"{comp.n_units} paired units ({markdown_code(comp.unit)}), {comp.n_units_dropped} dropped for a "
                    "missing score.\n")
         out.append(markdown_table(["rank", "system", "mean", "95% low", "95% high"],

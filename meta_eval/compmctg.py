@@ -182,7 +182,8 @@ def scored_frame(dump: str, scores, storage_options: Mapping[str, Any] | None = 
 
 def markdown_section(table: Mapping[str, Any]) -> str:
     """The report section: per dataset, one row per protocol, then the averages."""
-    from scoring.tables import MISSING, markdown_table, markdown_text
+    from scoring.display_names import cut_note
+    from scoring.tables import MISSING, markdown_name, markdown_table
 
     def fmt(value, percent=True):
         if value is None or not math.isfinite(value):
@@ -200,11 +201,12 @@ def markdown_section(table: Mapping[str, Any]) -> str:
              "compositional gap G = (A_i − A_c) / A_i and perplexity; averages over Original, Hold-Out and ACD "
              "(Few-Shot apart).", ""]
     for dataset, data in table["datasets"].items():  # the dataset and the splits file's protocol are text
-        lines += [f"### {markdown_text(dataset)}", "", markdown_table(
+        lines += [f"### {markdown_name(dataset)}", "", markdown_table(
             ["protocol", "splits", "A_i (%)", "A_c (%)", "G (%)", "PPL i.d.", "PPL comp"],
             [[row["protocol"], row["splits"], row["A_iid"], row["A_comp"], row["gap"], row["P_iid"], row["P_comp"]]
              for row in data["protocols"] + data["fewshot"]],
             formats=[None, None, pct, pct, pct, num, num]).rstrip("\n")]
         avg = data["average"]
         lines += ["", f"Average: A_avg {fmt(avg['A_avg'])} %, G_avg {fmt(avg['G_avg'])} %, P_avg {fmt(avg['P_avg'], False)}.", ""]
-    return "\n".join(lines)
+    text = "\n".join(lines)
+    return text + cut_note(text, "The JSON table beside this file")

@@ -149,12 +149,12 @@ def markdown_section(rows: list[CorpusRow]) -> str:
     lines = ["## Corpus BLEU / chrF per system", "",
              "From the per-row sacreBLEU statistics stored by the `bleu`/`chrf` runs (never re-scored).", "",
              "| run | dataset | system | rows | corpus score |", "|---|---|---|---:|---:|"]
-    from scoring.tables import markdown_text
+    from scoring.tables import markdown_name, markdown_text
 
     for row in rows:
         shown = "–" if row.score is None else f"{row.score:.4f}"
-        lines.append(f"| {markdown_text(row.metric)} | {markdown_text(row.dataset or '')} | "
-                     f"{markdown_text(row.system or '')} | {row.rows} | {shown} |")
+        lines.append(f"| {markdown_text(row.metric)} | {markdown_name(row.dataset or '')} | "
+                     f"{markdown_name(row.system or '')} | {row.rows} | {shown} |")
     invalid = sum(row.rows_invalid for row in rows)
     if invalid:
         lines += ["", f"{invalid} row(s) left out: their stored statistics are not counts (NaN, infinite, negative, "

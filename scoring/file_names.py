@@ -8,8 +8,9 @@ letters and digits plus the first 8 hex digits of its SHA-256, so no name leaves
 
 `FileNames` hands out the names of one folder so that no two of them are the same file on any
 filesystem a report may be copied to: names are compared as a case-insensitive, Unicode-
-normalising filesystem (macOS, Windows) compares them (`collision_key`: `A` and `a`, NFC `Å`
-and NFD `Å`, `x.` and `x` are one file there), and a name that clashes with one already given
+normalising filesystem (macOS, Windows, Linux case-folding directories) compares them
+(`collision_key`: `A` and `a`, NFC `Å` and NFD `Å`, `Straße` and `STRASSE`, `x.` and `x` are one
+file there), and a name that clashes with one already given
 (or with a crafted SHA-256 prefix collision) gets `-2`, `-3`, ... before its suffix.
 """
 
@@ -33,10 +34,31 @@ def _plain(text: str) -> bool:
             and not _DEVICE.fullmatch(text))
 
 
+def _simple_upper(ch: str) -> str:
+    """`ch`'s uppercase where that is one character (Unicode's simple mapping), else `ch`."""
+    upper = ch.upper()
+    return upper if len(upper) == 1 else ch
+
+
 def collision_key(name: str) -> str:
-    """`name` as the strictest common filesystem compares it: Unicode-normalised (NFD, as macOS
-    does), case-folded (macOS, Windows), trailing dots and spaces dropped (Windows)."""
-    folded = unicodedata.normalize("NFD", unicodedata.normalize("NFD", name).casefold())
+    """`name` as the strictest common filesystem compares it; two names with one key may be one
+    file somewhere, so `FileNames` keeps them apart:
+
+    - APFS case-insensitive (macOS's default) compares names as Unicode's canonical caseless
+      match: NFD, full case folding (CaseFolding.txt statuses C and F), NFD again; ext4 and
+      f2fs directories with case folding on (`chattr +F`) fold the same way. So `Straße`,
+      `STRASSE` and `strasse` are one file there, as are NFC and NFD `Å`.
+    - NTFS, exFAT and FAT (Windows) upper-case each UTF-16 unit through the volume's `$UpCase`
+      table of one-to-one mappings and drop trailing dots and spaces: every pair of that table
+      (the one Windows Vista writes) already shares a case fold; Unicode's simple uppercase
+      adds one pair the fold keeps apart, dotless `ı` and `I`, so each character is first
+      upper-cased where that is one character, then folded.
+    - HFS+ (one-to-one lower-casing, its own decomposition) merges no name the above keep apart.
+
+    The key merges more than any one filesystem does (NFC and NFD `Å` are two files on NTFS,
+    `ß` and `ss` two on HFS+): a name is given a `-2` when unsure, never a shared file."""
+    upper = "".join(map(_simple_upper, name)) if not name.isascii() else name
+    folded = unicodedata.normalize("NFD", unicodedata.normalize("NFD", upper).casefold())
     return folded.rstrip(". ")
 
 

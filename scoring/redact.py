@@ -14,8 +14,9 @@ after a secret may be masked with it):
 
 `redact_text` applies it to every URL inside a message (`scheme://...`, and every token
 `user:password@host` whose host reads as a network host: a dotted name, an IP address,
-localhost or a name with a port; an id such as `system:model@v2` is kept, so an error still
-names its row); `scoring.errors.one_line` and `scoring.console_text.console_line` call
+localhost, a name with a port, or a name followed by a `/` path: `KEY:SECRET@minio/`, and
+`KEY:SECRET@bucket/key`, which s3fs prints for `s3://KEY:SECRET@bucket/key` with its scheme
+cut off; an id such as `system:model@v2` is kept, so an error still names its row); `scoring.errors.one_line` and `scoring.console_text.console_line` call
 it, so every one-line error and console line is redacted. A URL ends at whitespace (a secret
 holding whitespace is not a URL's) or at the quote that closes it (`_url_end`): the quote it
 was opened with (`'...'` of a repr, `"..."`, `<...>`, backticks), at the same escaping depth,
@@ -63,11 +64,12 @@ _START = re.compile(
     r"""|(?<![^\s"'`<(\[{=,;|])(?P<bare>[\w.~%+-]+:(?!//))"""
 )
 # what follows the `@` of a `user:password@host` token without a scheme: a network host (a
-# dotted name ending in a letter, an IP address, localhost, or any name with a port); read at
-# most a host name's length (253) after each of at most `_HOST_TRIES` `@`s of a token
+# dotted name ending in a letter, an IP address, localhost, any name with a port, or any name
+# (a bucket's too) followed by a `/` path); read at most a host name's length (253) after each
+# of at most `_HOST_TRIES` `@`s of a token
 _HOST = re.compile(
     r"(?:localhost|\[[0-9A-Fa-f:.]+\]|\d{1,3}(?:\.\d{1,3}){3}|(?:[A-Za-z0-9-]+\.)+[A-Za-z][A-Za-z0-9-]*"
-    r"|[A-Za-z0-9.-]+:\d{1,5})(?![A-Za-z0-9-])"
+    r"|[A-Za-z0-9.-]+:\d{1,5}|[A-Za-z0-9_.-]+(?=/))(?![A-Za-z0-9-])"
 )
 _HOST_LENGTH, _HOST_TRIES = 253, 64
 # where a parameter's value ends at the latest, and how often a URL that seems to end inside a

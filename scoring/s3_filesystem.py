@@ -43,8 +43,19 @@ def filesystem(storage_options: Mapping[str, Any] | None = None, **overrides: An
 
 
 def url_to_fs(path: str, storage_options: Mapping[str, Any] | None = None):
-    """`fsspec.core.url_to_fs` with ctgscore's S3 filesystem for `s3://` paths."""
+    """`fsspec.core.url_to_fs` with ctgscore's S3 filesystem for `s3://` paths. An `s3://` path
+    that carries credentials (`s3://KEY:SECRET@bucket/key`) is refused, its secret not shown:
+    s3fs would not use them, and botocore would quote `KEY:SECRET@bucket` whole as an invalid
+    bucket name in its error."""
     if str(path).startswith(("s3://", "s3a://")):
+        from scoring.errors import UsageError
+        from scoring.redact import MASK, redact_url
+
+        scheme = str(path).split("://", 1)[0] + "://"
+        shown = redact_url(str(path))
+        if shown.startswith(f"{scheme}{MASK}@"):
+            raise UsageError(f"{shown}: an s3:// path cannot carry credentials; give them as AWS_ACCESS_KEY_ID "
+                             "and AWS_SECRET_ACCESS_KEY (or a profile) instead")
         fs = filesystem(storage_options)
         return fs, fs._strip_protocol(str(path))
     import fsspec

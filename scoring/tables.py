@@ -2,12 +2,14 @@
 
 Cells: `None` and non-finite floats print as an en dash; floats with `digits` decimals (from
 1e15 on with an exponent, so a huge score stays one short cell), or a per-column format;
-everything else with `str`, escaped by `markdown_text`, so a cell is text: it never splits a
-row, opens a link, an image or raw HTML.
+everything else with `str`, shown by `markdown_name` (at most `DISPLAY_MAX` characters,
+`scoring.display_names`) and escaped by `markdown_text`, so a cell is text: it never splits a
+row, opens a link, an image or raw HTML, and one huge name never makes a table unreadable.
 
 Values from the data (system, dataset, metric and column names, file names) are text wherever
-they land in Markdown: `markdown_text` for running text and table cells, `markdown_code` inside
-a code span. `spreadsheet_cell` neutralises a CSV cell that a spreadsheet would run as a formula.
+they land in Markdown: `markdown_text` for running text, `markdown_name` for a name in a cell,
+heading or list of names, `markdown_code` inside a code span (`markdown_code(display_name(x))`
+for a name). `spreadsheet_cell` neutralises a CSV cell that a spreadsheet would run as a formula.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import re
 from typing import Any, Callable, Sequence
 
 from scoring.console_text import console_text
+from scoring.display_names import display_name
 
 MISSING = "–"
 LARGE = 1e15  # floats this large print with an exponent
@@ -55,6 +58,13 @@ def markdown_text(value: Any) -> str:
             out.append(ch)
     escaped = "".join(out)
     return _ORDERED.sub(lambda m: m.group(1) + "\\" + m.group(2), escaped, count=1)
+
+
+def markdown_name(value: Any) -> str:
+    """A name from the data as Markdown text: `display_name` (a name of more than `DISPLAY_MAX`
+    characters shown as head, length and digest, tail), then `markdown_text`. Apply it to the
+    raw name once: a shown cut name carries a marker, and a name with a marker is cut again."""
+    return markdown_text(display_name(value))
 
 
 def markdown_code(value: Any) -> str:
@@ -99,7 +109,7 @@ def format_cell(value: Any, digits: int = 4) -> str:
         if abs(value) >= LARGE:  # a score of 1e300 is 5 significant digits, not 301 of them
             return f"{value:.{digits}e}"
         return f"{value:.{digits}f}"
-    return markdown_text(value)
+    return markdown_name(value)
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]], digits: int = 4,

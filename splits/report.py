@@ -109,7 +109,8 @@ def benchmark_summary(reports: Mapping[str, Mapping[str, Any]]) -> dict[str, Any
 
 def report_markdown(report: Mapping[str, Any]) -> str:
     """The protocol's summary and per-aspect accuracies as Markdown tables (`scoring.tables`)."""
-    from scoring.tables import markdown_table, markdown_text, percent, significant_figures
+    from scoring.display_names import cut_note
+    from scoring.tables import markdown_name, markdown_table, percent, significant_figures
 
     s = report["summary"]
     pct, num = percent, significant_figures
@@ -121,4 +122,5 @@ def report_markdown(report: Mapping[str, Any]) -> str:
         ["aspect", "acc i.d.", "acc comp"],
         [[a, v, s["accuracy_per_aspect_comp"].get(a)] for a, v in s["accuracy_per_aspect_iid"].items()],
         formats=[None, pct, pct])
-    return f"### Protocol {markdown_text(report['protocol'])} ({report['n_splits']} splits)\n\n{summary}\n{aspects}"
+    text = f"### Protocol {markdown_name(report['protocol'])} ({report['n_splits']} splits)\n\n{summary}\n{aspects}"
+    return text + cut_note(text, "The `.report.json` beside this file")

@@ -142,7 +142,7 @@ def test_the_matrix_cuts_huge_names_and_keeps_them_apart(report):
     assert int(re.search(r'width="(\d+)"', svg).group(1)) < 2000  # not 7 pixels per character of a huge name
     labels = re.findall(r'text-anchor="end">(.*?)</text>', svg)
     assert len(labels) == len(set(labels)) == len(SYSTEMS)
-    assert CUT not in svg and CUT + "1" in board and CUT + "2" in board  # whole names in the table
+    assert CUT not in svg and CUT + "1" in board and CUT + "2" in board  # whole, once, in the list of cut names
 
 
 def test_plot_labels_are_cut_and_never_alike():
@@ -322,3 +322,24 @@ def test_names_of_four_byte_letters_fit_a_file_name_with_the_report_prefixes(tmp
         for stem in ("leaderboard_", "win_fractions_", "checklist_ks_"):
             (folder / f"{stem}{safe}-2.png").write_bytes(b"")
     assert safe_name("\u4e00" * 64) == "\u4e00" * 64  # three-byte letters: still plain, as before
+
+
+def test_collision_key_merges_what_case_insensitive_filesystems_merge():
+    """APFS case-insensitive (macOS's default) and Linux case-folding directories compare names
+    by full case folding, so `Straße` and `STRASSE` are one file there (refused as a clash, as
+    before); Windows upper-cases one unit at a time, and Unicode's simple uppercase of dotless
+    `ı` is `I`, which the fold alone kept apart from `i` (two files were given `ı.png` and `i.png`)."""
+    from scoring.file_names import collision_key
+
+    same = [("Straße", "STRASSE", "strasse"), ("\u00c5", "A\u030a", "\u00e5"), ("\u0131", "I", "i"),
+            ("\u03c2", "\u03c3", "\u03a3"), ("\u01c6", "\u01c4", "\u01c5"), ("\u24d0", "\u24b6"), ("\uff41", "\uff21"),
+            ("\u00df", "\u1e9e"), ("x.", "x", "X. ")]
+    for group in same:
+        assert len({collision_key(n) for n in group}) == 1, group
+        names = FileNames()
+        given = [names.claim(n, ".png") for n in group]
+        assert given[0] == f"{group[0]}.png" and len(set(given)) == len(group)
+    apart = ["Straße", "Strase", "Strasse2", "i", "j", "\u0130", "a", "b", "\u00e5\u00e5"]
+    assert len({collision_key(n) for n in apart}) == len(apart)
+    given = [FileNames().claim(n) for n in ("\u0131", "i")]
+    assert given == ["\u0131", "i"]  # each alone: no suffix

@@ -122,12 +122,14 @@ def render(comparisons, fmt: str, previous: dict | None = None, rows=None) -> st
         from meta_eval.report.leaderboard import leaderboard_html
 
         return leaderboard_html(comparisons, previous=previous, rows=rows)
+    from scoring.display_names import cut_note
+
     text = compare.comparison_markdown(comparisons)
     if rows is not None and rows.line():
         from scoring.tables import markdown_text
 
         text += f"\n**Rows {markdown_text(rows.line())}.**\n"
-    return text
+    return text + cut_note(text, "`compare -o FILE.json` (or `.csv`)")
 
 
 def compare_grids(grids, lower: set[str], options: dict) -> tuple[list, list[str]]:

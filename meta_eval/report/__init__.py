@@ -23,6 +23,7 @@ from meta_eval.report.html import render
 from meta_eval.report.leaderboard import leaderboard_html
 from meta_eval.report.markdown import report_markdown
 from meta_eval.results import GroupResult, MetaResult, to_json_dict
+from scoring.display_names import display_name
 
 FORMATS = ("both", "html", "md")
 REPORT_FILES = ("results.json", "report.md", "report.html", "leaderboard.csv", "leaderboard.json", "leaderboard.html",
@@ -30,31 +31,48 @@ REPORT_FILES = ("results.json", "report.md", "report.html", "leaderboard.csv", "
 
 
 def _figures(group: GroupResult):
-    """(file name, caption, figure or None) for every plot of the group."""
-    yield "correlations.png", f"{group.name}: correlations", plots.correlations(group)
+    """(file name, caption, figure or None) for every plot of the group; names in a caption are
+    shown as a table shows them (`scoring.display_names`)."""
+    dataset = display_name(group.name)
+    yield "correlations.png", f"{dataset}: correlations", plots.correlations(group)
     for block in group.significance:
         name = f"significance_{safe_name(block.human.removeprefix('human_'))}_{block.level}.png"
-        yield name, f"{group.name}: significance, {block.human}, {block.level} level", plots.significance(group, block)
+        yield (name, f"{dataset}: significance, {display_name(block.human)}, {block.level} level",
+               plots.significance(group, block))
     for comp in group.systems:
-        yield (f"leaderboard_{safe_name(comp.column)}.png", f"{group.name}: leaderboard, {comp.column}",
+        yield (f"leaderboard_{safe_name(comp.column)}.png", f"{dataset}: leaderboard, {display_name(comp.column)}",
                plots.leaderboard(comp))
     chk = group.checklist
     if chk is None:
         return
     if chk.system_ks:
-        yield "checklist_system_ks.png", f"{group.name}: checklist system-level KS", plots.checklist_system_ks(group, chk)
+        yield "checklist_system_ks.png", f"{dataset}: checklist system-level KS", plots.checklist_system_ks(group, chk)
     for human in dict.fromkeys(a.human for a in chk.aspect_level):
         yield (f"checklist_ks_{safe_name(human.removeprefix('human_'))}.png",
-               f"{group.name}: checklist aspect-level KS, {human}", plots.checklist_aspect_ks(group, chk, human))
-    yield ("preference_similarity.png", f"{group.name}: preference similarity (Easy pairs)",
+               f"{dataset}: checklist aspect-level KS, {display_name(human)}",
+               plots.checklist_aspect_ks(group, chk, human))
+    yield ("preference_similarity.png", f"{dataset}: preference similarity (Easy pairs)",
            plots.preference_similarity(group, chk))
     shown = [c for c in group.humans if c in chk.columns][:1] + [c for c in group.metrics if c in chk.columns][:2]
     rest = [c for c in chk.columns if c not in shown and any(w.column == c for w in chk.win_fractions)]
     note = f" (plotted for the first human aspect and two metrics; the other {len(rest)} columns' win fractions " \
            "are in results.json)" if rest else ""
     for column in shown:
-        yield (f"win_fractions_{safe_name(column)}.png", f"{group.name}: win fractions, {column}{note}",
+        yield (f"win_fractions_{safe_name(column)}.png", f"{dataset}: win fractions, {display_name(column)}{note}",
                plots.win_fractions(group, chk, column))
+
+
+def _names(result: MetaResult) -> set[str]:
+    """The names a report shows: datasets, human aspects, metrics and systems (a cut one gets its
+    `title` on the page, `meta_eval.report.html.render`)."""
+    names = {*result.input.humans, *result.input.metrics}
+    for group in result.groups:
+        names.add(group.name)
+        for comp in group.systems:
+            names.update([comp.column, *(s.system for s in comp.systems)])
+        if group.checklist is not None:
+            names.update(s for pair in (*group.checklist.easy_pairs, *group.checklist.hard_pairs) for s in pair)
+    return names
 
 
 def write_report(result: MetaResult, out_dir, fmt: str = "both", scores: str | None = None) -> dict[str, pathlib.Path]:
@@ -98,5 +116,6 @@ def write_report(result: MetaResult, out_dir, fmt: str = "both", scores: str | N
         paths["md"] = write_text(out / "report.md", text)
     if fmt in ("both", "html"):
         written = [path for _, path in (pair for pairs in images.values() for pair in pairs)]
-        paths["html"] = write_text(out / "report.html", render(text, out, images=written))
+        names = _names(result)
+        paths["html"] = write_text(out / "report.html", render(text, out, images=written, names=names))
     return paths

@@ -110,16 +110,51 @@ def _embed(child, base: pathlib.Path, images: set[str]) -> None:
     child.content = f"[image not embedded: {child.content}]"
 
 
+def _titled(children: list, shown: dict[str, str], pattern) -> list:
+    """Inline tokens with each cut name's display (`shown`: display -> name; `pattern` finds
+    them) inside a `scoring.display_names.cut_span`, whose `title` holds the name: in text, and
+    a code span that is exactly one display."""
+    from markdown_it.token import Token
+
+    from scoring.display_names import cut_span
+
+    out: list = []
+    for child in children:
+        if child.type == "code_inline" and child.content in shown:
+            out += [Token("html_inline", "", 0, content=cut_span(shown[child.content])), child,
+                    Token("html_inline", "", 0, content="</span>")]
+            continue
+        if child.type != "text" or not pattern.search(child.content):
+            out.append(child)
+            continue
+        pos = 0
+        for match in pattern.finditer(child.content):
+            if match.start() > pos:
+                out.append(Token("text", "", 0, content=child.content[pos:match.start()]))
+            out += [Token("html_inline", "", 0, content=cut_span(shown[match.group()])),
+                    Token("text", "", 0, content=match.group()), Token("html_inline", "", 0, content="</span>")]
+            pos = match.end()
+        if pos < len(child.content):
+            out.append(Token("text", "", 0, content=child.content[pos:]))
+    return out
+
+
 def render(markdown_text: str, base: pathlib.Path, title: str = "Meta-evaluation report",
-           images: Iterable[str] = ()) -> str:
+           images: Iterable[str] = (), names: Iterable[str] = ()) -> str:
     """HTML page of `markdown_text`: raw HTML in the text is shown as text (the report's own
     folds apart, `_own_html`); `images` (paths relative to `base`, the files the report wrote)
-    are embedded, and no other path the text names is read; a table of contents follows the
-    first h1; the page carries the Content-Security-Policy of `meta_eval.report.page`."""
+    are embedded, and no other path the text names is read; where the text shows one of `names`
+    cut (`scoring.display_names`), the name is in the `title` of a span around it; a table of
+    contents follows the first h1; the page carries the Content-Security-Policy of
+    `meta_eval.report.page`."""
     from markdown_it import MarkdownIt
+
+    from scoring.display_names import cut_names, display_name
 
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
     tokens = _own_html(md.parse(markdown_text))
+    shown = {display_name(name): name for name in cut_names(names)}
+    pattern = re.compile("|".join(map(re.escape, sorted(shown, key=len, reverse=True)))) if shown else None
     allowed = {str(name) for name in images}
     seen: set[str] = set()
     entries = []
@@ -136,6 +171,10 @@ def render(markdown_text: str, base: pathlib.Path, title: str = "Meta-evaluation
             anchor = slug(text, seen)
             token.attrSet("id", anchor)
             entries.append((int(token.tag[1]), anchor, text))
+    if pattern is not None:
+        for token in tokens:
+            if token.type == "inline" and token.children:
+                token.children = _titled(token.children, shown, pattern)
     body = md.renderer.render(tokens, md.options, {})
     if entries:
         toc = _toc(entries)

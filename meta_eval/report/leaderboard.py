@@ -10,6 +10,10 @@ and the p-value of the one test that decides its mark; and, given the previous r
 leaderboard JSON, each system's move in rank (new systems marked new, systems gone listed).
 Every table sorts by a click on its header. `leaderboard_section` is the same body without the
 page, for embedding.
+
+Names are shown by `scoring.display_names.html_name` (a name over 120 characters cut, with its
+length and digest, the name in the cell's `title`), and a page that cut any ends with a folded
+list of those names, each once and whole (`full_names`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from meta_eval.report.html import unique_id
 from meta_eval.report.page import page
 from meta_eval.report.sortable import SORT_JS
 from meta_eval.results import SystemComparison
+from scoring.display_names import DISPLAY_MAX, cut_names, digest, display_name, html_name
 from scoring.tables import visible
 
 PAGE_STYLE = ("body{font:14px/1.45 system-ui,sans-serif;max-width:1180px;margin:1.5em auto;padding:0 1em;"
@@ -40,11 +45,13 @@ STYLE = (
     # a table wider than a phone's screen scrolls inside its box instead of widening the page;
     # numbers and intervals never break inside
     ".lb .scroll{overflow-x:auto;max-width:100%;min-width:0}.lb td{white-space:nowrap}.lb td.sys{white-space:normal;"
-    "overflow-wrap:anywhere}.lb nav a{overflow-wrap:anywhere}"
+    "overflow-wrap:anywhere}.lb nav a{overflow-wrap:anywhere}.lb span.cut{border-bottom:1px dotted #888}"
+    ".lb .full-names dd code{word-break:break-all}"
 )
 def esc(value) -> str:
     """A value from the data as HTML text: every character visible (`scoring.tables.visible`: a
-    newline or NUL shows as its escape, never as a space), then escaped."""
+    newline or NUL shows as its escape, never as a space), then escaped. A name (system,
+    dataset, column) in a cell or heading goes through `scoring.display_names.html_name` instead."""
     return html.escape(visible(value))
 
 
@@ -63,8 +70,16 @@ def _fmt(value: float | None, digits: int = 4) -> str:
     return f"{value:.{digits}g}"
 
 
+ANCHOR_MAX = 80  # longest id a section gets from its names
+
+
 def anchor(comp: SystemComparison) -> str:
-    return "lb-" + "".join(ch if ch.isalnum() else "-" for ch in f"{comp.dataset}-{comp.column}")
+    """The section's id from its dataset and column: letters and digits, `-` for the rest; names
+    longer than `ANCHOR_MAX` give their head and the first 16 hex digits of their SHA-256, so a
+    huge name is not spelled out again in every id and link (`anchors` keeps ids distinct)."""
+    key = f"{comp.dataset}-{comp.column}"
+    base = "".join(ch if ch.isalnum() else "-" for ch in key[:ANCHOR_MAX])
+    return "lb-" + (base if len(key) <= ANCHOR_MAX else f"{base}-{digest(key)[:16]}")
 
 
 def anchors(comparisons: Sequence[SystemComparison]) -> list[str]:
@@ -115,8 +130,8 @@ def mark(comp: SystemComparison, row: str, col: str) -> str:
 
 def short_label(name: str, width: int = SVG_LABEL_MAX) -> str:
     """A system name as the matrix draws it: cut at `width` characters with "…" (the tables
-    beside it show the whole name), so a huge name neither widens the drawing nor is repeated
-    once per cell."""
+    beside it show it by `scoring.display_names`, the page's list of cut names whole), so a
+    huge name neither widens the drawing nor is repeated once per cell."""
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
@@ -131,7 +146,8 @@ def matrix_svg(comp: SystemComparison, cell: int = 22) -> str:
     size = label + cell * len(names) + 4
     width = size + int(0.55 * label)  # room for the last column's label, slanted to the right
     parts = [f'<svg class="matrix" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{size}" '
-             f'viewBox="0 0 {width} {size}" role="img" aria-label="pairwise significance, {esc(comp.column)}">']
+             f'viewBox="0 0 {width} {size}" role="img" '
+             f'aria-label="pairwise significance, {esc(display_name(comp.column))}">']
     for k, name in enumerate(names):
         y = label + cell * k + cell * 0.7
         parts.append(f'<text x="{label - 4}" y="{y:.1f}" font-size="11" text-anchor="end">{esc(name)}</text>')
@@ -164,7 +180,7 @@ def _table(comp: SystemComparison, clusters: dict[str, int], moved: dict[str, st
         cls = ' class="lead"' if clusters[s.system] == 1 else ""
         move = moved.get(s.system, "")
         kind = {"n": "new", "▲": "up", "▼": "down"}.get(move[:1], "")
-        cells = (f"<td>{s.rank}</td><td class=\"sys\">{esc(s.system)}</td><td>{_fmt(s.mean)}</td>"
+        cells = (f"<td>{s.rank}</td><td class=\"sys\">{html_name(s.system)}</td><td>{_fmt(s.mean)}</td>"
                  f"<td>{_fmt(s.interval.low)} – {_fmt(s.interval.high)}</td><td>{clusters[s.system]}</td>")
         if moved:
             cells += f"<td class=\"{kind}\">{esc(move)}</td>"
@@ -173,10 +189,11 @@ def _table(comp: SystemComparison, clusters: dict[str, int], moved: dict[str, st
 
 
 def pair_label(comp: SystemComparison, pair) -> str:
-    """The mark of a pair in words: "X better", "no significant difference", or "–" (undefined)."""
+    """The mark of a pair in words, as HTML: "X better" (X shown by `html_name`), "no significant
+    difference", or "–" (undefined)."""
     state = mark(comp, pair.a, pair.b)
-    return {"better": f"{pair.a} better", "worse": f"{pair.b} better", "same": "no significant difference"}.get(
-        state, "–")
+    return {"better": f"{html_name(pair.a)} better", "worse": f"{html_name(pair.b)} better",
+            "same": "no significant difference"}.get(state, "–")
 
 
 def pairs_table(comp: SystemComparison) -> str:
@@ -186,10 +203,10 @@ def pairs_table(comp: SystemComparison) -> str:
     rows = [f"<tr><th class=\"sys\">A</th><th class=\"sys\">B</th><th>A − B</th><th>{level} interval of A − B</th>"
             f"<th>p ({esc(TEST_NAMES[test])})</th><th class=\"sys\">mark</th></tr>"]
     for pair in comp.pairs:
-        rows.append(f"<tr><td class=\"sys\">{esc(pair.a)}</td><td class=\"sys\">{esc(pair.b)}</td>"
+        rows.append(f"<tr><td class=\"sys\">{html_name(pair.a)}</td><td class=\"sys\">{html_name(pair.b)}</td>"
                     f"<td>{_fmt(pair.diff)}</td><td>{_fmt(pair.ci_diff.low)} – {_fmt(pair.ci_diff.high)}</td>"
                     f"<td class=\"p\">{_fmt(decisive_p(pair, test), 3)}</td>"
-                    f"<td class=\"sys mark\">{esc(pair_label(comp, pair))}</td></tr>")
+                    f"<td class=\"sys mark\">{pair_label(comp, pair)}</td></tr>")
     return (f"<details><summary>{len(comp.pairs)} system pairs</summary>"
             f"<div class=\"scroll\"><table class=\"pairs sortable\">{''.join(rows)}</table></div></details>")
 
@@ -198,26 +215,44 @@ def leaderboard_section(comparisons: Sequence[SystemComparison], previous: dict 
     """The page's body as one fragment with its own (scoped) style: a contents list and one
     section per (dataset, column). Embeddable in another HTML page with one call."""
     ids = anchors(comparisons)
-    toc = "".join(f'<li><a href="#{ids[k]}">{esc(c.dataset)} / {esc(c.column)}</a></li>' for k, c in enumerate(comparisons))
+    toc = "".join(f'<li><a href="#{ids[k]}">{html_name(c.dataset)} / {html_name(c.column)}</a></li>'
+                  for k, c in enumerate(comparisons))
     out = [f'<div class="lb"><style>{STYLE}</style><nav><ul>{toc}</ul></nav>'
            f'<p class="definition">{esc(CLUSTER_DEFINITION)} Click a column header to sort a table.</p>']
+    shown = [n for c in comparisons for n in (c.dataset, c.column, *(s.system for s in c.systems))]
     for comp, section_id in zip(comparisons, ids):
         clusters = significance_clusters(comp)
         moved, gone = moves(comp, previous)
+        shown += gone
         arrow = "lower is better" if comp.lower_is_better else "higher is better"
         test = TEST_NAMES[decisive_test(comp)]
-        out.append(f'<section id="{section_id}" data-dataset="{esc(comp.dataset)}" data-column="{esc(comp.column)}">'
-                   f"<h2>{esc(comp.column)} on {esc(comp.dataset)}</h2>"
+        out.append(f'<section id="{section_id}" data-dataset="{esc(display_name(comp.dataset))}" '
+                   f'data-column="{esc(display_name(comp.column))}">'
+                   f"<h2>{html_name(comp.column)} on {html_name(comp.dataset)}</h2>"
                    f'<p class="note">{arrow}; {comp.n_units} paired units ({esc(comp.unit)}), {comp.n_units_dropped} '
                    f"dropped for a missing score. Every mark comes from one test, the two-sided {test}, whose "
                    f"p-value is shown beside each pair's interval. Matrix: row against column, green = row "
                    f"significantly better, red = worse, grey = no significant difference, – = undefined.</p>")
         if gone:
-            out.append(f'<p class="note gone">No longer on the board: {esc(", ".join(gone))}</p>')
+            out.append(f'<p class="note gone">No longer on the board: {", ".join(html_name(g) for g in gone)}</p>')
         out.append(f'<div class="sec">{_table(comp, clusters, moved)}{matrix_svg(comp)}</div>{pairs_table(comp)}'
                    f"<p class=\"note\"><code>{esc(comp.signature)}</code></p></section>")
+    out.append(full_names(shown))
     out.append("</div>")
     return "\n".join(out)
+
+
+def full_names(names) -> str:
+    """The names among `names` that the page shows cut, each once and whole (folded): the one
+    place a name longer than a title carries is on the page in full (empty when none is cut)."""
+    cut = cut_names(names)
+    if not cut:
+        return ""
+    items = "".join(f"<dt>{esc(display_name(n))}</dt><dd><code>{esc(n)}</code></dd>" for n in cut)
+    return (f'<details class="full-names"><summary>{len(cut)} name{"s" if len(cut) > 1 else ""} longer than '
+            f"{DISPLAY_MAX} characters {'are' if len(cut) > 1 else 'is'} shown cut (head, "
+            "[length, first 32 hex digits of the SHA-256 of its UTF-8], tail): in full</summary>"
+            f"<dl>{items}</dl></details>")
 
 
 def leaderboard_html(comparisons: Sequence[SystemComparison], previous: dict | None = None,

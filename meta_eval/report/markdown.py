@@ -6,7 +6,8 @@ import html
 
 from meta_eval.compare import comparison_markdown
 from meta_eval.results import GroupResult, MetaResult, SignificanceBlock
-from scoring.tables import markdown_code, markdown_table
+from scoring.display_names import cut_note
+from scoring.tables import markdown_code, markdown_name, markdown_table
 from scoring.tables import markdown_text as text
 
 LEVEL_ORDER = ["sample", "document", "system"]
@@ -21,8 +22,8 @@ FOLD_ROWS = 12  # tables longer than this are folded in <details>
 
 
 def names(values, empty: str = "–") -> str:
-    """Names from the data as one comma-separated Markdown text (each escaped)."""
-    return ", ".join(text(v) for v in values) or empty
+    """Names from the data as one comma-separated Markdown text (each shown by `markdown_name`)."""
+    return ", ".join(markdown_name(v) for v in values) or empty
 
 
 def folded(summary: str, lines: list[str], rows: int | None = None) -> list[str]:
@@ -71,7 +72,7 @@ def _correlations(group: GroupResult, variant: str) -> list[str]:
 
 
 def _significance(block: SignificanceBlock) -> list[str]:
-    title = f"### Significance: {text(block.human)}, {block.level} level, {block.method}"
+    title = f"### Significance: {markdown_name(block.human)}, {block.level} level, {block.method}"
     out = [title, "", f"Test: {TEST_NAMES[block.test]}; {rule_text(block)}", ""]
     out += [f"> **Warning:** {text(w)}." for w in block.warnings] + ([""] if block.warnings else [])
     interval_name = {"bootstrap": "bootstrap", "perm_both": "–"}.get(block.test, "subsample")
@@ -91,11 +92,23 @@ def _significance(block: SignificanceBlock) -> list[str]:
         header += ["p (two-sided)"] + (["p adjusted"] if block.correction != "none" else [])
         rows = [[c.a, c.b, c.diff, c.ci_diff.low, c.ci_diff.high, p_text(c.p_value, block.resamples)]
                 + ([p_text(c.p_adjusted, block.resamples)] if block.correction != "none" else []) for c in pairs]
-    rows = [row + [block.mark(c.a, c.b)] for row, c in zip(rows, pairs)]
+    rows = [row + [mark_markdown(block, c.a, c.b)] for row, c in zip(rows, pairs)]
     marked = sum(block.mark(c.a, c.b) not in ("no", "–") for c in pairs)
-    out += folded(f"{len(pairs)} pairs, {marked} marked", [markdown_table(header + ["result"], rows)], len(pairs))
+    shown = [None] * len(header) + [str]  # the result cell is Markdown already
+    out += folded(f"{len(pairs)} pairs, {marked} marked", [markdown_table(header + ["result"], rows, formats=shown)],
+                  len(pairs))
     out += folded("signature", [markdown_code(block.signature)])
     return out + [""]
+
+
+def mark_markdown(block: SignificanceBlock, a: str, b: str) -> str:
+    """`block.mark(a, b)` as Markdown, each name shown by `markdown_name` ("A > B" of two cut
+    names still says which is ahead)."""
+    mark = block.mark(a, b)
+    for first, second in ((a, b), (b, a)):
+        if mark == f"{first} > {second}":
+            return f"{markdown_name(first)} > {markdown_name(second)}"
+    return text(mark)
 
 
 def p_text(p: float | None, resamples: int) -> str:
@@ -117,7 +130,7 @@ def _summary(group: GroupResult) -> list[str]:
             continue
         best = ranked[0]
         runner = ranked[1] if len(ranked) > 1 else None
-        versus = block.mark(best.metric, runner.metric) if runner else "–"
+        versus = mark_markdown(block, best.metric, runner.metric) if runner else "–"
         rows.append([block.human, block.level, best.metric, best.value, best.interval.low, best.interval.high,
                      runner.metric if runner else "–", versus])
     if not rows:
@@ -125,7 +138,7 @@ def _summary(group: GroupResult) -> list[str]:
     return ["### Summary", "", "The metric that agrees best with each human aspect (correlation of the "
             "significance test, its 95% interval), and whether it is significantly ahead of the runner-up.", "",
             markdown_table(["human aspect", "level", "best metric", "correlation", "95% low", "95% high",
-                            "runner-up", "best vs runner-up"], rows)]
+                            "runner-up", "best vs runner-up"], rows, formats=[None] * 7 + [str])]
 
 
 def _checklist(group: GroupResult) -> list[str]:
@@ -137,12 +150,12 @@ def _checklist(group: GroupResult) -> list[str]:
     for human in humans:
         items = [a for a in chk.aspect_level if a.human == human]
         sizes = items[0]
-        out += [f"Aspect level, quality groups of {text(human)} (Lo {sizes.size_lo}, Mod {sizes.size_mod}, "
+        out += [f"Aspect level, quality groups of {markdown_name(human)} (Lo {sizes.size_lo}, Mod {sizes.size_mod}, "
                 f"Hi {sizes.size_hi} rows):", ""]
         small = min(sizes.size_lo, sizes.size_mod, sizes.size_hi)
         if small < SMALL_GROUP:
-            out += [f"> **Warning:** a quality group of {text(human)} has {small} row(s): a KS statistic over fewer "
-                    f"than {SMALL_GROUP} rows says little.", ""]
+            out += [f"> **Warning:** a quality group of {markdown_name(human)} has {small} row(s): a KS statistic "
+                    f"over fewer than {SMALL_GROUP} rows says little.", ""]
         out += folded(f"KS per column ({len(items)} rows)",
                       [markdown_table(["column", "KS Lo-Hi", "KS Lo-Mod", "KS Hi-Mod", "preference"],
                                       [[a.column, a.ks_lo_hi, a.ks_lo_mod, a.ks_hi_mod, a.preference]
@@ -151,7 +164,7 @@ def _checklist(group: GroupResult) -> list[str]:
         kinds = list(dict.fromkeys(k.kind for k in chk.system_ks))
         pairs = {"easy": chk.easy_pairs, "hard": chk.hard_pairs}
         out += [f"System pairs ({text(chk.pairs_from)}): " + "; ".join(
-            f"{k}: " + ", ".join(f"({text(a)}, {text(b)})" for a, b in pairs[k]) for k in kinds), "",
+            f"{k}: " + ", ".join(f"({markdown_name(a)}, {markdown_name(b)})" for a, b in pairs[k]) for k in kinds), "",
             markdown_table(["column"] + [f"system KS ({k})" for k in kinds],
                            [[c] + [chk.ks(k, c) for k in kinds] for c in chk.columns])]
     easy = [p for p in chk.preference_similarity if p.kind == "easy"]
@@ -209,7 +222,7 @@ def _plots(images: list[tuple[str, str]]) -> list[str]:
 def group_markdown(result: MetaResult, group: GroupResult, images: list[tuple[str, str]]) -> list[str]:
     """One dataset section, summary first; `images` are (caption, relative path) pairs. The
     sections come from `GROUP_SECTIONS` in order (one list to extend, e.g. with a leaderboard)."""
-    out = [f"## Dataset {text(group.name)}", "",
+    out = [f"## Dataset {markdown_name(group.name)}", "",
            f"{group.rows} rows; human aspects: {names(group.humans)}; metrics: {names(group.metrics)}.", ""]
     for section in GROUP_SECTIONS:
         out += section(result, group, images)
@@ -255,13 +268,16 @@ def report_markdown(result: MetaResult, images: dict[str, list[tuple[str, str]]]
            "comparison that is undefined (a constant metric).", ""]
     out += folded("Signatures", [markdown_code(result.signature), ""] + ([markdown_table(
         ["metric run (columns)", "rows", "rows with error", "signature"],
-        [[r.columns, r.rows, r.rows_error, "; ".join(r.signatures)[:200]] for r in inp.runs])] if inp.runs else []))
+        [[r.columns, r.rows, r.rows_error, "; ".join(r.signatures)[:200]] for r in inp.runs],
+        formats=[None, None, None, text])] if inp.runs else []))  # a signature is cut at 200, not shown as a name
     for group in result.groups:
         out += group_markdown(result, group, images.get(group.name, []))
     if result.transfer:
         out += ["## Transfer (correlation per dataset)", ""]
         for table in result.transfer:
-            out += [f"{text(table.human)} ({table.method}, sample level):", "",
+            out += [f"{markdown_name(table.human)} ({table.method}, sample level):", "",
                     markdown_table(["metric"] + list(table.datasets),
                                    [[m] + list(row) for m, row in zip(table.metrics, table.values)])]
-    return "\n".join(out) + "\n"
+    text_out = "\n".join(out) + "\n"
+    note = cut_note(text_out, "`results.json` (and `leaderboard.json`)")  # first, where a reader starts
+    return text_out.replace("\n", "\n" + note, 1) if note else text_out

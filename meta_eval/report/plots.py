@@ -59,7 +59,7 @@ def natural_key(name) -> list:
 def plain(name, width: int = LABEL_MAX) -> str:
     """A name as one line of drawable text: control characters (NUL, line breaks) show as their
     escapes (`scoring.tables.visible`), and a name longer than `width` characters is cut there with "…" (drawing a 200,000-character
-    title takes matplotlib minutes; the whole name stays in the tables and the JSON)."""
+    title takes matplotlib minutes; the whole name stays in the JSON)."""
     from scoring.tables import visible
 
     text = visible(str(name)[: width + 1])
