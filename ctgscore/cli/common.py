@@ -60,19 +60,20 @@ def add_param_options(parser: argparse.ArgumentParser, what: str = "metric") -> 
                              "applied after --params")
 
 
-def _yaml_value(text: str) -> Any:
-    import yaml
+def _yaml_value(text: str, source: str = "--param") -> Any:
+    """A `KEY=VALUE` value read as YAML (`scoring.config_yaml`); text that is no YAML stays text."""
+    from scoring import config_yaml
 
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
+        return config_yaml.load(text, source)
+    except config_yaml.YamlSyntaxError:
         return text
 
 
 def load_params_value(value: str | None, flag_name: str = "--params") -> dict[str, Any]:
     """`--params`: an inline JSON (or YAML flow) object, or `@path` to a JSON/YAML file. A job
     config metric entry (`{name: ..., params: {...}}`) is accepted too; its `params` are used."""
-    import yaml
+    from scoring import config_yaml
 
     if value is None or value.strip() == "":
         return {}
@@ -88,10 +89,9 @@ def load_params_value(value: str | None, flag_name: str = "--params") -> dict[st
     else:
         text, source = value, flag_name
     try:
-        loaded = yaml.safe_load(text)  # YAML 1.2 flow syntax covers JSON objects
-    except yaml.YAMLError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UsageError(f"{source}: not valid JSON or YAML ({first})") from None
+        loaded = config_yaml.load(text, source)  # YAML 1.2 flow syntax covers JSON objects
+    except config_yaml.YamlSyntaxError as exc:
+        raise UsageError(str(exc).replace("not valid YAML", "not valid JSON or YAML", 1)) from None
     if loaded is None:
         return {}
     if isinstance(loaded, dict) and set(loaded) <= {"name", "label", "params"} and isinstance(loaded.get("params"), dict):
@@ -116,7 +116,7 @@ def collect_params(args: argparse.Namespace) -> dict[str, Any]:
     """`--params` then every `--param KEY=VALUE` (values parsed as YAML scalars/flow)."""
     params = load_params_value(getattr(args, "params", None))
     for key, value in parse_assignments(getattr(args, "param", []) or [], "--param").items():
-        params[key] = _yaml_value(value)
+        params[key] = _yaml_value(value, f"--param {key}")
     return params
 
 
@@ -232,7 +232,7 @@ def limits_from(args: argparse.Namespace):
     values: dict[str, Any] = {}
     for item in getattr(args, "input_limit", None) or []:
         name, sep, raw = item.partition("=")
-        value = _yaml_value(raw)
+        value = _yaml_value(raw, f"--input-limit {name.strip()}")
         if not sep or not name.strip():
             raise UsageError(f"--input-limit {item!r}: expected NAME=VALUE")
         values[name.strip()] = value

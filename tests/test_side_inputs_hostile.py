@@ -1,0 +1,230 @@
+"""Hostile files beside the dumps: job configs and `--params` files, `convert` inputs, and the
+files a later run reads back. Each test is an attack that once misbehaved (a traceback, a
+blow-up, rows lost or a value changed without a word); the refusal must be one line naming the
+file and, where there is one, the line or field (docs/security.md)."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from ctgscore.testing.cli import assert_user_error, run_cli_in_process
+from ray_jobs.config import ConfigError, load_config
+from scoring.errors import UsageError
+
+BASE = "input: in\noutput: out\nmetrics: [{name: bleu}]\n"
+
+
+def alias_bomb(levels: int = 6, width: int = 10) -> str:
+    """A YAML flow value of a few hundred bytes that expands to width**levels strings."""
+    value = "&a0 [" + ", ".join(["lol"] * width) + "]"
+    for level in range(1, levels + 1):
+        value = f"&a{level} [{value}, " + ", ".join([f"*a{level - 1}"] * (width - 1)) + "]"
+    return value
+
+
+def _config(tmp_path, text: str):
+    path = tmp_path / "job.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# ----- job configs ------------------------------------------------------------------------
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("where", ["batch_size: {bomb}\n", "pool: {bomb}\n", "zzz: {bomb}\n"])
+def test_config_alias_bomb_is_refused_before_anything_walks_it(tmp_path, where):
+    # a million strings from 300 bytes: the old loader built the value, then validation printed
+    # its repr (10**9 with a few more lines: gigabytes and minutes)
+    path = _config(tmp_path, BASE + where.format(bomb=alias_bomb()))
+    with pytest.raises(ConfigError, match=r"job\.yaml, line 4: its aliases expand to more than 100,000 values"):
+        load_config(path)
+
+
+def test_config_alias_bomb_in_metric_params(tmp_path):
+    path = _config(tmp_path, f"input: in\noutput: out\nmetrics:\n  - name: bleu\n    params: {{tokenize: {alias_bomb()}}}\n")
+    with pytest.raises(ConfigError, match=r"line 5: its aliases expand"):
+        load_config(path)
+
+
+def test_config_small_aliases_still_work(tmp_path):
+    # sharing a parameter block between two metrics is what anchors are for
+    text = ("input: in\noutput: out\nmetrics:\n  - name: bleu\n    params: &p {lowercase: true}\n"
+            "  - name: bleu\n    label: bleu2\n    params: *p\n")
+    config = load_config(_config(tmp_path, text))
+    assert [m.params for m in config.metrics] == [{"lowercase": True}, {"lowercase": True}]
+
+
+@pytest.mark.parametrize("text", [
+    "input: in\noutput: out\nmetrics: &m [{name: bleu}, *m]\n",
+    "input: in\noutput: out\nmetrics: [{name: bleu, params: &p {x: *p}}]\n",
+])
+def test_config_alias_cycle_is_refused(tmp_path, text):
+    with pytest.raises(ConfigError, match=r"line 3: an alias refers to a value that contains it"):
+        load_config(_config(tmp_path, text))
+
+
+@pytest.mark.parametrize(("text", "key", "lines"), [
+    (BASE + "batch_size: 4\nbatch_size: 8\n", "batch_size", "lines 4 and 5"),
+    (BASE + "metrics: [{name: chrf}]\n", "metrics", "lines 3 and 4"),  # the first list would never run
+    ("input: in\noutput: out\nmetrics:\n  - name: bleu\n    params: {lowercase: true, lowercase: false}\n", "lowercase",
+     "lines 5 and 5"),
+])
+def test_config_key_given_twice_is_refused(tmp_path, text, key, lines):
+    with pytest.raises(ConfigError, match=rf"key '{key}' is given twice \({lines}\)"):
+        load_config(_config(tmp_path, text))
+
+
+def test_config_merge_key_may_still_be_overridden(tmp_path):
+    text = BASE + "pool:\n  <<: {num_cpus: 0.25, max_size: 1}\n  max_size: 3\n"
+    config = load_config(_config(tmp_path, text))
+    assert (config.pool.num_cpus, config.pool.max_size) == (0.25, 3)
+
+
+def test_config_deep_nesting_is_one_line(tmp_path):
+    deep = "[" * 70 + "]" * 70
+    with pytest.raises(ConfigError, match=r"line 3: nested deeper than 64 levels"):
+        load_config(_config(tmp_path, f"input: in\noutput: out\nmetrics: [{{name: bleu, params: {{x: {deep}}}}}]\n"))
+
+
+def test_config_integer_past_python_limit_is_one_line(tmp_path):
+    # int() refuses more than 4,300 digits with a bare ValueError: it was an internal error
+    with pytest.raises(ConfigError, match=r"job\.yaml: a value cannot be read \(Exceeds the limit"):
+        load_config(_config(tmp_path, BASE + "batch_size: " + "9" * 5000 + "\n"))
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("pool: {num_cpus: .inf}", "pool.num_cpus"), ("limits: {max_inflation: .inf}", "limits.max_inflation"),
+    ("pool: {unit_timeout_s: .inf}", "pool.unit_timeout_s"), ("max_error_rate: .nan", "max_error_rate"),
+])
+def test_config_non_finite_numbers_are_refused(tmp_path, field, value):
+    # `.inf` CPUs reached Ray; an infinite `max_inflation` switched the cap off without a word
+    with pytest.raises(ConfigError, match=rf"'{value}': Input should be a finite number"):
+        load_config(_config(tmp_path, BASE + field + "\n"))
+
+
+def test_config_python_tags_stay_refused_with_their_line(tmp_path):
+    with pytest.raises(ConfigError, match=r"line 4: not valid YAML: could not determine a constructor"):
+        load_config(_config(tmp_path, BASE + "x: !!python/object/apply:os.system ['echo PWNED']\n"))
+
+
+def test_set_override_alias_bomb_is_refused(tmp_path):
+    path = _config(tmp_path, BASE)
+    with pytest.raises(ConfigError, match=r"--set batch_size, line 1: its aliases expand"):
+        load_config(path, overrides={"batch_size": alias_bomb()})
+
+
+def test_params_file_key_twice_and_bomb(tmp_path, cli):
+    dump = tmp_path / "in.parquet"
+    dump.write_bytes(b"")
+    twice = tmp_path / "p.yaml"
+    twice.write_text("lowercase: true\nlowercase: false\n", encoding="utf-8")
+    proc = cli(["score", "-m", "bleu", "-i", str(dump), "-o", str(tmp_path / "o.parquet"), "--params", f"@{twice}"])
+    assert_user_error(proc, 2, "p.yaml, line 2: key 'lowercase' is given twice")
+    bomb = tmp_path / "b.json"
+    bomb.write_text(f"{{tokenize: {alias_bomb()}}}", encoding="utf-8")
+    proc = cli(["score", "-m", "bleu", "-i", str(dump), "-o", str(tmp_path / "o.parquet"), "--params", f"@{bomb}"])
+    assert_user_error(proc, 2, "b.json, line 1: its aliases expand")
+
+
+def test_param_value_keeps_plain_text_but_refuses_a_bomb():
+    from ctgscore.cli.common import _yaml_value
+
+    assert _yaml_value("[s_h, f") == "[s_h, f"  # no YAML: the text itself, as before
+    with pytest.raises(UsageError, match="--param x, line 1: its aliases expand"):
+        _yaml_value(alias_bomb(), "--param x")
+
+
+def test_yaml_loader_is_libyaml_when_installed():
+    # the pure-Python reader took 18 s for a 20 MB label; libyaml reads it in well under a second
+    import yaml
+
+    from scoring import config_yaml
+
+    assert issubclass(config_yaml._Loader, getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+# ----- convert inputs ---------------------------------------------------------------------
+def _convert(tmp_path, name: str, data: bytes, *extra: str):
+    src = tmp_path / name
+    src.write_bytes(data)
+    out = tmp_path / "out.parquet"
+    proc = run_cli_in_process(["convert", "-i", str(src), "-o", str(out), "--json", *extra])
+    return proc, (pq.read_table(out).to_pylist() if proc.returncode == 0 else None)
+
+
+def test_csv_cell_over_python_field_limit_is_read(tmp_path):
+    # the csv module's default cap (131,072 characters) was an internal error
+    big = "x" * 200_000
+    proc, rows = _convert(tmp_path, "d.csv", f'id,text\n1,"{big}"\n2,{big}\n3,b\n'.encode())
+    assert proc.returncode == 0, proc.stderr
+    assert [len(r["text"]) for r in rows] == [200_000, 200_000, 1]
+    import csv
+
+    assert csv.field_size_limit() == 131072  # the cap is restored for everyone else
+
+
+def test_csv_unterminated_quote_fails_naming_its_line(tmp_path):
+    # the old reader made lines 3-6 one cell of row 3: one row read, three lost without a word
+    proc, _ = _convert(tmp_path, "d.csv", b'id,text\n1,a\n2,"abc\n3,b\n4,c\n5,d\n')
+    assert_user_error(proc, 1, "d.csv: the quote opened in the row starting on line 3 is never closed", "lines 3-6")
+
+
+def test_csv_stray_quote_drops_its_row_with_the_reason(tmp_path):
+    # `"ab"c` was read as `abc`; now the row is dropped, counted, and the next rows are read
+    proc, rows = _convert(tmp_path, "d.csv", b'id,text\n1,"ab"c\n2,b\n3,c\n')
+    assert proc.returncode == 0, proc.stderr
+    assert [r["id"] for r in rows] == ["2", "3"]
+    report = json.loads(proc.stdout)
+    assert report["rows_read"] == 3 and report["rows_written"] == 2
+    assert list(report["dropped"]) == ["row is not valid CSV (',' expected after '\"')"]
+
+
+@pytest.mark.parametrize(("line", "reason"), [
+    ('{"id": ' + "9" * 5000 + ', "text": "a"}', "line holds a number too long to read"),
+    ('{"id": "1", "text": "a", "constraint": ' + "[" * 5000 + "]" * 5000 + "}", "line nests arrays or objects too deep"),
+])
+def test_jsonl_number_or_nesting_past_the_reader_is_a_dropped_line(tmp_path, line, reason):
+    proc, rows = _convert(tmp_path, "d.jsonl", (line + '\n{"id": "2", "text": "b"}\n').encode())
+    assert proc.returncode == 0, proc.stderr
+    assert [r["id"] for r in rows] == ["2"]
+    assert any(key.startswith(reason) for key in json.loads(proc.stdout)["dropped"])
+
+
+def test_jsonl_deep_json_text_in_a_list_column_stays_text(tmp_path):
+    deep = "[" * 5000 + "]" * 5000
+    proc, rows = _convert(tmp_path, "d.jsonl", json.dumps({"id": "1", "text": "a", "references": deep}).encode() + b"\n")
+    assert proc.returncode == 0, proc.stderr
+    assert rows[0]["references"] == [deep]
+
+
+def test_jsonl_bom_at_the_start_of_a_joined_file_is_no_lost_row(tmp_path):
+    # `cat a.jsonl b.jsonl` of two files saved with a BOM: line 2 started with U+FEFF and was dropped
+    proc, rows = _convert(tmp_path, "d.jsonl", '\ufeff{"id": "1", "text": "a"}\n\ufeff{"id": "2", "text": "b"}\n'.encode())
+    assert proc.returncode == 0, proc.stderr
+    assert [r["id"] for r in rows] == ["1", "2"]
+
+
+@pytest.mark.parametrize(("name", "data"), [
+    ("d.jsonl", b'{"id": "1", "text": "a", "human_x": NaN}\n{"id": "2", "text": "b", "human_x": Infinity}\n'
+                b'{"id": "3", "text": "c", "human_x": 1e999}\n{"id": "4", "text": "d", "human_x": ' + b"9" * 400 + b"}\n"
+                b'{"id": "5", "text": "e", "human_x": 4}\n'),
+    ("d.csv", b"id,text,human_x\n1,a,nan\n2,b,inf\n3,c,1_000\n4,d,-Infinity\n5,e,4\n"),
+])
+def test_non_finite_or_odd_ratings_become_null_with_a_warning(tmp_path, name, data):
+    # a NaN or infinite rating entered every mean and correlation; a 400-digit one was an internal error
+    proc, rows = _convert(tmp_path, name, data)
+    assert proc.returncode == 0, proc.stderr
+    assert [r["human_x"] for r in rows] == [None, None, None, None, 4.0]
+    assert sum(json.loads(proc.stdout)["warnings"].values()) == 4
+
+
+@pytest.mark.parametrize("kind", ["csv", "aligned"])
+def test_invalid_utf8_names_its_line(tmp_path, kind):
+    bad = b"id,text\n1,a\n2,\xffb\n" if kind == "csv" else b"a\nb\n\xffc\n"
+    src = tmp_path / ("d.csv" if kind == "csv" else "c.txt")
+    src.write_bytes(bad)
+    args = ["-i", str(src)] if kind == "csv" else ["-c", str(src)]
+    proc = run_cli_in_process(["convert", *args, "-o", str(tmp_path / "o.parquet")])
+    assert_user_error(proc, 1, f"{src.name}: not UTF-8 text (line 3, byte")
