@@ -6,6 +6,7 @@ file and, where there is one, the line or field (docs/security.md)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pyarrow.parquet as pq
 import pytest
@@ -228,3 +229,176 @@ def test_invalid_utf8_names_its_line(tmp_path, kind):
     args = ["-i", str(src)] if kind == "csv" else ["-c", str(src)]
     proc = run_cli_in_process(["convert", *args, "-o", str(tmp_path / "o.parquet")])
     assert_user_error(proc, 1, f"{src.name}: not UTF-8 text (line 3, byte")
+
+
+# ----- files a later run reads back --------------------------------------------------------
+@pytest.fixture
+def scores_file(tmp_path):
+    import pyarrow as pa
+
+    rows = [{"id": f"{s}{d}", "system": s, "doc_id": f"d{d}", "dataset": "toy", "m": float((d * (i + 2)) % 7),
+             "error": None} for i, s in enumerate("ABC") for d in range(6)]
+    path = tmp_path / "scores.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def _compare_with_previous(tmp_path, scores_file, previous: str):
+    old = tmp_path / "old.json"
+    old.write_text(previous, encoding="utf-8")
+    return run_cli_in_process(["compare", "-s", str(scores_file), "--columns", "m", "-o", str(tmp_path / "board.html"),
+                               "--previous", str(old), "--resamples", "20", "--trials", "20"])
+
+
+def _row(**change):
+    return {"dataset": "toy", "column": "m", "system": "A", "rank": 1, **change}
+
+
+@pytest.mark.parametrize(("rows", "fragment"), [
+    ([_row(rank="abc")], "leaderboard[0].rank: expected a whole number from 1 to 1,000,000,000, got str 'abc'"),
+    ([_row(rank=1.5)], "leaderboard[0].rank: expected a whole number"),  # was read as 1 without a word
+    ([_row(rank=10**400)], "leaderboard[0].rank: expected a whole number"),
+    ([_row(rank=True)], "leaderboard[0].rank: expected a whole number"),
+    ([{"dataset": "toy", "column": "m", "rank": 1}], "leaderboard[0].system: expected a string, got NoneType None"),
+    ([_row(system=["A"])], "leaderboard[0].system: expected a string, got list of 1"),
+    (["A"], "leaderboard[0]: expected an object, got str"),
+    ([_row(rank=1), _row(rank=3)], "leaderboard[1]: system 'A' of 'toy' / 'm' is ranked twice (also leaderboard[0])"),
+])
+def test_previous_leaderboard_of_other_types_is_refused_naming_row_and_field(tmp_path, scores_file, rows, fragment):
+    # each was an internal error (ValueError, KeyError, TypeError, AttributeError) or a silent move
+    proc = _compare_with_previous(tmp_path, scores_file, json.dumps({"leaderboard": rows}))
+    assert_user_error(proc, 2, "--previous", "old.json", fragment)
+
+
+@pytest.mark.parametrize("text", ['{"leaderboard": [{"dataset": "toy", "column": "m", "system": "A", "rank": NaN}]}',
+                                  '{"leaderboard": ' + "[" * 50_000 + "]" * 50_000 + "}"])
+def test_previous_leaderboard_nan_rank_or_deep_nesting(tmp_path, scores_file, text):
+    assert_user_error(_compare_with_previous(tmp_path, scores_file, text), 2, "--previous", "old.json")
+
+
+def test_previous_results_json_rows_are_checked_too(tmp_path, scores_file):
+    results = {"groups": [{"systems": [{"dataset": "toy", "column": "m", "systems": [{"system": "A", "rank": "x"}]}]}]}
+    proc = _compare_with_previous(tmp_path, scores_file, json.dumps(results))
+    assert_user_error(proc, 2, "system comparisons[0].rank: expected a whole number")
+
+
+def test_previous_leaderboard_digit_rank_still_moves(tmp_path, scores_file):
+    proc = _compare_with_previous(tmp_path, scores_file, json.dumps({"leaderboard": [_row(rank="3")]}))
+    assert proc.returncode == 0, proc.stderr
+    assert "▲" in (tmp_path / "board.html").read_text()  # A moved up from the previous rank 3
+
+
+# a previous run's manifest, edited: set aside whole (footers read), never a bare exception in the plan
+def _manifest(size=100, record=None):
+    part = {"rows": 20, "errors": 0, "skipped": 0, "size": 10, "etag": "e"}
+    record = record if record is not None else {"digest": "d", "input_etag": "x", "input_size": size,
+                                                "parts": {"part-0000000000-0000000020-v.parquet": part}}
+    return {"metrics": {"m": {"parts": {"a.parquet": record}}},
+            "input": {"files": [{"file": "/in/a.parquet", "etag": "x", "size": size, "rows": 20, "columns": {"id": "string"}}]}}
+
+
+@pytest.mark.parametrize(("edit", "problem"), [
+    (lambda m: m["input"]["files"][0].update(size="abc"), "'input.files[0]': 'size' and 'rows' must be whole numbers"),
+    (lambda m: m["input"]["files"].__setitem__(0, "x"), "'input.files[0]' is not an object"),
+    (lambda m: m["input"]["files"][0].update(columns=["id"]), "'input.files[0].columns' is not an object"),
+    (lambda m: m["metrics"]["m"]["parts"].__setitem__("a.parquet", [1]), "'metrics.m.parts.a.parquet' is not an object"),
+    (lambda m: m["metrics"]["m"]["parts"]["a.parquet"].update(input_size="x"), "'metrics.m.parts.a.parquet': 'digest'"),
+    (lambda m: [e.update(skipped="x") for e in m["metrics"]["m"]["parts"]["a.parquet"]["parts"].values()],
+     "'rows', 'errors' and 'skipped' must be whole numbers"),
+    (lambda m: m.__setitem__("duplicate_ids_across_shards", [1]), "'duplicate_ids_across_shards' is not an object"),
+])
+def test_edited_previous_manifest_is_set_aside(tmp_path, edit, problem):
+    import fsspec
+
+    from ray_jobs.config import parse_config
+    from ray_jobs.job.manifest import previous_manifest, read_previous
+    from ray_jobs.job.plan import _known_inputs
+
+    config = parse_config({"input": str(tmp_path / "in"), "output": str(tmp_path / "out"), "metrics": [{"name": "text_stats"}]})
+    fs = fsspec.filesystem("file")
+    (tmp_path / "out").mkdir()
+    good = _manifest()
+    (tmp_path / "out" / "manifest.json").write_text(json.dumps(good))
+    assert read_previous(fs, config) == good and _known_inputs(good)  # as a run wrote it: used
+    edited = _manifest()
+    edit(edited)
+    (tmp_path / "out" / "manifest.json").write_text(json.dumps(edited))
+    assert read_previous(fs, config) is None  # the plan read it and failed (ValueError, TypeError, KeyError)
+    found, why = previous_manifest(fs, config)
+    assert found is None and problem in why
+
+
+# CoDI instruction sets and responses: used whole or refused naming the file and line
+def _codi(tmp_path, instructions: bytes, responses: bytes | None = None):
+    folder = tmp_path / "instructions"
+    folder.mkdir()
+    (folder / "length_lite.jsonl").write_bytes(instructions)
+    args = ["constraints", "convert", "--instructions", str(folder), "--codi-tasks", "length", "-o", str(tmp_path / "o.parquet")]
+    if responses is not None:
+        (tmp_path / "r").mkdir()
+        (tmp_path / "r" / "length.jsonl").write_bytes(responses)
+        args += ["--responses", f"sysA={tmp_path / 'r'}"]
+    return run_cli_in_process(args)
+
+
+GOOD_LENGTH = b'{"instruction": "Write 10 words", "mode": "around", "label": [8, 12]}\n'
+
+
+@pytest.mark.parametrize(("instructions", "fragment"), [
+    (b'{"instruction": "a", "mode": "around", "label": [NaN, Infinity]}\n', "finite numbers with lo <= hi, got [nan, inf]"),
+    (b'{"instruction": "a", "mode": "around", "label": [12, 8]}\n', "lo <= hi, got [12, 8]"),  # no text could pass
+    (b'{"instruction": "a", "mode": "around", "label": [8, 12], "label": [1, 1000]}\n',
+     "line 1: the key 'label' is given twice"),
+    (b'{"instruction": "a", "mode": "around", "label": [1, ' + b"9" * 5000 + b"]}\n", "line 1: not readable JSON"),
+    (b'{"instruction": "a", "label": ' + b"[" * 5000 + b"]" * 5000 + b"}\n", "line 1: not readable JSON (nested too deep)"),
+    (GOOD_LENGTH + b'{"instruction": "a\xff", "mode": "around", "label": [8, 12]}\n', "line 2: not UTF-8 text"),
+])
+def test_codi_instruction_set_attacks(tmp_path, instructions, fragment):
+    assert_user_error(_codi(tmp_path, instructions), 1, "length_lite.jsonl", fragment)
+
+
+@pytest.mark.parametrize(("responses", "fragment"), [
+    (b'{"index": true, "text": "x"}\n', "index True outside the instruction set"),  # True was row 1
+    (b'{"index": 0, "text": "x", "text": "y"}\n', "line 1: the key 'text' is given twice"),
+    (b'{"index": 0, "text": "\xff"}\n', "line 1: not UTF-8 text"),
+])
+def test_codi_response_attacks(tmp_path, responses, fragment):
+    assert_user_error(_codi(tmp_path, GOOD_LENGTH + GOOD_LENGTH, responses), 1, "length.jsonl", fragment)
+
+
+def test_codi_response_for_a_row_without_instruction_is_one_line(tmp_path):
+    proc = _codi(tmp_path, b'{"mode": "around", "label": [8, 12]}\n', b'{"index": 0, "text": "x", "instruction": "a"}\n')
+    assert_user_error(proc, 1, "length.jsonl row 0: field 'instruction' does not match")
+
+
+def test_codi_bom_per_line_is_read(tmp_path):
+    proc = _codi(tmp_path, "\ufeff".encode() + GOOD_LENGTH)
+    assert proc.returncode == 0, proc.stderr
+    assert pq.read_table(tmp_path / "o.parquet").num_rows == 1
+
+
+# CompMCTG splits JSON
+@pytest.mark.parametrize(("splits", "fragment"), [
+    ([1, 2], "expected a JSON object, got list"),
+    ({"aspects": {"s": ["a"]}}, "'splits' must be a non-empty list"),
+    ({"aspects": {"s": ["a"]}, "splits": [{"unseen": [{"s": "a"}]}]}, "'splits[0].seen' must be a list"),
+    ({"aspects": {"s": ["a"]}, "splits": [{"seen": [{"s": "a"}]}]}, "'splits[0].unseen' must be a list"),
+    ({"aspects": {"s": ["a"]}, "splits": [{"seen": [{"t": "a"}], "unseen": []}]}, "'splits[0].seen[0]': aspect 's'"),
+    ({"signature": "x", "splits": [{"seen": [{"s": "a"}], "unseen": []}]}, "'signature' is not an object"),
+])
+def test_compmctg_splits_of_another_shape_are_one_line(splits, fragment):
+    import pandas as pd
+
+    from meta_eval.compmctg import protocol_row
+
+    frame = pd.DataFrame({"attr:s": ["a", "b"], "attribute_accuracy_s": [1.0, 0.0]})
+    with pytest.raises(ValueError, match=r"dataset 'toy': splits JSON: .*" + re.escape(fragment)):
+        protocol_row(frame, "toy", splits)
+
+
+def test_compmctg_cli_names_the_splits_file(tmp_path):
+    (tmp_path / "dump.parquet").write_bytes(b"")
+    (tmp_path / "s.json").write_text("[" * 50_000 + "]" * 50_000)
+    proc = run_cli_in_process(["compmctg", "--dump", str(tmp_path / "dump.parquet"), "--scores", str(tmp_path / "x"),
+                               "--splits", f"d={tmp_path / 's.json'}", "-o", str(tmp_path / "t.json")])
+    assert_user_error(proc, 1, "--splits d=", "s.json: cannot read it as a splits JSON (nested too deep)")
