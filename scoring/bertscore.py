@@ -153,11 +153,22 @@ class BERTScorer:
             try:
                 with open(idf, encoding="utf-8") as handle:
                     idf = json.load(handle)
-            except (OSError, ValueError) as exc:
-                raise UsageError(f"idf: cannot read {idf} as a JSON idf table ({exc})") from exc
+            except (OSError, ValueError, RecursionError) as exc:
+                raise UsageError(f"idf: cannot read {idf} as a JSON idf table ({type(exc).__name__})") from exc
         if not isinstance(idf, dict) or "default" not in idf:
             raise UsageError("idf: expected a table {token id: weight, 'default': weight} (scoring.bertscore.idf_table)")
-        return {(-1 if key == "default" else int(key)): float(value) for key, value in idf.items()}
+        table: dict[int, float] = {}
+        for key, value in idf.items():
+            # a token id (an int or its digits) and a finite weight: NaN or inf would reach every score
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise UsageError(f"idf: the weight of {str(key)[:40]!r} must be a finite number, got {str(value)[:40]!r}")
+            if key == "default":
+                table[-1] = float(value)
+            elif isinstance(key, int) and not isinstance(key, bool) or isinstance(key, str) and key.isascii() and key.isdigit():
+                table[int(key)] = float(value)
+            else:
+                raise UsageError(f"idf: key {str(key)[:40]!r} is no token id (a whole number) nor 'default'")
+        return table
 
     def _load_baseline(self, path: str) -> tuple[float, float, float]:
         import csv

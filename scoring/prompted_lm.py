@@ -98,7 +98,7 @@ def load_templates(templates: str | Mapping[str, Any] | None) -> dict[str, dict[
             templates = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise UsageError(f"templates: {templates}: no such template set or file (shipped: {', '.join(TEMPLATE_SETS)})") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # not UTF-8 or JSON, a number past 4,300 digits, too deep
             raise UsageError(f"templates: {path.name}: not a JSON object of templates ({type(exc).__name__})") from None
     if not isinstance(templates, Mapping) or not templates:
         raise UsageError("templates: expected a non-empty mapping {aspect: template}")

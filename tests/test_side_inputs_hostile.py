@@ -402,3 +402,103 @@ def test_compmctg_cli_names_the_splits_file(tmp_path):
     proc = run_cli_in_process(["compmctg", "--dump", str(tmp_path / "dump.parquet"), "--scores", str(tmp_path / "x"),
                                "--splits", f"d={tmp_path / 's.json'}", "-o", str(tmp_path / "t.json")])
     assert_user_error(proc, 1, "--splits d=", "s.json: cannot read it as a splits JSON (nested too deep)")
+
+
+# a job output's manifest, as `load_scores` (compare, meta, leaderboard -s) reads it
+def _job_output(tmp_path, manifest) -> str:
+    import pyarrow as pa
+
+    out = tmp_path / "out"
+    (out / "m" / "a").mkdir(parents=True)
+    table = pa.table({"id": ["r0", "r1"], "m_score": [1.0, 2.0], "error": pa.array([None, None], pa.string()),
+                      "signature": ["metric:m|v:1"] * 2})
+    pq.write_table(table, out / "m" / "a" / "part-0000000000-0000000002-v.parquet")
+    (out / "manifest.json").write_text(manifest if isinstance(manifest, str) else json.dumps(manifest))
+    return str(out)
+
+
+def _written(out: str, **change) -> dict:
+    return {"config": {"output": "/elsewhere/out", **change.pop("config", {})},
+            "metrics": {"m": {"outputs": [{"folder": "/elsewhere/out/m/a"}], **change}}}
+
+
+@pytest.mark.parametrize("manifest", [
+    lambda out: _written(out),
+    lambda out: {**_written(out), "config": "x"},  # was AttributeError
+    lambda out: _written(out, config={"output": ["x"]}),  # was AttributeError
+    lambda out: _written(out, outputs=[{"folder": ["x"]}]),  # was AttributeError: no folder named, the whole label
+    lambda out: _written(out, outputs="abc", kept_for_bad_shards="abc"),
+])
+def test_load_scores_reads_an_edited_manifest_or_names_it(tmp_path, manifest):
+    from ctgscore import load_scores
+
+    out = _job_output(tmp_path, "")
+    (tmp_path / "out" / "manifest.json").write_text(json.dumps(manifest(out)))
+    assert sorted(load_scores(out)["m_score"]) == [1.0, 2.0]
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ("[" * 50_000 + "]" * 50_000, "nested too deep"),
+    ('{"metrics": {"m": {"rows": ' + "9" * 5000 + "}}}", "Exceeds the limit"),
+])
+def test_load_scores_unreadable_manifest_is_one_line(tmp_path, text, reason):
+    from ctgscore import load_scores
+    from scoring.errors import InputError
+
+    with pytest.raises(InputError, match=rf"manifest\.json: not a JSON manifest \({reason}"):
+        load_scores(_job_output(tmp_path, text))
+
+
+# metric side files named in params: BERTScore's idf table, gptscore's templates
+@pytest.mark.parametrize(("table", "fragment"), [
+    ('{"default": 1.0, "12": NaN}', "the weight of '12' must be a finite number"),  # NaN reached every score
+    ('{"default": Infinity}', "the weight of 'default' must be a finite number"),
+    ('{"default": 1.0, "abc": 2.0}', "key 'abc' is no token id"),  # was a bare ValueError
+    ('{"default": 1.0, "12": "x"}', "the weight of '12' must be a finite number"),
+    ('{"default": ' + "[" * 50_000 + "]" * 50_000 + "}", "cannot read"),
+])
+def test_bertscore_idf_file_attacks(tmp_path, table, fragment):
+    from scoring.bertscore import BERTScorer
+
+    path = tmp_path / "idf.json"
+    path.write_text(table)
+    with pytest.raises(UsageError, match=re.escape(fragment)):
+        BERTScorer._load_idf(None, str(path))
+
+
+def test_bertscore_idf_file_as_written_still_loads(tmp_path):
+    from scoring.bertscore import BERTScorer
+
+    path = tmp_path / "idf.json"
+    path.write_text('{"default": 1.5, "12": 0.25, "7": 3}')
+    assert BERTScorer._load_idf(None, str(path)) == {-1: 1.5, 12: 0.25, 7: 3.0}
+
+
+@pytest.mark.parametrize("text", ['{"fluency": ' + "[" * 50_000 + "]" * 50_000 + "}", '{"fluency": ' + "9" * 5000 + "}"])
+def test_gptscore_template_file_past_the_json_reader_is_one_line(tmp_path, text):
+    from scoring.prompted_lm import load_templates
+
+    path = tmp_path / "templates.json"
+    path.write_text(text)
+    with pytest.raises(UsageError, match="templates: templates.json: not a JSON object of templates"):
+        load_templates(str(path))
+
+
+# `ctgscore splits --aspects FILE`
+def test_splits_aspects_product_past_the_cap_is_refused_before_it_is_built(tmp_path):
+    # 12 aspects of 10 values would be 10**12 combinations from 400 bytes (every byte of memory);
+    # 6 of 8 (262,144) shows the cap without building the larger one when the cap is missing
+    from splits.aspects import SplitsInputError, from_aspects
+
+    with pytest.raises(SplitsInputError, match=r"8 x 8 x 8 x 8 x 8 x 8 = 262,144 attribute combinations, more than 100,000"):
+        from_aspects({f"a{i}": [f"v{j}" for j in range(8)] for i in range(6)})
+    assert len(from_aspects({f"a{i}": [f"v{j}" for j in range(10)] for i in range(5)}).combos) == 100_000
+
+
+@pytest.mark.parametrize(("text", "fragment"), [("[" * 50_000 + "]" * 50_000, "nested too deep"),
+                                                ('{"a": [' + "9" * 5000 + "]}", "Exceeds the limit")])
+def test_splits_aspects_file_past_the_json_reader_is_one_line(tmp_path, text, fragment):
+    path = tmp_path / "aspects.json"
+    path.write_text(text)
+    proc = run_cli_in_process(["splits", "--aspects", str(path), "--protocol", "holdout", "-o", str(tmp_path / "o.json")])
+    assert_user_error(proc, 2, "aspects.json: not valid JSON", fragment)
