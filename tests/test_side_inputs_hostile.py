@@ -502,3 +502,48 @@ def test_splits_aspects_file_past_the_json_reader_is_one_line(tmp_path, text, fr
     path.write_text(text)
     proc = run_cli_in_process(["splits", "--aspects", str(path), "--protocol", "holdout", "-o", str(tmp_path / "o.json")])
     assert_user_error(proc, 2, "aspects.json: not valid JSON", fragment)
+
+
+# metric preference checklist CSVs (`ctgscore meta -s usr_persona_chat.csv`)
+CHECKLIST = "tests/data/checklist/unieval_topical_chat.csv"
+
+
+def _checklist(tmp_path, data: bytes):
+    from meta_eval.io import read_checklist_csv
+
+    path = tmp_path / "unieval_topical_chat.csv"
+    path.write_bytes(data)
+    return lambda: read_checklist_csv(path)
+
+
+def _with_overall(value: str) -> bytes:
+    import io as text_io
+
+    import pandas as pd
+
+    frame = pd.read_csv(CHECKLIST)
+    frame["overall"] = frame["overall"].astype(object)
+    frame.loc[0, "overall"] = value
+    out = text_io.StringIO()
+    frame.to_csv(out, index=False)
+    return out.getvalue().encode()
+
+
+@pytest.mark.parametrize(("data", "fragment"), [
+    (lambda src: src.replace(b"\n", b"\n\xff", 2), "not UTF-8 text (line 2"),  # was UnicodeDecodeError
+    (lambda src: b"", "empty file, expected a header row"),  # was EmptyDataError
+    (lambda src: src + b'\n0,0,0,0,"unterminated,1,2\n', "not a CSV file pandas can read"),  # was ParserError
+    (lambda src: _with_overall("inf"), "column 'overall' row 0: 'inf' is no rating (not finite)"),  # entered every correlation
+])
+def test_checklist_csv_attacks_are_one_line(tmp_path, data, fragment):
+    from scoring.errors import InputError
+
+    source = open(CHECKLIST, "rb").read()
+    with pytest.raises(InputError, match=re.escape(fragment)):
+        _checklist(tmp_path, data(source))()
+
+
+def test_checklist_csv_empty_rating_stays_missing(tmp_path):
+    table = _checklist(tmp_path, _with_overall(""))()
+    frame = table.frame if hasattr(table, "frame") else table
+    assert frame["human_overall"].isna().iloc[0] and frame["human_overall"].notna().iloc[1]
