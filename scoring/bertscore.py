@@ -33,6 +33,7 @@ import torch
 
 from scoring.engine import Ragged, budget_batches, run_splitting_on_oom
 from scoring.errors import UsageError
+from scoring.local_files import refuse_device
 from scoring.metric import RowMetric
 from scoring.model_limits import limits_for
 from scoring.models import file_digest, load_pretrained, load_tokenizer, resolve_device, resolve_model
@@ -150,6 +151,7 @@ class BERTScorer:
         if idf is None or idf is False:
             return None
         if isinstance(idf, (str, bytes)) or hasattr(idf, "__fspath__"):
+            refuse_device(idf, "idf: ")
             try:
                 with open(idf, encoding="utf-8") as handle:
                     idf = json.load(handle)

@@ -547,3 +547,43 @@ def test_checklist_csv_empty_rating_stays_missing(tmp_path):
     table = _checklist(tmp_path, _with_overall(""))()
     frame = table.frame if hasattr(table, "frame") else table
     assert frame["human_overall"].isna().iloc[0] and frame["human_overall"].notna().iloc[1]
+
+
+# a device named as a side file: /dev/zero or /dev/urandom would be read without end (a config from
+# a pull request may name one); /dev/null, a device that ends at once, shows the refusal safely
+DEVICE = "/dev/null"
+
+
+def _device_reads():
+    from scoring.bertscore import BERTScorer
+    from scoring.codi.convert import read_jsonl
+    from scoring.prompted_lm import load_templates
+
+    return {
+        "idf": lambda: BERTScorer._load_idf(None, DEVICE),
+        "templates": lambda: load_templates(DEVICE),
+        "codi": lambda: read_jsonl(__import__("pathlib").Path(DEVICE)),
+    }
+
+
+@pytest.mark.skipif(not __import__("os").path.exists(DEVICE), reason="no /dev/null")
+@pytest.mark.parametrize("reader", ["idf", "templates", "codi"])
+def test_side_file_that_is_a_device_is_refused_before_reading(reader):
+    from scoring.errors import CtgscoreError
+
+    with pytest.raises(CtgscoreError, match="/dev/null: a device, not a file"):
+        _device_reads()[reader]()
+
+
+@pytest.mark.skipif(not __import__("os").path.exists(DEVICE), reason="no /dev/null")
+@pytest.mark.parametrize(("args", "code"), [
+    (["score", "-m", "bleu", "-i", "{dump}", "-o", "{out}", "--params", "@/dev/null"], 2),
+    (["convert", "-i", "/dev/null", "--format", "jsonl", "-o", "{out}"], 1),
+    (["convert", "-c", "/dev/null", "-o", "{out}"], 1),
+    (["compmctg", "--dump", "{dump}", "--scores", "x", "--splits", "d=/dev/null", "-o", "{out}"], 1),
+])
+def test_cli_side_file_that_is_a_device_is_refused(tmp_path, args, code):
+    dump = tmp_path / "in.parquet"
+    dump.write_bytes(b"")
+    argv = [a.format(dump=dump, out=tmp_path / "o.parquet") for a in args]
+    assert_user_error(run_cli_in_process(argv), code, "/dev/null: a device, not a file")

@@ -79,6 +79,9 @@ def load_params_value(value: str | None, flag_name: str = "--params") -> dict[st
         return {}
     if value.startswith("@"):
         path = pathlib.Path(value[1:])
+        from scoring.local_files import refuse_device
+
+        refuse_device(path, f"{flag_name} ")
         try:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:

@@ -34,12 +34,14 @@ def handle(args: argparse.Namespace) -> int:
     import ctgscore
     from meta_eval.compmctg import check_splits_json, markdown_section, results_table, scored_frame
     from scoring.errors import InputError
+    from scoring.local_files import refuse_device
 
     output = common.check_output_file(args.output)
     common.check_input_path(args.dump, "dump")
     splits = []
     for pair in args.splits:  # a dataset may come with several protocols: not a dict
         dataset, path = next(iter(common.parse_assignments([pair], "--splits").items()))
+        refuse_device(path, f"--splits {dataset}=", InputError)
         try:
             data = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
             check_splits_json(data)

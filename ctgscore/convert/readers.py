@@ -14,11 +14,13 @@ from typing import Any, Sequence
 from ctgscore.convert.report import ConversionReport
 from scoring import schema
 from scoring.errors import InputError, UsageError
+from scoring.local_files import refuse_device
 
 FORMATS = ("jsonl", "csv", "tsv", "parquet")
 
 
 def _read_text(path: pathlib.Path) -> str:
+    refuse_device(path, error=InputError)
     try:
         data = path.read_bytes()
     except FileNotFoundError:

@@ -27,6 +27,7 @@ from typing import Any, Iterable, Sequence
 
 from scoring.codi import TASKS
 from scoring.errors import InputError
+from scoring.local_files import refuse_device
 
 DATASET = "codi-eval"
 TASK_ALIASES = {"toxicity": "detoxic", "detox": "detoxic", "keywords": "keyword"}
@@ -178,6 +179,7 @@ def read_jsonl(path: pathlib.Path) -> list[dict[str, Any]]:
     allowed). A file that is not UTF-8, or a line that is no JSON object, names a key twice
     (one value would vanish), holds a number past 4,300 digits or nests past the reader fails
     the conversion naming the file and line: an instruction set is used whole or not at all."""
+    refuse_device(path, error=ConvertError)
     data = pathlib.Path(path).read_bytes()
     try:
         text = data.decode("utf-8")
