@@ -587,3 +587,20 @@ def test_cli_side_file_that_is_a_device_is_refused(tmp_path, args, code):
     dump.write_bytes(b"")
     argv = [a.format(dump=dump, out=tmp_path / "o.parquet") for a in args]
     assert_user_error(run_cli_in_process(argv), code, "/dev/null: a device, not a file")
+
+
+@pytest.mark.timeout(120)
+def test_object_store_memory_ray_refuses_is_a_config_error():
+    # a 31-digit `ray.object_store_memory` was "internal error: ValueError: ... (-1e+21 GB)"
+    import ray
+
+    from ray_jobs.session import RaySession
+
+    if ray.is_initialized():
+        pytest.skip("a Ray is already running in this process")
+    session = RaySession(object_store_memory=10**30, quiet=True)
+    try:
+        with pytest.raises(UsageError, match=r"'ray.object_store_memory' 1e\+30 bytes: Ray cannot start with it"):
+            session.ensure()
+    finally:
+        ray.shutdown()
