@@ -175,13 +175,17 @@ class BERTScorer:
     def _load_baseline(self, path: str) -> tuple[float, float, float]:
         import csv
 
+        refuse_device(path, "baseline: ")
         try:
             with open(path, encoding="utf-8") as handle:
                 rows = list(csv.DictReader(handle))
             row = rows[self.layer]
-            return float(row["P"]), float(row["R"]), float(row["F"])
-        except (OSError, KeyError, IndexError, ValueError) as exc:
-            raise UsageError(f"baseline: {path} has no P,R,F row for layer {self.layer} ({exc})") from exc
+            values = float(row["P"]), float(row["R"]), float(row["F"])
+        except (OSError, KeyError, IndexError, ValueError, TypeError, csv.Error) as exc:
+            raise UsageError(f"baseline: {path} has no P,R,F row for layer {self.layer} ({type(exc).__name__}: {exc})") from exc
+        if not all(math.isfinite(value) for value in values):  # a NaN baseline would rescale every score to NaN
+            raise UsageError(f"baseline: {path} layer {self.layer}: P, R and F must be finite numbers, got {values}")
+        return values
 
     def _weights(self, ids: list[int]) -> torch.Tensor:
         if self.idf is None:

@@ -561,13 +561,14 @@ def _device_reads():
 
     return {
         "idf": lambda: BERTScorer._load_idf(None, DEVICE),
+        "baseline": lambda: BERTScorer._load_baseline(__import__("types").SimpleNamespace(layer=0), DEVICE),
         "templates": lambda: load_templates(DEVICE),
         "codi": lambda: read_jsonl(__import__("pathlib").Path(DEVICE)),
     }
 
 
 @pytest.mark.skipif(not __import__("os").path.exists(DEVICE), reason="no /dev/null")
-@pytest.mark.parametrize("reader", ["idf", "templates", "codi"])
+@pytest.mark.parametrize("reader", ["idf", "baseline", "templates", "codi"])
 def test_side_file_that_is_a_device_is_refused_before_reading(reader):
     from scoring.errors import CtgscoreError
 
@@ -604,3 +605,19 @@ def test_object_store_memory_ray_refuses_is_a_config_error():
             session.ensure()
     finally:
         ray.shutdown()
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("P,R,F\n0.1,0.2,nan\n", "P, R and F must be finite numbers"),  # NaN rescaled every score to NaN
+    ("P,R,F\n0.1,0.2\n", "has no P,R,F row for layer 0 (TypeError"),  # a short row: None for F
+    ('P,R,F\n"0.1,0.2,0.3\n', "has no P,R,F row for layer 0"),
+])
+def test_bertscore_baseline_file_attacks(tmp_path, text, fragment):
+    from types import SimpleNamespace
+
+    from scoring.bertscore import BERTScorer
+
+    path = tmp_path / "baseline.csv"
+    path.write_text(text)
+    with pytest.raises(UsageError, match=re.escape(fragment)):
+        BERTScorer._load_baseline(SimpleNamespace(layer=0), str(path))
