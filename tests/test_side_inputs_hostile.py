@@ -621,3 +621,17 @@ def test_bertscore_baseline_file_attacks(tmp_path, text, fragment):
     path.write_text(text)
     with pytest.raises(UsageError, match=re.escape(fragment)):
         BERTScorer._load_baseline(SimpleNamespace(layer=0), str(path))
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-1", "x"])
+def test_num_cpus_must_be_finite_and_positive(tmp_path, scores_file, value):
+    # `--num-cpus nan` reached Ray, which failed to start after half a minute (internal error)
+    proc = run_cli_in_process(["compare", "-s", str(scores_file), "--columns", "m", "--tasks", "2", "--num-cpus", value])
+    assert_user_error(proc, 2, "--num-cpus", repr(value))
+
+
+def test_input_limit_infinite_inflation_is_refused(tmp_path, scores_file):
+    # `.inf` switched the decompression cap off without a word, unlike the job config's `limits:`
+    proc = run_cli_in_process(["score", "-m", "text_stats", "-i", str(scores_file), "-o", str(tmp_path / "o.parquet"),
+                               "--input-limit", "max_inflation=.inf"])
+    assert_user_error(proc, 2, "--input-limit max_inflation=inf: expected a finite number >= 1")

@@ -51,6 +51,20 @@ def progress_bars(args: argparse.Namespace) -> bool:
     return progress_enabled(args) and sys.stderr.isatty()
 
 
+def cpus(text: str) -> float:
+    """argparse type of `--num-cpus`: a finite number > 0 (`nan` or `inf` reached Ray, which
+    then failed to start after half a minute)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a finite number of CPUs > 0")
+    return value
+
+
 # ----- parameters -------------------------------------------------------------------------
 def add_param_options(parser: argparse.ArgumentParser, what: str = "metric") -> None:
     parser.add_argument("--params", metavar="JSON|@FILE", default=None,
@@ -240,8 +254,8 @@ def limits_from(args: argparse.Namespace):
             raise UsageError(f"--input-limit {item!r}: expected NAME=VALUE")
         values[name.strip()] = value
     inflation = values.pop("max_inflation", MAX_INFLATION)
-    if isinstance(inflation, bool) or not isinstance(inflation, (int, float)) or inflation < 1:
-        raise UsageError(f"--input-limit max_inflation={inflation!r}: expected a number >= 1")
+    if isinstance(inflation, bool) or not isinstance(inflation, (int, float)) or not 1 <= inflation < float("inf"):
+        raise UsageError(f"--input-limit max_inflation={inflation!r}: expected a finite number >= 1")
     try:
         limits = RowLimits.from_mapping(values)
     except UsageError as exc:

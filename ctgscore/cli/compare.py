@@ -43,7 +43,7 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
     parser.add_argument("--tasks", type=int, default=0,
                         help="Ray tasks reading the files and running the resamples (0 or 1: in this process); "
                              "same numbers either way")
-    parser.add_argument("--num-cpus", type=float, default=0.5, help="CPUs per Ray task")
+    parser.add_argument("--num-cpus", type=common.cpus, default=0.5, help="CPUs per Ray task")
     parser.add_argument("-o", "--output", default=None,
                         help="write the tables here (.md, .csv, .json or .html, the leaderboard page; "
                              "default: Markdown on stdout)")
