@@ -635,3 +635,22 @@ def test_input_limit_infinite_inflation_is_refused(tmp_path, scores_file):
     proc = run_cli_in_process(["score", "-m", "text_stats", "-i", str(scores_file), "-o", str(tmp_path / "o.parquet"),
                                "--input-limit", "max_inflation=.inf"])
     assert_user_error(proc, 2, "--input-limit max_inflation=inf: expected a finite number >= 1")
+
+
+@pytest.mark.parametrize(("header", "used"), [
+    ({"version": 1, "buckets": 4, "shards": [{"file": "f", "etag": "e", "size": 1, "rows": 2}], "groups": {}}, True),
+    ({"version": 1, "buckets": 10**30, "shards": [{"file": "f", "etag": "e", "size": 1, "rows": 2}], "groups": {}}, False),
+    ("[" * 50_000 + "]" * 50_000, False),
+])
+def test_edited_id_index_header_is_not_used(tmp_path, header, used):
+    # 10**30 buckets passed the check and failed numpy later; deep nesting was a RecursionError
+    import fsspec
+    import pyarrow as pa
+
+    from ray_jobs.job.id_index import INDEX_KEY, index_uri, read_index_header
+
+    text = header if isinstance(header, str) else json.dumps(header)
+    table = pa.table({"id": ["a", "b"]}).replace_schema_metadata({INDEX_KEY: text})
+    pq.write_table(table, index_uri(str(tmp_path)))
+    found = read_index_header(fsspec.filesystem("file"), str(tmp_path), None)
+    assert (found is not None) == used
