@@ -406,7 +406,7 @@ def apply_overrides(data: Any, overrides: dict[str, str]) -> Any:
             last = depth == len(keys) - 1
             where = ".".join(keys[: depth + 1])
             if isinstance(node, list):
-                if not key.isdigit() or int(key) >= len(node):
+                if not (key.isascii() and key.isdigit() and len(key) <= 9) or int(key) >= len(node):
                     raise ConfigError(f"--set {dotted}: '{where}' is not an index of a list of {len(node)}")
                 index = int(key)
                 if last:

@@ -654,3 +654,28 @@ def test_edited_id_index_header_is_not_used(tmp_path, header, used):
     pq.write_table(table, index_uri(str(tmp_path)))
     found = read_index_header(fsspec.filesystem("file"), str(tmp_path), None)
     assert (found is not None) == used
+
+
+@pytest.mark.parametrize("index", ["²", "9" * 5000])
+def test_set_list_index_that_is_no_ascii_number(tmp_path, index):
+    # "²".isdigit() is true and int("²") raises; so does a 5,000-digit index
+    with pytest.raises(ConfigError, match=r"is not an index of a list of 1"):
+        load_config(_config(tmp_path, BASE), overrides={f"metrics.{index}.name": "chrf"})
+
+
+@pytest.mark.parametrize(("meta", "errors"), [({"rows_error": "²"}, 0), ({"rows_error": "9" * 5000}, 0), ({"rows_error": "7"}, 7)])
+def test_edited_part_footer_counts(meta, errors):
+    from ray_jobs.incremental import META_PREFIX, footer_errors
+
+    assert footer_errors((7, {META_PREFIX + k: v for k, v in meta.items()})) == errors
+
+
+def test_part_footer_metadata_not_utf8_is_not_reused(tmp_path):
+    import fsspec
+    import pyarrow as pa
+
+    from ray_jobs.storage.reads import read_footer_metadata
+
+    path = tmp_path / "part.parquet"
+    pq.write_table(pa.table({"id": ["a"]}).replace_schema_metadata({b"ctgscore.rows_error": b"\xff"}), path)
+    assert read_footer_metadata(fsspec.filesystem("file"), str(path)) is None  # was UnicodeDecodeError in the plan
