@@ -61,10 +61,57 @@ def side_accuracy(frame, mask, aspects: Sequence[str]) -> tuple[float | None, di
     return _mean(per.values()), per
 
 
-def protocol_row(frame, dataset: str, splits_json: Mapping[str, Any]) -> ProtocolRow:
-    """One dataset's protocol: per split A_i, A_c, G, perplexity, and their protocol values."""
+def _splits_aspects(splits_json: Mapping[str, Any]) -> list:
     signature = splits_json.get("signature") or {}
-    aspects = list(splits_json.get("aspects") or signature.get("aspects") or splits_json["splits"][0]["seen"][0])
+    return list(splits_json.get("aspects") or signature.get("aspects") or splits_json["splits"][0]["seen"][0])
+
+
+def check_splits_json(data: Any) -> None:
+    """Raise `ValueError` naming the first key that is not as `ctgscore splits` writes it: an
+    object whose `splits` is a non-empty list of objects, each with `seen` and `unseen` lists
+    of combinations (objects holding a string or number for every aspect). Any other shape
+    would fail the table with a bare exception, or count a combination on no side."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+    signature = data.get("signature")
+    if signature is not None and not isinstance(signature, Mapping):
+        raise ValueError("'signature' is not an object")
+    splits = data.get("splits")
+    if not isinstance(splits, list) or not splits or not all(isinstance(split, Mapping) for split in splits):
+        raise ValueError("'splits' must be a non-empty list of objects")
+    first = splits[0].get("seen")
+    if not (data.get("aspects") or (signature or {}).get("aspects")) and not (isinstance(first, list) and first):
+        raise ValueError("no aspects: neither 'aspects' nor a combination in 'splits[0].seen'")
+    if not isinstance(first, list) or not all(isinstance(c, Mapping) for c in first):
+        raise ValueError("'splits[0].seen' must be a list of combinations (objects)")
+    aspects = _splits_aspects(data)
+    if not aspects or not all(isinstance(a, str) for a in aspects):
+        raise ValueError("the aspects must be named by strings")
+    for index, split in enumerate(splits):
+        for side in ("seen", "unseen"):
+            combos = split.get(side)
+            if not isinstance(combos, list):
+                raise ValueError(f"'splits[{index}].{side}' must be a list of combinations")
+            for number, combo in enumerate(combos):
+                where = f"'splits[{index}].{side}[{number}]'"
+                if not isinstance(combo, Mapping):
+                    raise ValueError(f"{where} is not an object")
+                for aspect in aspects:
+                    value = combo.get(aspect)
+                    if isinstance(value, bool) or not isinstance(value, (str, int, float)) \
+                            or (isinstance(value, float) and not math.isfinite(value)):
+                        raise ValueError(f"{where}: aspect {aspect!r} must be a string or a number, got {value!r:.40}")
+
+
+def protocol_row(frame, dataset: str, splits_json: Mapping[str, Any]) -> ProtocolRow:
+    """One dataset's protocol: per split A_i, A_c, G, perplexity, and their protocol values
+    (`splits_json` checked by `check_splits_json`)."""
+    try:
+        check_splits_json(splits_json)
+    except ValueError as exc:
+        raise ValueError(f"dataset {dataset!r}: splits JSON: {exc}") from None
+    signature = splits_json.get("signature") or {}
+    aspects = _splits_aspects(splits_json)
     missing = [a for a in aspects if ATTR_PREFIX + a not in frame]
     if missing:
         raise ValueError(f"dataset {dataset!r}: no attribute values for aspect(s) {missing} in the scored rows")
@@ -72,7 +119,7 @@ def protocol_row(frame, dataset: str, splits_json: Mapping[str, Any]) -> Protoco
     per_split = []
     for index, split in enumerate(splits_json["splits"]):
         seen = {tuple(str(c[a]) for a in aspects) for c in split["seen"]}
-        unseen = {tuple(str(c[a]) for a in aspects) for c in split.get("unseen", [])}
+        unseen = {tuple(str(c[a]) for a in aspects) for c in split["unseen"]}
         is_seen = [tuple(map(str, k)) in seen for k in keys]
         is_unseen = [tuple(map(str, k)) in unseen for k in keys]
         a_i, per_i = side_accuracy(frame, is_seen, aspects)

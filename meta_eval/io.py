@@ -13,6 +13,7 @@ Two inputs are understood (`docs/meta_eval.md`, "Input"); problems with them rai
 
 from __future__ import annotations
 
+import io
 import pathlib
 from dataclasses import dataclass, field
 
@@ -194,17 +195,34 @@ def _check_columns(frame: pd.DataFrame, columns: list[str], source: str) -> None
             raise InputError(f"{source}: column {col!r} is not numeric ({where})")
 
 
-def read_checklist_csv(path: str | pathlib.Path, metrics: list[str] | None = None) -> Table:
-    """Read one metric-preference-checklist CSV into the canonical layout (see module doc)."""
+def _read_csv(path: str) -> pd.DataFrame:
+    """A checklist CSV as pandas reads it; a file that is not UTF-8 (the line named), empty, or
+    that pandas' parser cannot split (an unclosed quote) is an `InputError` naming it."""
     import fsspec
 
+    with fsspec.open(path, "rb") as handle:
+        data = handle.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise InputError(f"{path}: not UTF-8 text (line {line}, byte {exc.start})") from None
+    try:
+        return pd.read_csv(io.StringIO(text))
+    except pd.errors.EmptyDataError:
+        raise InputError(f"{path}: empty file, expected a header row") from None
+    except pd.errors.ParserError as exc:
+        raise InputError(f"{path}: not a CSV file pandas can read ({' '.join(str(exc).split())})") from None
+
+
+def read_checklist_csv(path: str | pathlib.Path, metrics: list[str] | None = None) -> Table:
+    """Read one metric-preference-checklist CSV into the canonical layout (see module doc)."""
     path = str(path)
     stem = pathlib.PurePosixPath(path).name.removesuffix(".csv")
     if stem not in CHECKLIST_FILES:
         raise InputError(f"{path}: unknown checklist file (known: {', '.join(CHECKLIST_FILES)})")
     conf = CHECKLIST_FILES[stem]
-    with fsspec.open(path, "r") as handle:
-        raw = pd.read_csv(handle)
+    raw = _read_csv(path)
     raw = raw.drop(columns=[c for c in raw.columns if c.startswith("Unnamed")])
     needed = list(conf["aspects"]) + conf["doc"] + ([conf["system"]] if conf["system"] else [])
     _check_columns(raw, list(conf["aspects"]), path)
@@ -223,6 +241,10 @@ def read_checklist_csv(path: str | pathlib.Path, metrics: list[str] | None = Non
     cat_columns = {}
     for aspect, cat in conf["aspects"].items():
         frame[f"human_{aspect}"] = raw[aspect].astype(float)
+        infinite = np.isinf(frame[f"human_{aspect}"].to_numpy())
+        if infinite.any():  # an empty cell is a missing rating; "inf" would enter every correlation
+            row = int(np.flatnonzero(infinite)[0])
+            raise InputError(f"{path}: column {aspect!r} row {row}: {str(raw[aspect].iloc[row])!r} is no rating (not finite)")
         cat_columns[f"human_{aspect}"] = cat if cat in (None, BINARY) else f"cat_{aspect}"
         if cat and cat != BINARY:
             bad = ~raw[cat].isin(CATEGORIES)  # a missing category is no quality group: named, not "nan"

@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from scoring import config_yaml
 from scoring import limits as scoring_limits
 from scoring.error_rate import is_fraction
 from scoring.errors import UsageError
@@ -52,9 +53,9 @@ class ConfigError(UsageError):
 
 
 class _Section(BaseModel):
-    """A config mapping: unknown keys refused, strict types (no "1" for 1, no true for 1)."""
+    """A config mapping: unknown keys refused, strict types (no "1" for 1, no true for 1), finite numbers."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 class PoolConfig(_Section):
@@ -388,15 +389,15 @@ def apply_overrides(data: Any, overrides: dict[str, str]) -> Any:
     list, e.g. `metrics.0.params.model`), values parsed as YAML scalars (`true`, `0.5`,
     `null`). A relative local `input`/`output` given this way is relative to the working
     directory (where the command was typed), not the YAML file."""
-    import yaml
-
     if not isinstance(data, dict):
         raise ConfigError(f"a job config must be a mapping, got {type(data).__name__}")
     for dotted, raw in overrides.items():
         try:
-            value = yaml.safe_load(raw) if raw != "" else ""
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"--set {dotted}: value {raw!r} is not a YAML scalar ({exc.__class__.__name__})") from exc
+            value = config_yaml.load(raw, f"--set {dotted}") if raw != "" else ""
+        except config_yaml.YamlSyntaxError as exc:
+            raise ConfigError(f"--set {dotted}: value {raw!r} is not a YAML scalar ({exc})") from None
+        except UsageError as exc:
+            raise ConfigError(str(exc)) from None
         if dotted in ("input", "output") and isinstance(value, str) and "://" not in value:
             value = str(pathlib.Path(value).expanduser().resolve())
         keys = dotted.split(".")
@@ -405,7 +406,7 @@ def apply_overrides(data: Any, overrides: dict[str, str]) -> Any:
             last = depth == len(keys) - 1
             where = ".".join(keys[: depth + 1])
             if isinstance(node, list):
-                if not key.isdigit() or int(key) >= len(node):
+                if not (key.isascii() and key.isdigit() and len(key) <= 9) or int(key) >= len(node):
                     raise ConfigError(f"--set {dotted}: '{where}' is not an index of a list of {len(node)}")
                 index = int(key)
                 if last:
@@ -427,18 +428,15 @@ def apply_overrides(data: Any, overrides: dict[str, str]) -> Any:
 def load_config(path: str | pathlib.Path, overrides: dict[str, str] | None = None) -> JobConfig:
     """Read and validate a YAML job config file, with optional `--set` overrides.
     Relative paths resolve against the YAML file's folder."""
-    import yaml
-
     path = pathlib.Path(path)
     if not path.is_file():
         raise ConfigError(f"job config {path} does not exist")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = config_yaml.load(path.read_text(encoding="utf-8"), str(path))
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
-    except yaml.YAMLError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(f"{path}: not valid YAML: {first}") from exc
+    except UsageError as exc:  # not YAML, a key twice, an alias bomb, too deep (scoring.config_yaml)
+        raise ConfigError(str(exc)) from None
     try:
         if overrides:
             data = apply_overrides(data, dict(overrides))

@@ -74,14 +74,18 @@ def part_is_complete(footer: tuple[int, dict[str, str]] | None, etag: str, size:
     )
 
 
+def _footer_count(value: str | None) -> int:
+    """A count from a footer; 0 unless it is ASCII digits Python reads as an int (an edited
+    footer's `²` or 5,000 digits would raise)."""
+    return int(value) if value and value.isascii() and value.isdigit() and len(value) <= 18 else 0
+
+
 def footer_errors(footer: tuple[int, dict[str, str]]) -> int:
-    value = footer[1].get(META_PREFIX + "rows_error")
-    return int(value) if value and value.isdigit() else 0
+    return _footer_count(footer[1].get(META_PREFIX + "rows_error"))
 
 
 def footer_skipped(footer: tuple[int, dict[str, str]]) -> int:
-    value = footer[1].get(META_PREFIX + "rows_skipped")
-    return int(value) if value and value.isdigit() else 0
+    return _footer_count(footer[1].get(META_PREFIX + "rows_skipped"))
 
 
 def footer_digest(footer: tuple[int, dict[str, str]] | None) -> str | None:

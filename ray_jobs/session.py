@@ -95,7 +95,15 @@ class RaySession:
                 ):
                     if value is not None:
                         kwargs[key] = value
-                ray.init(**kwargs)
+                try:
+                    ray.init(**kwargs)
+                except ValueError as exc:  # Ray's own check of the sizes it is given, before it starts
+                    if self.object_store_memory is None or "memory" not in str(exc):
+                        raise
+                    from scoring.errors import UsageError, first_line
+
+                    raise UsageError(f"'ray.object_store_memory' {self.object_store_memory:.3g} bytes: Ray cannot start "
+                                     f"with it ({first_line(exc)})") from None
                 self.local = True
             self.owned = True
         if self.quiet:

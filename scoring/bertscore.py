@@ -33,6 +33,7 @@ import torch
 
 from scoring.engine import Ragged, budget_batches, run_splitting_on_oom
 from scoring.errors import UsageError
+from scoring.local_files import refuse_device
 from scoring.metric import RowMetric
 from scoring.model_limits import limits_for
 from scoring.models import file_digest, load_pretrained, load_tokenizer, resolve_device, resolve_model
@@ -150,25 +151,41 @@ class BERTScorer:
         if idf is None or idf is False:
             return None
         if isinstance(idf, (str, bytes)) or hasattr(idf, "__fspath__"):
+            refuse_device(idf, "idf: ")
             try:
                 with open(idf, encoding="utf-8") as handle:
                     idf = json.load(handle)
-            except (OSError, ValueError) as exc:
-                raise UsageError(f"idf: cannot read {idf} as a JSON idf table ({exc})") from exc
+            except (OSError, ValueError, RecursionError) as exc:
+                raise UsageError(f"idf: cannot read {idf} as a JSON idf table ({type(exc).__name__})") from exc
         if not isinstance(idf, dict) or "default" not in idf:
             raise UsageError("idf: expected a table {token id: weight, 'default': weight} (scoring.bertscore.idf_table)")
-        return {(-1 if key == "default" else int(key)): float(value) for key, value in idf.items()}
+        table: dict[int, float] = {}
+        for key, value in idf.items():
+            # a token id (an int or its digits) and a finite weight: NaN or inf would reach every score
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise UsageError(f"idf: the weight of {str(key)[:40]!r} must be a finite number, got {str(value)[:40]!r}")
+            if key == "default":
+                table[-1] = float(value)
+            elif isinstance(key, int) and not isinstance(key, bool) or isinstance(key, str) and key.isascii() and key.isdigit():
+                table[int(key)] = float(value)
+            else:
+                raise UsageError(f"idf: key {str(key)[:40]!r} is no token id (a whole number) nor 'default'")
+        return table
 
     def _load_baseline(self, path: str) -> tuple[float, float, float]:
         import csv
 
+        refuse_device(path, "baseline: ")
         try:
             with open(path, encoding="utf-8") as handle:
                 rows = list(csv.DictReader(handle))
             row = rows[self.layer]
-            return float(row["P"]), float(row["R"]), float(row["F"])
-        except (OSError, KeyError, IndexError, ValueError) as exc:
-            raise UsageError(f"baseline: {path} has no P,R,F row for layer {self.layer} ({exc})") from exc
+            values = float(row["P"]), float(row["R"]), float(row["F"])
+        except (OSError, KeyError, IndexError, ValueError, TypeError, csv.Error) as exc:
+            raise UsageError(f"baseline: {path} has no P,R,F row for layer {self.layer} ({type(exc).__name__}: {exc})") from exc
+        if not all(math.isfinite(value) for value in values):  # a NaN baseline would rescale every score to NaN
+            raise UsageError(f"baseline: {path} layer {self.layer}: P, R and F must be finite numbers, got {values}")
+        return values
 
     def _weights(self, ids: list[int]) -> torch.Tensor:
         if self.idf is None:

@@ -82,6 +82,8 @@ def _read_manifest(fs, path: str) -> dict:
             manifest = json.loads(handle.read().decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise InputError(f"{path}: not a JSON manifest ({exc})") from None
+        except (ValueError, RecursionError) as exc:  # a number past 4,300 digits; nesting past the reader
+            raise InputError(f"{path}: not a JSON manifest ({'nested too deep' if isinstance(exc, RecursionError) else exc})") from None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("metrics"), dict):
         raise InputError(f"{path}: not a ctgscore job manifest (no 'metrics')")
     return manifest
@@ -102,13 +104,16 @@ def _local_folder(folder: str, written_to: str | None, root: str, label: str) ->
 def _manifest_runs(manifest: dict, files: list[str], root: str) -> list[tuple[str, list[str]]]:
     """(label, part files) per metric run of a job manifest: the parts in the shard folders
     of the run's current input and of shards it could not read this time."""
-    written_to = (manifest.get("config") or {}).get("output")
+    config = manifest.get("config")
+    written_to = config.get("output") if isinstance(config, dict) else None
+    written_to = written_to if isinstance(written_to, str) else None  # an edited manifest: only strings name folders
     runs = []
     for label, report in manifest["metrics"].items():
         report = report if isinstance(report, dict) else {}
-        folders = [o.get("folder") for o in report.get("outputs") or [] if isinstance(o, dict)]
-        folders += [f for f in report.get("kept_for_bad_shards") or [] if isinstance(f, str)]
-        folders = [f for f in folders if f]
+        outputs, kept = report.get("outputs"), report.get("kept_for_bad_shards")
+        folders = [o.get("folder") for o in (outputs if isinstance(outputs, list) else []) if isinstance(o, dict)]
+        folders += [f for f in (kept if isinstance(kept, list) else []) if isinstance(f, str)]
+        folders = [f for f in folders if f and isinstance(f, str)]
         if not folders:  # an older manifest: the whole metric folder
             prefix = posixpath.join(root, label) + "/"
             runs.append((label, [f for f in files if f.startswith(prefix)]))

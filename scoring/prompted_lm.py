@@ -55,6 +55,7 @@ from scoring.chat_frame import ChatFrame
 from scoring.engine import DEFAULT_TOKEN_BUDGET, Ragged
 from scoring.errors import UsageError
 from scoring.literal_tokens import LiteralTokenizer
+from scoring.local_files import refuse_device
 from scoring.metric import RowError, RowMetric, is_absent
 from scoring.model_limits import default_max_length, limits_for, raise_row_error
 from scoring.models import load_pretrained, load_tokenizer, resolve_model
@@ -96,11 +97,12 @@ def load_templates(templates: str | Mapping[str, Any] | None) -> dict[str, dict[
         templates = DEFAULT_TEMPLATES
     if isinstance(templates, (str, pathlib.Path)):
         path = resource_path(templates, TEMPLATE_SETS)
+        refuse_device(path, "templates: ")
         try:
             templates = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise UsageError(f"templates: {templates}: no such template set or file (shipped: {', '.join(TEMPLATE_SETS)})") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # not UTF-8 or JSON, a number past 4,300 digits, too deep
             raise UsageError(f"templates: {path.name}: not a JSON object of templates ({type(exc).__name__})") from None
     if not isinstance(templates, Mapping) or not templates:
         raise UsageError("templates: expected a non-empty mapping {aspect: template}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import pathlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
@@ -196,6 +197,10 @@ class Universe:
         return None
 
 
+#: the most attribute combinations a universe of given aspects may have (the full product is built)
+MAX_COMBINATIONS = 100_000
+
+
 def from_aspects(aspects: Mapping[str, Sequence[str]], name: str | None = None) -> Universe:
     """Full product universe of the given aspects (order of aspects and values kept)."""
     if not isinstance(aspects, Mapping) or not aspects:
@@ -209,11 +214,19 @@ def from_aspects(aspects: Mapping[str, Sequence[str]], name: str | None = None) 
             raise SplitsInputError(f"aspect {asp!r}: duplicate values {list(vals)}")
         values[str(asp)] = vals
     names = tuple(values)
+    count = math.prod(len(values[a]) for a in names)
+    if count > MAX_COMBINATIONS:  # a few lines of JSON would ask for more memory than any machine has
+        raise SplitsInputError(f"aspects: {' x '.join(str(len(values[a])) for a in names)} = {count:,} attribute "
+                               f"combinations, more than {MAX_COMBINATIONS:,}; CompMCTG's datasets have at most a few hundred")
     combos = list(itertools.product(*(values[a] for a in names)))
     uni = Universe(names, values, combos, name=name)
     if uni.name is None:
         uni.name = uni.known_dataset()
     return uni
+
+
+def _reason(exc: BaseException) -> str:
+    return "nested too deep" if isinstance(exc, RecursionError) else " ".join(str(exc).split()) or type(exc).__name__
 
 
 def parse_aspects_arg(text: str) -> Universe:
@@ -223,15 +236,15 @@ def parse_aspects_arg(text: str) -> Universe:
     path = pathlib.Path(text)
     if not text.lstrip().startswith("{") and path.is_file():
         try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise SplitsInputError(f"{path}: not valid JSON ({exc})") from None
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, RecursionError) as exc:  # not UTF-8 or JSON, a number past 4,300 digits, too deep
+            raise SplitsInputError(f"{path}: not valid JSON ({_reason(exc)})") from None
     else:
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as exc:
+        except (ValueError, RecursionError) as exc:
             raise SplitsInputError(
-                f"--aspects: not a JSON object, a file, or one of {sorted(KNOWN_DATASETS)} ({exc})"
+                f"--aspects: not a JSON object, a file, or one of {sorted(KNOWN_DATASETS)} ({_reason(exc)})"
             ) from None
     return from_aspects(data)
 

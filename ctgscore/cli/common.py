@@ -51,6 +51,20 @@ def progress_bars(args: argparse.Namespace) -> bool:
     return progress_enabled(args) and sys.stderr.isatty()
 
 
+def cpus(text: str) -> float:
+    """argparse type of `--num-cpus`: a finite number > 0 (`nan` or `inf` reached Ray, which
+    then failed to start after half a minute)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a finite number of CPUs > 0")
+    return value
+
+
 # ----- parameters -------------------------------------------------------------------------
 def add_param_options(parser: argparse.ArgumentParser, what: str = "metric") -> None:
     parser.add_argument("--params", metavar="JSON|@FILE", default=None,
@@ -60,24 +74,28 @@ def add_param_options(parser: argparse.ArgumentParser, what: str = "metric") -> 
                              "applied after --params")
 
 
-def _yaml_value(text: str) -> Any:
-    import yaml
+def _yaml_value(text: str, source: str = "--param") -> Any:
+    """A `KEY=VALUE` value read as YAML (`scoring.config_yaml`); text that is no YAML stays text."""
+    from scoring import config_yaml
 
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
+        return config_yaml.load(text, source)
+    except config_yaml.YamlSyntaxError:
         return text
 
 
 def load_params_value(value: str | None, flag_name: str = "--params") -> dict[str, Any]:
     """`--params`: an inline JSON (or YAML flow) object, or `@path` to a JSON/YAML file. A job
     config metric entry (`{name: ..., params: {...}}`) is accepted too; its `params` are used."""
-    import yaml
+    from scoring import config_yaml
 
     if value is None or value.strip() == "":
         return {}
     if value.startswith("@"):
         path = pathlib.Path(value[1:])
+        from scoring.local_files import refuse_device
+
+        refuse_device(path, f"{flag_name} ")
         try:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -88,10 +106,9 @@ def load_params_value(value: str | None, flag_name: str = "--params") -> dict[st
     else:
         text, source = value, flag_name
     try:
-        loaded = yaml.safe_load(text)  # YAML 1.2 flow syntax covers JSON objects
-    except yaml.YAMLError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UsageError(f"{source}: not valid JSON or YAML ({first})") from None
+        loaded = config_yaml.load(text, source)  # YAML 1.2 flow syntax covers JSON objects
+    except config_yaml.YamlSyntaxError as exc:
+        raise UsageError(str(exc).replace("not valid YAML", "not valid JSON or YAML", 1)) from None
     if loaded is None:
         return {}
     if isinstance(loaded, dict) and set(loaded) <= {"name", "label", "params"} and isinstance(loaded.get("params"), dict):
@@ -116,7 +133,7 @@ def collect_params(args: argparse.Namespace) -> dict[str, Any]:
     """`--params` then every `--param KEY=VALUE` (values parsed as YAML scalars/flow)."""
     params = load_params_value(getattr(args, "params", None))
     for key, value in parse_assignments(getattr(args, "param", []) or [], "--param").items():
-        params[key] = _yaml_value(value)
+        params[key] = _yaml_value(value, f"--param {key}")
     return params
 
 
@@ -232,13 +249,13 @@ def limits_from(args: argparse.Namespace):
     values: dict[str, Any] = {}
     for item in getattr(args, "input_limit", None) or []:
         name, sep, raw = item.partition("=")
-        value = _yaml_value(raw)
+        value = _yaml_value(raw, f"--input-limit {name.strip()}")
         if not sep or not name.strip():
             raise UsageError(f"--input-limit {item!r}: expected NAME=VALUE")
         values[name.strip()] = value
     inflation = values.pop("max_inflation", MAX_INFLATION)
-    if isinstance(inflation, bool) or not isinstance(inflation, (int, float)) or inflation < 1:
-        raise UsageError(f"--input-limit max_inflation={inflation!r}: expected a number >= 1")
+    if isinstance(inflation, bool) or not isinstance(inflation, (int, float)) or not 1 <= inflation < float("inf"):
+        raise UsageError(f"--input-limit max_inflation={inflation!r}: expected a finite number >= 1")
     try:
         limits = RowLimits.from_mapping(values)
     except UsageError as exc:

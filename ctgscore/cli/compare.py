@@ -43,7 +43,7 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
     parser.add_argument("--tasks", type=int, default=0,
                         help="Ray tasks reading the files and running the resamples (0 or 1: in this process); "
                              "same numbers either way")
-    parser.add_argument("--num-cpus", type=float, default=0.5, help="CPUs per Ray task")
+    parser.add_argument("--num-cpus", type=common.cpus, default=0.5, help="CPUs per Ray task")
     parser.add_argument("-o", "--output", default=None,
                         help="write the tables here (.md, .csv, .json or .html, the leaderboard page; "
                              "default: Markdown on stdout)")
@@ -244,16 +244,56 @@ def read_previous(path: str) -> dict:
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
-    except (OSError, ValueError) as exc:  # ValueError: not JSON, not UTF-8 (a Parquet file)
+    except (OSError, ValueError, RecursionError) as exc:  # not JSON, not UTF-8 (a Parquet file), nested past the reader
         raise UsageError(f"--previous {path}: not a leaderboard JSON (cannot read it as JSON: "
                          f"{type(exc).__name__}); give the leaderboard.json or results.json of an earlier run") from None
     if isinstance(data, dict) and isinstance(data.get("leaderboard"), list):
-        return data
+        return {**data, "leaderboard": _checked_rows(data["leaderboard"], path, "leaderboard")}
     rows = _results_leaderboard(data)
     if rows is None:
         raise UsageError(f"--previous {path}: not a leaderboard JSON (no 'leaderboard' list and no system comparisons; "
                          "write one with `ctgscore compare -o board.json`, `ctgscore leaderboard` or `ctgscore meta`)")
-    return {"leaderboard": rows}
+    return {"leaderboard": _checked_rows(rows, path, "system comparisons")}
+
+
+#: the largest rank a previous leaderboard may hold (a board of a billion systems is no board)
+MAX_RANK = 10**9
+
+
+def _checked_rows(rows: list, path: str, where: str) -> list[dict]:
+    """The rows of a previous leaderboard, each checked as this command wrote it: an object
+    whose `dataset`, `column` and `system` are strings and whose `rank` is a whole number >= 1
+    (at most `MAX_RANK`; a digit string is read as one), one row per (dataset, column, system). A file edited into
+    anything else is refused naming the row and field, rather than failing the page or moving
+    a system by a rank nobody computed."""
+    checked, seen = [], {}
+    for index, row in enumerate(rows):
+        at = f"--previous {path}: {where}[{index}]"
+        if not isinstance(row, dict):
+            raise UsageError(f"{at}: expected an object, got {type(row).__name__}")
+        for key in ("dataset", "column", "system"):
+            if not isinstance(row.get(key), str):
+                raise UsageError(f"{at}.{key}: expected a string, got {_kind(row.get(key))}")
+        rank = row.get("rank")
+        if isinstance(rank, str) and rank.isascii() and rank.isdigit() and len(rank) <= 18:
+            rank = int(rank)
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= MAX_RANK:
+            raise UsageError(f"{at}.rank: expected a whole number from 1 to {MAX_RANK:,}, got {_kind(rank)}")
+        key = (row["dataset"], row["column"], row["system"])
+        if key in seen:
+            raise UsageError(f"{at}: system {row['system']!r} of {row['dataset']!r} / {row['column']!r} is ranked twice "
+                             f"(also {where}[{seen[key]}])")
+        seen[key] = index
+        checked.append({**row, "rank": rank})
+    return checked
+
+
+def _kind(value) -> str:
+    """A value as an error names it: its type, and a short repr for scalars."""
+    if isinstance(value, (dict, list)):
+        return f"{type(value).__name__} of {len(value)}"
+    text = repr(value)
+    return f"{type(value).__name__} {text[:40] + '...' if len(text) > 40 else text}"
 
 
 def _results_leaderboard(data) -> list[dict] | None:

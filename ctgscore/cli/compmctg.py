@@ -32,16 +32,22 @@ def handle(args: argparse.Namespace) -> int:
     import pathlib
 
     import ctgscore
-    from meta_eval.compmctg import markdown_section, results_table, scored_frame
+    from meta_eval.compmctg import check_splits_json, markdown_section, results_table, scored_frame
     from scoring.errors import InputError
+    from scoring.local_files import refuse_device
 
     output = common.check_output_file(args.output)
     common.check_input_path(args.dump, "dump")
     splits = []
     for pair in args.splits:  # a dataset may come with several protocols: not a dict
         dataset, path = next(iter(common.parse_assignments([pair], "--splits").items()))
+        refuse_device(path, f"--splits {dataset}=", InputError)
         try:
-            splits.append((dataset, json.loads(pathlib.Path(path).read_text())))
+            data = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
+            check_splits_json(data)
+            splits.append((dataset, data))
+        except RecursionError:
+            raise InputError(f"--splits {dataset}={path}: cannot read it as a splits JSON (nested too deep)") from None
         except (OSError, ValueError) as exc:
             raise InputError(f"--splits {dataset}={path}: cannot read it as a splits JSON ({exc})") from None
     frame = scored_frame(args.dump, ctgscore.load_scores(args.scores))

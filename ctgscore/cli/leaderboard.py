@@ -45,7 +45,7 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level")
     parser.add_argument("--tasks", type=int, default=0, help="Ray tasks for the comparison (0 or 1: in this process)")
-    parser.add_argument("--num-cpus", type=float, default=0.5, help="CPUs per Ray task")
+    parser.add_argument("--num-cpus", type=common.cpus, default=0.5, help="CPUs per Ray task")
     parser.set_defaults(handler=handle, prune=False, max_error_rate=None)
 
 

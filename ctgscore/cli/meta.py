@@ -48,7 +48,7 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
                         help=f"Ray tasks for the resamples (0 or 1: in this process; default auto: this process "
                              f"while rows x resamples < {RAY_WORK:,} (100,000 rows at 1,000 resamples, where Ray's "
                              f"~10 s start-up pays), {AUTO_TASKS} Ray tasks from there on); same numbers either way")
-    parser.add_argument("--num-cpus", type=float, default=0.5, help="CPUs per Ray task")
+    parser.add_argument("--num-cpus", type=common.cpus, default=0.5, help="CPUs per Ray task")
     parser.add_argument("--level", nargs="+", default=["sample"], choices=LEVELS,
                         help="bootstrap level(s): rows (sample) or documents (document, system) are resampled")
     parser.add_argument("--methods", nargs="+", default=METHODS, choices=METHODS, help="correlations to report")

@@ -37,7 +37,7 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
     parser.add_argument("--restarts", type=int, default=1000, help="hill-climbing restarts (when not exhaustive)")
     parser.add_argument("--tasks", type=int, default=1,
                         help="Ray tasks for the restarts (0 or 1: in this process); same splits either way")
-    parser.add_argument("--num-cpus", type=float, default=0.5, help="CPUs per Ray task")
+    parser.add_argument("--num-cpus", type=common.cpus, default=0.5, help="CPUs per Ray task")
     parser.add_argument("--chernoff-alpha", type=float, default=0.1,
                         help="Chernoff coefficient alpha of the compound divergence (weight of the seen side)")
     parser.add_argument("--max-splits", type=int, default=None,

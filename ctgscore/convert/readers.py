@@ -3,20 +3,24 @@ pairs; records that cannot be read at all are dropped into the report (docs/conv
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import pathlib
+import sys
 from typing import Any, Sequence
 
 from ctgscore.convert.report import ConversionReport
 from scoring import schema
 from scoring.errors import InputError, UsageError
+from scoring.local_files import refuse_device
 
 FORMATS = ("jsonl", "csv", "tsv", "parquet")
 
 
 def _read_text(path: pathlib.Path) -> str:
+    refuse_device(path, error=InputError)
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -26,7 +30,8 @@ def _read_text(path: pathlib.Path) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise InputError(f"{path}: not UTF-8 text (line {line}, byte {exc.start})") from None
 
 
 class DuplicateKey(ValueError):
@@ -47,6 +52,7 @@ def read_jsonl(path: str | pathlib.Path, report: ConversionReport) -> list[tuple
     reason."""
     records = []
     for number, line in enumerate(_read_text(pathlib.Path(path)).split("\n"), start=1):
+        line = line.removeprefix("\ufeff")  # files joined with `cat`: each may start with a BOM
         if not line.strip():
             continue
         report.rows_read += 1
@@ -58,6 +64,12 @@ def read_jsonl(path: str | pathlib.Path, report: ConversionReport) -> list[tuple
         except json.JSONDecodeError:
             report.drop("line is not valid JSON", number)
             continue
+        except ValueError:  # an integer of more than 4,300 digits
+            report.drop("line holds a number too long to read", number)
+            continue
+        except RecursionError:
+            report.drop("line nests arrays or objects too deep to read", number)
+            continue
         if not isinstance(value, dict):
             report.drop("line is not a JSON object", number)
             continue
@@ -66,18 +78,55 @@ def read_jsonl(path: str | pathlib.Path, report: ConversionReport) -> list[tuple
 
 
 def read_csv(path: str | pathlib.Path, report: ConversionReport, delimiter: str = ",") -> list[tuple[int, dict[str, Any]]]:
-    """(row number, {header: cell}) for every data row; empty cells are missing values."""
+    """(row number, {header: cell}) for every data row; empty cells are missing values.
+
+    Parsed strictly: a row the csv module cannot read (`"a"b`, a quote in the middle of a
+    field) is dropped with the module's reason rather than read as some other text, and a
+    quote that is never closed, which would swallow every later line into one cell, fails the
+    file with the line it opens on. A cell may be as long as the file (Python's default cap of
+    131,072 characters is lifted while reading; the per-cell caps apply when scoring)."""
     text = _read_text(pathlib.Path(path))
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    with _field_limit(len(text) + 1):
+        return _csv_records(path, text, report, delimiter)
+
+
+@contextlib.contextmanager
+def _field_limit(size: int):
+    previous = csv.field_size_limit()
+    csv.field_size_limit(max(previous, min(size, sys.maxsize)))
+    try:
+        yield
+    finally:
+        csv.field_size_limit(previous)
+
+
+def _csv_records(path, text: str, report: ConversionReport, delimiter: str) -> list[tuple[int, dict[str, Any]]]:
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
     try:
         header = next(reader)
     except StopIteration:
         raise InputError(f"{path}: empty file, expected a header row") from None
+    except csv.Error as exc:
+        raise InputError(f"{path}: the header row is not valid CSV ({exc})") from None
     if len(set(header)) != len(header):
         duplicate = next(h for h in header if header.count(h) > 1)
         raise InputError(f"{path}: header names column {duplicate!r} twice")
     records = []
-    for number, cells in enumerate(reader, start=2):
+    number = 1
+    while True:
+        number += 1
+        first_line = reader.line_num + 1
+        try:
+            cells = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:
+            if str(exc) == "unexpected end of data":  # strict csv: the end of the text inside a quoted field
+                raise InputError(f"{path}: the quote opened in the row starting on line {first_line} is never closed "
+                                 f"(lines {first_line}-{reader.line_num} would be one cell)") from None
+            report.rows_read += 1
+            report.drop(f"row is not valid CSV ({exc})", number)
+            continue
         if not cells or all(not c.strip() for c in cells):
             continue
         report.rows_read += 1

@@ -62,7 +62,7 @@ def _maybe_json(value: Any, kinds: tuple[type, ...]) -> Any:
     if isinstance(value, str) and value.strip()[:1] in ("[", "{"):
         try:
             parsed = json.loads(value)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, a number past 4,300 digits, nesting too deep: text
             return value
         if isinstance(parsed, kinds):
             return parsed
@@ -103,13 +103,22 @@ def _as_float(value: Any, column: str) -> float | None:
     if isinstance(value, bool):
         raise _Drop(f"{column}: expected a number, got a boolean")
     if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
         try:
-            return float(value)
+            number = float(value)
+        except OverflowError:
+            raise _Drop(f"{column}: {str(value)[:20]}... is too large for a rating") from None
+    elif isinstance(value, str):
+        try:
+            if "_" in value:  # Python reads "1_000" as 1000; a rating with an underscore is a typo
+                raise ValueError(value)
+            number = float(value)
         except ValueError:
             raise _Drop(f"{column}: {value[:20]!r} is not a number") from None
-    raise _Drop(f"{column}: expected a number, got {type(value).__name__}")
+    else:
+        raise _Drop(f"{column}: expected a number, got {type(value).__name__}")
+    if not math.isfinite(number):  # NaN or Infinity (JSON's NaN, "inf", 1e999) would enter every mean
+        raise _Drop(f"{column}: {str(value)[:20]!r} is not a finite number")
+    return number
 
 
 def _canonical_row(record: Mapping[str, Any], mapping: Mapping[str, list[str]],

@@ -33,6 +33,10 @@ class IndexUnusable(Exception):
     """The id index cannot be used this run (unreadable, or disagrees with itself or the input)."""
 
 
+#: the most buckets an index header may claim (a run writes at most 64)
+MAX_BUCKETS = 1024
+
+
 def index_uri(output: str) -> str:
     return uris.join(output, INDEX_NAME)
 
@@ -54,12 +58,12 @@ def read_index_header(out_fs, output: str, tree: dict[str, dict] | None) -> dict
         header = json.loads(metadata[INDEX_KEY])
         valid = (
             header["version"] == INDEX_VERSION
-            and int(header["buckets"]) >= 1
+            and 1 <= int(header["buckets"]) <= MAX_BUCKETS  # an edited index: numpy takes no 10**30 buckets
             and all({"file", "etag", "size", "rows"} <= entry.keys() for entry in header["shards"])
             and sum(int(entry["rows"]) for entry in header["shards"]) == num_rows
             and isinstance(header["groups"], dict)
         )
-    except (KeyError, TypeError, ValueError, AttributeError):
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError):
         return None
     if not valid:
         return None

@@ -87,9 +87,70 @@ def _requests(manifest: dict[str, Any], meter, s3: bool) -> dict[str, Any]:
 
 def read_previous(out_fs, config: JobConfig) -> dict[str, Any] | None:
     """The last complete run's manifest, if any: the plan trusts its record of inputs and
-    parts where the listings agree with it. Missing or unreadable: None (footers are read)."""
+    parts where the listings agree with it. Missing, unreadable or not shaped as a run wrote
+    it: None (footers are read)."""
+    return previous_manifest(out_fs, config)[0]
+
+
+def previous_manifest(out_fs, config: JobConfig) -> tuple[dict[str, Any] | None, str | None]:
+    """(`read_previous`'s manifest, why a manifest that is there was not used or None). A
+    manifest edited into other types (a string where a size was, a list for a part record)
+    would otherwise fail the plan with a bare exception; it is set aside as a whole and the
+    job reads the footers instead, which only costs time."""
     found = reads.read_json(out_fs, layout.manifest_uri(config.output))
-    return found if isinstance(found, dict) and isinstance(found.get("metrics"), dict) else None
+    if found is None:
+        return None, None
+    problem = unusable_manifest(found)
+    return (None, problem) if problem else (found, None)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def unusable_manifest(found: Any) -> str | None:
+    """What makes `found` no manifest the plan can read (the first problem, naming its key),
+    or None: every field the plan, the reuse by content and the id check read back has the
+    type a run writes."""
+    if not isinstance(found, dict) or not isinstance(found.get("metrics"), dict):
+        return "no 'metrics' object"
+    inputs = found.get("input")
+    if inputs is not None and not isinstance(inputs, dict):
+        return "'input' is not an object"
+    files = (inputs or {}).get("files")
+    if files is not None and not isinstance(files, list):
+        return "'input.files' is not a list"
+    for index, entry in enumerate(files or []):
+        where = f"input.files[{index}]"
+        if not isinstance(entry, dict):
+            return f"'{where}' is not an object"
+        if not (isinstance(entry.get("file"), str) and isinstance(entry.get("etag"), str)):
+            return f"'{where}': 'file' and 'etag' must be strings"
+        if not (_count(entry.get("size")) and _count(entry.get("rows"))):
+            return f"'{where}': 'size' and 'rows' must be whole numbers >= 0"
+        columns = entry.get("columns")
+        if not isinstance(columns, dict) or not all(isinstance(v, str) for v in columns.values()):
+            return f"'{where}.columns' is not an object of column types"
+    duplicates = found.get("duplicate_ids_across_shards")
+    if duplicates is not None and not isinstance(duplicates, dict):
+        return "'duplicate_ids_across_shards' is not an object"
+    for label, report in found["metrics"].items():
+        parts = report.get("parts") if isinstance(report, dict) else None
+        if parts is None:
+            continue
+        if not isinstance(parts, dict):
+            return f"'metrics.{label}.parts' is not an object"
+        for rel, record in parts.items():
+            where = f"metrics.{label}.parts.{rel}"
+            if not isinstance(record, dict):
+                return f"'{where}' is not an object"
+            if not (isinstance(record.get("digest"), str) and isinstance(record.get("input_etag"), str)
+                    and _count(record.get("input_size")) and isinstance(record.get("parts"), dict)):
+                return f"'{where}': 'digest', 'input_etag', 'input_size' or 'parts' has another type than a run writes"
+            for name, entry in record["parts"].items():
+                if not isinstance(entry, dict) or not all(_count(entry.get(key, 0)) for key in ("rows", "errors", "skipped")):
+                    return f"'{where}.parts.{name}': 'rows', 'errors' and 'skipped' must be whole numbers >= 0"
+    return None
 
 
 def error_rate_exceeded(manifest: dict[str, Any], max_error_rate: float | None = None) -> list[str]:

@@ -16,7 +16,7 @@ from ray_jobs.job import check as check_stage
 from ray_jobs.job import cluster, id_index, layout
 from ray_jobs.job.commit import commit_metric
 from ray_jobs.job.errors import JobError
-from ray_jobs.job.manifest import build_manifest, read_previous, write_manifest
+from ray_jobs.job.manifest import build_manifest, previous_manifest, write_manifest
 from ray_jobs.job.metrics import resolve_metrics
 from ray_jobs.job.pipeline import run_units
 from ray_jobs.job.plan import plan_metric, read_shards
@@ -53,7 +53,7 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
     #    the manifest does not vouch for them
     needed = tuple(dict.fromkeys(c for metric in metrics for c in metric.read_columns))
     with meter.waiting():
-        previous = read_previous(out_fs, config)
+        previous, previous_problem = previous_manifest(out_fs, config)
         shards, bad, not_read = read_shards(config, in_fs, needed, previous)
         _refuse_bad(skip_bad, bad)
         if not shards:
@@ -141,6 +141,8 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
         time.perf_counter() - t0,
     )
     manifest["id_check"] = id_check
+    if previous_problem:  # the previous manifest was set aside: its footers were read instead
+        manifest["previous_manifest_ignored"] = previous_problem
     if not_read:  # named like Parquet, yet no shard: their rows are not in rows_in
         manifest["inputs_not_read"] = not_read
     with meter.waiting():

@@ -42,7 +42,10 @@ def read_footer_metadata(fs, uri: str, size: int | None = None) -> Footer | None
             raise storage_error(exc, uri, "read footer of") from exc
         return None
     raw = meta.metadata or {}
-    return meta.num_rows, {k.decode(): v.decode() for k, v in raw.items() if not k.startswith(b"ARROW")}
+    try:
+        return meta.num_rows, {k.decode(): v.decode() for k, v in raw.items() if not k.startswith(b"ARROW")}
+    except UnicodeDecodeError:  # an edited footer: not one this job wrote, so not reused
+        return None
 
 
 def _footer(fs, path: str, size: int | None):

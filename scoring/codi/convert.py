@@ -21,11 +21,13 @@ instruction set by line (or by an `index` field) and checked against its `instru
 from __future__ import annotations
 
 import json
+import math
 import pathlib
 from typing import Any, Iterable, Sequence
 
 from scoring.codi import TASKS
 from scoring.errors import InputError
+from scoring.local_files import refuse_device
 
 DATASET = "codi-eval"
 TASK_ALIASES = {"toxicity": "detoxic", "detox": "detoxic", "keywords": "keyword"}
@@ -78,8 +80,9 @@ def constraint_from_instruction(row: dict[str, Any], task: str, where: str = "ro
         return {"task": task, "label1": _need(row, "label1", str, where), "label2": _need(row, "label2", str, where)}
     if task == "length":
         label = _need(row, "label", list, where)
-        if len(label) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in label):
-            raise ConvertError(f"{where}: field 'label' must be [lo, hi] numbers, got {label!r}")
+        if len(label) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                                      for v in label) or label[0] > label[1]:
+            raise ConvertError(f"{where}: field 'label' must be [lo, hi], finite numbers with lo <= hi, got {label!r}")
         return {"task": task, "mode": _need(row, "mode", str, where), "label": list(label)}
     if task == "keyword":
         label = _need(row, "label", list, where)
@@ -159,19 +162,47 @@ def instruction_row(row: dict[str, Any]) -> dict[str, Any]:
 
 
 # ----- files -------------------------------------------------------------------------------
+class _KeyTwice(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        raise _KeyTwice(next(key for key, _ in pairs if key in seen or seen.add(key)))
+    return out
+
+
 def read_jsonl(path: pathlib.Path) -> list[dict[str, Any]]:
+    """The JSON objects of a JSONL file, one per non-blank line (a BOM at a line's start
+    allowed). A file that is not UTF-8, or a line that is no JSON object, names a key twice
+    (one value would vanish), holds a number past 4,300 digits or nests past the reader fails
+    the conversion naming the file and line: an instruction set is used whole or not at all."""
+    refuse_device(path, error=ConvertError)
+    data = pathlib.Path(path).read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConvertError(f"{path} line {line}: not UTF-8 text (byte {exc.start})") from None
     rows = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConvertError(f"{path} line {number}: not JSON ({exc})") from exc
-            if not isinstance(value, dict):
-                raise ConvertError(f"{path} line {number}: expected a JSON object")
-            rows.append(value)
+    for number, line in enumerate(text.split("\n"), start=1):
+        line = line.removeprefix("\ufeff")
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line, object_pairs_hook=_unique_keys)
+        except _KeyTwice as exc:
+            raise ConvertError(f"{path} line {number}: the key {exc.args[0]!r} is given twice in one object") from None
+        except json.JSONDecodeError as exc:
+            raise ConvertError(f"{path} line {number}: not JSON ({exc})") from None
+        except (ValueError, RecursionError) as exc:  # a number past 4,300 digits; nesting past the reader
+            reason = "nested too deep" if isinstance(exc, RecursionError) else "a number too long to read"
+            raise ConvertError(f"{path} line {number}: not readable JSON ({reason})") from None
+        if not isinstance(value, dict):
+            raise ConvertError(f"{path} line {number}: expected a JSON object")
+        rows.append(value)
     return rows
 
 
@@ -198,11 +229,11 @@ def align_responses(
     for number, response in enumerate(responses):
         where = f"{path} row {number}"
         index = response.get("index", number)
-        if not isinstance(index, int) or not 0 <= index < len(instructions):
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(instructions):
             raise ConvertError(f"{where}: index {index!r} outside the instruction set (0..{len(instructions) - 1})")
         if "text" not in response or not isinstance(response["text"], str):
             raise ConvertError(f"{where}: missing or non-string field 'text'")
-        expected = instructions[index]["instruction"]
+        expected = instructions[index].get("instruction")
         if "instruction" in response and response["instruction"] != expected:
             raise ConvertError(f"{where}: field 'instruction' does not match instruction-set row {index}")
         if texts[index] is not None:
