@@ -50,6 +50,22 @@ def test_old_lines_are_still_read(tmp_path):
     assert both[0]["leaders"][1]["dataset"] is None and both[0]["leaders"][1]["key"] == "a/b/c"
 
 
+
+def test_a_tampered_history_line_is_named_and_the_others_read(tmp_path):
+    """A line that is not UTF-8, nested past the JSON reader or holding a number past its digit
+    limit is a problem line of its own; the lines around it are read (these raised, so a refresh
+    ended in an internal error after writing its board and never appended its history)."""
+    good = history_record([comparison("toy", "m", "sysA")], "t1", {}, 4)
+    lines = [json.dumps(good).encode(), b'{"refreshed": "t2", "leaders": [], "x": "\xff\xfe"}',
+             b"[" * 100_000 + b"]" * 100_000, b'{"rows": ' + b"9" * 5_000 + b"}", json.dumps(good).encode()]
+    (tmp_path / "history.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    records = read_history(tmp_path / "history.jsonl")
+    assert [r.get("line") for r in records] == [None, 2, 3, 4, None]
+    assert records[1]["problem"].startswith("not UTF-8") and records[2]["problem"].startswith("not JSON")
+    assert records[3]["problem"].startswith("not JSON") and records[4]["leaders"] == good["leaders"]
+    assert leader_since(records, "toy", "m", "sysA") == ("t1", 1)
+
+
 def test_a_refresh_reads_an_old_history_and_appends_the_new_format(tmp_path, cli, monkeypatch):
     from ray_jobs import score_corpus
 

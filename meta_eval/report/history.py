@@ -39,14 +39,22 @@ def read_history(path, known: Iterable[tuple[str, str]] = ()) -> list[dict]:
     in the record list as `{"line": n, "problem": ...}`."""
     known = set(known)
     records = []
-    with open(path, encoding="utf-8") as handle:
-        for number, text in enumerate(handle, 1):
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                records.append({"line": number, "problem": f"not UTF-8 (byte {exc.start + 1})"})
+                continue
             if not text.strip():
                 continue
             try:
                 record = json.loads(text)
-            except ValueError as exc:
-                records.append({"line": number, "problem": f"not JSON ({exc.msg})"})
+            except ValueError as exc:  # JSONDecodeError, or a number past the reader's digit limit
+                records.append({"line": number, "problem": f"not JSON ({getattr(exc, 'msg', exc)})"})
+                continue
+            except RecursionError:
+                records.append({"line": number, "problem": "not JSON (nested deeper than the reader goes)"})
                 continue
             if not isinstance(record, dict):
                 records.append({"line": number, "problem": "not a JSON object"})
