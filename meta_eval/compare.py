@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from meta_eval.bootstrap import BLOCK_SIZE, block_counts, plan_blocks
+from meta_eval.numbers import scaled, unscaled
 from meta_eval.results import Interval, LeaderboardRow, SystemComparison, SystemPair, SystemScore, to_json_dict
 from meta_eval.row_account import RowAccount, group_keys, missing_mask
 from meta_eval.runner import Runner, local_runner
@@ -213,6 +214,9 @@ def compare_units(values: np.ndarray, names: Sequence[str], dropped: int, *, col
         raise InputError(f"dataset {dataset!r}, column {column!r}: no {unit} has a finite score for every system")
     names = [str(s) for s in names]
     n_units, n_sys = values.shape
+    # one power-of-two scale for every system (`meta_eval.numbers`): means, resampled means and
+    # differences of scores near 1e308 stay finite; `unscaled` brings the reported numbers back
+    values, k = scaled(values)
     means = values.mean(axis=0)
     ranks = _ranks(means, lower_is_better)
     order = sorted(range(n_sys), key=lambda k: (ranks[k], names[k]))
@@ -233,12 +237,13 @@ def compare_units(values: np.ndarray, names: Sequence[str], dropped: int, *, col
         null_means = np.concatenate(run(_randomized_means, (values, seed), plan_blocks(trials)))
         p_rand = _two_sided(deltas, null_means[:, first] - null_means[:, second])
     decisive = p_boot if p_boot is not None else p_rand
-    scores = tuple(SystemScore(names[k], float(means[k]), Interval(float(sys_ci[0, k]), float(sys_ci[1, k]), level),
-                               int(ranks[k])) for k in order)
+    means, deltas, sys_ci, pair_ci = (unscaled(x, k) for x in (means, deltas, sys_ci, pair_ci))
+    scores = tuple(SystemScore(names[s], float(means[s]), Interval(float(sys_ci[0, s]), float(sys_ci[1, s]), level),
+                               int(ranks[s])) for s in order)
     pairs = []
     for p, (i, j) in enumerate(zip(first, second)):
         better = None
-        if decisive[p] < alpha and means[i] != means[j]:
+        if decisive[p] < alpha and deltas[p] != 0:
             better = names[i] if (means[i] < means[j]) == lower_is_better else names[j]
         pairs.append(SystemPair(
             a=names[i], b=names[j], mean_a=float(means[i]), mean_b=float(means[j]), diff=float(deltas[p]),

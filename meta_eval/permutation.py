@@ -26,6 +26,7 @@ from scipy import stats
 
 from meta_eval import marks
 from meta_eval.correlation import MEAN_DECIMALS, correlate
+from meta_eval.numbers import conditioned
 from meta_eval.results import Interval, MetricInterval, SignificanceBlock
 
 VERSION = "1"
@@ -147,6 +148,9 @@ def compare_metrics(metrics: np.ndarray, names: Sequence[str], human: np.ndarray
     if metrics.ndim == 1:
         metrics = metrics[:, None]
     names = list(names)
+    # scaled by powers of two (`meta_eval.numbers`): cell sums of scores near 1e308 stay finite, and the
+    # means are rounded relative to each column's largest value
+    metrics, human = conditioned(metrics, axis=0), conditioned(human)
     cells, systems, docs = cell_means(np.column_stack([metrics, human]), doc, system)
     z = cells[-1]
     human_means = np.round(np.nanmean(z, axis=-1), MEAN_DECIMALS)
