@@ -185,12 +185,16 @@ def win_fractions(frame, column, lower_is_better=False, system_col="system", doc
     values = grid.to_numpy(dtype=float)  # scaled by a power of two: a cell of scores near 1e308 stays finite
     if lower_is_better:
         values = -values
-    both = np.isfinite(values)[:, :, None] & np.isfinite(values)[:, None, :]
-    with np.errstate(invalid="ignore"):
-        wins = (values[:, :, None] > values[:, None, :]) & both
-    games = both.sum(axis=0)
+    n_sys = values.shape[1]
+    wins, games = np.zeros((n_sys, n_sys)), np.zeros((n_sys, n_sys))
+    for row in values:  # one document at a time: memory follows the (systems x systems) output
+        finite = np.isfinite(row)
+        both = finite[:, None] & finite[None, :]
+        with np.errstate(invalid="ignore"):
+            wins += (row[:, None] > row[None, :]) & both
+        games += both
     with np.errstate(invalid="ignore", divide="ignore"):
-        share = np.where(games > 0, wins.sum(axis=0) / games, np.nan)
+        share = np.where(games > 0, wins / games, np.nan)
     np.fill_diagonal(share, np.nan)
     return pd.DataFrame(share, index=grid.columns, columns=grid.columns)
 

@@ -41,12 +41,16 @@ def one_sided_p(grid: np.ndarray, signs: np.ndarray, exact: bool) -> np.ndarray:
     exact: #{s : mean(s * d) >= mean(d)} / 2^n; sampled: (1 + #{...}) / (T + 1)."""
     n_sys = grid.shape[1]
     first, second = np.triu_indices(n_sys, k=1)
-    diffs = grid[:, first] - grid[:, second]  # (units, pairs)
-    observed = diffs.mean(axis=0)
-    null = signs @ diffs / len(grid)  # (trials, pairs)
-    slack = 1e-12 * np.maximum(1.0, np.abs(observed))  # equal means in another summation order
-    upper = (null >= observed - slack).sum(axis=0)  # i better than j
-    lower = (null <= observed + slack).sum(axis=0)  # j better than i (the flips are symmetric)
+    upper, lower = np.zeros(len(first), np.int64), np.zeros(len(first), np.int64)
+    width = max(1, (1 << 22) // max(1, len(signs), len(grid)))  # (trials x pairs) a slice at a time
+    for start in range(0, len(first), width):
+        part = slice(start, start + width)
+        diffs = grid[:, first[part]] - grid[:, second[part]]  # (units, pairs)
+        observed = diffs.mean(axis=0)
+        null = signs @ diffs / len(grid)  # (trials, pairs)
+        slack = 1e-12 * np.maximum(1.0, np.abs(observed))  # equal means in another summation order
+        upper[part] = (null >= observed - slack).sum(axis=0)  # i better than j
+        lower[part] = (null <= observed + slack).sum(axis=0)  # j better than i (the flips are symmetric)
     if exact:
         p_ij, p_ji = upper / len(signs), lower / len(signs)
     else:

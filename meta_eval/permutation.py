@@ -104,6 +104,8 @@ def perm_both_deltas(x: np.ndarray, y: np.ndarray, z: np.ndarray, method: str = 
     human_means = np.round(np.nanmean(z, axis=-1), MEAN_DECIMALS)
     delta = system_statistic(x, human_means, method, variant) - system_statistic(y, human_means, method, variant)
     masks = trial_masks(x.shape, n_trials, seed)
+    # the sign matrices of pairwise accuracy and Kendall hold block x systems^2 values: keep them near 2**24
+    block = max(1, min(block, (1 << 24) // max(1, x.shape[0] ** 2)))
     out = []
     for start in range(0, n_trials, block):
         swap = np.stack([next(masks) for _ in range(min(block, n_trials - start))])

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from meta_eval import bootstrap, checklist, compare, correlation, marks, pairwise, permutation, subsample
-from meta_eval.defaults import DEFAULT_RESAMPLES
+from meta_eval.defaults import DEFAULT_RESAMPLES, check_counts
 from meta_eval.io import Table, finite_mask, normalise_keys
 from meta_eval.results import GroupResult, InputSummary, MetaResult, MetricRun, SignificanceBlock, TransferTable
 from meta_eval.row_account import group_keys
@@ -90,6 +90,7 @@ class Options:
             raise UsageError(f"unknown level(s) {bad}: use {', '.join(correlation.LEVELS)}")
         if self.resamples < 0 or self.draws < 0 or self.trials < 0:
             raise UsageError("resamples, draws and trials must be >= 0")
+        check_counts(self.seed, resamples=self.resamples, draws=self.draws, trials=self.trials)
         if self.tie_averaging not in pairwise.AVERAGING:
             raise UsageError(f"tie averaging {self.tie_averaging!r}: use one of {', '.join(pairwise.AVERAGING)}")
 

@@ -289,19 +289,25 @@ def leaderboard(comp):
     clusters = significance_clusters(comp)
     systems = list(comp.systems)
     fig, ax = plt.subplots(figsize=(7.0, max(3.2, 1.2 + 0.32 * len(systems))), dpi=DPI)
+    # scores near 1e308 are drawn in units of a power of ten: an axis spanning -1e308..1e308 overflows
+    drawn = np.abs([v for s in systems for v in (s.mean, s.interval.low, s.interval.high) if np.isfinite(v)])
+    power = int(np.floor(np.log10(drawn.max()))) if len(drawn) and drawn.max() > 1e300 else 0
     for k, score in enumerate(systems):
         color = CLUSTER_COLORS[(clusters[score.system] - 1) % len(CLUSTER_COLORS)]
-        low, high = score.interval.low, score.interval.high
+        low, high = score.interval.low / 10.0 ** power, score.interval.high / 10.0 ** power
+        mean = score.mean / 10.0 ** power
         if np.isfinite(low) and np.isfinite(high):
             ax.plot([low, high], [k, k], color=color, linewidth=2)
-        ax.plot([score.mean], [k], "o", color=color, markersize=6)
+        ax.plot([mean], [k], "o", color=color, markersize=6)
         if k and clusters[score.system] != clusters[systems[k - 1].system]:
             ax.axhline(k - 0.5, color="#999", linewidth=0.8, linestyle="--")
     ax.set_yticks(range(len(systems)), [f"{s.rank}. {short(s.system, 20)}  (cluster {clusters[s.system]})"
                                         for s in systems], fontsize=9)
     ax.invert_yaxis()
     arrow = "lower is better" if comp.lower_is_better else "higher is better"
-    ax.set_xlabel(f"{plain(comp.column)}: mean over {comp.n_units} {comp.unit} with 95% interval ({arrow})", fontsize=9)
+    unit = f" (x 1e{power})" if power else ""
+    ax.set_xlabel(f"{plain(comp.column)}{unit}: mean over {comp.n_units} {comp.unit} with 95% interval ({arrow})",
+                  fontsize=9)
     ax.set_title(f"{plain(comp.dataset)}: {plain(comp.column)}, significance clusters", fontsize=11)
     ax.grid(axis="x", color="#eee")
     fig.tight_layout()
