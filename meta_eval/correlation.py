@@ -13,6 +13,7 @@ Every statistic comes from scipy (`pearsonr`, `spearmanr`, `kendalltau(variant=.
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -55,14 +56,39 @@ def correlate(x, y, method: str = "spearman", variant: str = "b") -> float:
     raise ValueError(f"unknown correlation method {method!r} (use one of {METHODS})")
 
 
+def _tied_pairs(*columns) -> int:
+    """Pairs of rows equal in every one of the columns."""
+    codes = pd.MultiIndex.from_arrays(columns).factorize()[0] if len(columns) > 1 else pd.factorize(columns[0])[0]
+    sizes = np.bincount(codes).astype(np.int64)
+    return int((sizes * (sizes - 1) // 2).sum())
+
+
 def pairwise_accuracy(x, y) -> float:
     """Share of unit pairs i < j where sign(x_i - x_j) = sign(y_i - y_j) (Kocmi et al. 2021, the WMT
-    system-level pairwise accuracy); a tie matches only a tie."""
+    system-level pairwise accuracy); a tie matches only a tie. NaN under two units or with a
+    non-finite value.
+
+    From counts, in O(n log n) time and O(n) memory rather than n x n sign matrices: with P pairs,
+    T_x, T_y the pairs tied in x, in y, T_xy in both, and C, D the concordant and discordant
+    pairs, C + D = P - T_x - T_y + T_xy and C - D = tau_b sqrt((P - T_x)(P - T_y)) (scipy's
+    Kendall tau-b), so the agreeing pairs are C + T_xy."""
     x = np.asarray(x, dtype=float)
     y = np.asarray(y, dtype=float)
-    upper = np.triu_indices(len(x), k=1)
-    agree = np.sign(x[:, None] - x[None, :])[upper] == np.sign(y[:, None] - y[None, :])[upper]
-    return float(agree.mean()) if agree.size else float("nan")
+    n = len(x)
+    if n < 2 or not (np.isfinite(x).all() and np.isfinite(y).all()):
+        return float("nan")
+    pairs = n * (n - 1) // 2
+    tied_x, tied_y, tied_both = _tied_pairs(x), _tied_pairs(y), _tied_pairs(x, y)
+    untied = pairs - tied_x - tied_y + tied_both  # C + D
+    if tied_x == pairs or tied_y == pairs:  # a constant side: no pair is concordant
+        concordant = 0
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tau = stats.kendalltau(x, y, variant="b").statistic
+        difference = tau * math.sqrt(float(pairs - tied_x) * float(pairs - tied_y))  # C - D
+        concordant = int(round((untied + difference) / 2))
+    return (concordant + tied_both) / pairs
 
 
 def _clean(frame: pd.DataFrame, metric: str, human: str, extra: list[str], condition: bool = True) -> pd.DataFrame:

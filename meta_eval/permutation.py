@@ -71,6 +71,9 @@ def trial_masks(shape: tuple[int, int], n_trials: int, seed: int):
         yield rng.random(shape) < 0.5
 
 
+SIGN_MATRIX_UNITS = 256  # above this many systems, pairwise accuracy and Kendall per trial in O(n log n)
+
+
 def batched_statistic(means: np.ndarray, human_means: np.ndarray, method: str, variant: str = "b") -> np.ndarray:
     """`correlate(means[t], human_means)` for every row t: Pearson and Spearman through scipy with
     axis=1, pairwise accuracy and Kendall tau-b through sign matrices, tau-c one row at a time."""
@@ -78,7 +81,8 @@ def batched_statistic(means: np.ndarray, human_means: np.ndarray, method: str, v
     keep = np.isfinite(human_means) & np.isfinite(means).all(axis=0)
     x, y = means[:, keep], human_means[keep]
     constant = (x == x[:, :1]).all(axis=1) | bool((y == y[0]).all()) if x.shape[1] else np.ones(len(x), bool)
-    if x.shape[1] < 2 or (method == "kendall" and variant != "b"):
+    if x.shape[1] < 2 or (method == "kendall" and variant != "b") or \
+            (method in ("pairwise_accuracy", "kendall") and x.shape[1] > SIGN_MATRIX_UNITS):
         return np.array([correlate(row, y, method, variant) for row in x])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -105,7 +109,7 @@ def perm_both_deltas(x: np.ndarray, y: np.ndarray, z: np.ndarray, method: str = 
     delta = system_statistic(x, human_means, method, variant) - system_statistic(y, human_means, method, variant)
     masks = trial_masks(x.shape, n_trials, seed)
     # the sign matrices of pairwise accuracy and Kendall hold block x systems^2 values: keep them near 2**24
-    block = max(1, min(block, (1 << 24) // max(1, x.shape[0] ** 2)))
+    block = max(1, min(block, (1 << 24) // max(1, min(x.shape[0], SIGN_MATRIX_UNITS) ** 2)))
     out = []
     for start in range(0, n_trials, block):
         swap = np.stack([next(masks) for _ in range(min(block, n_trials - start))])

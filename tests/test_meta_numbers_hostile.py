@@ -169,3 +169,25 @@ def test_many_systems_memory_follows_the_output_and_a_limit_names_itself():
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert wins.shape == (200, 200) and peak < 30e6, peak  # was docs x systems^2 booleans, several of them
+
+
+def test_pairwise_accuracy_from_counts_equals_the_sign_definition_without_n_squared_memory():
+    def by_signs(x, y):
+        upper = np.triu_indices(len(x), k=1)
+        return float((np.sign(x[:, None] - x[None, :])[upper] == np.sign(y[:, None] - y[None, :])[upper]).mean())
+
+    rng = np.random.default_rng(5)
+    for trial in range(400):  # ties in x, in y, in both, constant sides, scores near 1e308
+        n = int(rng.integers(2, 30))
+        x = rng.integers(0, int(rng.integers(1, 5)), n) * (3e307 if trial % 5 == 0 else 1.0)
+        y = rng.integers(0, int(rng.integers(1, 5)), n).astype(float)
+        assert correlation.pairwise_accuracy(x, y) == by_signs(x, y), (x, y)
+    assert np.isnan(correlation.pairwise_accuracy([1.0, np.inf], [1.0, 2.0]))  # undefined, not a count
+    import tracemalloc
+
+    x, y = rng.normal(size=5000), rng.normal(size=5000)
+    tracemalloc.start()
+    correlation.pairwise_accuracy(x, y)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 5e6, peak  # the sign matrices held 5000^2 values, several times (> 200 MB)
