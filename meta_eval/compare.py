@@ -233,7 +233,7 @@ def compare_units(values: np.ndarray, names: Sequence[str], dropped: int, *, col
     n_units, n_sys = values.shape
     if n_sys > MAX_SYSTEMS:
         raise InputError(f"dataset {dataset!r}, column {column!r}: {n_sys:,} systems make {n_sys * (n_sys - 1) // 2:,} "
-                         f"pairs; at most {MAX_SYSTEMS:,} systems are compared at once (name the systems to compare)")
+                         f"pairs; at most {MAX_SYSTEMS:,} systems are compared at once (`compare --systems` names them)")
     # one power-of-two scale for every system (`meta_eval.numbers`): means, resampled means and
     # differences of scores near 1e308 stay finite; `unscaled` brings the reported numbers back
     values, k = scaled(values)
