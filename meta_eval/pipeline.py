@@ -244,7 +244,8 @@ def check_evaluable(table: Table) -> None:
         raise InputError(f"{table.source}: no human_* column to correlate with (pass --human-columns)")
     empty = [h for h in table.humans if h in table.frame and not np.isfinite(table.frame[h].to_numpy(dtype=float)).any()]
     if empty:
-        raise InputError(f"{table.source}: human column {empty[0]!r} has no numeric value in any row")
+        raise InputError(f"{table.source}: human column {empty[0]!r} has no numeric value in any row "
+                         "(only null, NaN or infinite ones)")
     if not table.metrics:
         raise InputError(f"{table.source}: no metric score column found (pass --metrics)")
 

@@ -191,3 +191,16 @@ def test_pairwise_accuracy_from_counts_equals_the_sign_definition_without_n_squa
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 5e6, peak  # the sign matrices held 5000^2 values, several times (> 200 MB)
+
+
+def test_compmctg_means_leave_out_infinite_values_count_them_and_do_not_overflow():
+    from meta_eval import compmctg
+
+    frame = pd.DataFrame({"attr:s": ["a", "a", "b", "b"], "attribute_accuracy_s": [1.0, 0.0, 1.0, np.inf],
+                          "perplexity": [1e308, 1e308, np.inf, 5.0]})
+    splits = {"aspects": ["s"], "signature": {"protocol": "holdout"},
+              "splits": [{"seen": [{"s": "a"}], "unseen": [{"s": "b"}]}]}
+    (row,) = compmctg.results_table(frame, [("d", splits)])["datasets"]["d"]["protocols"]
+    # before: P_iid inf (1e308 + 1e308 overflowed), A_comp inf and a gap of -inf
+    assert (row["A_iid"], row["A_comp"], row["P_iid"], row["P_comp"]) == (0.5, 1.0, 1e308, 5.0)
+    assert row["per_split"][0]["infinite_left_out"] == {"attribute_accuracy_s": 1, "perplexity": 1}
