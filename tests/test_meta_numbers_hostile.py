@@ -204,3 +204,21 @@ def test_compmctg_means_leave_out_infinite_values_count_them_and_do_not_overflow
     # before: P_iid inf (1e308 + 1e308 overflowed), A_comp inf and a gap of -inf
     assert (row["A_iid"], row["A_comp"], row["P_iid"], row["P_comp"]) == (0.5, 1.0, 1e308, 5.0)
     assert row["per_split"][0]["infinite_left_out"] == {"attribute_accuracy_s": 1, "perplexity": 1}
+
+
+def test_codi_scores_nan_counts_as_unscored_and_values_out_of_range_are_named():
+    from meta_eval import codi
+
+    rows = [{"id": f"r{i}", "system": "s", "constraint": json.dumps({"task": "length"}), "text": "a b"}
+            for i in range(3)]
+    scores = [{"id": "r0", "codi_success": 1.0, "error": None}, {"id": "r1", "codi_success": float("nan"), "error": None},
+              {"id": "r2", "codi_success": 0.0, "error": None}]
+    result = codi.task_accuracy(codi._records(rows, scores))
+    # a NaN success was a silent failure, not counted among the rows that could not be scored
+    assert (result["n_success"], result["n_errors"], result["accuracy"]) == (1, 1, pytest.approx(1 / 3))
+    for column, bad in (("codi_success", 2.0), ("codi_success", float("inf")), ("codi_toxicity", -0.5),
+                        ("codi_success", "1")):
+        hostile = [dict(s) for s in scores]
+        hostile[2][column] = bad
+        with pytest.raises(InputError, match=rf"scores row 2 \(id 'r2'\): {column} = .* is not"):
+            codi._records(rows, hostile)
