@@ -155,6 +155,10 @@ def analyse_group(table: Table, name: str, opts: Options, runner: Runner | None 
     humans = _usable(raw, [h for h in table.humans if h != DARR])
     metrics = _usable(raw, table.metrics)
     result = GroupResult(name=name, rows=int(len(raw)), humans=humans, metrics=metrics, levels=[])
+    for column in [c for c in table.humans + table.metrics if c != DARR and c not in humans + metrics]:
+        finite = int(np.isfinite(raw[column].to_numpy(dtype=float)).sum())  # e.g. all NaN or inf in this dataset
+        result.omitted[f"column {column}"] = f"{finite} finite value{'s' if finite != 1 else ''} in this group, " \
+                                             "fewer than 3"
     for level in opts.levels:
         reason = _level_applies(raw, level)
         if reason:

@@ -222,3 +222,13 @@ def test_codi_scores_nan_counts_as_unscored_and_values_out_of_range_are_named():
         hostile[2][column] = bad
         with pytest.raises(InputError, match=rf"scores row 2 \(id 'r2'\): {column} = .* is not"):
             codi._records(rows, hostile)
+
+
+def test_a_column_with_too_few_finite_values_in_a_group_is_named_not_dropped_in_silence(tmp_path):
+    from meta_eval.pipeline import run_meta
+
+    values = dump(m=np.arange(24.0))
+    values["m3"] = [np.inf if i % 2 else np.nan for i in range(22)] + [1.0, 2.0]  # two finite values
+    table = read_scores(write(values, tmp_path / "s.parquet"))
+    (group,) = run_meta(table, Options(resamples=0, methods=["spearman"], levels=["sample"])).groups
+    assert "m3" not in group.metrics and group.omitted["column m3"] == "2 finite values in this group, fewer than 3"
