@@ -38,6 +38,7 @@ from scipy import stats
 
 from meta_eval import marks
 from meta_eval.correlation import MEAN_DECIMALS, correlate
+from meta_eval.numbers import conditioned
 from meta_eval.results import Interval, MetricInterval, PairComparison, SignificanceBlock
 from meta_eval.runner import Runner, local_runner
 
@@ -126,6 +127,8 @@ def prepare(metrics: np.ndarray, human: np.ndarray, level: str = "sample", metho
     human = np.asarray(human, dtype=float)
     if not (np.isfinite(metrics).all() and np.isfinite(human).all()):
         raise ValueError("paired bootstrap needs finite scores: drop rows with NaN first")
+    if level in ("sample", "system"):  # sums of scores near 1e308 (`meta_eval.numbers`); DARR keeps 0/1
+        metrics, human = conditioned(metrics, axis=0), conditioned(human)
     n, m = metrics.shape
     methods = tuple(methods)
     if level == "sample":

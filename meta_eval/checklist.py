@@ -24,6 +24,7 @@ import pandas as pd
 from scipy import stats
 
 from meta_eval.correlation import correlate
+from meta_eval.numbers import conditioned, finite_mean, scaled, unscaled
 from meta_eval.results import (
     AspectLevel,
     ChecklistBlock,
@@ -73,8 +74,12 @@ def ks(x, y) -> float:
 
 
 def preference_label(mean_a: float, mean_b: float, lower_is_better: bool = False,
-                     names: tuple[str, str] = ("a", "b")) -> str:
-    """'a<b' if a scores worse than b, 'b<a' if better, 'a=b' if equal (sign flipped if lower is better)."""
+                     names: tuple[str, str] = ("a", "b")) -> str | None:
+    """'a<b' if a scores worse than b, 'b<a' if better, 'a=b' if equal (sign flipped if lower is
+    better); None (undefined) when either mean is not a finite number: a side without any finite
+    score is no evidence of equality."""
+    if not (np.isfinite(mean_a) and np.isfinite(mean_b)):
+        return None
     if lower_is_better:
         mean_a, mean_b = -mean_a, -mean_b
     a, b = names
@@ -89,7 +94,7 @@ def aspect_level(frame, column, aspect, cat_col=None, lower_is_better=False) -> 
     """KS of `column` between quality groups of `aspect`, and the preference label of lo vs hi."""
     groups = quality_groups(frame, aspect, cat_col)
     values = {g: frame.loc[groups == g, column].to_numpy(dtype=float) for g in GROUPS}
-    means = {g: float(np.nanmean(v)) if len(v) else float("nan") for g, v in values.items()}
+    means = {g: finite_mean(v) for g, v in values.items()}  # finite scores only, as KS
     label = None
     if len(values["lo"]) and len(values["hi"]):
         label = preference_label(means["lo"], means["hi"], lower_is_better, ("lo", "hi"))
@@ -101,7 +106,7 @@ def aspect_level(frame, column, aspect, cat_col=None, lower_is_better=False) -> 
 
 def human_ranking(frame, aspect, system_col="system") -> list[str]:
     """Systems sorted by mean human score, ascending, stable (ties keep name order)."""
-    means = frame.groupby(system_col, sort=True)[aspect].mean()
+    means = group_means(frame, aspect, system_col)
     return list(means.sort_values(kind="stable").index)
 
 
@@ -134,8 +139,19 @@ def system_level_ks(frame, column, pairs, system_col="system") -> dict:
     return {"mean": float(np.mean(per_pair)) if per_pair else float("nan"), "per_pair": per_pair}
 
 
-def system_preferences(frame, column, pairs, lower_is_better=False, system_col="system") -> list[str]:
-    means = frame.groupby(system_col)[column].mean()
+def group_means(frame, column, group_col="system") -> pd.Series:
+    """Per-group means of the finite values of `column` (NaN for a group without one), computed
+    on the column scaled by a power of two (`meta_eval.numbers`) so that scores near 1e308 do not
+    overflow the sums; in the column's units."""
+    values, k = scaled(frame[column].to_numpy(dtype=float))
+    values = pd.Series(np.where(np.isfinite(values), values, np.nan), index=frame.index)
+    means = values.groupby(frame[group_col].to_numpy(), sort=True).mean()
+    return pd.Series(unscaled(means.to_numpy(), k), index=means.index)
+
+
+def system_preferences(frame, column, pairs, lower_is_better=False, system_col="system") -> list[str | None]:
+    """The preference label of each pair's system means (None where a system has no finite score)."""
+    means = group_means(frame, column, system_col)
     missing = [s for pair in pairs for s in pair if s not in means.index]
     if missing:
         raise KeyError(f"system(s) {sorted(set(missing))} not found in column {system_col!r}")
@@ -150,10 +166,13 @@ def preference_similarity(x: str, y: str) -> float:
     return (total - 2 * Levenshtein.distance(x, y)) / total
 
 
-def mean_preference_similarity(labels_x: list[str], labels_y: list[str]) -> float:
+def mean_preference_similarity(labels_x: list[str | None], labels_y: list[str | None]) -> float:
+    """Mean S over the pairs whose labels are both defined (a pair where a system has no finite
+    score is left out, as a NaN score is elsewhere); NaN when no pair is left."""
     if len(labels_x) != len(labels_y):
         raise ValueError("preference label lists differ in length")
-    return float(np.mean([preference_similarity(a, b) for a, b in zip(labels_x, labels_y)]))
+    scores = [preference_similarity(a, b) for a, b in zip(labels_x, labels_y) if a is not None and b is not None]
+    return float(np.mean(scores)) if scores else float("nan")
 
 
 def win_fractions(frame, column, lower_is_better=False, system_col="system", doc_col="doc_id") -> pd.DataFrame:
@@ -161,16 +180,21 @@ def win_fractions(frame, column, lower_is_better=False, system_col="system", doc
 
     Several rows per (doc, system), e.g. one per annotator, are averaged first.
     """
-    grid = frame.pivot_table(index=doc_col, columns=system_col, values=column, aggfunc="mean")
-    values = grid.to_numpy(dtype=float)
+    scaled_frame = frame[[doc_col, system_col]].assign(**{column: conditioned(frame[column].to_numpy(dtype=float))})
+    grid = scaled_frame.pivot_table(index=doc_col, columns=system_col, values=column, aggfunc="mean")
+    values = grid.to_numpy(dtype=float)  # scaled by a power of two: a cell of scores near 1e308 stays finite
     if lower_is_better:
         values = -values
-    both = np.isfinite(values)[:, :, None] & np.isfinite(values)[:, None, :]
-    with np.errstate(invalid="ignore"):
-        wins = (values[:, :, None] > values[:, None, :]) & both
-    games = both.sum(axis=0)
+    n_sys = values.shape[1]
+    wins, games = np.zeros((n_sys, n_sys)), np.zeros((n_sys, n_sys))
+    for row in values:  # one document at a time: memory follows the (systems x systems) output
+        finite = np.isfinite(row)
+        both = finite[:, None] & finite[None, :]
+        with np.errstate(invalid="ignore"):
+            wins += (row[:, None] > row[None, :]) & both
+        games += both
     with np.errstate(invalid="ignore", divide="ignore"):
-        share = np.where(games > 0, wins.sum(axis=0) / games, np.nan)
+        share = np.where(games > 0, wins / games, np.nan)
     np.fill_diagonal(share, np.nan)
     return pd.DataFrame(share, index=grid.columns, columns=grid.columns)
 

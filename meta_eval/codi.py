@@ -204,6 +204,25 @@ def task_self_bleu(texts: Sequence[str], task: str, method: str = "nltk") -> flo
 
 
 # ----- accuracies --------------------------------------------------------------------------
+def _score(score: dict[str, Any], column: str, index: int, allowed: str) -> float | None:
+    """A stored CoDI score as a number: None when null or NaN (the row could not be scored,
+    counted in `n_errors`); anything else that is not a number in the allowed range is an
+    error naming the row and column, never a silent failure of the row."""
+    from scoring.errors import InputError
+
+    value = score.get(column)
+    if value is None or isinstance(value, float) and math.isnan(value):
+        return None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok:
+        value = float(value)
+        ok = value in (0.0, 1.0) if allowed == "0 or 1" else 0.0 <= value <= 1.0
+    if not ok:
+        where = f"row {index}" + (f" (id {score['id']!r})" if "id" in score else "")
+        raise InputError(f"scores {where}: {column} = {value!r} is not {allowed}")
+    return value
+
+
 def _records(rows: Sequence[dict[str, Any]], scores: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     if len(rows) != len(scores):
         raise ValueError(f"{len(rows)} canonical rows but {len(scores)} score rows")
@@ -223,8 +242,8 @@ def _records(rows: Sequence[dict[str, Any]], scores: Sequence[dict[str, Any]]) -
                 "context_id": (constraint or {}).get("context_id") if task else None,
                 "doc_id": row.get("doc_id"),
                 "text": row.get("text"),
-                "success": score.get("codi_success"),
-                "toxicity": score.get("codi_toxicity"),
+                "success": _score(score, "codi_success", index, "0 or 1"),
+                "toxicity": _score(score, "codi_toxicity", index, "a number from 0 to 1"),
                 "error": score.get("error"),
             }
         )

@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from meta_eval.bootstrap import BLOCK_SIZE, block_counts, plan_blocks
+from meta_eval.numbers import scaled, unscaled
 from meta_eval.results import Interval, LeaderboardRow, SystemComparison, SystemPair, SystemScore, to_json_dict
 from meta_eval.row_account import RowAccount, group_keys, missing_mask
 from meta_eval.runner import Runner, local_runner
@@ -146,6 +147,19 @@ def inverted_intervals(deltas: np.ndarray, boot: np.ndarray, alpha: float) -> np
     return np.vstack([deltas - half, deltas + half])
 
 
+PAIR_CELLS = 1 << 22  # resampled differences held at once: 32 MiB, whatever the number of systems
+
+
+def _pair_chunks(n_pairs: int, n_draws: int) -> list[slice]:
+    """Slices of the pairs whose (draws x pairs) differences hold at most `PAIR_CELLS` values, so
+    the memory follows systems x draws and the pairs themselves, not pairs x draws."""
+    width = max(1, PAIR_CELLS // max(1, n_draws))
+    return [slice(start, min(start + width, n_pairs)) for start in range(0, n_pairs, width)]
+
+
+MAX_SYSTEMS = 1000  # 499,500 pairs, each tested with every resample and trial: beyond this, name --systems
+
+
 def _ranks(means: np.ndarray, lower_is_better: bool) -> np.ndarray:
     from scipy.stats import rankdata
 
@@ -153,8 +167,11 @@ def _ranks(means: np.ndarray, lower_is_better: bool) -> np.ndarray:
     return rankdata(oriented, method="min").astype(int)
 
 
-def _check_tests(tests: Sequence[str], n_resamples: int, trials: int) -> None:
+def _check_tests(tests: Sequence[str], n_resamples: int, trials: int, seed: int = 0) -> None:
+    from meta_eval.defaults import check_counts
     from scoring.errors import UsageError
+
+    check_counts(seed, resamples=n_resamples, trials=trials)
 
     unknown = [t for t in tests if t not in TESTS]
     if unknown or not tests:
@@ -170,7 +187,8 @@ def system_comparison(frame: pd.DataFrame, column: str, *, dataset: str = "all",
     see the module doc. `options` go to `compare_units`."""
     from scoring.errors import InputError
 
-    _check_tests(options.get("tests", TESTS), options.get("n_resamples", 1000), options.get("trials", 10000))
+    _check_tests(options.get("tests", TESTS), options.get("n_resamples", 1000), options.get("trials", 10000),
+                 options.get("seed", 0))
     try:
         grid, dropped = paired_units(frame, column, systems, unit, system_col)
     except InputError as exc:
@@ -208,16 +226,22 @@ def compare_units(values: np.ndarray, names: Sequence[str], dropped: int, *, col
     from scoring.errors import InputError
     from scoring.signature import Signature, library_versions
 
-    _check_tests(tests, n_resamples, trials)
+    _check_tests(tests, n_resamples, trials, seed)
     if not len(values):
         raise InputError(f"dataset {dataset!r}, column {column!r}: no {unit} has a finite score for every system")
     names = [str(s) for s in names]
     n_units, n_sys = values.shape
+    if n_sys > MAX_SYSTEMS:
+        raise InputError(f"dataset {dataset!r}, column {column!r}: {n_sys:,} systems make {n_sys * (n_sys - 1) // 2:,} "
+                         f"pairs; at most {MAX_SYSTEMS:,} systems are compared at once (`compare --systems` names them)")
+    # one power-of-two scale for every system (`meta_eval.numbers`): means, resampled means and
+    # differences of scores near 1e308 stay finite; `unscaled` brings the reported numbers back
+    values, k = scaled(values)
     means = values.mean(axis=0)
     ranks = _ranks(means, lower_is_better)
     order = sorted(range(n_sys), key=lambda k: (ranks[k], names[k]))
-    first = np.array([order[x] for x in range(n_sys) for y in range(x + 1, n_sys)], dtype=int)
-    second = np.array([order[y] for x in range(n_sys) for y in range(x + 1, n_sys)], dtype=int)
+    upper = np.triu_indices(n_sys, k=1)  # pairs in rank order: (order[x], order[y]) for x < y
+    first, second = np.asarray(order)[upper[0]], np.asarray(order)[upper[1]]
     run = runner or local_runner
     deltas = means[first] - means[second]
     nan_pairs = np.full((2, len(first)), np.nan)
@@ -225,20 +249,25 @@ def compare_units(values: np.ndarray, names: Sequence[str], dropped: int, *, col
     p_boot = p_rand = None
     if "bootstrap" in tests:
         boot_means = np.concatenate(run(_resampled_means, (values, seed), plan_blocks(n_resamples)))
-        boot_deltas = boot_means[:, first] - boot_means[:, second]
-        p_boot = _two_sided(deltas, boot_deltas - deltas)
         sys_ci = _intervals(boot_means, level)
-        pair_ci = inverted_intervals(deltas, boot_deltas, alpha)
+        p_boot, pair_ci = np.full(len(first), np.nan), np.full((2, len(first)), np.nan)
+        for part in _pair_chunks(len(first), n_resamples):  # (resamples x pairs) a slice at a time
+            boot_deltas = boot_means[:, first[part]] - boot_means[:, second[part]]
+            p_boot[part] = _two_sided(deltas[part], boot_deltas - deltas[part])
+            pair_ci[:, part] = inverted_intervals(deltas[part], boot_deltas, alpha)
     if "randomization" in tests:
         null_means = np.concatenate(run(_randomized_means, (values, seed), plan_blocks(trials)))
-        p_rand = _two_sided(deltas, null_means[:, first] - null_means[:, second])
+        p_rand = np.full(len(first), np.nan)
+        for part in _pair_chunks(len(first), trials):
+            p_rand[part] = _two_sided(deltas[part], null_means[:, first[part]] - null_means[:, second[part]])
     decisive = p_boot if p_boot is not None else p_rand
-    scores = tuple(SystemScore(names[k], float(means[k]), Interval(float(sys_ci[0, k]), float(sys_ci[1, k]), level),
-                               int(ranks[k])) for k in order)
+    means, deltas, sys_ci, pair_ci = (unscaled(x, k) for x in (means, deltas, sys_ci, pair_ci))
+    scores = tuple(SystemScore(names[s], float(means[s]), Interval(float(sys_ci[0, s]), float(sys_ci[1, s]), level),
+                               int(ranks[s])) for s in order)
     pairs = []
     for p, (i, j) in enumerate(zip(first, second)):
         better = None
-        if decisive[p] < alpha and means[i] != means[j]:
+        if decisive[p] < alpha and deltas[p] != 0:
             better = names[i] if (means[i] < means[j]) == lower_is_better else names[j]
         pairs.append(SystemPair(
             a=names[i], b=names[j], mean_a=float(means[i]), mean_b=float(means[j]), diff=float(deltas[p]),

@@ -13,7 +13,10 @@ and perplexity is the mean over each side's rows. A protocol's A_i, A_c and perp
 means over its splits, its G is computed from those means. The averages follow the paper's
 Table 1: A_avg = mean of Original A_i and the Hold-Out and ACD A_i and A_c; P_avg likewise over
 perplexities; G_avg = mean of the Hold-Out and ACD gaps. Few-Shot is reported apart, never in
-the averages. Rows a score run skipped or could not score (null values) are left out.
+the averages. Rows a score run skipped or could not score (null values) are left out, and so
+is an infinite value (each split counts those per column in `infinite_left_out`); means of
+scores near 1e308 do not overflow, and the JSON holds null, never NaN or Infinity, for a value
+that is undefined.
 """
 
 from __future__ import annotations
@@ -33,8 +36,27 @@ ACC_PREFIX = "attribute_accuracy_"
 
 
 def _mean(values) -> float | None:
-    kept = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
-    return sum(kept) / len(kept) if kept else None
+    """Mean of the finite values (None when there is none), without overflow near 1e308
+    (`meta_eval.numbers`); a null, NaN or infinite value is left out (`_nonfinite` counts the
+    infinite ones a split leaves out)."""
+    from meta_eval.numbers import finite_mean
+
+    kept = [float(v) for v in values if v is not None]
+    mean = finite_mean(kept) if kept else math.nan
+    return mean if math.isfinite(mean) else None
+
+
+def _nonfinite(part, columns) -> dict[str, int]:
+    """Per column, the rows of `part` whose value is infinite (left out of every mean, counted)."""
+    import numpy as np
+
+    out = {}
+    for col in columns:
+        if col in part:
+            n = int(np.isinf(part[col].to_numpy(dtype=float)).sum())
+            if n:
+                out[col] = n
+    return out
 
 
 def _gap(a_i: float | None, a_c: float | None) -> float | None:
@@ -131,6 +153,8 @@ def protocol_row(frame, dataset: str, splits_json: Mapping[str, Any]) -> Protoco
             "accuracy_per_aspect_comp": per_c,
             "P_iid": _mean(ppl[is_seen].tolist()) if ppl is not None else None,
             "P_comp": _mean(ppl[is_unseen].tolist()) if ppl is not None else None,
+            "infinite_left_out": _nonfinite(frame[[a or b for a, b in zip(is_seen, is_unseen)]],
+                                            [ACC_PREFIX + a for a in aspects] + ["perplexity"]),
         })
     a_i = _mean(s["A_iid"] for s in per_split)
     a_c = _mean(s["A_comp"] for s in per_split)

@@ -13,12 +13,14 @@ Every statistic comes from scipy (`pearsonr`, `spearmanr`, `kendalltau(variant=.
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
+from meta_eval.numbers import centred, conditioned
 from meta_eval.results import Correlation, DarrTau
 
 RESAMPLED = ("pearson", "spearman", "kendall", "pairwise_accuracy")  # what significance tests can compare
@@ -31,7 +33,10 @@ LEVELS = ("sample", "document", "system")
 
 
 def correlate(x, y, method: str = "spearman", variant: str = "b") -> float:
-    """One scipy correlation coefficient; NaN when undefined (fewer than 2 rows, constant input)."""
+    """One scipy correlation coefficient; NaN when undefined (fewer than 2 rows, constant input,
+    a non-finite value for Pearson). Pearson runs on the columns centred on their medians and
+    scaled by a power of two (`meta_eval.numbers.centred`), so scores near 1e308 do not overflow
+    its sums of squares and scores that differ in their last bits keep their differences."""
     x = np.asarray(x, dtype=float)
     y = np.asarray(y, dtype=float)
     if x.size < 2 or np.all(x == x[0]) or np.all(y == y[0]):
@@ -39,7 +44,9 @@ def correlate(x, y, method: str = "spearman", variant: str = "b") -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if method == "pearson":
-            return float(stats.pearsonr(x, y).statistic)
+            if not (np.isfinite(x).all() and np.isfinite(y).all()):
+                return float("nan")
+            return float(stats.pearsonr(centred(x), centred(y)).statistic)
         if method == "spearman":
             return float(stats.spearmanr(x, y).statistic)
         if method == "kendall":
@@ -49,18 +56,46 @@ def correlate(x, y, method: str = "spearman", variant: str = "b") -> float:
     raise ValueError(f"unknown correlation method {method!r} (use one of {METHODS})")
 
 
+def _tied_pairs(*columns) -> int:
+    """Pairs of rows equal in every one of the columns."""
+    codes = pd.MultiIndex.from_arrays(columns).factorize()[0] if len(columns) > 1 else pd.factorize(columns[0])[0]
+    sizes = np.bincount(codes).astype(np.int64)
+    return int((sizes * (sizes - 1) // 2).sum())
+
+
 def pairwise_accuracy(x, y) -> float:
     """Share of unit pairs i < j where sign(x_i - x_j) = sign(y_i - y_j) (Kocmi et al. 2021, the WMT
-    system-level pairwise accuracy); a tie matches only a tie."""
+    system-level pairwise accuracy); a tie matches only a tie. NaN under two units or with a
+    non-finite value.
+
+    From counts, in O(n log n) time and O(n) memory rather than n x n sign matrices: with P pairs,
+    T_x, T_y the pairs tied in x, in y, T_xy in both, and C, D the concordant and discordant
+    pairs, C + D = P - T_x - T_y + T_xy and C - D = tau_b sqrt((P - T_x)(P - T_y)) (scipy's
+    Kendall tau-b), so the agreeing pairs are C + T_xy."""
     x = np.asarray(x, dtype=float)
     y = np.asarray(y, dtype=float)
-    upper = np.triu_indices(len(x), k=1)
-    agree = np.sign(x[:, None] - x[None, :])[upper] == np.sign(y[:, None] - y[None, :])[upper]
-    return float(agree.mean()) if agree.size else float("nan")
+    n = len(x)
+    if n < 2 or not (np.isfinite(x).all() and np.isfinite(y).all()):
+        return float("nan")
+    pairs = n * (n - 1) // 2
+    tied_x, tied_y, tied_both = _tied_pairs(x), _tied_pairs(y), _tied_pairs(x, y)
+    untied = pairs - tied_x - tied_y + tied_both  # C + D
+    if tied_x == pairs or tied_y == pairs:  # a constant side: no pair is concordant
+        concordant = 0
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tau = stats.kendalltau(x, y, variant="b").statistic
+        difference = tau * math.sqrt(float(pairs - tied_x) * float(pairs - tied_y))  # C - D
+        concordant = int(round((untied + difference) / 2))
+    return (concordant + tied_both) / pairs
 
 
-def _clean(frame: pd.DataFrame, metric: str, human: str, extra: list[str]) -> pd.DataFrame:
-    """The named columns on rows where metric and human are finite and groups are present."""
+def _clean(frame: pd.DataFrame, metric: str, human: str, extra: list[str], condition: bool = True) -> pd.DataFrame:
+    """The named columns on rows where metric and human are finite and groups are present;
+    metric and human scaled by a power of two (`meta_eval.numbers`: no overflow in sums and
+    means, per-system means rounded relative to the column's largest value) unless `condition`
+    is off (a statistic in the column's units)."""
     for col in [metric, human, *extra]:
         if col not in frame:
             raise KeyError(f"column {col!r} not in the score table")
@@ -69,7 +104,8 @@ def _clean(frame: pd.DataFrame, metric: str, human: str, extra: list[str]) -> pd
     keep = np.isfinite(x) & np.isfinite(y)
     for col in extra:
         keep &= frame[col].notna().to_numpy()
-    data = {metric: x[keep], human: y[keep]}
+    x, y = x[keep], y[keep]
+    data = {metric: conditioned(x) if condition else x, human: conditioned(y) if condition else y}
     data.update({col: frame[col].to_numpy()[keep] for col in extra})
     return pd.DataFrame(data)
 
@@ -125,7 +161,9 @@ MEAN_DECIMALS = 12
 
 def system_means(frame, columns: list[str], system_col="system") -> pd.DataFrame:
     """Per-system means, rounded to `MEAN_DECIMALS` so that mathematically equal means tie
-    whatever the summation order (rank correlations of means depend on ties)."""
+    whatever the summation order (rank correlations of means depend on ties). The statistics
+    call it on columns scaled to a largest magnitude in [0.5, 1) (`_clean`), so the rounding is
+    relative to the column: scores of 1e-15 keep their order, scores of 1e308 do not overflow."""
     return frame.groupby(system_col, sort=True)[columns].mean().round(MEAN_DECIMALS)
 
 
@@ -156,7 +194,7 @@ def tie_calibrated(frame, metric, human, doc_col="doc_id", average="item") -> Co
     from meta_eval.pairwise import tie_calibrated_accuracy
 
     grouped = doc_col in frame and frame[doc_col].notna().any()
-    sub = _clean(frame, metric, human, [doc_col] if grouped else [])
+    sub = _clean(frame, metric, human, [doc_col] if grouped else [], condition=False)  # epsilon: metric units
     value, epsilon = tie_calibrated_accuracy(sub[metric], sub[human], sub[doc_col] if grouped else None, average=average)
     return Correlation(metric, human, "sample", "tie_calibrated_accuracy", value, int(len(sub)), epsilon=epsilon)
 
@@ -184,7 +222,7 @@ def darr_kendall(frame, metric, better_col="human_darr_better", pair_col="doc_id
     Each `pair_col` group holds one better (`better_col` == 1) and one worse (0) row; a pair is
     concordant when score(better) > score(worse); a metric tie counts as discordant (WMT19).
     """
-    sub = _clean(frame, metric, better_col, [pair_col])
+    sub = _clean(frame, metric, better_col, [pair_col], condition=False)  # 0/1 stays 0/1; only signs count
     sides = sub.pivot_table(index=pair_col, columns=better_col, values=metric, aggfunc="first")
     if not {0.0, 1.0} <= set(sides.columns.astype(float)):
         raise ValueError(f"{better_col!r} must hold 1 (better) and 0 (worse) rows per {pair_col!r}")

@@ -193,6 +193,25 @@ def _check_columns(frame: pd.DataFrame, columns: list[str], source: str) -> None
             bad = frame[col][pd.to_numeric(frame[col], errors="coerce").isna() & frame[col].notna()]
             where = f"row {bad.index[0]}: {bad.iloc[0]!r}" if len(bad) else f"dtype {frame[col].dtype}"
             raise InputError(f"{source}: column {col!r} is not numeric ({where})")
+        _check_exact(frame, col, source)
+
+
+EXACT_INTEGER = 2**53  # float64 holds every integer up to this magnitude, and not all beyond it
+
+
+def _check_exact(frame: pd.DataFrame, col: str, source: str) -> None:
+    """Refuse an integer column holding a value float64 cannot hold exactly (|v| > 2**53): the
+    statistics run in float64, and 2**53 + 1 would silently become 2**53."""
+    series = frame[col]
+    if not pd.api.types.is_integer_dtype(series) or pd.api.types.is_bool_dtype(series):
+        return
+    values = series.dropna().to_numpy()
+    big = (values > EXACT_INTEGER) | (values < -EXACT_INTEGER)
+    if big.any():
+        row = series.dropna().index[int(np.flatnonzero(big)[0])]
+        where = f"id {frame.at[row, 'id']!r}" if "id" in frame else f"row {row}"
+        raise InputError(f"{source}: column {col!r}, {where}: integer {series.at[row]} is beyond float64's exact "
+                         f"range (|value| <= 2**53); store the column as float64 if rounding it is acceptable")
 
 
 def _read_csv(path: str) -> pd.DataFrame:

@@ -19,6 +19,8 @@ import math
 
 import numpy as np
 
+from meta_eval.numbers import conditioned, scaled, unscaled
+
 MAX_PAIRS = 5_000_000  # acc_eq over more row pairs than this is not computed (NaN): ~40 MB per array
 EXACT_UNITS = 12  # up to this many units the permutation test enumerates all 2^n sign flips
 _SALT = 0x5350  # separates the SPA permutation stream from other seeded streams
@@ -39,12 +41,16 @@ def one_sided_p(grid: np.ndarray, signs: np.ndarray, exact: bool) -> np.ndarray:
     exact: #{s : mean(s * d) >= mean(d)} / 2^n; sampled: (1 + #{...}) / (T + 1)."""
     n_sys = grid.shape[1]
     first, second = np.triu_indices(n_sys, k=1)
-    diffs = grid[:, first] - grid[:, second]  # (units, pairs)
-    observed = diffs.mean(axis=0)
-    null = signs @ diffs / len(grid)  # (trials, pairs)
-    slack = 1e-12 * np.maximum(1.0, np.abs(observed))  # equal means in another summation order
-    upper = (null >= observed - slack).sum(axis=0)  # i better than j
-    lower = (null <= observed + slack).sum(axis=0)  # j better than i (the flips are symmetric)
+    upper, lower = np.zeros(len(first), np.int64), np.zeros(len(first), np.int64)
+    width = max(1, (1 << 22) // max(1, len(signs), len(grid)))  # (trials x pairs) a slice at a time
+    for start in range(0, len(first), width):
+        part = slice(start, start + width)
+        diffs = grid[:, first[part]] - grid[:, second[part]]  # (units, pairs)
+        observed = diffs.mean(axis=0)
+        null = signs @ diffs / len(grid)  # (trials, pairs)
+        slack = 1e-12 * np.maximum(1.0, np.abs(observed))  # equal means in another summation order
+        upper[part] = (null >= observed - slack).sum(axis=0)  # i better than j
+        lower[part] = (null <= observed + slack).sum(axis=0)  # j better than i (the flips are symmetric)
     if exact:
         p_ij, p_ji = upper / len(signs), lower / len(signs)
     else:
@@ -62,6 +68,9 @@ def soft_pairwise_accuracy(metric: np.ndarray, human: np.ndarray, trials: int = 
         raise ValueError(f"metric and human grids differ in shape: {metric.shape} vs {human.shape}")
     if metric.shape[1] < 2 or metric.shape[0] < 1:
         return math.nan
+    if metric.shape[0] > EXACT_UNITS and trials < 1:
+        raise ValueError(f"soft pairwise accuracy over {metric.shape[0]} units needs trials >= 1, got {trials}")
+    metric, human = conditioned(metric), conditioned(human)  # differences of scores near 1e308 stay finite
     signs, exact = flip_signs(metric.shape[0], trials, seed)
     first, second = np.triu_indices(metric.shape[1], k=1)
     p_metric = one_sided_p(metric, signs, exact)[first, second]
@@ -104,7 +113,9 @@ def tie_calibrated_accuracy(metric, human, groups=None, average: str = "item") -
     (NaN, NaN) without pairs, or with more than `MAX_PAIRS`."""
     if average not in AVERAGING:
         raise ValueError(f"unknown averaging {average!r} (use one of {AVERAGING})")
-    metric, human = np.asarray(metric, float), np.asarray(human, float)
+    # a power-of-two scale (`meta_eval.numbers`): differences of scores near 1e308 stay finite,
+    # and epsilon comes back in the metric's units
+    (metric, k_metric), human = scaled(metric), conditioned(human)
     sizes = np.unique(np.asarray(groups, dtype=object).astype(str), return_counts=True)[1] if groups is not None \
         else np.array([len(metric)])
     if int((sizes * (sizes - 1) // 2).sum()) > MAX_PAIRS:
@@ -129,7 +140,7 @@ def tie_calibrated_accuracy(metric, human, groups=None, average: str = "item") -
         agree_below = np.concatenate([[0], np.cumsum(agrees[order])])
         correct = ties_below[k] + (agree_below[-1] - agree_below[k])
         best = int(np.argmax(correct))  # the first maximum: the smallest epsilon
-        return float(correct[best] / len(a)), float(candidates[best])
+        return float(correct[best] / len(a)), float(unscaled(candidates[best], k_metric))
     # per item: a pair of an item with N pairs weighs 1/N; the mean over items of (C + T_hm) / N
     # is (sum of agreeing weights above eps + sum of tie weights at or below eps) / items
     pairs_per_item = np.bincount(item)
@@ -145,4 +156,4 @@ def tie_calibrated_accuracy(metric, human, groups=None, average: str = "item") -
     hits = np.where(gap <= eps, human_tie, agrees).astype(int)
     present = pairs_per_item > 0
     shares = np.bincount(item, weights=hits)[present] / pairs_per_item[present]
-    return float(math.fsum(shares) / items), float(eps)
+    return float(math.fsum(shares) / items), float(unscaled(eps, k_metric))

@@ -96,9 +96,19 @@ def _float_values(column, path: str, name: str) -> np.ndarray:
     import pyarrow.compute as pc
 
     kind = column.type
+    if pa.types.is_dictionary(kind):  # a dictionary-encoded column: its values decide
+        column, kind = column.cast(kind.value_type), kind.value_type
     if pa.types.is_boolean(kind) or not (pa.types.is_integer(kind) or pa.types.is_floating(kind)
                                          or pa.types.is_null(kind)):
         raise InputError(f"{path}: column {name!r} is not numeric (type {kind})")
+    if pa.types.is_integer(kind):  # float64 holds every integer up to 2**53, not all beyond
+        values = column.to_numpy(zero_copy_only=False) if not column.null_count else \
+            pc.fill_null(column, 0).to_numpy(zero_copy_only=False)
+        big = (values > 2**53) | (values < -(2**53))
+        if big.any():
+            row = int(np.flatnonzero(big)[0])
+            raise InputError(f"{path}: column {name!r}, row {row}: integer {values[row]} is beyond float64's exact "
+                             f"range (|value| <= 2**53); store the column as float64 if rounding it is acceptable")
     return pc.cast(column, pa.float64()).to_numpy()  # nulls become NaN
 
 

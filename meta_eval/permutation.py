@@ -26,6 +26,7 @@ from scipy import stats
 
 from meta_eval import marks
 from meta_eval.correlation import MEAN_DECIMALS, correlate
+from meta_eval.numbers import conditioned
 from meta_eval.results import Interval, MetricInterval, SignificanceBlock
 
 VERSION = "1"
@@ -70,6 +71,9 @@ def trial_masks(shape: tuple[int, int], n_trials: int, seed: int):
         yield rng.random(shape) < 0.5
 
 
+SIGN_MATRIX_UNITS = 256  # above this many systems, pairwise accuracy and Kendall per trial in O(n log n)
+
+
 def batched_statistic(means: np.ndarray, human_means: np.ndarray, method: str, variant: str = "b") -> np.ndarray:
     """`correlate(means[t], human_means)` for every row t: Pearson and Spearman through scipy with
     axis=1, pairwise accuracy and Kendall tau-b through sign matrices, tau-c one row at a time."""
@@ -77,7 +81,8 @@ def batched_statistic(means: np.ndarray, human_means: np.ndarray, method: str, v
     keep = np.isfinite(human_means) & np.isfinite(means).all(axis=0)
     x, y = means[:, keep], human_means[keep]
     constant = (x == x[:, :1]).all(axis=1) | bool((y == y[0]).all()) if x.shape[1] else np.ones(len(x), bool)
-    if x.shape[1] < 2 or (method == "kendall" and variant != "b"):
+    if x.shape[1] < 2 or (method == "kendall" and variant != "b") or \
+            (method in ("pairwise_accuracy", "kendall") and x.shape[1] > SIGN_MATRIX_UNITS):
         return np.array([correlate(row, y, method, variant) for row in x])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -103,6 +108,8 @@ def perm_both_deltas(x: np.ndarray, y: np.ndarray, z: np.ndarray, method: str = 
     human_means = np.round(np.nanmean(z, axis=-1), MEAN_DECIMALS)
     delta = system_statistic(x, human_means, method, variant) - system_statistic(y, human_means, method, variant)
     masks = trial_masks(x.shape, n_trials, seed)
+    # the sign matrices of pairwise accuracy and Kendall hold block x systems^2 values: keep them near 2**24
+    block = max(1, min(block, (1 << 24) // max(1, min(x.shape[0], SIGN_MATRIX_UNITS) ** 2)))
     out = []
     for start in range(0, n_trials, block):
         swap = np.stack([next(masks) for _ in range(min(block, n_trials - start))])
@@ -147,6 +154,9 @@ def compare_metrics(metrics: np.ndarray, names: Sequence[str], human: np.ndarray
     if metrics.ndim == 1:
         metrics = metrics[:, None]
     names = list(names)
+    # scaled by powers of two (`meta_eval.numbers`): cell sums of scores near 1e308 stay finite, and the
+    # means are rounded relative to each column's largest value
+    metrics, human = conditioned(metrics, axis=0), conditioned(human)
     cells, systems, docs = cell_means(np.column_stack([metrics, human]), doc, system)
     z = cells[-1]
     human_means = np.round(np.nanmean(z, axis=-1), MEAN_DECIMALS)

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from meta_eval import bootstrap, checklist, compare, correlation, marks, pairwise, permutation, subsample
-from meta_eval.defaults import DEFAULT_RESAMPLES
+from meta_eval.defaults import DEFAULT_RESAMPLES, check_counts
 from meta_eval.io import Table, finite_mask, normalise_keys
 from meta_eval.results import GroupResult, InputSummary, MetaResult, MetricRun, SignificanceBlock, TransferTable
 from meta_eval.row_account import group_keys
@@ -90,6 +90,7 @@ class Options:
             raise UsageError(f"unknown level(s) {bad}: use {', '.join(correlation.LEVELS)}")
         if self.resamples < 0 or self.draws < 0 or self.trials < 0:
             raise UsageError("resamples, draws and trials must be >= 0")
+        check_counts(self.seed, resamples=self.resamples, draws=self.draws, trials=self.trials)
         if self.tie_averaging not in pairwise.AVERAGING:
             raise UsageError(f"tie averaging {self.tie_averaging!r}: use one of {', '.join(pairwise.AVERAGING)}")
 
@@ -154,6 +155,10 @@ def analyse_group(table: Table, name: str, opts: Options, runner: Runner | None 
     humans = _usable(raw, [h for h in table.humans if h != DARR])
     metrics = _usable(raw, table.metrics)
     result = GroupResult(name=name, rows=int(len(raw)), humans=humans, metrics=metrics, levels=[])
+    for column in [c for c in table.humans + table.metrics if c != DARR and c not in humans + metrics]:
+        finite = int(np.isfinite(raw[column].to_numpy(dtype=float)).sum())  # e.g. all NaN or inf in this dataset
+        result.omitted[f"column {column}"] = f"{finite} finite value{'s' if finite != 1 else ''} in this group, " \
+                                             "fewer than 3"
     for level in opts.levels:
         reason = _level_applies(raw, level)
         if reason:
@@ -243,7 +248,8 @@ def check_evaluable(table: Table) -> None:
         raise InputError(f"{table.source}: no human_* column to correlate with (pass --human-columns)")
     empty = [h for h in table.humans if h in table.frame and not np.isfinite(table.frame[h].to_numpy(dtype=float)).any()]
     if empty:
-        raise InputError(f"{table.source}: human column {empty[0]!r} has no numeric value in any row")
+        raise InputError(f"{table.source}: human column {empty[0]!r} has no numeric value in any row "
+                         "(only null, NaN or infinite ones)")
     if not table.metrics:
         raise InputError(f"{table.source}: no metric score column found (pass --metrics)")
 

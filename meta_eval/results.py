@@ -168,7 +168,7 @@ class PreferenceSimilarity:
 class PreferenceLabels:
     kind: str
     column: str
-    labels: tuple[str, ...]
+    labels: tuple[str | None, ...]  # None: a system of the pair has no finite mean (undefined)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ import pandas as pd
 
 from meta_eval import marks
 from meta_eval.correlation import MEAN_DECIMALS, correlate, per_document
+from meta_eval.numbers import conditioned
 from meta_eval.results import Interval, MetricInterval, SignificanceBlock
 
 VERSION = "1"
@@ -129,6 +130,8 @@ def compare_metrics(metrics: np.ndarray, names: Sequence[str], human: np.ndarray
     if metrics.ndim == 1:
         metrics = metrics[:, None]
     human = np.asarray(human, dtype=float)
+    if level != "darr":  # scaled by powers of two (`meta_eval.numbers`): no overflow in sums; DARR keeps 0/1
+        metrics, human = conditioned(metrics, axis=0), conditioned(human)
     names = list(names)
     m = metrics.shape[1]
     if level != "sample" and doc is None:

@@ -226,18 +226,23 @@ def test_partition_folders_from_a_splits_file_stay_inside(tmp_path):
     assert pq.read_table(folder / "test_comp.parquet").column("id").to_pylist() == ["r3"]
 
 
-def test_overflowing_differences_mark_nothing():
-    """Finite scores whose difference overflows float64 give an undefined p, never a mark."""
+def test_overflowing_differences_are_tested_as_the_same_data_scaled():
+    """Finite scores whose difference overflows float64 are compared on the scores scaled by a
+    power of two (`meta_eval.numbers`): the p-values and the mark are those of the same data
+    scaled, never of an overflowed inf; the difference itself, 2e308, is beyond float64 (inf,
+    null in JSON). (Before, such a pair had an undefined p and no mark.)"""
     from meta_eval.compare import compare_units
     from meta_eval.report.leaderboard import mark
 
     values = np.array([[1e308, -1e308], [1e308, -1e308], [1e308, -1e308]])
     comp = compare_units(values, ["s1", "s2"], 0, column="m", n_resamples=50, trials=50)
-    pair = comp.pairs[0]
-    assert pair.better is None and mark(comp, "s1", "s2") == "undefined"
-    assert not np.isfinite(pair.p_bootstrap) and not np.isfinite(pair.p_randomization)
     sane = compare_units(values / 1e300, ["s1", "s2"], 0, column="m", n_resamples=50, trials=50)
-    assert sane.pairs[0].better == "s1" and np.isfinite(sane.pairs[0].p_bootstrap)  # the same data, scaled
+    pair, scaled = comp.pairs[0], sane.pairs[0]
+    assert scaled.better == "s1" and np.isfinite(scaled.p_bootstrap)
+    assert (pair.better, pair.p_bootstrap, pair.p_randomization) == (scaled.better, scaled.p_bootstrap,
+                                                                      scaled.p_randomization)
+    assert mark(comp, "s1", "s2") == "better" and pair.diff == np.inf
+    assert [s.mean for s in comp.systems] == [1e308, -1e308]
 
 
 def test_convert_drops_a_jsonl_line_that_names_a_key_twice(tmp_path):

@@ -55,7 +55,10 @@ def handle(args: argparse.Namespace) -> int:
         table = results_table(frame, splits)
     except ValueError as exc:
         raise InputError(str(exc)) from None
-    atomic_files.write_text(output, json.dumps(table, indent=1, default=str) + "\n")
+    from meta_eval.results import to_json_dict
+
+    # undefined numbers as null: NaN and Infinity are not JSON
+    atomic_files.write_text(output, json.dumps(to_json_dict(table), indent=1, default=str, allow_nan=False) + "\n")
     markdown = output.with_suffix(".md")
     atomic_files.write_text(markdown, markdown_section(table))
     summary = {"ok": True, "command": "compmctg", "output": str(output), "markdown": str(markdown),

@@ -84,6 +84,9 @@ def history_file(history, now: dt.datetime):
 def handle(args: argparse.Namespace) -> int:
     if args.resamples < 1 or args.trials < 1 or args.tasks < 0:
         raise UsageError("--resamples and --trials must be >= 1 and --tasks >= 0")
+    from meta_eval.defaults import check_counts
+
+    check_counts(args.seed, "--seed", **{"--resamples": args.resamples, "--trials": args.trials})
     if not 0 < args.alpha < 1:
         raise UsageError(f"--alpha {args.alpha}: expected a number between 0 and 1")
     out = common.prepare_output_dir(args.output)

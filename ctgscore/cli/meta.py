@@ -145,6 +145,9 @@ def handle(args: argparse.Namespace) -> int:
             raise UsageError(f"--tasks {args.tasks!r}: a number of Ray tasks, or auto") from None
     if (args.resamples or 0) < 0 or (args.tasks != "auto" and args.tasks < 0) or args.draws < 1 or args.trials < 1:
         raise UsageError("--resamples and --tasks must be >= 0, --draws and --trials >= 1")
+    from meta_eval.defaults import check_counts
+
+    check_counts(args.seed, "--seed", **{"--resamples": args.resamples, "--draws": args.draws, "--trials": args.trials})
     started = time.time()
     easy = parse_pairs(args.easy_pairs, "--easy-pairs") if args.easy_pairs is not None else None
     hard = parse_pairs(args.hard_pairs, "--hard-pairs") if args.hard_pairs is not None else None

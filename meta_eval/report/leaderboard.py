@@ -114,18 +114,30 @@ def moves(comp: SystemComparison, previous: dict | None) -> tuple[dict[str, str]
     return out, gone
 
 
+def marks(comp: SystemComparison) -> dict[tuple[str, str], str]:
+    """`mark` of every (row, column) pair of systems at once, in one pass over the pairs (the
+    matrix looks every cell up here: a scan of the pairs per cell was quartic in the systems)."""
+    test = decisive_test(comp)
+    out = {}
+    for pair in comp.pairs:
+        for row, col in ((pair.a, pair.b), (pair.b, pair.a)):
+            out.setdefault((row, col), _state(pair, test, row))  # the first pair of two systems decides
+    return out
+
+
+def _state(pair, test: str, row: str) -> str:
+    """`mark` of one pair, seen from system `row` (one of the pair's two)."""
+    p = decisive_p(pair, test)
+    if p is None or not math.isfinite(p):
+        return "undefined"
+    if pair.better is None:
+        return "same"
+    return "better" if pair.better == row else "worse"
+
+
 def mark(comp: SystemComparison, row: str, col: str) -> str:
     """'better' / 'worse' / 'same' / 'undefined' for system `row` against system `col`."""
-    test = decisive_test(comp)
-    for pair in comp.pairs:
-        if {pair.a, pair.b} == {row, col}:
-            p = decisive_p(pair, test)
-            if p is None or not math.isfinite(p):
-                return "undefined"
-            if pair.better is None:
-                return "same"
-            return "better" if pair.better == row else "worse"
-    return "undefined"
+    return marks(comp).get((row, col), "undefined")
 
 
 def short_label(name: str, width: int = SVG_LABEL_MAX) -> str:
@@ -154,13 +166,14 @@ def matrix_svg(comp: SystemComparison, cell: int = 22) -> str:
         x = label + cell * k + cell * 0.7
         parts.append(f'<text x="{x:.1f}" y="{label - 4}" font-size="11" transform="rotate(-60 {x:.1f} {label - 4})"'
                      f'>{esc(name)}</text>')
+    states = marks(comp)
     for r, row in enumerate(names):
         for c, col in enumerate(names):
             x, y = label + cell * c, label + cell * r
             if r == c:
                 parts.append(f'<rect x="{x}" y="{y}" width="{cell}" height="{cell}" fill="#f4f4f4" stroke="#fff"/>')
                 continue
-            state = mark(comp, systems[r], systems[c])
+            state = states.get((systems[r], systems[c]), "undefined")
             parts.append(f'<rect class="cell {state}" data-row="{esc(row)}" data-col="{esc(col)}" x="{x}" y="{y}" '
                          f'width="{cell}" height="{cell}" fill="{COLORS[state]}" stroke="#fff">'
                          f'<title>{esc(row)} vs {esc(col)}: {state}</title></rect>')
@@ -191,7 +204,7 @@ def _table(comp: SystemComparison, clusters: dict[str, int], moved: dict[str, st
 def pair_label(comp: SystemComparison, pair) -> str:
     """The mark of a pair in words, as HTML: "X better" (X shown by `html_name`), "no significant
     difference", or "–" (undefined)."""
-    state = mark(comp, pair.a, pair.b)
+    state = _state(pair, decisive_test(comp), pair.a)  # from the pair itself: a lookup per pair was quadratic
     return {"better": f"{html_name(pair.a)} better", "worse": f"{html_name(pair.b)} better",
             "same": "no significant difference"}.get(state, "–")
 

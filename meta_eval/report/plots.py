@@ -94,8 +94,13 @@ def distinct(labels) -> list[str]:
     return [f"{label} [{k + 1}]" if counts[label] > 1 else label for k, label in enumerate(labels)]
 
 
+ANNOTATED_CELLS = 2500  # a 50 x 50 matrix; a 500-system one (250,000 texts) took more than 10 minutes to draw
+
+
 def _heatmap(ax, matrix, rows, cols, cmap: str, vmin: float, vmax: float, fmt: str = "{:.2f}"):
-    """Image with every finite cell annotated in a colour that contrasts with it."""
+    """Image with every finite cell annotated in a colour that contrasts with it (up to
+    `ANNOTATED_CELLS` cells; a larger matrix is drawn as colours only, its values are in
+    results.json)."""
     plt = _plt()
     matrix = np.asarray(matrix, dtype=float)
     colormap = plt.get_cmap(cmap).with_extremes(bad="#d9d9d9")  # undefined cells: grey with a dash
@@ -103,7 +108,7 @@ def _heatmap(ax, matrix, rows, cols, cmap: str, vmin: float, vmax: float, fmt: s
     size = max(8.0, min(10.0, 120 / max(len(cols), len(rows), 1)))
     ax.set_xticks(range(len(cols)), tick_labels(cols), rotation=45, ha="right", fontsize=size)
     ax.set_yticks(range(len(rows)), tick_labels(rows), fontsize=size)
-    for (i, j), value in np.ndenumerate(matrix):
+    for (i, j), value in np.ndenumerate(matrix if matrix.size <= ANNOTATED_CELLS else np.empty((0, 0))):
         if not np.isfinite(value):
             if not (matrix.shape[0] == matrix.shape[1] and i == j and list(rows) == list(cols)):
                 ax.text(j, i, "–", ha="center", va="center", fontsize=size * 0.85, color="#555")
@@ -115,8 +120,11 @@ def _heatmap(ax, matrix, rows, cols, cmap: str, vmin: float, vmax: float, fmt: s
     return image
 
 
+MAX_INCHES = 30.0  # 3,000 px at DPI 100: a 500-system win-fraction matrix drawn at 0.55 in per system took 23 GB
+
+
 def _grid_size(n_rows: int, n_cols: int) -> tuple[float, float]:
-    return max(7.5, 3.5 + 0.55 * n_cols), max(5.0, 2.2 + 0.42 * n_rows)
+    return (min(MAX_INCHES, max(7.5, 3.5 + 0.55 * n_cols)), min(MAX_INCHES, max(5.0, 2.2 + 0.42 * n_rows)))
 
 
 @plain_labels
@@ -288,20 +296,26 @@ def leaderboard(comp):
     plt = _plt()
     clusters = significance_clusters(comp)
     systems = list(comp.systems)
-    fig, ax = plt.subplots(figsize=(7.0, max(3.2, 1.2 + 0.32 * len(systems))), dpi=DPI)
+    fig, ax = plt.subplots(figsize=(7.0, min(MAX_INCHES, max(3.2, 1.2 + 0.32 * len(systems)))), dpi=DPI)
+    # scores near 1e308 are drawn in units of a power of ten: an axis spanning -1e308..1e308 overflows
+    drawn = np.abs([v for s in systems for v in (s.mean, s.interval.low, s.interval.high) if np.isfinite(v)])
+    power = int(np.floor(np.log10(drawn.max()))) if len(drawn) and drawn.max() > 1e300 else 0
     for k, score in enumerate(systems):
         color = CLUSTER_COLORS[(clusters[score.system] - 1) % len(CLUSTER_COLORS)]
-        low, high = score.interval.low, score.interval.high
+        low, high = score.interval.low / 10.0 ** power, score.interval.high / 10.0 ** power
+        mean = score.mean / 10.0 ** power
         if np.isfinite(low) and np.isfinite(high):
             ax.plot([low, high], [k, k], color=color, linewidth=2)
-        ax.plot([score.mean], [k], "o", color=color, markersize=6)
+        ax.plot([mean], [k], "o", color=color, markersize=6)
         if k and clusters[score.system] != clusters[systems[k - 1].system]:
             ax.axhline(k - 0.5, color="#999", linewidth=0.8, linestyle="--")
     ax.set_yticks(range(len(systems)), [f"{s.rank}. {short(s.system, 20)}  (cluster {clusters[s.system]})"
                                         for s in systems], fontsize=9)
     ax.invert_yaxis()
     arrow = "lower is better" if comp.lower_is_better else "higher is better"
-    ax.set_xlabel(f"{plain(comp.column)}: mean over {comp.n_units} {comp.unit} with 95% interval ({arrow})", fontsize=9)
+    unit = f" (x 1e{power})" if power else ""
+    ax.set_xlabel(f"{plain(comp.column)}{unit}: mean over {comp.n_units} {comp.unit} with 95% interval ({arrow})",
+                  fontsize=9)
     ax.set_title(f"{plain(comp.dataset)}: {plain(comp.column)}, significance clusters", fontsize=11)
     ax.grid(axis="x", color="#eee")
     fig.tight_layout()
