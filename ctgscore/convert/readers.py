@@ -15,6 +15,7 @@ from ctgscore.convert.report import ConversionReport
 from scoring import schema
 from scoring.errors import InputError, UsageError
 from scoring.local_files import refuse_device
+from scoring.strict_json import DuplicateKey, unique_keys
 
 FORMATS = ("jsonl", "csv", "tsv", "parquet")
 
@@ -34,18 +35,6 @@ def _read_text(path: pathlib.Path) -> str:
         raise InputError(f"{path}: not UTF-8 text (line {line}, byte {exc.start})") from None
 
 
-class DuplicateKey(ValueError):
-    """A JSON object names one key twice (`json.loads` would keep the last value silently)."""
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        seen: set[str] = set()
-        raise DuplicateKey(next(key for key, _ in pairs if key in seen or seen.add(key)))
-    return out
-
-
 def read_jsonl(path: str | pathlib.Path, report: ConversionReport) -> list[tuple[int, dict[str, Any]]]:
     """(line number, object) for every non-blank line; a line that is not a JSON object, or whose
     object names a key twice (two `text` values, one of which would vanish), is dropped with its
@@ -57,7 +46,7 @@ def read_jsonl(path: str | pathlib.Path, report: ConversionReport) -> list[tuple
             continue
         report.rows_read += 1
         try:
-            value = json.loads(line, object_pairs_hook=_unique_keys)
+            value = json.loads(line, object_pairs_hook=unique_keys)
         except DuplicateKey as exc:
             report.drop(f"line names the key {exc.args[0]!r} twice in one object", number)
             continue

@@ -28,6 +28,7 @@ from typing import Any, Iterable, Sequence
 from scoring.codi import TASKS
 from scoring.errors import InputError
 from scoring.local_files import refuse_device
+from scoring.strict_json import DuplicateKey, unique_keys
 
 DATASET = "codi-eval"
 TASK_ALIASES = {"toxicity": "detoxic", "detox": "detoxic", "keywords": "keyword"}
@@ -162,18 +163,6 @@ def instruction_row(row: dict[str, Any]) -> dict[str, Any]:
 
 
 # ----- files -------------------------------------------------------------------------------
-class _KeyTwice(ValueError):
-    pass
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        seen: set[str] = set()
-        raise _KeyTwice(next(key for key, _ in pairs if key in seen or seen.add(key)))
-    return out
-
-
 def read_jsonl(path: pathlib.Path) -> list[dict[str, Any]]:
     """The JSON objects of a JSONL file, one per non-blank line (a BOM at a line's start
     allowed). A file that is not UTF-8, or a line that is no JSON object, names a key twice
@@ -192,8 +181,8 @@ def read_jsonl(path: pathlib.Path) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            value = json.loads(line, object_pairs_hook=_unique_keys)
-        except _KeyTwice as exc:
+            value = json.loads(line, object_pairs_hook=unique_keys)
+        except DuplicateKey as exc:
             raise ConvertError(f"{path} line {number}: the key {exc.args[0]!r} is given twice in one object") from None
         except json.JSONDecodeError as exc:
             raise ConvertError(f"{path} line {number}: not JSON ({exc})") from None
