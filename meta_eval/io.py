@@ -85,6 +85,9 @@ class Table:
     easy_pairs: list[tuple[str, str]] | None = None
     hard_pairs: list[tuple[str, str]] | None = None
     runs: dict = field(default_factory=dict)  # per metric run: rows, rows_error, signatures
+    # score columns left out of the metrics picked by default because they hold no numbers:
+    # column -> its type (a string, decimal, list or boolean column says so instead of vanishing)
+    not_numeric: dict[str, str] = field(default_factory=dict)
 
     @property
     def has_systems(self) -> bool:
@@ -159,12 +162,18 @@ def read_scores(path: str, humans: list[str] | None = None, metrics: list[str] |
     n_skipped = int(frame.pop("skipped").sum())
     normalise_keys(frame)
     humans = humans or [c for c in frame.columns if c.startswith("human_")]
+    not_numeric: dict[str, str] = {}
     if metrics is None:
+        from scoring.job_output import SHARD
+
         metrics = _score_columns(_numeric_columns(frame))
+        not_numeric = {c: str(frame[c].dtype) for c in _score_columns(frame.columns)
+                       if c not in metrics and c != SHARD and not c.startswith("human_")}
     _check_columns(frame, humans + metrics, str(path))
     return Table(frame=frame, humans=list(humans), metrics=list(metrics), source=str(path),
                  n_input_rows=n_input, n_error_rows=n_error, n_skipped_rows=n_skipped, runs=runs,
-                 cat_columns={h: None for h in humans}, lower_is_better=default_lower_is_better(metrics))
+                 cat_columns={h: None for h in humans}, lower_is_better=default_lower_is_better(metrics),
+                 not_numeric=not_numeric)
 
 
 KEY_COLUMNS = ("doc_id", "system", "dataset")

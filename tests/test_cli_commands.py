@@ -115,6 +115,36 @@ def test_meta_report_matches_scipy(tmp_path):
     assert found[0]["value"] == pytest.approx(stats.spearmanr(m1, human).statistic, abs=1e-12)
 
 
+
+def test_meta_names_score_columns_it_leaves_out_for_holding_no_numbers(tmp_path):
+    """A score column of strings, decimals, lists or booleans is no metric; picked by default,
+    meta used to leave it out without a word. It is named, with its type, on the console and
+    in the JSON summary; the numeric metrics are unchanged."""
+    import decimal
+
+    rng = np.random.default_rng(4)
+    human = rng.normal(size=40)
+    path = tmp_path / "scores.parquet"
+    pq.write_table(pa.table({
+        "id": [f"r{i}" for i in range(40)], "doc_id": [str(i // 4) for i in range(40)],
+        "system": [f"s{i % 4}" for i in range(40)], "human_overall": human, "m1": human + rng.normal(size=40),
+        "judge_label": ["good" if h > 0 else "bad" for h in human],
+        "judge_money": pa.array([decimal.Decimal("1.5")] * 40, pa.decimal128(5, 2)),
+        "judge_flags": [[1.0, 2.0]] * 40, "judge_ok": [bool(h > 0) for h in human],
+        "error": pa.nulls(40, pa.string())}), path)
+    for extra in ([], ["--json"]):
+        proc = run_cli_in_process(["meta", "-s", path, "-o", tmp_path / f"report{len(extra)}", "--tasks", "0",
+                                   "--resamples", "20", "--no-progress", *extra])
+        assert proc.returncode == 0, proc.stderr
+        if extra:
+            summary = json.loads(proc.stdout)
+            assert summary["metrics"] == ["m1"]
+            assert set(summary["columns_not_numeric"]) == {"judge_label", "judge_money", "judge_flags", "judge_ok"}
+        else:
+            line = next(text for text in proc.stdout.splitlines() if "not metrics" in text)
+            assert all(f"{name} (" in line for name in ("judge_label", "judge_money", "judge_flags", "judge_ok"))
+            assert "bool" in line and "m1" not in line
+
 def test_splits_writes_json(tmp_path):
     out = tmp_path / "splits.json"
     aspects = {"sentiment": ["Pos", "Neg"], "tense": ["Past", "Present"], "topic": ["a", "b"]}

@@ -176,6 +176,10 @@ def handle(args: argparse.Namespace) -> int:
              f"{table.n_skipped_rows} skipped by some metric run), "
              f"{len(table.metrics)} metrics x {len(table.humans)} human aspects, {elapsed:.1f} s -> {output}"]
     lines += RowAccount.lines(results.input.rows_used, results.input.rows_left_out)
+    if table.not_numeric:
+        summary["columns_not_numeric"] = dict(table.not_numeric)
+        lines.append("  not metrics (no numbers; name one with --metrics to see why): "
+                     + ", ".join(f"{name} ({dtype})" for name, dtype in table.not_numeric.items()))
     plots = [path for path in paths.values() if str(path).endswith(".png")]
     lines += [f"  {name}: {path}" for name, path in paths.items() if not str(path).endswith(".png")]
     if plots:
