@@ -390,8 +390,12 @@ def comparisons_json(comparisons: Sequence[SystemComparison], **extra) -> str:
     return json.dumps(leaderboard_document(comparisons, **extra), indent=1, allow_nan=False)
 
 
-def comparison_markdown(comparisons: Sequence[SystemComparison], digits: int = 4) -> str:
-    """Leaderboard and pairwise tables, one section per (dataset, column)."""
+def comparison_markdown(comparisons: Sequence[SystemComparison], digits: int = 4, pairs_in: str | None = None) -> str:
+    """Leaderboard and pairwise tables, one section per (dataset, column). Above
+    `meta_eval.page_pairs.ALL_PAIRS_MAX` systems the pair tables hold the pairs that matter
+    (`meta_eval.page_pairs.pairs_that_matter`), then one line naming how many are left out and
+    where every pair is (`pairs_in`, a `meta_eval.page_pairs.IN_*` text; default: `compare`'s JSON)."""
+    from meta_eval import page_pairs
     from scoring.display_names import display_name
     from scoring.tables import markdown_code, markdown_name, markdown_table
 
@@ -401,22 +405,36 @@ def comparison_markdown(comparisons: Sequence[SystemComparison], digits: int = 4
         out.append(f"#### {markdown_name(comp.column)} on {markdown_code(display_name(comp.dataset))} ({arrow})\n")
         out.append(f"{comp.n_units} paired units ({markdown_code(comp.unit)}), {comp.n_units_dropped} dropped for a "
                    "missing score.\n")
-        out.append(markdown_table(["rank", "system", "mean", "95% low", "95% high"],
-                                  [[s.rank, s.system, s.mean, s.interval.low, s.interval.high] for s in comp.systems],
-                                  digits))
+        if page_pairs.shows_all_pairs(comp):
+            out.append(markdown_table(["rank", "system", "mean", "95% low", "95% high"],
+                                      [[s.rank, s.system, s.mean, s.interval.low, s.interval.high]
+                                       for s in comp.systems], digits))
+        else:  # the pairs table no longer shows every separation: the clusters say what it would
+            clusters = significance_clusters(comp)
+            out.append(markdown_table(["rank", "system", "mean", "95% low", "95% high", "cluster"],
+                                      [[s.rank, s.system, s.mean, s.interval.low, s.interval.high, clusters[s.system]]
+                                       for s in comp.systems], digits))
+            out.append(f"{CLUSTER_DEFINITION}\n")
         level = f"{100 * comp.pairs[0].ci_diff.level:g}%" if comp.pairs else "95%"
         test = decisive_test(comp)
         other = [t for t in TESTS if t != test and any(decisive_p(p, t) is not None for p in comp.pairs)]
         out.append(f"The {TEST_NAMES[test]} decides every mark: `better` names a system exactly when its p is below "
                    "alpha, and the pair interval is that test inverted, so it excludes 0 exactly then "
                    "(– where there are too few resamples for any p below alpha).\n")
+        pairs = comp.pairs
+        if not page_pairs.shows_all_pairs(comp):
+            pairs = page_pairs.pairs_that_matter(comp, clusters)
+            out.append(f"{len(pairs):,} of {len(comp.pairs):,} pairs: each system against the next in rank, and the "
+                       "pair that opens each significance cluster.\n")
         out.append(markdown_table(["A", "B", "mean A - mean B", f"{level} low", f"{level} high", f"p ({test})",
                                    "better"],
                                   [[p.a, p.b, p.diff, p.ci_diff.low, p.ci_diff.high, decisive_p(p, test),
-                                    p.better or "no significant difference"] for p in comp.pairs], digits))
+                                    p.better or "no significant difference"] for p in pairs], digits))
         for name in other:  # shown apart: it decides nothing
             out.append(f"The {TEST_NAMES[name]} for reference (it decides no mark):\n")
-            out.append(markdown_table(["A", "B", f"p ({name})"], [[p.a, p.b, decisive_p(p, name)] for p in comp.pairs],
+            out.append(markdown_table(["A", "B", f"p ({name})"], [[p.a, p.b, decisive_p(p, name)] for p in pairs],
                                       digits))
+        if len(pairs) < len(comp.pairs):
+            out.append(page_pairs.left_out_line(len(pairs), len(comp.pairs), pairs_in or page_pairs.IN_COMPARE) + "\n")
         out.append(f"{markdown_code(comp.signature)}\n")
     return "\n".join(out)

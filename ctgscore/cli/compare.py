@@ -109,10 +109,14 @@ def plan_columns(path: str, columns: list[str] | None):
     return columns, {label: tuple(pairs) for label, pairs in wanted.items()}, items
 
 
-def render(comparisons, fmt: str, previous: dict | None = None, rows=None) -> str:
+def render(comparisons, fmt: str, previous: dict | None = None, rows=None, pairs_in: str | None = None) -> str:
     """The comparisons as `fmt`; `rows` (a `RowAccount`) adds the rows left out of every group:
-    a line under the tables (md, html), `rows` in the JSON (CSV: one row per system only)."""
-    from meta_eval import compare
+    a line under the tables (md, html), `rows` in the JSON (CSV: one row per system only).
+    `pairs_in` (a `meta_eval.page_pairs.IN_*` text; default `compare`'s own JSON) names the
+    output holding every pair, for a page that shows only some (more than 50 systems)."""
+    from meta_eval import compare, page_pairs
+
+    pairs_in = pairs_in or page_pairs.IN_COMPARE
 
     if fmt == "csv":
         return compare.leaderboard_csv(compare.leaderboard(comparisons))
@@ -121,10 +125,10 @@ def render(comparisons, fmt: str, previous: dict | None = None, rows=None) -> st
     if fmt == "html":
         from meta_eval.report.leaderboard import leaderboard_html
 
-        return leaderboard_html(comparisons, previous=previous, rows=rows)
+        return leaderboard_html(comparisons, previous=previous, rows=rows, pairs_in=pairs_in)
     from scoring.display_names import cut_note
 
-    text = compare.comparison_markdown(comparisons)
+    text = compare.comparison_markdown(comparisons, pairs_in=pairs_in)
     if rows is not None and rows.line():
         from scoring.tables import markdown_text
 

@@ -112,7 +112,9 @@ def handle(args: argparse.Namespace) -> int:
     document = compare.leaderboard_document(comparisons, refreshed=now.isoformat(timespec="seconds"),
                                             scores=str(scores), job=scored, rows=rows.as_dict())
     text = json.dumps(document, indent=1, allow_nan=False)
-    write_text(out / "board.html", compare_cli.render(comparisons, "html", previous, rows))  # replaces a symlink
+    from meta_eval.page_pairs import IN_LEADERBOARD
+
+    write_text(out / "board.html", compare_cli.render(comparisons, "html", previous, rows, IN_LEADERBOARD))  # replaces a symlink
     write_text(board_json, text)
     history = subfolder(out, "history")
     write_text(history_file(history, now), text)

@@ -17,6 +17,7 @@ import pathlib
 
 from meta_eval.compare import comparisons_json, leaderboard_csv
 from meta_eval.compare import leaderboard as leaderboard_rows
+from meta_eval.page_pairs import IN_META
 from meta_eval.report import plots
 from meta_eval.report.files import FileNames, safe_name, subfolder, write_text
 from meta_eval.report.html import render
@@ -106,7 +107,7 @@ def write_report(result: MetaResult, out_dir, fmt: str = "both", scores: str | N
         paths["leaderboard_csv"] = write_text(out / "leaderboard.csv", leaderboard_csv(rows))
         # the format --previous reads
         paths["leaderboard_json"] = write_text(out / "leaderboard.json", comparisons_json(comparisons) + "\n")
-        paths["leaderboard_html"] = write_text(out / "leaderboard.html", leaderboard_html(comparisons))
+        paths["leaderboard_html"] = write_text(out / "leaderboard.html", leaderboard_html(comparisons, pairs_in=IN_META))
     text = report_markdown(result, images)
     if scores is not None:
         from meta_eval.corpus_bleu import report_section  # corpus BLEU/chrF per system, from stored statistics

@@ -8,6 +8,9 @@ plot (inline SVG) of the pairwise marks, row against column: better, worse, no s
 difference, or "–" where the comparison is undefined; every pair with its difference, interval
 and the p-value of the one test that decides its mark; and, given the previous refresh's
 leaderboard JSON, each system's move in rank (new systems marked new, systems gone listed).
+Above `meta_eval.page_pairs.ALL_PAIRS_MAX` systems the matrix is left out and the pairs table
+holds the pairs that matter (`meta_eval.page_pairs.pairs_that_matter`), with one line naming
+how many pairs are left out and the JSON that holds them all.
 Every table sorts by a click on its header. `leaderboard_section` is the same body without the
 page, for embedding.
 
@@ -23,6 +26,14 @@ import math
 from typing import Sequence
 
 from meta_eval.compare import CLUSTER_DEFINITION, TEST_NAMES, decisive_p, decisive_test, significance_clusters
+from meta_eval.page_pairs import (
+    ALL_PAIRS_MAX,
+    IN_COMPARE,
+    left_out_line,
+    pairs_that_matter,
+    shows_all_pairs,
+    where_html,
+)
 from meta_eval.report.html import unique_id
 from meta_eval.report.page import page
 from meta_eval.report.sortable import SORT_JS
@@ -209,24 +220,30 @@ def pair_label(comp: SystemComparison, pair) -> str:
             "same": "no significant difference"}.get(state, "–")
 
 
-def pairs_table(comp: SystemComparison) -> str:
-    """Every pair: difference, its interval and the p-value of the test that decides the mark."""
+def pairs_table(comp: SystemComparison, pairs=None, summary: str = "") -> str:
+    """Every pair (or `pairs`, under `summary`): difference, its interval and the p-value of the
+    test that decides the mark."""
+    pairs = comp.pairs if pairs is None else pairs
+    summary = summary or f"{len(comp.pairs)} system pairs"
     test = decisive_test(comp)
     level = f"{100 * comp.pairs[0].ci_diff.level:g}%" if comp.pairs else "95%"
     rows = [f"<tr><th class=\"sys\">A</th><th class=\"sys\">B</th><th>A − B</th><th>{level} interval of A − B</th>"
             f"<th>p ({esc(TEST_NAMES[test])})</th><th class=\"sys\">mark</th></tr>"]
-    for pair in comp.pairs:
+    for pair in pairs:
         rows.append(f"<tr><td class=\"sys\">{html_name(pair.a)}</td><td class=\"sys\">{html_name(pair.b)}</td>"
                     f"<td>{_fmt(pair.diff)}</td><td>{_fmt(pair.ci_diff.low)} – {_fmt(pair.ci_diff.high)}</td>"
                     f"<td class=\"p\">{_fmt(decisive_p(pair, test), 3)}</td>"
                     f"<td class=\"sys mark\">{pair_label(comp, pair)}</td></tr>")
-    return (f"<details><summary>{len(comp.pairs)} system pairs</summary>"
+    return (f"<details><summary>{summary}</summary>"
             f"<div class=\"scroll\"><table class=\"pairs sortable\">{''.join(rows)}</table></div></details>")
 
 
-def leaderboard_section(comparisons: Sequence[SystemComparison], previous: dict | None = None) -> str:
+def leaderboard_section(comparisons: Sequence[SystemComparison], previous: dict | None = None,
+                        pairs_in: str = IN_COMPARE) -> str:
     """The page's body as one fragment with its own (scoped) style: a contents list and one
-    section per (dataset, column). Embeddable in another HTML page with one call."""
+    section per (dataset, column). Embeddable in another HTML page with one call. `pairs_in`
+    (a `meta_eval.page_pairs.IN_*` text) names the output holding every pair, for a section
+    that shows only some."""
     ids = anchors(comparisons)
     toc = "".join(f'<li><a href="#{ids[k]}">{html_name(c.dataset)} / {html_name(c.column)}</a></li>'
                   for k, c in enumerate(comparisons))
@@ -244,15 +261,36 @@ def leaderboard_section(comparisons: Sequence[SystemComparison], previous: dict 
                    f"<h2>{html_name(comp.column)} on {html_name(comp.dataset)}</h2>"
                    f'<p class="note">{arrow}; {comp.n_units} paired units ({esc(comp.unit)}), {comp.n_units_dropped} '
                    f"dropped for a missing score. Every mark comes from one test, the two-sided {test}, whose "
-                   f"p-value is shown beside each pair's interval. Matrix: row against column, green = row "
-                   f"significantly better, red = worse, grey = no significant difference, – = undefined.</p>")
+                   f"p-value is shown beside each pair's interval. {_matrix_note(comp)}</p>")
         if gone:
             out.append(f'<p class="note gone">No longer on the board: {", ".join(html_name(g) for g in gone)}</p>')
-        out.append(f'<div class="sec">{_table(comp, clusters, moved)}{matrix_svg(comp)}</div>{pairs_table(comp)}'
+        out.append(f'<div class="sec">{_table(comp, clusters, moved)}{_pairs(comp, clusters, pairs_in)}'
                    f"<p class=\"note\"><code>{esc(comp.signature)}</code></p></section>")
     out.append(full_names(shown))
     out.append("</div>")
     return "\n".join(out)
+
+
+def _pairs(comp: SystemComparison, clusters: dict[str, int], pairs_in: str) -> str:
+    """What follows the ranking table inside its box: the matrix, the box's end and every pair;
+    above `ALL_PAIRS_MAX` systems, the box's end, the pairs that matter and the line naming
+    the pairs left out and where they are."""
+    if shows_all_pairs(comp):
+        return f"{matrix_svg(comp)}</div>{pairs_table(comp)}"
+    shown = pairs_that_matter(comp, clusters)
+    summary = (f"{len(shown):,} of {len(comp.pairs):,} system pairs: each system against the next in rank, and the pair "
+               "that opens each significance cluster")
+    line = where_html(left_out_line(len(shown), len(comp.pairs), pairs_in))
+    return f'</div>{pairs_table(comp, shown, summary)}<p class="note left-out-pairs">{line}</p>'
+
+
+def _matrix_note(comp: SystemComparison) -> str:
+    """The section note's last sentence: how to read the matrix, or why there is none."""
+    if shows_all_pairs(comp):
+        return ("Matrix: row against column, green = row significantly better, red = worse, grey = no significant "
+                "difference, – = undefined.")
+    return (f"No matrix of the {len(comp.systems)} systems (one is drawn up to {ALL_PAIRS_MAX}): the clusters in the "
+            "ranking say which runs of ranks cannot be told apart.")
 
 
 def full_names(names) -> str:
@@ -269,12 +307,12 @@ def full_names(names) -> str:
 
 
 def leaderboard_html(comparisons: Sequence[SystemComparison], previous: dict | None = None,
-                     title: str = "Leaderboard", rows=None) -> str:
+                     title: str = "Leaderboard", rows=None, pairs_in: str = IN_COMPARE) -> str:
     """The whole page (see the module doc), under the Content-Security-Policy of
     `meta_eval.report.page`; `rows` (a `meta_eval.row_account.RowAccount`) adds the line of
-    rows left out of every group under the tables."""
+    rows left out of every group under the tables; `pairs_in` as `leaderboard_section`."""
     since = " (moves since the previous refresh)" if previous is not None else ""
-    body = f"<h1>{html.escape(title)}{since}</h1>\n{leaderboard_section(comparisons, previous)}"
+    body = f"<h1>{html.escape(title)}{since}</h1>\n{leaderboard_section(comparisons, previous, pairs_in)}"
     if rows is not None and rows.line():
         body += f"\n<p class=\"left-out\">{html.escape(rows.line())}.</p>"
     return page(title, body, styles=[PAGE_STYLE], body_styles=[STYLE], scripts=[SORT_JS],

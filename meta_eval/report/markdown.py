@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 
 from meta_eval.compare import comparison_markdown
+from meta_eval.page_pairs import ALL_PAIRS_MAX, IN_META, shows_all_pairs
 from meta_eval.results import GroupResult, MetaResult, SignificanceBlock
 from scoring.display_names import cut_note
 from scoring.tables import markdown_code, markdown_name, markdown_table
@@ -186,13 +187,15 @@ def _checklist(group: GroupResult) -> list[str]:
 def _leaderboard(group: GroupResult) -> list[str]:
     if not group.systems:
         return []
+    many = "" if all(shows_all_pairs(c) for c in group.systems) else (
+        f" Above {ALL_PAIRS_MAX} systems a column shows the pairs that matter, not all of them.")
     return ["### Systems compared (leaderboard)", "",
             "Per column: mean over the documents every system has, 95% bootstrap interval, rank (best first); "
             "every pair with the two-sided paired-bootstrap p-value, the one test that decides its mark "
             "(approximate randomisation apart, for reference). The same leaderboard as a page (ranks, "
-            "significance clusters, matrix, sortable tables): `leaderboard.html`, beside this report.", ""] + folded(
+            f"significance clusters, matrix, sortable tables): `leaderboard.html`, beside this report.{many}", ""] + folded(
         f"{len(group.systems)} columns, {sum(len(c.pairs) for c in group.systems)} system pairs",
-        [comparison_markdown(group.systems)])
+        [comparison_markdown(group.systems, pairs_in=IN_META)])
 
 
 def _darr(group: GroupResult) -> list[str]:
