@@ -25,6 +25,8 @@ import time
 import numpy as np
 import pandas as pd
 
+from benchmarks.data import publish
+
 RESULTS = pathlib.Path(__file__).parent / "results" / "long_names.md"
 SHORT = 8  # the long names' length in the baseline run
 PAGES = {"meta": ["report.html", "report.md", "leaderboard.html"], "compare": ["board.html", "board.md"],
@@ -100,11 +102,7 @@ def main(argv=None) -> int:
               "|---|---|---|---|"]
     lines += [f"| {page} | {size:,} | {short_sizes[page]:,} | {(size - short_sizes[page]) / (3 * args.length):.2f} |"
               for page, size in sizes.items()]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if not args.no_write:
-        RESULTS.write_text(text)
-    return 0
+    return publish(lines, RESULTS, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ import time
 import numpy as np
 import pandas as pd
 
+from benchmarks.data import publish
+
 RESULTS = pathlib.Path(__file__).parent / "results" / "many_systems.md"
 META_PAGES = ("report.md", "report.html", "leaderboard.html")
 MACHINE = ("results.json", "leaderboard.json")
@@ -114,11 +116,7 @@ def main(argv=None) -> int:
                    f"{after_times[name] / before_times[name]:.3f} |" for name in before_times]
         print(lines[-len(before):], timing[-2:], flush=True)
     lines += timing + ["", f"Load average at end {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs."]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if not args.no_write:
-        RESULTS.write_text(text)
-    return 0
+    return publish(lines, RESULTS, write=not args.no_write)
 
 
 if __name__ == "__main__":
