@@ -44,6 +44,7 @@ import pandas as pd
 
 from meta_eval.bootstrap import BLOCK_SIZE, block_counts, plan_blocks
 from meta_eval.numbers import scaled, unscaled
+from meta_eval.pairwise import pair_chunks
 from meta_eval.results import Interval, LeaderboardRow, SystemComparison, SystemPair, SystemScore, to_json_dict
 from meta_eval.row_account import RowAccount, group_keys, missing_mask
 from meta_eval.runner import Runner, local_runner
@@ -147,16 +148,6 @@ def inverted_intervals(deltas: np.ndarray, boot: np.ndarray, alpha: float) -> np
     return np.vstack([deltas - half, deltas + half])
 
 
-PAIR_CELLS = 1 << 22  # resampled differences held at once: 32 MiB, whatever the number of systems
-
-
-def _pair_chunks(n_pairs: int, n_draws: int) -> list[slice]:
-    """Slices of the pairs whose (draws x pairs) differences hold at most `PAIR_CELLS` values, so
-    the memory follows systems x draws and the pairs themselves, not pairs x draws."""
-    width = max(1, PAIR_CELLS // max(1, n_draws))
-    return [slice(start, min(start + width, n_pairs)) for start in range(0, n_pairs, width)]
-
-
 MAX_SYSTEMS = 1000  # 499,500 pairs, each tested with every resample and trial: beyond this, name --systems
 
 
@@ -251,14 +242,14 @@ def compare_units(values: np.ndarray, names: Sequence[str], dropped: int, *, col
         boot_means = np.concatenate(run(_resampled_means, (values, seed), plan_blocks(n_resamples)))
         sys_ci = _intervals(boot_means, level)
         p_boot, pair_ci = np.full(len(first), np.nan), np.full((2, len(first)), np.nan)
-        for part in _pair_chunks(len(first), n_resamples):  # (resamples x pairs) a slice at a time
+        for part in pair_chunks(len(first), n_resamples):  # (resamples x pairs) a slice at a time
             boot_deltas = boot_means[:, first[part]] - boot_means[:, second[part]]
             p_boot[part] = _two_sided(deltas[part], boot_deltas - deltas[part])
             pair_ci[:, part] = inverted_intervals(deltas[part], boot_deltas, alpha)
     if "randomization" in tests:
         null_means = np.concatenate(run(_randomized_means, (values, seed), plan_blocks(trials)))
         p_rand = np.full(len(first), np.nan)
-        for part in _pair_chunks(len(first), trials):
+        for part in pair_chunks(len(first), trials):
             p_rand[part] = _two_sided(deltas[part], null_means[:, first[part]] - null_means[:, second[part]])
     decisive = p_boot if p_boot is not None else p_rand
     means, deltas, sys_ci, pair_ci = (unscaled(x, k) for x in (means, deltas, sys_ci, pair_ci))
@@ -405,12 +396,13 @@ def comparison_markdown(comparisons: Sequence[SystemComparison], digits: int = 4
         out.append(f"#### {markdown_name(comp.column)} on {markdown_code(display_name(comp.dataset))} ({arrow})\n")
         out.append(f"{comp.n_units} paired units ({markdown_code(comp.unit)}), {comp.n_units_dropped} dropped for a "
                    "missing score.\n")
-        if page_pairs.shows_all_pairs(comp):
+        all_pairs = page_pairs.shows_all_pairs(comp)
+        clusters = None if all_pairs else significance_clusters(comp)
+        if all_pairs:
             out.append(markdown_table(["rank", "system", "mean", "95% low", "95% high"],
                                       [[s.rank, s.system, s.mean, s.interval.low, s.interval.high]
                                        for s in comp.systems], digits))
         else:  # the pairs table no longer shows every separation: the clusters say what it would
-            clusters = significance_clusters(comp)
             out.append(markdown_table(["rank", "system", "mean", "95% low", "95% high", "cluster"],
                                       [[s.rank, s.system, s.mean, s.interval.low, s.interval.high, clusters[s.system]]
                                        for s in comp.systems], digits))
@@ -422,7 +414,7 @@ def comparison_markdown(comparisons: Sequence[SystemComparison], digits: int = 4
                    "alpha, and the pair interval is that test inverted, so it excludes 0 exactly then "
                    "(– where there are too few resamples for any p below alpha).\n")
         pairs = comp.pairs
-        if not page_pairs.shows_all_pairs(comp):
+        if not all_pairs:
             pairs = page_pairs.pairs_that_matter(comp, clusters)
             out.append(f"{len(pairs):,} of {len(comp.pairs):,} pairs: each system against the next in rank, and the "
                        "pair that opens each significance cluster.\n")

@@ -35,6 +35,15 @@ def flip_signs(n_units: int, trials: int, seed: int) -> tuple[np.ndarray, bool]:
     return np.where(rng.random((trials, n_units)) < 0.5, -1.0, 1.0), False
 
 
+PAIR_CELLS = 1 << 22  # resampled differences held at once: 32 MiB, whatever the number of systems
+
+
+def pair_chunks(n_pairs: int, n_draws: int) -> list[slice]:
+    """Slices of the pairs whose (draws x pairs) differences hold at most `PAIR_CELLS` values, so
+    the memory follows systems x draws and the pairs themselves, not pairs x draws."""
+    width = max(1, PAIR_CELLS // max(1, n_draws))
+    return [slice(start, min(start + width, n_pairs)) for start in range(0, n_pairs, width)]
+
 def one_sided_p(grid: np.ndarray, signs: np.ndarray, exact: bool) -> np.ndarray:
     """(systems, systems) P[i, j]: one-sided permutation p-value of "i is better than j" on a
     (units x systems) grid, the statistic being the mean per-unit difference d = x_i - x_j:
@@ -42,9 +51,7 @@ def one_sided_p(grid: np.ndarray, signs: np.ndarray, exact: bool) -> np.ndarray:
     n_sys = grid.shape[1]
     first, second = np.triu_indices(n_sys, k=1)
     upper, lower = np.zeros(len(first), np.int64), np.zeros(len(first), np.int64)
-    width = max(1, (1 << 22) // max(1, len(signs), len(grid)))  # (trials x pairs) a slice at a time
-    for start in range(0, len(first), width):
-        part = slice(start, start + width)
+    for part in pair_chunks(len(first), max(len(signs), len(grid))):  # (trials x pairs) a slice at a time
         diffs = grid[:, first[part]] - grid[:, second[part]]  # (units, pairs)
         observed = diffs.mean(axis=0)
         null = signs @ diffs / len(grid)  # (trials, pairs)
