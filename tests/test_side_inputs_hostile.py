@@ -313,7 +313,7 @@ def test_edited_previous_manifest_is_set_aside(tmp_path, edit, problem):
     import fsspec
 
     from ray_jobs.config import parse_config
-    from ray_jobs.job.manifest import previous_manifest, read_previous
+    from ray_jobs.job.manifest import previous_manifest
     from ray_jobs.job.plan import _known_inputs
 
     config = parse_config({"input": str(tmp_path / "in"), "output": str(tmp_path / "out"), "metrics": [{"name": "text_stats"}]})
@@ -321,13 +321,12 @@ def test_edited_previous_manifest_is_set_aside(tmp_path, edit, problem):
     (tmp_path / "out").mkdir()
     good = _manifest()
     (tmp_path / "out" / "manifest.json").write_text(json.dumps(good))
-    assert read_previous(fs, config) == good and _known_inputs(good)  # as a run wrote it: used
+    assert previous_manifest(fs, config) == (good, None) and _known_inputs(good)  # as a run wrote it: used
     edited = _manifest()
     edit(edited)
     (tmp_path / "out" / "manifest.json").write_text(json.dumps(edited))
-    assert read_previous(fs, config) is None  # the plan read it and failed (ValueError, TypeError, KeyError)
     found, why = previous_manifest(fs, config)
-    assert found is None and problem in why
+    assert found is None and problem in why  # the plan read it and failed (ValueError, TypeError, KeyError)
 
 
 # CoDI instruction sets and responses: used whole or refused naming the file and line

@@ -85,15 +85,10 @@ def _requests(manifest: dict[str, Any], meter, s3: bool) -> dict[str, Any]:
     return {"driver": driver, "footers_read": footers, "worker_part_puts": parts_written if s3 else 0}
 
 
-def read_previous(out_fs, config: JobConfig) -> dict[str, Any] | None:
-    """The last complete run's manifest, if any: the plan trusts its record of inputs and
-    parts where the listings agree with it. Missing, unreadable or not shaped as a run wrote
-    it: None (footers are read)."""
-    return previous_manifest(out_fs, config)[0]
-
-
 def previous_manifest(out_fs, config: JobConfig) -> tuple[dict[str, Any] | None, str | None]:
-    """(`read_previous`'s manifest, why a manifest that is there was not used or None). A
+    """(the last complete run's manifest, why a manifest that is there was not used), each None
+    when not applicable: the plan trusts the manifest's record of inputs and parts where the
+    listings agree with it. Missing or unreadable: (None, None), and footers are read. A
     manifest edited into other types (a string where a size was, a list for a part record)
     would otherwise fail the plan with a bare exception; it is set aside as a whole and the
     job reads the footers instead, which only costs time."""
