@@ -54,7 +54,10 @@ class CausalLikelihood:
         self.head = OutputHead.for_causal_model(model)
         # its mask function never reads the mask back (no sync); it also runs packed attention
         self.attention_enabled = shared_source_attention.enable(model)
-        self.packed = False  # sequences packed into one row (see `can_pack`); off until measured on a GPU
+        # sequences packed into one row, no padded token in any GEMM: on CUDA wherever the model
+        # can pack (`can_pack`; 1.22x for GPT-2 on an H200, benchmarks/results/gpu-check-h200-2026-11-28),
+        # off on CPU so its scores and signatures stay as they were; set it to override
+        self.packed = self.on_cuda and self.can_pack()
         # rotary frequencies that change past this length with the batch's longest: no batch straddles it
         self.rope_switch = rope_switch_length(model.config)
         # regional torch.compile of every block (GPT-2's `.h` too): CUDA only, off by default
@@ -88,6 +91,10 @@ class CausalLikelihood:
                 and model_type in self.PACKABLE_ARCHITECTURES
                 and window is None
                 and "sliding_attention" not in (getattr(config, "layer_types", None) or ()))
+
+    def batching(self) -> str:
+        """How sequences are batched, for the metrics' signatures (packing named only when on)."""
+        return f"length-sorted,token_budget={self.token_budget}" + (",packed" if self.packed else "")
 
     @torch.inference_mode()
     def sequence_nll(self, sequences: Sequence[Sequence[int]]) -> list[tuple[float, int]]:

@@ -135,7 +135,8 @@ class Perplexity:
             "max_length": self.max_length,
             "start_token": self.start_id,
             "text": self.literal.describe(),
-            "batching": f"length-sorted,token_budget={self.token_budget}",
+            "batching": (f"length-sorted,token_budget={self.token_budget}" if self.engine is None
+                         else self.engine.batching()),
             **library_versions("torch", "transformers"),
         }
 
