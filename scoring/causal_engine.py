@@ -29,6 +29,7 @@ from scoring.engine_setup import (
     rope_switch_length,
     split_at_rope_switch,
 )
+from scoring.fused_activations import fuse_activations_where_asked
 from scoring.output_head import OutputHead, token_logprobs
 from scoring.planning import DEFAULT_TOKEN_BUDGET, budget_batches, packed_batches, run_splitting_on_oom
 from scoring.ragged import Ragged, collect, is_cuda, packed_causal
@@ -39,7 +40,7 @@ class CausalLikelihood:
     """Summed token NLL under a causal LM, every token after the first predicted."""
 
     def __init__(self, model, pad_id: int, token_budget: int = DEFAULT_TOKEN_BUDGET, max_batch_items: int | None = None,
-                 compile_layers: bool = False):
+                 compile_layers: bool = False, fuse_activations: bool | None = None):
         self.model = model
         self.pad_id = pad_id
         self.token_budget = int(token_budget)
@@ -60,6 +61,8 @@ class CausalLikelihood:
         self.packed = self.on_cuda and self.can_pack()
         # rotary frequencies that change past this length with the batch's longest: no batch straddles it
         self.rope_switch = rope_switch_length(model.config)
+        # Python-built tanh GELUs replaced by the one-kernel GELU (CUDA unless set): their count
+        self.fused_activations = fuse_activations_where_asked(model, fuse_activations, self.on_cuda)
         # regional torch.compile of every block (GPT-2's `.h` too): CUDA only, off by default
         self.compiled_layers = compile_model_layers(model) if compile_layers and self.on_cuda else 0
 
@@ -93,8 +96,10 @@ class CausalLikelihood:
                 and "sliding_attention" not in (getattr(config, "layer_types", None) or ()))
 
     def batching(self) -> str:
-        """How sequences are batched, for the metrics' signatures (packing named only when on)."""
-        return f"length-sorted,token_budget={self.token_budget}" + (",packed" if self.packed else "")
+        """How sequences are batched and computed, for the metrics' signatures (packing and the
+        fused GELU named only when on: CUDA defaults)."""
+        return (f"length-sorted,token_budget={self.token_budget}" + (",packed" if self.packed else "")
+                + (",tanh_gelu_one_kernel" if self.fused_activations else ""))
 
     @torch.inference_mode()
     def sequence_nll(self, sequences: Sequence[Sequence[int]]) -> list[tuple[float, int]]:

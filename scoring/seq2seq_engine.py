@@ -12,6 +12,7 @@ import torch
 
 from scoring import layer_caches, shared_source_attention
 from scoring.engine_setup import compile_model_layers, refuse_float16_for, require_cache_keyword, require_ieee_float32
+from scoring.fused_activations import fuse_activations_where_asked
 from scoring.output_head import OutputHead, token_logprobs
 from scoring.packed_decoder import can_pack_decoder, packed_decoder_states
 from scoring.packed_encoder import can_pack_encoder, packed_encoder_states
@@ -44,7 +45,8 @@ class Seq2SeqLikelihood:
     SOURCE_TOKENS_PER_DECODER_TOKEN = 7
 
     def __init__(self, model, pad_id: int, decoder_start_id: int, token_budget: int = DEFAULT_TOKEN_BUDGET, max_batch_items: int | None = None,
-                 compile_layers: bool = False, cross_batch: bool | None = None):
+                 compile_layers: bool = False, cross_batch: bool | None = None,
+                 fuse_activations: bool | None = None):
         require_cache_keyword(type(model.get_decoder()))  # the decoder is handed its cross keys/values as `cache=`
         self.model = model
         self.pad_id = pad_id
@@ -69,6 +71,8 @@ class Seq2SeqLikelihood:
         self.cross_batch = self.on_cuda if cross_batch is None else bool(cross_batch)
         self.pool_budgets = self.POOL_BUDGETS
         self.max_decoder_padding = self.MAX_DECODER_PADDING
+        # Python-built tanh GELUs replaced by the one-kernel GELU (CUDA unless set): their count
+        self.fused_activations = fuse_activations_where_asked(model, fuse_activations, self.on_cuda)
         # regional torch.compile of every encoder and decoder layer: CUDA only, off by default
         self.compiled_layers = compile_model_layers(model) if compile_layers and self.on_cuda else 0
         # cross-attention per source for chunks that would gather keys/values (rows sorted by
@@ -86,15 +90,16 @@ class Seq2SeqLikelihood:
         self.packed_decoder = packs
 
     def batching(self) -> str:
-        """How rows are batched, for the metrics' signatures; cross-batch planning (CUDA) is
-        named only when on, so CPU signatures stay as they were."""
+        """How rows are batched and computed, for the metrics' signatures; cross-batch planning,
+        packing and the fused GELU (CUDA defaults) are named only when on, so CPU signatures
+        stay as they were."""
         text = f"length-sorted,token_budget={self.token_budget},decode_token_budget={self.decode_token_budget}"
         if self.packed_decoder:  # chunks of real tokens: no padding cap to name
             pool = f",decoder_pool={self.pool_budgets}x" if self.cross_batch else ""
-            return text + pool + f",packed_decoder,source_tokens_per_decoder_token={self.SOURCE_TOKENS_PER_DECODER_TOKEN}"
-        if self.cross_batch:
+            text += pool + f",packed_decoder,source_tokens_per_decoder_token={self.SOURCE_TOKENS_PER_DECODER_TOKEN}"
+        elif self.cross_batch:
             text += f",decoder_pool={self.pool_budgets}x,max_decoder_padding={self.max_decoder_padding}"
-        return text
+        return text + (",tanh_gelu_one_kernel" if self.fused_activations else "")
 
     @torch.inference_mode()
     def mean_nll(self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[Sequence[int]]]) -> list[list[float]]:

@@ -51,7 +51,7 @@ def _workload(case, arms):
 def test_the_recommendation_is_the_fastest_agreeing_winner_never_a_flagged_one():
     work = _workload("s->h distinct", [_arm(DEFAULT, BASE), _arm("fast", [0.9, 0.9, 0.9]), _arm("faster", [0.8, 0.8, 0.8]),
                                        _arm("fastest but wrong", [0.4, 0.4, 0.4], agrees=False),
-                                       {"variant": "packed decoder+encoder", "status": "unavailable", "reason": "no packed_decoder"}])
+                                       {"variant": "packed decoder+encoder flipped", "status": "unavailable", "reason": "no packed_decoder"}])
     rec = gpu_decide.recommend(work)
     assert rec["variant"] == "faster" and rec["speedup"] == pytest.approx(1.01 / 0.8) and rec["changes"] == ["E.faster: on"]
     # nothing wins: the current default, no change
@@ -110,19 +110,23 @@ def test_a_variant_becomes_an_engine_with_its_one_line_changes_or_is_unavailable
     engine, changes = gpu_ab.variant_engine(Variant("packed", ("seq2seq",), attributes={"packed_encoder": True},
                                                     requires=("packed_encoder",)), _make, default, "tiny")
     assert engine.packed_encoder is True and changes == ["_Engine.packed_encoder: on (now off)"]
+    # a setting the default already has is no change to recommend
+    engine, changes = gpu_ab.variant_engine(Variant("only", ("seq2seq",), attributes={"packed_encoder": True, "cross_batch": True}),
+                                            _make, default, "tiny")
+    assert engine.packed_encoder is True and changes == ["_Engine.packed_encoder: on (now off)"]
     # the engine lacks the attribute (a packed decoder not landed yet), the keyword, or compiles nothing here
     with pytest.raises(Unavailable, match="has no packed_decoder"):
         gpu_ab.variant_engine(gpu_ab.VARIANTS[0], _make, default, "tiny")
     with pytest.raises(Unavailable, match="takes no layout"):
         gpu_ab.variant_engine(Variant("x", ("seq2seq",), constructor={"layout": "by_slot"}), _make, default, "tiny")
     with pytest.raises(Unavailable, match="no layer compiled"):
-        gpu_ab.variant_engine(gpu_ab.VARIANTS[-1], _make, default, "tiny")
+        gpu_ab.variant_engine(next(v for v in gpu_ab.VARIANTS if v.compiles()), _make, default, "tiny")
 
 
 def test_the_variant_list_is_data_in_the_priority_order():
     names = [v.name for v in gpu_ab.VARIANTS]
-    assert names == ["packed decoder+encoder", "cross-batch flipped", "packed", "packed encoder", "tiled head", "source runs",
-                     "compiled layers"]
+    assert names == ["packed decoder+encoder flipped", "packed flipped", "compiled layers", "cross-batch flipped",
+                     "packed encoder only", "tiled head", "source runs"]
     assert {e for v in gpu_ab.VARIANTS for e in v.engines} == {"seq2seq", "causal"}
 
 
@@ -155,10 +159,10 @@ def test_every_variant_agrees_with_the_default_on_cpu_in_float32():
                 assert arm["decision"] == decide(arms[DEFAULT]["seconds_runs"], arm["seconds_runs"], True)
         if case == "prefix":
             assert arms["cross-batch flipped"]["engine"]["cross_batch"] is True  # the CPU default is off
-            stats = arms["packed encoder"]["engine_stats_per_call"]
+            stats = arms["packed encoder only"]["engine_stats_per_call"]
             assert stats["encoder_tokens_padded"] == stats["encoder_tokens_real"] < arms[DEFAULT]["engine_stats_per_call"]["encoder_tokens_padded"]
         else:
-            stats = arms["packed"]["engine_stats_per_call"]
+            stats = arms["packed flipped"]["engine_stats_per_call"]
             assert stats["tokens_padded"] == stats["tokens_real"]
         assert work["recommendation"] == gpu_decide.recommend(work)
 
@@ -184,7 +188,7 @@ def test_rounds_past_the_time_limit_are_not_started_and_too_few_runs_decide_noth
 
     bench = _bench()
     bench.deadline = time.monotonic() - 1  # past: only the first round runs
-    work = gpu_ab.run_workload(bench, "ppl", [v for v in gpu_ab.VARIANTS if v.name == "packed"], SETTINGS)
+    work = gpu_ab.run_workload(bench, "ppl", [v for v in gpu_ab.VARIANTS if v.name == "packed flipped"], SETTINGS)
     assert work["rounds_run"] == 1
     default, packed = work["arms"]
     assert len(default["seconds_runs"]) == len(packed["seconds_runs"]) == 1 and packed["agrees"]
