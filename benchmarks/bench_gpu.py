@@ -370,7 +370,8 @@ def stat_ratios(stats: dict | None) -> dict:
 
 def engine_info(engine) -> dict:
     info = {}
-    for key in ("cross_batch", "compiled_layers", "token_budget", "decode_token_budget", "pool_budgets"):
+    for key in ("cross_batch", "packed_encoder", "packed_decoder", "packed", "fused_activations", "compiled_layers",
+                "token_budget", "decode_token_budget", "pool_budgets"):
         value = getattr(engine, key, None)
         if isinstance(value, (bool, int, float, str)):
             info[key] = value

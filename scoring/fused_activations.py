@@ -38,8 +38,3 @@ def fuse_tanh_gelu(model: nn.Module) -> int:
         setattr(model.get_submodule(parent_name) if parent_name else model, attribute, TanhGELU())
     return len(found)
 
-
-def fuse_activations_where_asked(model: nn.Module, asked: bool | None, on_cuda: bool) -> int:
-    """The engines' setting: `fuse_tanh_gelu` when `asked`, or, left None, on CUDA only (a CPU
-    keeps its scores and signatures bit for bit). Returns the count replaced."""
-    return fuse_tanh_gelu(model) if (on_cuda if asked is None else asked) else 0

@@ -12,7 +12,7 @@ import torch
 
 from scoring import layer_caches, shared_source_attention
 from scoring.engine_setup import compile_model_layers, refuse_float16_for, require_cache_keyword, require_ieee_float32
-from scoring.fused_activations import fuse_activations_where_asked
+from scoring.fused_activations import fuse_tanh_gelu
 from scoring.output_head import OutputHead, token_logprobs
 from scoring.packed_decoder import can_pack_decoder, packed_decoder_states
 from scoring.packed_encoder import can_pack_encoder, packed_encoder_states
@@ -71,8 +71,10 @@ class Seq2SeqLikelihood:
         self.cross_batch = self.on_cuda if cross_batch is None else bool(cross_batch)
         self.pool_budgets = self.POOL_BUDGETS
         self.max_decoder_padding = self.MAX_DECODER_PADDING
-        # Python-built tanh GELUs replaced by the one-kernel GELU (CUDA unless set): their count
-        self.fused_activations = fuse_activations_where_asked(model, fuse_activations, self.on_cuda)
+        # Python-built tanh GELUs replaced by the one-kernel GELU: on CUDA unless set (a CPU keeps
+        # its scores bit for bit; scoring/fused_activations.py); `fused_activations`: how many
+        self.fuse_activations = self.on_cuda if fuse_activations is None else bool(fuse_activations)
+        self.fused_activations = fuse_tanh_gelu(model) if self.fuse_activations else 0
         # regional torch.compile of every encoder and decoder layer: CUDA only, off by default
         self.compiled_layers = compile_model_layers(model) if compile_layers and self.on_cuda else 0
         # cross-attention per source for chunks that would gather keys/values (rows sorted by

@@ -125,8 +125,8 @@ def test_a_variant_becomes_an_engine_with_its_one_line_changes_or_is_unavailable
 
 def test_the_variant_list_is_data_in_the_priority_order():
     names = [v.name for v in gpu_ab.VARIANTS]
-    assert names == ["packed decoder+encoder flipped", "packed flipped", "compiled layers", "cross-batch flipped",
-                     "packed encoder only", "tiled head", "source runs"]
+    assert names == ["packed decoder+encoder flipped", "packed flipped", "compiled layers", "fused GELU flipped",
+                     "cross-batch flipped", "packed encoder only", "tiled head", "source runs"]
     assert {e for v in gpu_ab.VARIANTS for e in v.engines} == {"seq2seq", "causal"}
 
 
@@ -164,6 +164,8 @@ def test_every_variant_agrees_with_the_default_on_cpu_in_float32():
         else:
             stats = arms["packed flipped"]["engine_stats_per_call"]
             assert stats["tokens_padded"] == stats["tokens_real"]
+            # the Python GELU fused on a model of its own (the CPU default keeps it), one per block
+            assert arms[DEFAULT]["engine"]["fused_activations"] == 0 < arms["fused GELU flipped"]["engine"]["fused_activations"]
         assert work["recommendation"] == gpu_decide.recommend(work)
 
 
