@@ -116,7 +116,9 @@ def test_a_variant_becomes_an_engine_with_its_one_line_changes_or_is_unavailable
     assert engine.packed_encoder is True and changes == ["_Engine.packed_encoder: on (now off)"]
     # the engine lacks the attribute (a packed decoder not landed yet), the keyword, or compiles nothing here
     with pytest.raises(Unavailable, match="has no packed_decoder"):
-        gpu_ab.variant_engine(gpu_ab.VARIANTS[0], _make, default, "tiny")
+        gpu_ab.variant_engine(next(v for v in gpu_ab.VARIANTS if v.name == "packed decoder+encoder flipped"), _make, default, "tiny")
+    with pytest.raises(Unavailable, match="has no fuse_activations"):  # a keyword to flip that the default engine lacks
+        gpu_ab.variant_engine(next(v for v in gpu_ab.VARIANTS if v.name == "fused GELU flipped"), _make, default, "tiny")
     with pytest.raises(Unavailable, match="takes no layout"):
         gpu_ab.variant_engine(Variant("x", ("seq2seq",), constructor={"layout": "by_slot"}), _make, default, "tiny")
     with pytest.raises(Unavailable, match="no layer compiled"):
@@ -125,7 +127,7 @@ def test_a_variant_becomes_an_engine_with_its_one_line_changes_or_is_unavailable
 
 def test_the_variant_list_is_data_in_the_priority_order():
     names = [v.name for v in gpu_ab.VARIANTS]
-    assert names == ["packed decoder+encoder flipped", "packed flipped", "compiled layers", "fused GELU flipped",
+    assert names == ["fused GELU flipped", "compiled layers", "packed decoder+encoder flipped", "packed flipped",
                      "cross-batch flipped", "packed encoder only", "tiled head", "source runs"]
     assert {e for v in gpu_ab.VARIANTS for e in v.engines} == {"seq2seq", "causal"}
 
