@@ -25,7 +25,7 @@ if [ -z "${PY312:-}" ]; then  # the first Python 3.12 that runs (a pyenv shim ma
 fi
 COMPILE=${REHEARSAL_COMPILE:-aot_eager}  # torch.compile backends for scripts/compile_backends.py; inductor: minutes
 # the engine, benchmark and GPU-path tests, one process each file (the CUDA ones skip here)
-TESTS="test_packed_attention test_packed_decoder test_compile_counts test_layer_compile test_output_head
+TESTS="test_fused_activations test_packed_attention test_packed_decoder test_compile_counts test_layer_compile test_output_head
 test_engine_cross_batch test_engine_device test_scoring_engine test_prompted_lm test_host_syncs test_gpu_wheels
 test_gpu_ab test_gpu_sweep test_bench_gpu test_gpu_peaks test_gpu_profile test_gpu_check test_gpu_smoke"
 # tests that need what the image lacks (Ray): left out, as on the GPU machine
