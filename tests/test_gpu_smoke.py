@@ -171,3 +171,31 @@ def test_cross_batch_planning_on_cuda_gives_the_per_batch_scores(tiny_models):
     pooled, per_batch = runs[True], runs[False]
     assert max(abs(a - b) / max(abs(b), 1e-6) for a, b in zip(pooled[0], per_batch[0])) < 1e-4
     assert pooled[1]["decoder_tokens_padded"] <= per_batch[1]["decoder_tokens_padded"]
+
+
+def test_cuda_defaults_pack_and_fuse_and_keep_the_scores(tiny_models):
+    """On CUDA the engines pack (seq2seq encoder and decoder, causal) and run GPT-2's Python GELU
+    as one kernel by default, name both in the signature, and give the padded, unfused scores
+    (float32)."""
+    import copy
+
+    from transformers.activations import NewGELUActivation
+
+    from scoring.engine import CausalLikelihood, Ragged
+    from scoring.registry import build_metric
+
+    metric = build_metric("perplexity", {"model": tiny_models["gpt2"], "device": "cuda"})
+    engine = metric.scorer.engine
+    assert engine.packed and engine.fused_activations == engine.model.config.n_layer
+    assert ",packed" in engine.batching() and "tanh_gelu_one_kernel" in str(metric.signature())
+    plain_model = copy.deepcopy(engine.model)
+    for block in plain_model.transformer.h:  # the Python GELU back, as the CPU runs it
+        block.mlp.act = NewGELUActivation()
+    plain = CausalLikelihood(plain_model, pad_id=engine.pad_id, fuse_activations=False)
+    plain.packed = False
+    texts = Ragged.from_lists([[0] + [4 + (7 * i + j) % 200 for j in range(n)] for i, n in enumerate((3, 17, 40, 9, 64))])
+    fused, padded = engine.ragged_nll(texts), plain.ragged_nll(texts)
+    for (a, n), (b, m) in zip(fused, padded):
+        assert n == m and a / n == pytest.approx(b / m, rel=1e-5)
+    bart = _bart(tiny_models, "cuda")
+    assert bart.engine.packed_encoder and bart.engine.packed_decoder and "packed_decoder" in bart.engine.batching()
