@@ -15,6 +15,12 @@ Determinism: the accumulator adds each cell's partial sums in the order the part
 number of Ray tasks gives bit-identical sums when the partials are added in file order.
 NaN scores are left out of a cell's mean (as pandas' mean skips them); an infinite score makes
 the cell non-finite, so its unit is dropped like a missing one.
+
+Overflow: beside each sum a cell carries the same sum of its scores times 2^-64 (`SCALE`), added
+in the same order. Scaling by a power of two is exact and rounds every addition the same way, so
+where the plain sum of finite scores overflows (several rows of a cell near 1e308) the mean is
+the scaled sum / count x 2^64, and the plain sum is used everywhere else (tiny scores, which the
+scaled copy would push into subnormals, keep every bit).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from meta_eval.row_account import RowAccount, is_missing, no_key
 from scoring.errors import InputError
 
 _SYSTEM_BITS, _UNIT_BITS, _DATASET_BITS = 16, 32, 15
+SCALE = 2.0 ** -64  # the scaled sums' factor: |score| <= 1.8e308 times 2^-64, summed over < 2^63 rows, stays finite
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,7 @@ class Partial:
     keys: np.ndarray  # (cells, 3) int64 indices into datasets, units, systems
     sums: np.ndarray  # (cells, columns of the run)
     counts: np.ndarray  # (cells, columns of the run)
+    scaled_sums: np.ndarray  # (cells, columns of the run): the sums of score x SCALE
     rows: int = 0
     error_rows: int = 0
     key_rows: dict = field(default_factory=dict)  # (dataset, reason or None when kept) -> rows
@@ -172,15 +180,18 @@ def file_partial(spec: PartialSpec, label: str, path: str, storage_options: dict
         cells, inverse = np.unique(key, return_inverse=True)
         inverse = inverse.ravel()
     sums = np.zeros((len(cells), len(pairs)))
+    scaled = np.zeros((len(cells), len(pairs)))
     counts = np.zeros((len(cells), len(pairs)), dtype=np.int64)
     for k, (col, _) in enumerate(pairs):
         values = _float_values(table[col], path, col)[keep]
         valid = ~(np.isnan(values) | failed[keep])
-        sums[:, k] = np.bincount(inverse, np.where(valid, values, 0.0), len(cells))
+        kept = np.where(valid, values, 0.0)
+        sums[:, k] = np.bincount(inverse, kept, len(cells))
+        scaled[:, k] = np.bincount(inverse, kept * SCALE, len(cells))
         counts[:, k] = np.bincount(inverse, valid, len(cells))
     u, rest = cells % len(units), cells // len(units)
     key_array = np.column_stack([rest // len(systems), u, rest % len(systems)]).astype(np.int64)
-    return Partial(label, datasets, units, systems, key_array, sums, counts, rows, int(failed.sum()), key_rows)
+    return Partial(label, datasets, units, systems, key_array, sums, counts, scaled, rows, int(failed.sum()), key_rows)
 
 
 def partials_task(shared: tuple[PartialSpec, dict | None], items: list) -> list[Partial]:
@@ -223,6 +234,7 @@ class GridAccumulator:
 
     def __post_init__(self):
         self._sums = np.zeros((0, len(self.columns)))
+        self._scaled = np.zeros((0, len(self.columns)))
         self._counts = np.zeros((0, len(self.columns)), dtype=np.int64)
 
     @staticmethod
@@ -250,11 +262,13 @@ class GridAccumulator:
                              f"({len(self.systems)}, {len(self.units)}, {len(self.datasets)})")
         codes = (d << (_UNIT_BITS + _SYSTEM_BITS)) | (u << _SYSTEM_BITS) | s
         sums = np.zeros((len(codes), len(self.columns)))
+        scaled = np.zeros((len(codes), len(self.columns)))
         counts = np.zeros((len(codes), len(self.columns)), dtype=np.int64)
         where = [self.columns.index(name) for _, name in spec.runs[part.label]]
         sums[:, where] = part.sums
+        scaled[:, where] = part.scaled_sums
         counts[:, where] = part.counts
-        self._pending.append((codes, sums, counts))
+        self._pending.append((codes, sums, counts, scaled))
         self._pending_cells += len(codes)
         if self._pending_cells > max(2 * len(self._codes), 1 << 18):
             self._compact()
@@ -265,13 +279,17 @@ class GridAccumulator:
         codes = np.concatenate([self._codes] + [p[0] for p in self._pending])
         sums = np.concatenate([self._sums] + [p[1] for p in self._pending])
         counts = np.concatenate([self._counts] + [p[2] for p in self._pending])
+        scaled = np.concatenate([self._scaled] + [p[3] for p in self._pending])
         self._pending, self._pending_cells = [], 0
         self._codes, inverse = np.unique(codes, return_inverse=True)
         inverse = inverse.ravel()
         n = len(self._codes)
-        # bincount adds in input order: the running sums first, then each partial in turn
-        self._sums = np.column_stack([np.bincount(inverse, sums[:, k], n) for k in range(sums.shape[1])]) \
-            if sums.shape[1] else np.zeros((n, 0))
+
+        def folded(values: np.ndarray) -> np.ndarray:  # bincount adds in input order: the running sums, then each partial
+            return np.column_stack([np.bincount(inverse, values[:, k], n) for k in range(values.shape[1])]) \
+                if values.shape[1] else np.zeros((n, 0))
+
+        self._sums, self._scaled = folded(sums), folded(scaled)
         self._counts = np.column_stack([np.bincount(inverse, counts[:, k], n).astype(np.int64)
                                         for k in range(counts.shape[1])]) if counts.shape[1] else \
             np.zeros((n, 0), np.int64)
@@ -347,15 +365,26 @@ class GridAccumulator:
             col_of = np.full(len(system_values), -1, np.int64)
             col_of[present_systems] = np.arange(len(present_systems))
             r, c = row_of[cell_units], col_of[cell_systems]
-            sums, counts = self._sums[rows], self._counts[rows]
+            sums, counts, scaled = self._sums[rows], self._counts[rows], self._scaled[rows]
             for k, column in enumerate(self.columns):
                 means = np.full((len(present_units), len(present_systems)), np.nan)
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    cell = np.where(counts[:, k] > 0, sums[:, k] / np.maximum(counts[:, k], 1), np.nan)
+                cell = cell_means(sums[:, k], scaled[:, k], counts[:, k])
                 means[r, c] = cell
                 out.append(UnitGrid(name, column, [unit_values[k] for k in present_units],
                                     [system_values[k] for k in present_systems], means))
         return out
+
+
+def cell_means(sums: np.ndarray, scaled: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """sum / count per cell (NaN where nothing was counted); where the plain sum overflowed but
+    its scaled copy did not (finite scores near 1e308), scaled sum / count / SCALE: the mean of
+    finite scores is finite. A cell holding an infinite score stays non-finite."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        n = np.maximum(counts, 1)
+        plain = sums / n
+        rescued = (scaled / n) / SCALE
+        mean = np.where(np.isfinite(sums) | ~np.isfinite(scaled), plain, rescued)
+    return np.where(counts > 0, mean, np.nan)
 
 
 def accumulate(spec: PartialSpec, items: Sequence[tuple[str, str]], runner=None, width: int = 1,

@@ -98,3 +98,38 @@ def test_ray_tasks_give_identical_numbers(dump, tmp_path, ray_address):
         assert proc.returncode == 0, proc.stderr
         outs.append(json.loads(out.read_text()))
     assert outs[0] == outs[1]
+
+
+def test_cells_whose_sum_overflows_keep_their_finite_mean(tmp_path):
+    """Several rows of a (document, system) near 1e308: the plain sum overflows, the mean does
+    not. Within one file and across files; a cell holding an infinite score stays non-finite;
+    tiny (subnormal) scores keep every bit of the plain sum."""
+    from fractions import Fraction
+
+    cells = {  # (doc, system) -> scores, split over two files
+        (0, "a"): [1.5e308, 1.7e308, 1.6e308],
+        (0, "b"): [1e308, -1e308, 1.7e308, 1.7e308, 5.0],
+        (1, "a"): [1.2e308, 1.4e308],
+        (1, "b"): [1.7e308, np.inf, 1.0],
+        (2, "a"): [5e-324, 3e-310, 1e-310],
+        (2, "b"): [1.0, 2.0],
+    }
+    rows = [{"id": f"{doc}-{system}-{k}", "doc_id": doc, "system": system, "m": value}
+            for (doc, system), values in cells.items() for k, value in enumerate(values)]
+    pq.write_table(pa.Table.from_pylist(rows[::2]), tmp_path / "part-0.parquet")
+    pq.write_table(pa.Table.from_pylist(rows[1::2]), tmp_path / "part-1.parquet")
+    spec = PartialSpec(runs={"scores": (("m", "m"),)})
+    items = [("scores", str(tmp_path / "part-0.parquet")), ("scores", str(tmp_path / "part-1.parquet"))]
+    (grid,) = accumulate(spec, items).grids()
+    got = {(unit, system): grid.means[i, j] for i, unit in enumerate(grid.units) for j, system in enumerate(grid.systems)}
+    for key, values in cells.items():
+        if np.isinf(values).any():
+            assert not np.isfinite(got[key]), key
+            continue
+        exact = float(sum(map(Fraction, values)) / len(values))
+        assert got[key] == pytest.approx(exact, rel=1e-15), key
+    assert got[(2, "a")] == np.mean(cells[(2, "a")])  # the plain sum, bit for bit
+    # the comparison keeps documents 0 and 2 and drops only document 1 (its infinite score)
+    comps, *_ = compare_scores(str(tmp_path), ["m"], None, dict(OPTIONS))
+    (comp,) = comps
+    assert (comp.n_units, comp.n_units_dropped) == (2, 1)
