@@ -23,6 +23,7 @@ import pandas as pd
 from meta_eval.checklist import BINARY, CATEGORIES
 from scoring import schema
 from scoring.errors import InputError
+from scoring.utf8_text import decode_utf8
 
 # Input columns that a score table may still hold but that are never scores.
 _INPUT_COLUMNS = set(schema.STRING_COLUMNS) | set(schema.LIST_COLUMNS) | set(schema.MAP_COLUMNS)
@@ -230,11 +231,7 @@ def _read_csv(path: str) -> pd.DataFrame:
 
     with fsspec.open(path, "rb") as handle:
         data = handle.read()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise InputError(f"{path}: not UTF-8 text (line {line}, byte {exc.start})") from None
+    text = decode_utf8(data, path)
     try:
         return pd.read_csv(io.StringIO(text))
     except pd.errors.EmptyDataError:

@@ -44,6 +44,7 @@ from scoring import limits as scoring_limits
 from scoring.error_rate import is_fraction
 from scoring.errors import UsageError
 from scoring.redact import redact_url
+from scoring.utf8_text import decode_utf8
 
 LABEL_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -432,9 +433,7 @@ def load_config(path: str | pathlib.Path, overrides: dict[str, str] | None = Non
     if not path.is_file():
         raise ConfigError(f"job config {path} does not exist")
     try:
-        data = config_yaml.load(path.read_text(encoding="utf-8"), str(path))
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
+        data = config_yaml.load(decode_utf8(path.read_bytes(), path, ConfigError), str(path))
     except UsageError as exc:  # not YAML, a key twice, an alias bomb, too deep (scoring.config_yaml)
         raise ConfigError(str(exc)) from None
     try:

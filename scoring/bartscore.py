@@ -306,7 +306,7 @@ class BARTScoreMetric(RowMetric):
         self.agg = agg
         try:
             self.prompts = load_prompts(prompts) or None
-        except (FileNotFoundError, TypeError) as exc:
+        except (FileNotFoundError, TypeError, UsageError) as exc:  # no file, not UTF-8, no line: named
             raise UsageError(f"prompts: {exc}") from exc
         self.scorer = BARTScorer(model, device=device, max_length=max_length, dtype=dtype, token_budget=token_budget, revision=revision, cache_dir=cache_dir,
                                  compile=compile)

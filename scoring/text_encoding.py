@@ -172,14 +172,20 @@ def _special_token_cutter(specials: tuple[str, ...]) -> re.Pattern:
 
 
 def read_lines(path, what: str) -> list[str]:
-    """Non-empty stripped lines of a text file (CRLF tolerated), e.g. prompt files."""
+    """Non-empty stripped lines of a text file (CRLF tolerated, a leading BOM dropped), e.g.
+    prompt files. FileNotFoundError when it is no file; a UsageError naming the file when it is
+    not UTF-8 (the line and byte too) or has no line."""
     import pathlib
+
+    from scoring.errors import UsageError
+    from scoring.utf8_text import decode_utf8
 
     path = pathlib.Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{what} file not found: {path}")
-    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    text = decode_utf8(path.read_bytes(), f"{what} file {path}", UsageError, encoding="utf-8-sig")
+    lines = [line.strip() for line in text.splitlines()]
     lines = [line for line in lines if line]
     if not lines:
-        raise ValueError(f"{what} file {path} has no lines")
+        raise UsageError(f"{what} file {path} has no lines")
     return lines

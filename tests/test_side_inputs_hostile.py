@@ -6,6 +6,7 @@ file and, where there is one, the line or field (docs/security.md)."""
 from __future__ import annotations
 
 import json
+import pathlib
 import re
 
 import pyarrow.parquet as pq
@@ -680,3 +681,31 @@ def test_part_footer_metadata_not_utf8_is_not_reused(tmp_path):
     path = tmp_path / "part.parquet"
     pq.write_table(pa.table({"id": ["a"]}).replace_schema_metadata({b"ctgscore.rows_error": b"\xff"}), path)
     assert read_footer_metadata(fsspec.filesystem("file"), str(path)) is None  # was UnicodeDecodeError in the plan
+
+
+# ----- prompt files: not UTF-8, or empty, was an internal error for BARTScore ------------------
+SAMPLE_SHARD = pathlib.Path(__file__).resolve().parents[1] / "data" / "sample" / "summeval-00000.parquet"
+
+
+@pytest.mark.parametrize(("data", "fragment"), [
+    (b"In other words,\nTo \xffsummarize,\n", "not UTF-8 text (line 2, byte 19)"),
+    (b"\n  \n\r\n", "has no lines"),
+])
+@pytest.mark.parametrize("metric", ["bartscore", "ctrleval"])
+def test_a_bad_prompt_file_is_a_usage_error_naming_it(tmp_path, tiny_models, data, fragment, metric):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_bytes(data)
+    params = {"bartscore": ["--param", f"model={tiny_models['bart']}"],
+              "ctrleval": ["--param", f"model={tiny_models['pegasus']}", "--param", f"iwf={tiny_models['iwf']}",
+                           "--param", "aspects=[relevance]", "--param", f"verbalizers={prompts}"]}[metric]
+    proc = run_cli_in_process(["score", "-m", metric, *params, "--param", f"prompts={prompts}",
+                               "-i", str(SAMPLE_SHARD), "-o", str(tmp_path / "o.parquet")])
+    assert_user_error(proc, 2, f"prompts: prompt file {prompts}: {fragment}" if "UTF-8" in fragment
+                      else f"prompts: prompt file {prompts} {fragment}")
+
+
+def test_a_job_config_that_is_not_utf8_names_its_line(tmp_path):
+    config = tmp_path / "job.yaml"
+    config.write_bytes(b"input: in\noutput: out\nmetrics: [{name: bleu, label: \xffb}]\n")
+    with pytest.raises(ConfigError, match=re.escape(f"{config}: not UTF-8 text (line 3, byte")):
+        load_config(config)

@@ -16,6 +16,7 @@ from scoring import schema
 from scoring.errors import InputError, UsageError
 from scoring.local_files import refuse_device
 from scoring.strict_json import DuplicateKey, unique_keys
+from scoring.utf8_text import decode_utf8
 
 FORMATS = ("jsonl", "csv", "tsv", "parquet")
 
@@ -28,11 +29,7 @@ def _read_text(path: pathlib.Path) -> str:
         raise UsageError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise InputError(f"{path}: is a folder, expected a file") from None
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise InputError(f"{path}: not UTF-8 text (line {line}, byte {exc.start})") from None
+    return decode_utf8(data, path, encoding="utf-8-sig")
 
 
 def read_jsonl(path: str | pathlib.Path, report: ConversionReport) -> list[tuple[int, dict[str, Any]]]:
