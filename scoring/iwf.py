@@ -13,6 +13,8 @@ from typing import Iterable
 
 import numpy as np
 
+from scoring.errors import UsageError
+
 
 def compute_iwf(tokenizer, sentences: Iterable[str], vocab_size: int | None = None) -> np.ndarray:
     """IWF per token id from a sentence corpus, tokenised the way the scorer tokenises
@@ -39,17 +41,31 @@ def save_iwf(table: np.ndarray, path: str | pathlib.Path) -> None:
 
 
 def load_iwf(path: str | pathlib.Path) -> np.ndarray:
-    """Read an IWF table: one float per line (LF or CRLF), line i = token id i."""
+    """Read an IWF table: one float per line (LF or CRLF), line i = token id i. Every value is
+    finite and >= 0 (CTRLEval Eq. 5: log(1 + |C|) / f_w): a NaN, infinite or negative weight
+    would make every NISF-weighted score NaN or meaningless without a row error. A blank line is
+    allowed only at the end (inside the table it would shift every later token id). A ValueError
+    names the file and line; a device is refused (it may never end)."""
+    from scoring.local_files import refuse_device
+    from scoring.utf8_text import decode_utf8
+
     path = pathlib.Path(path)
+    refuse_device(path, error=UsageError)
+    lines = decode_utf8(path.read_bytes(), path, ValueError).splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
     values = []
-    for line_number, line in enumerate(path.read_text().splitlines(), start=1):
+    for line_number, line in enumerate(lines, start=1):
         line = line.strip()
         if not line:
-            continue
+            raise ValueError(f"{path}:{line_number}: a blank line inside the table (every later token id would shift)")
         try:
-            values.append(float(line))
-        except ValueError as exc:
-            raise ValueError(f"{path}:{line_number}: not a float: {line!r}") from exc
+            value = float(line)
+        except ValueError:
+            raise ValueError(f"{path}:{line_number}: not a float: {line[:80]!r}") from None
+        if not (math.isfinite(value) and value >= 0.0):
+            raise ValueError(f"{path}:{line_number}: {line[:80]!r} is no IWF weight (finite and >= 0)")
+        values.append(value)
     if not values:
         raise ValueError(f"{path}: empty IWF table")
     return np.asarray(values, dtype=np.float64)

@@ -709,3 +709,33 @@ def test_a_job_config_that_is_not_utf8_names_its_line(tmp_path):
     config.write_bytes(b"input: in\noutput: out\nmetrics: [{name: bleu, label: \xffb}]\n")
     with pytest.raises(ConfigError, match=re.escape(f"{config}: not UTF-8 text (line 3, byte")):
         load_config(config)
+
+
+# ----- IWF tables: NaN, infinite or negative weights made every CTRLEval score NaN, rc 0 --------
+@pytest.mark.parametrize(("lines", "fragment"), [
+    (["0.5", "nan", "1.0"], ":2: 'nan' is no IWF weight (finite and >= 0)"),
+    (["0.5", "1e999"], ":2: '1e999' is no IWF weight"),
+    (["-1.0"], ":1: '-1.0' is no IWF weight"),
+    (["0.5", "", "1.0"], ":2: a blank line inside the table"),
+    (["0.5", "x\xff"], ":2: not a float"),
+])
+def test_iwf_tables_with_unusable_weights_are_refused_naming_the_line(tmp_path, lines, fragment):
+    from scoring.iwf import load_iwf
+
+    path = tmp_path / "iwf.txt"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=re.escape(f"{path}{fragment}")):
+        load_iwf(path)
+
+
+def test_iwf_table_edges_that_stay_usable_and_those_named(tmp_path):
+    from scoring.iwf import load_iwf
+
+    path = tmp_path / "iwf.txt"
+    path.write_bytes(b"0.0\r\n2.5\r\n\r\n\n")  # CRLF, trailing blank lines
+    assert load_iwf(path).tolist() == [0.0, 2.5]
+    path.write_bytes(b"0.5\n\xff\n")
+    with pytest.raises(ValueError, match=re.escape(f"{path}: not UTF-8 text (line 2, byte 4)")):
+        load_iwf(path)
+    with pytest.raises(UsageError, match="device"):
+        load_iwf(DEVICE)
