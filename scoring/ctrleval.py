@@ -89,6 +89,30 @@ class Verbalizer:
         return cls(labels, tuple(rows))
 
 
+GEN_RESULT, MASK_SLOT = "<gen_result>", "<mask_token>"  # a relevance prompt's two placeholders
+
+
+def read_prompts(path) -> list[str]:
+    """Relevance prompts (Eq. 12), one per line, each holding `<gen_result>` (the text) and
+    `<mask_token>` (where a label word goes) exactly once: a prompt without the slot, or with
+    two, would score every label word against something else, with no row error."""
+    prompts = read_lines(path, "prompt")
+    for number, prompt in enumerate(prompts, start=1):
+        counts = (prompt.count(GEN_RESULT), prompt.count(MASK_SLOT))
+        if counts != (1, 1):
+            raise ValueError(f"{path}: prompt {number} ({prompt[:80]!r}) holds {GEN_RESULT} {counts[0]} times and "
+                             f"{MASK_SLOT} {counts[1]} times; each must appear exactly once")
+    return prompts
+
+
+def fill_prompt(prompt: str, text: str) -> str:
+    """`prompt` with the text in its `<gen_result>` and the mask token in its `<mask_token>`:
+    the text goes in last and is never searched, so a text holding either placeholder string
+    stays that text."""
+    before, after = prompt.split(GEN_RESULT)
+    return before.replace(MASK_SLOT, MASK) + text + after.replace(MASK_SLOT, MASK)
+
+
 def nisf_weights(isf: Sequence[float]) -> list[float]:
     """NISF (Eq. 7): ISF normalised over the evaluators of one aspect; plain mean if all 0."""
     total = float(sum(isf))
@@ -221,7 +245,7 @@ class CTRLEval:
         # parameter files first: a wrong path fails before any model loads
         self.iwf_path = str(iwf)
         self.iwf = _read_param_file("iwf", load_iwf, iwf)
-        self.prompts = _read_param_file("prompts", lambda path: read_lines(path, "prompt"), prompts) if prompts else None
+        self.prompts = _read_param_file("prompts", read_prompts, prompts) if prompts else None
         self.verbalizer = _read_param_file("verbalizers", Verbalizer.from_file, verbalizers) if verbalizers else None
         self.source = resolve_model(model, revision=revision, cache_dir=cache_dir)
         self.tokenizer = load_tokenizer(self.source)
@@ -313,7 +337,7 @@ class CTRLEval:
         for i, label in enumerate(labels):
             if label not in label_names:
                 raise RowError(i, f"label {label!r} is not one of the verbaliser labels {list(label_names)}")
-        filled = [p.replace("<gen_result>", text).replace("<mask_token>", MASK) for text in texts for p in self.prompts]
+        filled = [fill_prompt(p, text) for text in texts for p in self.prompts]
         source_ids, source_cut = self._encode(filled, eos=True)
         counts = [len(self.prompts)] * len(texts)
         raise_row_error(self.limits, source_ids.values, source_ids.offsets, np.repeat(np.arange(len(texts)), counts), "prompted text")

@@ -739,3 +739,48 @@ def test_iwf_table_edges_that_stay_usable_and_those_named(tmp_path):
         load_iwf(path)
     with pytest.raises(UsageError, match="device"):
         load_iwf(DEVICE)
+
+
+# ----- CTRLEval relevance prompts: a prompt without its slots scored silently; a text holding ----
+# ----- "<mask_token>" had it turned into the mask token --------------------------------------
+@pytest.mark.parametrize(("prompt", "counts"), [
+    ("The text is <gen_result>. It is", "1 times and <mask_token> 0 times"),
+    ("no placeholder here", "0 times and <mask_token> 0 times"),
+    ("<gen_result> <gen_result> It was <mask_token>.", "2 times and <mask_token> 1 times"),
+    ("<gen_result> It was <mask_token> or <mask_token>.", "1 times and <mask_token> 2 times"),
+])
+def test_a_relevance_prompt_without_its_two_slots_is_refused(tmp_path, prompt, counts):
+    from scoring.ctrleval import read_prompts
+
+    path = tmp_path / "prompts.txt"
+    path.write_text("<gen_result> In summary, it was <mask_token>.\n" + prompt + "\n")
+    with pytest.raises(ValueError, match=re.escape(f"{path}: prompt 2 ({prompt[:80]!r}) holds <gen_result> {counts}")):
+        read_prompts(path)
+
+
+def test_shipped_relevance_prompts_hold_both_slots():
+    from scoring.ctrleval import read_prompts
+    from scoring.resources import ctrleval_task_paths
+
+    for task in ("sentiment", "topic"):
+        prompts_path, _ = ctrleval_task_paths(task)
+        assert len(read_prompts(prompts_path)) >= 4
+
+
+def test_a_text_holding_the_placeholders_stays_that_text():
+    from scoring.ctrleval import MASK, fill_prompt
+
+    assert fill_prompt("<gen_result> It was <mask_token>.", "a plain text") == f"a plain text It was {MASK}."
+    assert fill_prompt("It was <mask_token>. <gen_result>", "see <mask_token> and <gen_result>") == \
+        f"It was {MASK}. see <mask_token> and <gen_result>"
+
+
+def test_a_prompt_file_without_slots_is_a_usage_error_on_the_cli(tmp_path, tiny_models):
+    prompts, verbalizers = tmp_path / "prompts.txt", tmp_path / "verbal.txt"
+    prompts.write_text("The text is <gen_result>. It is\n")
+    verbalizers.write_text("negative\tpositive\nbad\tgood\n")
+    proc = run_cli_in_process(["score", "-m", "ctrleval", "--param", f"model={tiny_models['pegasus']}",
+                               "--param", f"iwf={tiny_models['iwf']}", "--param", "aspects=[relevance]",
+                               "--param", f"prompts={prompts}", "--param", f"verbalizers={verbalizers}",
+                               "-i", str(SAMPLE_SHARD), "-o", str(tmp_path / "o.parquet")])
+    assert_user_error(proc, 2, f"prompts: {prompts}: prompt 1 ")
