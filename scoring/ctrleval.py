@@ -58,7 +58,7 @@ from scoring.text_encoding import TOKENIZATION_STYLES, encode_ragged, id_lists, 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-VERSION = "1.2"  # 1.2: a row gets each aspect whose columns it has
+VERSION = "1.3"  # 1.3: relevance prompts must hold both slots; a text's own placeholder strings stay text. 1.2: a row gets each aspect whose columns it has
 MASK = "<mask_1>"
 # what each aspect reads: coherence the text alone, consistency the prefix, relevance the control label
 ASPECT_INPUTS = {"coherence": ("text",), "consistency": ("text", "prefix"), "relevance": ("text", "attribute")}
