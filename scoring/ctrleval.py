@@ -75,14 +75,20 @@ class Verbalizer:
 
     @classmethod
     def from_file(cls, path: str | pathlib.Path) -> "Verbalizer":
-        """Tab-separated: line 1 = label names, each further line = one word per label."""
+        """Tab-separated: line 1 = label names, each further line = one word per label. At
+        least two labels, none empty or twice (with one, P_e(a) of Eq. 14 is 1 for every text; a
+        label twice, its second column is never read), no empty word."""
         lines = [line.split("\t") for line in read_lines(path, "verbaliser")]
         labels = tuple(cell.strip() for cell in lines[0])
+        if len(labels) < 2 or "" in labels or len(set(labels)) != len(labels):
+            raise ValueError(f"{path}:1: the label line must name two or more distinct labels, got {list(labels)[:20]}")
         rows = []
         for number, cells in enumerate(lines[1:], start=2):
             words = tuple(cell.strip() for cell in cells)
             if len(words) != len(labels):
                 raise ValueError(f"{path}:{number}: {len(words)} words for {len(labels)} labels")
+            if "" in words:
+                raise ValueError(f"{path}:{number}: an empty label word (for {labels[words.index('')]!r})")
             rows.append(words)
         if not rows:
             raise ValueError(f"{path}: no verbaliser rows after the label line")

@@ -784,3 +784,28 @@ def test_a_prompt_file_without_slots_is_a_usage_error_on_the_cli(tmp_path, tiny_
                                "--param", f"prompts={prompts}", "--param", f"verbalizers={verbalizers}",
                                "-i", str(SAMPLE_SHARD), "-o", str(tmp_path / "o.parquet")])
     assert_user_error(proc, 2, f"prompts: {prompts}: prompt 1 ")
+
+
+@pytest.mark.parametrize(("data", "fragment"), [
+    ("positive\tpositive\nbad\tgood\n", ":1: the label line must name two or more distinct labels, got ['positive', 'positive']"),
+    ("positive\ngood\n", ":1: the label line must name two or more distinct labels, got ['positive']"),  # relevance 1 always
+    ("negative\t\tpositive\nbad\tso\tgood\n", ":1: the label line must name two or more distinct labels"),
+    ("negative\tpositive\nbad\t \t\n", ":2: 1 words for 2 labels"),  # a line's ends are stripped
+    ("negative\tneutral\tpositive\nbad\t \tgood\n", ":2: an empty label word (for 'neutral')"),
+])
+def test_verbalisers_that_cannot_tell_labels_apart_are_refused(tmp_path, data, fragment):
+    from scoring.ctrleval import Verbalizer
+
+    path = tmp_path / "verbal.txt"
+    path.write_text(data)
+    with pytest.raises(ValueError, match=re.escape(f"{path}{fragment}")):
+        Verbalizer.from_file(path)
+
+
+def test_shipped_verbalisers_load():
+    from scoring.ctrleval import Verbalizer
+    from scoring.resources import ctrleval_task_paths
+
+    for task in ("sentiment", "topic"):
+        verbalizer = Verbalizer.from_file(ctrleval_task_paths(task)[1])
+        assert len(verbalizer.labels) >= 2 and verbalizer.rows
