@@ -209,7 +209,10 @@ def from_aspects(aspects: Mapping[str, Sequence[str]], name: str | None = None) 
     for asp, vals in aspects.items():
         if isinstance(vals, (str, bytes)) or not isinstance(vals, Sequence) or len(vals) == 0:
             raise SplitsInputError(f"aspect {asp!r}: values must be a non-empty list of strings")
-        vals = tuple(str(v) for v in vals)
+        for value in vals:  # JSON's 1 or null would become the values "1" and "None"
+            if not isinstance(value, str) or not value.strip():
+                raise SplitsInputError(f"aspect {asp!r}: value {value!r} is not a non-empty string")
+        vals = tuple(vals)
         if len(set(vals)) != len(vals):
             raise SplitsInputError(f"aspect {asp!r}: duplicate values {list(vals)}")
         values[str(asp)] = vals

@@ -110,7 +110,13 @@ def default_max_splits(universe: Universe, protocol: str) -> int:
 
 
 def seen_size_for(universe: Universe, protocol: str, seen_size: int | None = None) -> int:
+    """|seen|: `seen_size` when given (a whole number from 1 to |C| - 1, so both sides of a
+    split hold a combination), else the protocol's own."""
     if seen_size is not None:
+        if isinstance(seen_size, bool) or not isinstance(seen_size, (int, np.integer)) \
+                or not 1 <= seen_size <= universe.n_combos - 1:
+            raise UsageError(f"seen_size must be a whole number from 1 to {universe.n_combos - 1} "
+                             f"(the {universe.n_combos} attribute combinations less one), got {seen_size!r}")
         return int(seen_size)
     if protocol == "fewshot":
         return universe.max_cardinality()

@@ -138,3 +138,18 @@ def test_duplicates_flag_keeps_the_originals_ordered_lists(tmp_path, cli_main):
     assert len(set(results["sets"])) == len(results["sets"])  # distinct sets only
     assert len(results["ordered"]) > len(set(results["ordered"]))  # repeats kept as lists
     assert set(results["ordered"]) == set(results["sets"])
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--aspects", '{"a": ["x", "y"], "b": ["u", "v"]}', "--protocol", "fewshot", "--seen-size", "-1"],
+     "seen_size must be a whole number from 1 to 3 (the 4 attribute combinations less one), got -1"),  # was an internal error
+    (["--aspects", '{"a": ["x", "y"], "b": ["u", "v"]}', "--protocol", "acd", "--seen-size", "4"], "got 4"),
+    (["--aspects", '{"a": [1, 2], "b": ["u", "v"]}', "--protocol", "acd"], "aspect 'a': value 1 is not a non-empty string"),
+    (["--aspects", '{"a": [null, "z"], "b": ["u", "v"]}', "--protocol", "acd"], "aspect 'a': value None is not"),
+    (["--aspects", '{"a": [" ", "z"], "b": ["u", "v"]}', "--protocol", "acd"], "aspect 'a': value ' ' is not"),
+])
+def test_aspect_values_and_seen_sizes_that_mean_nothing_are_usage_errors(tmp_path, args, fragment):
+    from ctgscore.testing.cli import assert_user_error, run_cli_in_process
+
+    proc = run_cli_in_process(["splits", *args, "-o", str(tmp_path / "s.json")])
+    assert_user_error(proc, 2, fragment)
