@@ -20,12 +20,15 @@ def check_choice(name: str, value: Any, choices: Iterable[str]) -> str:
 
 
 def check_choices(name: str, values: Any, choices: Sequence[str], what: str = "") -> tuple[str, ...]:
-    """A non-empty tuple of `choices` (one string is a list of one); `UsageError` naming the
-    unknown ones."""
+    """A non-empty tuple of distinct `choices` (one string is a list of one); `UsageError`
+    naming the unknown or repeated ones (a choice twice would name its output column twice)."""
     values = (values,) if isinstance(values, str) else tuple(values)
     unknown = [v for v in values if v not in choices]
     if unknown or not values:
         raise UsageError(f"{name}: unknown {what}{name} {unknown}; choose from {list(choices)}")
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    if repeated:
+        raise UsageError(f"{name}: {', '.join(repeated)} given more than once")
     return values
 
 

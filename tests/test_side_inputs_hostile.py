@@ -809,3 +809,22 @@ def test_shipped_verbalisers_load():
     for task in ("sentiment", "topic"):
         verbalizer = Verbalizer.from_file(ctrleval_task_paths(task)[1])
         assert len(verbalizer.labels) >= 2 and verbalizer.rows
+
+
+# ----- a direction named twice named its output column twice: an internal error -----------------
+@pytest.mark.parametrize("metric", ["bartscore", "gptscore"])
+def test_a_direction_given_twice_is_a_usage_error(tmp_path, tiny_models, metric):
+    model = tiny_models["bart" if metric == "bartscore" else "gpt2"]
+    proc = run_cli_in_process(["score", "-m", metric, "--param", f"model={model}", "--param", "directions=[s_h, r_h, s_h]",
+                               "-i", str(SAMPLE_SHARD), "-o", str(tmp_path / "o.parquet")])
+    assert_user_error(proc, 2, "directions: s_h given more than once")
+
+
+def test_choices_keep_their_order_and_refuse_unknown_empty_and_repeated():
+    from scoring.params import check_choices
+
+    assert check_choices("d", ["h_r", "s_h"], ("s_h", "h_r")) == ("h_r", "s_h")
+    assert check_choices("d", "s_h", ("s_h",)) == ("s_h",)
+    for bad, fragment in ((["x"], "unknown d ['x']"), ([], "unknown d []"), (["s_h", "s_h"], "s_h given more than once")):
+        with pytest.raises(UsageError, match=re.escape(fragment)):
+            check_choices("d", bad, ("s_h", "h_r"))
