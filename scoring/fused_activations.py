@@ -37,4 +37,3 @@ def fuse_tanh_gelu(model: nn.Module) -> int:
         parent_name, _, attribute = name.rpartition(".")
         setattr(model.get_submodule(parent_name) if parent_name else model, attribute, TanhGELU())
     return len(found)
-
