@@ -291,11 +291,14 @@ def read_checklist_csv(path: str | pathlib.Path, metrics: list[str] | None = Non
 
 
 def read_table(path: str, humans: list[str] | None = None, metrics: list[str] | None = None) -> Table:
-    """Checklist CSV (by `.csv` suffix) or score Parquet (anything else)."""
+    """Checklist CSV (by `.csv` suffix) or score Parquet (anything else). A column named twice
+    is read once (twice, it was correlated and reported twice)."""
+    humans = list(dict.fromkeys(humans)) if humans else humans
+    metrics = list(dict.fromkeys(metrics)) if metrics else metrics
     if str(path).endswith(".csv"):
         table = read_checklist_csv(path, metrics=metrics)
         if humans:
-            wanted = [h if h.startswith("human_") else f"human_{h}" for h in humans]
+            wanted = list(dict.fromkeys(h if h.startswith("human_") else f"human_{h}" for h in humans))
             _check_columns(table.frame, wanted, str(path))
             table.humans = wanted
         return table

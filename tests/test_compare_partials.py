@@ -133,3 +133,13 @@ def test_cells_whose_sum_overflows_keep_their_finite_mean(tmp_path):
     comps, *_ = compare_scores(str(tmp_path), ["m"], None, dict(OPTIONS))
     (comp,) = comps
     assert (comp.n_units, comp.n_units_dropped) == (2, 1)
+
+
+def test_a_column_named_twice_is_compared_once(dump):
+    """`--columns m m` planned the column twice; its second copy was never filled and the
+    comparison was skipped as if no document had a finite score."""
+    comps, skipped, columns, *_ = compare_scores(str(dump), ["m", "m"], None, dict(OPTIONS))
+    again, _, _, *_ = compare_scores(str(dump), ["m"], None, dict(OPTIONS))
+    assert columns == ["m"] and not skipped
+    assert [(c.dataset, c.column, [s.system for s in c.systems]) for c in comps] == \
+        [(c.dataset, c.column, [s.system for s in c.systems]) for c in again]

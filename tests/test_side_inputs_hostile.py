@@ -828,3 +828,15 @@ def test_choices_keep_their_order_and_refuse_unknown_empty_and_repeated():
     for bad, fragment in ((["x"], "unknown d ['x']"), ([], "unknown d []"), (["s_h", "s_h"], "s_h given more than once")):
         with pytest.raises(UsageError, match=re.escape(fragment)):
             check_choices("d", bad, ("s_h", "h_r"))
+
+
+def test_meta_reads_a_column_named_twice_once(tmp_path):
+    """`--human-columns overall overall` was correlated and reported twice."""
+    from meta_eval import io
+
+    path = pathlib.Path(__file__).resolve().parents[1] / CHECKLIST
+    once = io.read_table(str(path), humans=["overall"])
+    twice = io.read_table(str(path), humans=["overall", "human_overall", "overall"])
+    assert twice.humans == once.humans == ["human_overall"]
+    metric = once.metrics[0]
+    assert io.read_table(str(path), metrics=[metric, metric]).metrics == [metric]

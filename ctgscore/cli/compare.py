@@ -94,7 +94,7 @@ def plan_columns(path: str, columns: list[str] | None):
     names = output_names((label, [name for name, _ in cols]) for label, cols in fields.items())
     named = {names[(label, name)]: (label, name, numeric) for label, cols in fields.items() for name, numeric in cols}
     numeric = [out for out, (_, _, ok) in named.items() if ok]
-    columns = list(columns or numeric)
+    columns = list(dict.fromkeys(columns or numeric))  # a column named twice is compared once (twice, it was skipped)
     if not columns:
         raise InputError(f"scores {path}: no numeric score columns to compare on")
     missing = [c for c in columns if c not in named]
