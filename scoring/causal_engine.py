@@ -29,7 +29,7 @@ from scoring.engine_setup import (
     rope_switch_length,
     split_at_rope_switch,
 )
-from scoring.fused_activations import fuse_tanh_gelu
+from scoring.fused_activations import fuse_tanh_gelu, one_kernel_gelus
 from scoring.output_head import OutputHead, token_logprobs
 from scoring.planning import DEFAULT_TOKEN_BUDGET, budget_batches, packed_batches, run_splitting_on_oom
 from scoring.ragged import Ragged, collect, is_cuda, packed_causal
@@ -62,9 +62,12 @@ class CausalLikelihood:
         # rotary frequencies that change past this length with the batch's longest: no batch straddles it
         self.rope_switch = rope_switch_length(model.config)
         # Python-built tanh GELUs replaced by the one-kernel GELU: on CUDA unless set (a CPU keeps
-        # its scores bit for bit; scoring/fused_activations.py); `fused_activations`: how many
+        # its scores bit for bit; scoring/fused_activations.py); `fused_activations`: how many the
+        # model runs (derived from the model, so an engine on a model fused before says so too)
         self.fuse_activations = self.on_cuda if fuse_activations is None else bool(fuse_activations)
-        self.fused_activations = fuse_tanh_gelu(model) if self.fuse_activations else 0
+        if self.fuse_activations:
+            fuse_tanh_gelu(model)
+        self.fused_activations = one_kernel_gelus(model)
         # regional torch.compile of every block (GPT-2's `.h` too): CUDA only, off by default
         self.compiled_layers = compile_model_layers(model) if compile_layers and self.on_cuda else 0
 

@@ -12,7 +12,7 @@ import torch
 
 from scoring import layer_caches, shared_source_attention
 from scoring.engine_setup import compile_model_layers, refuse_float16_for, require_cache_keyword, require_ieee_float32
-from scoring.fused_activations import fuse_tanh_gelu
+from scoring.fused_activations import fuse_tanh_gelu, one_kernel_gelus
 from scoring.output_head import OutputHead, token_logprobs
 from scoring.packed_decoder import can_pack_decoder, packed_decoder_states
 from scoring.packed_encoder import can_pack_encoder, packed_encoder_states
@@ -72,9 +72,12 @@ class Seq2SeqLikelihood:
         self.pool_budgets = self.POOL_BUDGETS
         self.max_decoder_padding = self.MAX_DECODER_PADDING
         # Python-built tanh GELUs replaced by the one-kernel GELU: on CUDA unless set (a CPU keeps
-        # its scores bit for bit; scoring/fused_activations.py); `fused_activations`: how many
+        # its scores bit for bit; scoring/fused_activations.py); `fused_activations`: how many the
+        # model runs (derived from the model, so an engine on a model fused before says so too)
         self.fuse_activations = self.on_cuda if fuse_activations is None else bool(fuse_activations)
-        self.fused_activations = fuse_tanh_gelu(model) if self.fuse_activations else 0
+        if self.fuse_activations:
+            fuse_tanh_gelu(model)
+        self.fused_activations = one_kernel_gelus(model)
         # regional torch.compile of every encoder and decoder layer: CUDA only, off by default
         self.compiled_layers = compile_model_layers(model) if compile_layers and self.on_cuda else 0
         # cross-attention per source for chunks that would gather keys/values (rows sorted by

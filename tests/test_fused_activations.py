@@ -121,3 +121,13 @@ def test_every_place_a_shared_activation_sits_is_replaced_and_subclasses_are_not
     assert type(model.first) is TanhGELU and type(model.second) is TanhGELU and type(model.inner[1]) is TanhGELU
     assert type(model.inner[2]) is OwnGELU
     assert fuse_tanh_gelu(model) == 0  # nothing left to replace
+
+
+def test_an_engine_on_a_model_fused_before_reports_and_signs_it():
+    """The count comes from the model, not from what this engine swapped: a second engine on a
+    model an earlier one fused computes with the one-kernel GELU, and its batching says so."""
+    model = _tiny_gpt2()
+    first = CausalLikelihood(model, pad_id=0, fuse_activations=True)
+    second = CausalLikelihood(model, pad_id=0)
+    assert first.fused_activations == second.fused_activations == 2
+    assert "tanh_gelu_one_kernel" in second.batching()
