@@ -16,11 +16,12 @@ number of Ray tasks gives bit-identical sums when the partials are added in file
 NaN scores are left out of a cell's mean (as pandas' mean skips them); an infinite score makes
 the cell non-finite, so its unit is dropped like a missing one.
 
-Overflow: beside each sum a cell carries the same sum of its scores times 2^-64 (`SCALE`), added
-in the same order. Scaling by a power of two is exact and rounds every addition the same way, so
-where the plain sum of finite scores overflows (several rows of a cell near 1e308) the mean is
-the scaled sum / count x 2^64, and the plain sum is used everywhere else (tiny scores, which the
-scaled copy would push into subnormals, keep every bit).
+Overflow: beside each sum a cell carries its sum times 2^-64 (`SCALE`): a file's sums times
+SCALE (exact, a power of two), or, for a column where a file's own sum overflowed, the sum of
+its scores times SCALE, added in the same order; folded like the sums. Where the plain sum of
+finite scores overflows (several rows of a cell near 1e308) the mean is the scaled sum / count
+x 2^64, and the plain sum is used everywhere else (tiny scores, which the scaled copy would push
+into subnormals, keep every bit). Rows are summed a second time only in a file that overflows.
 """
 
 from __future__ import annotations
@@ -187,7 +188,8 @@ def file_partial(spec: PartialSpec, label: str, path: str, storage_options: dict
         valid = ~(np.isnan(values) | failed[keep])
         kept = np.where(valid, values, 0.0)
         sums[:, k] = np.bincount(inverse, kept, len(cells))
-        scaled[:, k] = np.bincount(inverse, kept * SCALE, len(cells))
+        scaled[:, k] = sums[:, k] * SCALE if np.isfinite(sums[:, k]).all() \
+            else np.bincount(inverse, kept * SCALE, len(cells))  # the rows again only where a sum overflowed
         counts[:, k] = np.bincount(inverse, valid, len(cells))
     u, rest = cells % len(units), cells // len(units)
     key_array = np.column_stack([rest // len(systems), u, rest % len(systems)]).astype(np.int64)
@@ -290,9 +292,7 @@ class GridAccumulator:
                 if values.shape[1] else np.zeros((n, 0))
 
         self._sums, self._scaled = folded(sums), folded(scaled)
-        self._counts = np.column_stack([np.bincount(inverse, counts[:, k], n).astype(np.int64)
-                                        for k in range(counts.shape[1])]) if counts.shape[1] else \
-            np.zeros((n, 0), np.int64)
+        self._counts = folded(counts).astype(np.int64)
 
     @property
     def input_rows(self) -> int:
