@@ -44,6 +44,7 @@ def pair_chunks(n_pairs: int, n_draws: int) -> list[slice]:
     width = max(1, PAIR_CELLS // max(1, n_draws))
     return [slice(start, min(start + width, n_pairs)) for start in range(0, n_pairs, width)]
 
+
 def one_sided_p(grid: np.ndarray, signs: np.ndarray, exact: bool) -> np.ndarray:
     """(systems, systems) P[i, j]: one-sided permutation p-value of "i is better than j" on a
     (units x systems) grid, the statistic being the mean per-unit difference d = x_i - x_j:

@@ -14,6 +14,8 @@ from typing import Iterable
 import numpy as np
 
 from scoring.errors import UsageError
+from scoring.local_files import refuse_device
+from scoring.utf8_text import decode_utf8
 
 
 def compute_iwf(tokenizer, sentences: Iterable[str], vocab_size: int | None = None) -> np.ndarray:
@@ -46,9 +48,6 @@ def load_iwf(path: str | pathlib.Path) -> np.ndarray:
     would make every NISF-weighted score NaN or meaningless without a row error. A blank line is
     allowed only at the end (inside the table it would shift every later token id). A ValueError
     names the file and line; a device is refused (it may never end)."""
-    from scoring.local_files import refuse_device
-    from scoring.utf8_text import decode_utf8
-
     path = pathlib.Path(path)
     refuse_device(path, error=UsageError)
     lines = decode_utf8(path.read_bytes(), path, ValueError).splitlines()
