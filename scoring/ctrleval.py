@@ -81,14 +81,15 @@ class Verbalizer:
         lines = [line.split("\t") for line in read_lines(path, "verbaliser")]
         labels = tuple(cell.strip() for cell in lines[0])
         if len(labels) < 2 or "" in labels or len(set(labels)) != len(labels):
-            raise ValueError(f"{path}:1: the label line must name two or more distinct labels, got {list(labels)[:20]}")
+            raise ValueError(f"{path}:1: the label line must name two or more distinct labels, "
+                             f"got {[label[:40] for label in labels[:20]]}")
         rows = []
         for number, cells in enumerate(lines[1:], start=2):
             words = tuple(cell.strip() for cell in cells)
             if len(words) != len(labels):
                 raise ValueError(f"{path}:{number}: {len(words)} words for {len(labels)} labels")
             if "" in words:
-                raise ValueError(f"{path}:{number}: an empty label word (for {labels[words.index('')]!r})")
+                raise ValueError(f"{path}:{number}: an empty label word (for {labels[words.index('')][:40]!r})")
             rows.append(words)
         if not rows:
             raise ValueError(f"{path}: no verbaliser rows after the label line")

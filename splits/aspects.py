@@ -211,7 +211,7 @@ def from_aspects(aspects: Mapping[str, Sequence[str]], name: str | None = None) 
             raise SplitsInputError(f"aspect {asp!r}: values must be a non-empty list of strings")
         for value in vals:  # JSON's 1 or null would become the values "1" and "None"
             if not isinstance(value, str) or not value.strip():
-                raise SplitsInputError(f"aspect {asp!r}: value {value!r} is not a non-empty string")
+                raise SplitsInputError(f"aspect {asp!r}: value {repr(value)[:80]} is not a non-empty string")
         vals = tuple(vals)
         if len(set(vals)) != len(vals):
             raise SplitsInputError(f"aspect {asp!r}: duplicate values {list(vals)}")

@@ -840,3 +840,13 @@ def test_meta_reads_a_column_named_twice_once(tmp_path):
     assert twice.humans == once.humans == ["human_overall"]
     metric = once.metrics[0]
     assert io.read_table(str(path), metrics=[metric, metric]).metrics == [metric]
+
+
+def test_a_verbaliser_error_stays_short_whatever_its_labels(tmp_path):
+    from scoring.ctrleval import Verbalizer
+
+    path = tmp_path / "verbal.txt"
+    path.write_text("\t".join(["x" * 100_000] * 2) + "\nbad\tgood\n")  # one huge label, twice
+    with pytest.raises(ValueError, match="two or more distinct labels") as caught:
+        Verbalizer.from_file(path)
+    assert len(str(caught.value)) < 400 + len(str(path))
