@@ -76,7 +76,23 @@ def _filesystem(path: str, storage_options: Mapping[str, Any] | None):
     return fs, root.rstrip("/") or root
 
 
+def _is_local(fs) -> bool:
+    return "file" in (fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,))
+
+
+def _refuse_special(fs, paths: Iterable[str]) -> None:
+    """On a local disk, a device, named pipe or socket among the files of a scores folder (a
+    symlink to `/dev/zero` named `manifest.json`, a FIFO named `part-0.parquet`) is an
+    InputError naming it, before anything waits on it (`scoring.local_files`)."""
+    if _is_local(fs):
+        from scoring.local_files import refuse_not_regular
+
+        for path in paths:
+            refuse_not_regular(path, "scores ", InputError)
+
+
 def _read_manifest(fs, path: str) -> dict:
+    _refuse_special(fs, [path])
     with fs.open(path, "rb") as handle:
         try:
             manifest = json.loads(handle.read().decode("utf-8"))
@@ -128,6 +144,7 @@ def _labelled_files(fs, root: str) -> tuple[list[tuple[str, list[str]]], bool]:
     metric folders (`OUT/<label>/...`: a file's shard is its folder under the label) rather
     than directly in `root` (no shards)."""
     files = sorted(p for p in fs.find(root) if schema.is_data_file(p))
+    _refuse_special(fs, files)
     manifest_path = posixpath.join(root, MANIFEST)
     if fs.exists(manifest_path):
         return _manifest_runs(_read_manifest(fs, manifest_path), files, root), True
@@ -210,6 +227,7 @@ def list_runs(path: str, metrics: Iterable[str] | None = None, *,
         if not labelled:
             raise InputError(f"scores {path}: no Parquet files under it")
     else:
+        _refuse_special(fs, [root])
         labelled = _select([(posixpath.splitext(posixpath.basename(root))[0], [root])], metrics, root)
     runs = []
     for label, files in labelled:
@@ -223,7 +241,7 @@ def run_files(path: str, metrics: Iterable[str] | None = None, *,
     """(run name, Parquet file URLs) per metric run under `path`, for readers that aggregate
     file by file instead of loading the rows."""
     fs, runs = list_runs(path, metrics, storage_options=storage_options)
-    local = "file" in (fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,))
+    local = _is_local(fs)
     return [(run.name, [name if local else fs.unstrip_protocol(name) for name in run.files]) for run in runs]
 
 

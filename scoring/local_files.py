@@ -5,6 +5,10 @@ files `convert` reads): a character or block device is refused before it is read
 be read without end (every byte of memory, then a `MemoryError`); a path in a job config from
 a pull request may name one. Regular files and pipes (`--params @/dev/stdin` fed by a shell)
 are read as before; a path that is not there is left to the read that follows, which names it.
+
+Files ctgscore finds by walking a folder (the Parquet files and `manifest.json` of a scores
+folder) were named by nobody: anything there but a regular file (a device, a named pipe that
+would block the read until a writer comes, a socket) is refused (`refuse_not_regular`).
 """
 
 from __future__ import annotations
@@ -24,3 +28,17 @@ def refuse_device(path: str | os.PathLike, what: str = "", error: type[CtgscoreE
         return
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         raise error(f"{what}{os.fspath(path)}: a device, not a file (it would be read without end)")
+
+
+def refuse_not_regular(path: str | os.PathLike, what: str = "", error: type[CtgscoreError] = UsageError) -> None:
+    """Raise `error` ("<what><path>: a <kind>, not a regular file") unless `path` (its symlinks
+    followed) is a regular file; an absent or unreadable path is left to the read that follows."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return
+    kind = ("device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "named pipe" if stat.S_ISFIFO(mode)
+            else "socket" if stat.S_ISSOCK(mode) else "special file")
+    raise error(f"{what}{os.fspath(path)}: a {kind}, not a regular file (reading it could block or never end)")
