@@ -229,6 +229,10 @@ def _read_csv(path: str) -> pd.DataFrame:
     that pandas' parser cannot split (an unclosed quote) is an `InputError` naming it."""
     import fsspec
 
+    if "://" not in path or path.startswith("file://"):  # a symlink to /dev/zero, a named pipe: refused unread
+        from scoring.local_files import refuse_not_regular
+
+        refuse_not_regular(path.removeprefix("file://"), "checklist ", InputError)
     with fsspec.open(path, "rb") as handle:
         data = handle.read()
     text = decode_utf8(data, path)

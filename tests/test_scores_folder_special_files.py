@@ -62,3 +62,14 @@ def test_a_symlinked_regular_file_and_a_symlink_loop_still_read(scores, tmp_path
     os.symlink(elsewhere, scores / "ppl" / "part-00001.parquet")
     os.symlink("..", scores / "ppl" / "loop")
     assert sorted(ctgscore.load_scores(str(scores))["id"]) == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("kind", ["pipe", "device"])
+def test_a_checklist_csv_that_is_a_pipe_or_a_device_is_refused(tmp_path, cli, kind):
+    """A checklist is recognised by its file name, so a symlink `ctrl_topic.csv -> /dev/zero`
+    in a pull request was read until memory ran out, and a pipe waited for ever."""
+    checklist = tmp_path / "ctrl_topic.csv"
+    _special(checklist, kind)
+    result = cli(["meta", "-s", str(checklist), "-o", str(tmp_path / "report")])
+    assert result.returncode == 1, result.stderr
+    assert f"ctrl_topic.csv: a {'named pipe' if kind == 'pipe' else 'device'}, not a regular file" in result.stderr
