@@ -76,7 +76,7 @@ def read_shards(config: JobConfig, in_fs, needed: tuple[str, ...], previous: dic
     """Every input shard, from one listing: rows and column types from the previous manifest where it lists the
     same etag and size, else from its footer (no rows read). Returns (good, bad, `listing.Shards.not_read`)."""
     infos = layout.refuse_clashing_folders(config, listing.list_shards(config.input, in_fs))
-    if not infos:
+    if not infos and not infos.unusable:
         note = listing.not_read_note(infos.not_read)
         raise JobError(f"no *.parquet shards under {config.input}" + (f" ({note})" if note else ""))
     known = _known_inputs(previous)
@@ -84,7 +84,8 @@ def read_shards(config: JobConfig, in_fs, needed: tuple[str, ...], previous: dic
     max_inflation = config.limits.max_inflation
     checked = parallel.map_bounded(lambda info: _check(info, in_fs, needed, max_inflation), to_check)
     results = dict(zip((info.uri for info in to_check), checked))
-    shards, bad = [], []
+    shards = []
+    bad = [{"file": uri, "rel": rel, "error": why} for uri, rel, why in infos.unusable]
     for info in infos:
         found = known.get((info.uri, info.etag, info.size)) or results[info.uri]
         if isinstance(found, shard_checks.BadShard):

@@ -31,7 +31,8 @@ def build_units(plans, carried_of) -> list[dict[str, str]]:
                 if unit is None:
                     unit = units[(rel, start, stop)] = {
                         "uri": shard.info.uri, "rel": rel, "etag": shard.info.etag, "size": shard.info.size,
-                        "version": shard.version, "start": start, "stop": stop, "columns": [], "labels": [],
+                        "version": shard.version, "rows": shard.num_rows, "start": start, "stop": stop, "columns": [],
+                        "labels": [],
                         "previous": {}, "staged": [], "_shard_columns": shard.columns,
                     }
                 unit["labels"].append(label)
