@@ -151,3 +151,49 @@ def test_the_plan_counts_a_fifo_as_a_bad_shard(tmp_path):
     assert [s.rel for s in shards] == ["good.parquet"] and shards[0].num_rows == 3
     assert bad == [{"file": str(root / "fifo.parquet"), "rel": "fifo.parquet",
                     "error": "not a regular file (a FIFO, socket or device): not read"}]
+
+
+# ---- the previous run's manifest ----------------------------------------------------------
+
+def _one_part_run(tmp_path, retry: int):
+    """A shard of 4 rows and its one part, as a run commits them, with `retry` rows marked for
+    the next run (out of memory on a single row); returns (config, metric, shard, manifest)."""
+    from types import SimpleNamespace
+
+    from ray_jobs.job import layout
+    from ray_jobs.job.commit import CommitResult, Cover
+    from ray_jobs.job.plan import MetricPlan, Shard, ShardPlan
+    from ray_jobs.job.verify import verify_metric
+
+    path = tmp_path / "in" / "a.parquet"
+    write_rows(path, make_rows(0, 4))
+    info = listing.list_shards(str(tmp_path / "in"), fsspec.filesystem("file"))[0]
+    shard = Shard(info, 4, {"id": "string", "text": "string"}, layout.input_version(info.etag, info.size))
+    config = parse_config({"input": str(tmp_path / "in"), "output": str(tmp_path / "out"), "metrics": [{"name": "text_stats"}],
+                           "part_rows": 4})
+    metric = SimpleNamespace(label="text_stats", digest="d1")
+    part = layout.PartName(0, 4, shard.version)
+    uri = layout.part_uri(config.output, "text_stats", "a.parquet", part)
+    pathlib.Path(uri).parent.mkdir(parents=True)
+    pathlib.Path(uri).write_bytes(b"part bytes")
+    listed = {f.uri: f for f in listing.list_outputs(fsspec.filesystem("file"), config.output)}
+    plan = MetricPlan(metric=metric, shards={"a.parquet": ShardPlan(shard=shard, units=[(0, 4)])})
+    committed = CommitResult(covers=[Cover("a.parquet", info.uri, 4, [(part, uri)], new={uri})])
+    report = {"part": uri, "rows": 4, "size": len(b"part bytes"), "errors": retry, "skipped": 0, "retry": retry}
+    verified = verify_metric(plan, committed, [report], listed)
+    return config, metric, shard, {"metrics": {"text_stats": {"parts": verified.parts}}}
+
+
+@pytest.mark.parametrize("retry", [0, 1])
+def test_a_part_with_rows_to_retry_is_scored_again_next_run(tmp_path, retry):
+    """A part holding rows marked for retry is incomplete (`incremental.part_is_complete`), but
+    the manifest's record of it left the count out, so the next run, planning from the record,
+    kept it as complete: "1 to retry next run" and then never retried."""
+    from ray_jobs.job.manifest import unusable_manifest
+    from ray_jobs.job.plan import plan_metric
+
+    config, metric, shard, manifest = _one_part_run(tmp_path, retry)
+    assert unusable_manifest(manifest) is None
+    planned = plan_metric(fsspec.filesystem("file"), config, metric, [shard], previous=manifest)
+    assert planned.footers_read == 0  # planned from the record alone
+    assert planned.shards["a.parquet"].units == ([(0, 4)] if retry else [])

@@ -234,11 +234,11 @@ def _recorded_footer(record: dict[str, Any] | None, listed, rel: str, digest: st
     entry = (record.get("parts") or {}).get(name)
     if part is None or not entry or entry.get("size") != listed.size or entry.get("etag") != listed.etag:
         return None
-    if "skipped" not in entry:
-        return None  # a record from before skipped rows were counted: its footer decides
+    if "skipped" not in entry or "retry" not in entry:
+        return None  # a record from before skipped (or retry) rows were counted: its footer decides
     meta = incremental.part_metadata(
         rel, record["input_etag"], int(record["input_size"]), "", digest, part.start, part.stop,
-        int(entry.get("errors", 0)), int(entry["skipped"]),
+        int(entry.get("errors", 0)), int(entry["skipped"]), int(entry["retry"]),
     )
     return int(entry.get("rows", -1)), meta
 
