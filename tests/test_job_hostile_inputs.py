@@ -197,3 +197,121 @@ def test_a_part_with_rows_to_retry_is_scored_again_next_run(tmp_path, retry):
     planned = plan_metric(fsspec.filesystem("file"), config, metric, [shard], previous=manifest)
     assert planned.footers_read == 0  # planned from the record alone
     assert planned.shards["a.parquet"].units == ([(0, 4)] if retry else [])
+
+
+def _recorded(tmp_path, rows_on_disk: int, recorded_rows: int, parts: dict[str, list[tuple[int, int]]]):
+    """An input shard of `rows_on_disk` rows that a previous manifest records with
+    `recorded_rows` (its true etag and size), and part files of its version named by `parts`
+    (label -> row ranges). Returns (config, previous, shards, tree)."""
+    from ray_jobs.job import layout
+    from ray_jobs.job.plan import read_shards
+
+    write_rows(tmp_path / "in" / "a.parquet", make_rows(0, rows_on_disk))
+    config = parse_config({"input": str(tmp_path / "in"), "output": str(tmp_path / "out"),
+                           "metrics": [{"name": "text_stats"}, {"name": "bleu"}]})
+    fs = fsspec.filesystem("file")
+    info = listing.list_shards(config.input, fs)[0]
+    columns = {name: str(pq.read_schema(info.uri).field(name).type) for name in pq.read_schema(info.uri).names}
+    previous = {"metrics": {"text_stats": {}},
+                "input": {"files": [{"file": info.uri, "etag": info.etag, "size": info.size, "rows": recorded_rows,
+                                     "columns": columns}]}}
+    for label, ranges in parts.items():
+        for start, stop in ranges:
+            uri = layout.part_uri(config.output, label, "a.parquet",
+                                  layout.PartName(start, stop, layout.input_version(info.etag, info.size)))
+            pathlib.Path(uri).parent.mkdir(parents=True, exist_ok=True)
+            pathlib.Path(uri).write_bytes(b"x")
+    shards, bad, _ = read_shards(config, fs, ("text", "references"), previous)
+    assert not bad and shards[0].num_rows == recorded_rows  # the plan takes the record as it is
+    return config, previous, shards, listing.list_tree(fs, config.output)
+
+
+@pytest.mark.parametrize(("on_disk", "recorded", "parts", "why"), [
+    (10, 6, {}, "it records 6 rows, the file's footer 10"),  # nothing scored yet: 4 rows never scored
+    (10, 14, {}, "it records 14 rows, the file's footer 10"),  # 4 rows that do not exist
+    (10, 6, {"text_stats": [(0, 4), (4, 8), (8, 10)]}, "it records 6 rows, the file's footer 10"),  # parts past the end
+    (10, 8, {"text_stats": [(0, 4), (4, 8), (8, 10)]}, "it records 8 rows, the file's footer 10"),  # a tiling, and more
+])
+def test_a_manifest_recording_false_row_counts_is_set_aside(tmp_path, on_disk, recorded, parts, why):
+    """A manifest edited into false numbers of the right types: the plan used its row count
+    without reading the footer, so a metric without parts scored rows 0-6 of 10 and the run
+    reported "16 in -> 16 out", losing 4 rows without a word. The record is now used only where
+    the output corroborates it; here the footer is read, and the manifest set aside, saying why."""
+    from ray_jobs.job import vouch
+
+    config, previous, shards, tree = _recorded(tmp_path, on_disk, recorded, parts)
+    false, vouched = vouch.false_record(config, previous, shards, tree, fsspec.filesystem("file"), ("text",))
+    assert false == f"its record of input file {shards[0].info.uri} is false: {why}" and not vouched
+
+
+def test_a_manifest_recording_false_column_types_is_set_aside(tmp_path):
+    from ray_jobs.job import vouch
+
+    config, previous, shards, tree = _recorded(tmp_path, 5, 5, {})
+    shards[0].columns["references"] = "string"
+    false, _ = vouch.false_record(config, previous, shards, tree, fsspec.filesystem("file"), ("text",))
+    assert false.endswith("is false: its column types differ from the file's footer")
+
+
+@pytest.mark.parametrize("parts", [{"text_stats": [(0, 4), (4, 8), (8, 10)]},
+                                   {"bleu": [(0, 10)], "text_stats": [(0, 4)]}])
+def test_a_record_the_output_corroborates_costs_no_footer_read(tmp_path, monkeypatch, parts):
+    """An unchanged night: parts of the shard's version tile its recorded rows in some metric
+    folder, so the record is used without reading the footer (and ids are not checked again)."""
+    from ray_jobs.job import vouch
+
+    config, previous, shards, tree = _recorded(tmp_path, 10, 10, parts)
+    monkeypatch.setattr(vouch.shard_checks, "check_shard", lambda *a, **k: pytest.fail("footer read"))
+    assert vouch.false_record(config, previous, shards, tree, fsspec.filesystem("file"), ("text",)) == (None, True)
+
+
+def test_a_true_record_without_parts_is_read_and_kept(tmp_path):
+    """A metric added (no parts yet) or parts deleted: the footer is read and agrees; the
+    manifest stays in use, but the shard's ids are checked (the record alone vouches for nothing)."""
+    from ray_jobs.job import vouch
+
+    config, previous, shards, tree = _recorded(tmp_path, 10, 10, {"text_stats": [(0, 4)]})
+    assert vouch.false_record(config, previous, shards, tree, fsspec.filesystem("file"), ("text",)) == (None, False)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_forged_manifest_loses_no_row_and_lets_no_bad_shard_in(ray_local, tmp_path):
+    """The real run: a previous manifest edited to record 6 rows for a 10-row shard and to list
+    a shard of duplicate ids (bad in that run) as good, with its true etag, size, rows and
+    columns. Before, the next run scored 6 of the 10 rows of a metric without parts ("16 in ->
+    16 out", no word) and carried the duplicate note over, so the bad shard was scored."""
+    from ray_jobs.score_corpus import run_job
+
+    write_rows(tmp_path / "in" / "a.parquet", make_rows(0, 10))
+    write_rows(tmp_path / "in" / "b.parquet", make_rows(1, 10))
+    dup = make_rows(2, 4)
+    dup[3]["id"] = dup[0]["id"]
+    write_rows(tmp_path / "in" / "c.parquet", dup)
+
+    def config(metrics):
+        return parse_config({"input": str(tmp_path / "in"), "output": str(tmp_path / "out"), "progress": False,
+                             "metrics": [{"name": name} for name in metrics], "part_rows": 4, "skip_bad_shards": True,
+                             "pool": {"min_size": 1, "max_size": 1, "num_cpus": 0.5}})
+
+    first = run_job(config(["text_stats"]))
+    assert [pathlib.Path(item["file"]).name for item in first["bad_shards"]] == ["c.parquet"]
+    forged = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    for entry in forged["input"]["files"]:
+        if entry["file"].endswith("a.parquet"):
+            entry["rows"] = 6
+    info = listing.list_shards(str(tmp_path / "in" / "c.parquet"), fsspec.filesystem("file"))[0]
+    forged["input"]["files"].append({"file": info.uri, "etag": info.etag, "size": info.size, "rows": 4,
+                                     "columns": forged["input"]["files"][0]["columns"]})
+    forged["bad_shards"] = []
+    (tmp_path / "out" / "manifest.json").write_text(json.dumps(forged))
+
+    second = run_job(config(["bleu"]))
+    report = second["metrics"]["bleu"]
+    assert report["rows_in"] == report["rows_out"] == 20
+    scored = pq.read_table(tmp_path / "out" / "bleu" / "a").column("id").to_pylist()
+    assert sorted(scored) == sorted(row["id"] for row in make_rows(0, 10))
+    assert [pathlib.Path(item["file"]).name for item in second["bad_shards"]] == ["c.parquet"]
+    assert "duplicate id" in second["bad_shards"][0]["error"]
+    assert second["previous_manifest_ignored"] == (
+        f"its record of input file {tmp_path / 'in' / 'a.parquet'} is false: it records 6 rows, the file's footer 10")

@@ -31,6 +31,7 @@ from ray_jobs.job import layout
 from ray_jobs.job.errors import JobError
 from ray_jobs.job.metrics import ResolvedMetric
 from ray_jobs.job.reuse_cache import SameSizeFolders
+from ray_jobs.job.vouch import known_inputs as _known_inputs
 from ray_jobs.storage import listing, parallel, reads, shard_checks, uris, writes
 
 
@@ -102,16 +103,6 @@ def _check(info, in_fs, needed, max_inflation: float) -> tuple[int, dict[str, st
     except shard_checks.BadShard as exc:
         return exc
     return check.num_rows, check.columns
-
-
-def _known_inputs(previous: dict[str, Any] | None) -> dict[tuple[str, str, int], tuple[int, dict[str, str]]]:
-    """(uri, etag, size) -> (rows, columns) of the shards the previous manifest checked."""
-    files = ((previous or {}).get("input") or {}).get("files") or []
-    return {
-        (f["file"], f["etag"], int(f["size"])): (int(f["rows"]), dict(f["columns"]))
-        for f in files
-        if isinstance(f, dict) and isinstance(f.get("columns"), dict) and {"file", "etag", "size", "rows"} <= f.keys()
-    }
 
 
 def plan_metric(
