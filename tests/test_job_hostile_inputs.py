@@ -315,3 +315,29 @@ def test_a_forged_manifest_loses_no_row_and_lets_no_bad_shard_in(ray_local, tmp_
     assert "duplicate id" in second["bad_shards"][0]["error"]
     assert second["previous_manifest_ignored"] == (
         f"its record of input file {tmp_path / 'in' / 'a.parquet'} is false: it records 6 rows, the file's footer 10")
+
+
+def test_row_groups_that_declare_more_rows_than_they_hold_fail_the_id_check(tmp_path):
+    """A footer whose row group count (and the file's, alike) says 320 where the pages hold 300:
+    the footer check cannot tell, but the id check reads 300 ids, and the shard is bad before
+    any row is scored; a worker reading past row 300 would fail the shard anyway."""
+    from ray_jobs.job.check import _check_one
+
+    buffer = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(make_rows(0, 300)), buffer)
+    data = buffer.getvalue()
+    length = int.from_bytes(data[-8:-4], "little")
+    start = len(data) - 8 - length
+    footer = bytearray(data[start:-8])
+    old, new = b"\x16" + _zigzag(300), b"\x16" + _zigzag(320)
+    for at in (footer.find(old), footer.rfind(old)):  # the file's count, then its row group's
+        footer[at : at + len(old)] = new
+    path = tmp_path / "groups.parquet"
+    path.write_bytes(data[:start] + bytes(footer) + data[-8:])
+    assert pq.ParquetFile(path).metadata.row_group(0).num_rows == 320
+    check_shard(_info(path), fsspec.filesystem("file"), ("text",), read_ids=False)  # the footer adds up
+    reason, _table = _check_one(str(path), str(tmp_path), S3Config(), 1, 320)
+    assert reason == "its 'id' column holds 300 values but its footer declares 320 rows"
+    assert _check_one(str(path), str(tmp_path), S3Config(), 1, 300)[0] is None
+    assert _read_errors([_unit(path, 300, 320, 320)]) == [
+        "rows 300 to 320 read as 0 rows (its row groups hold fewer rows than their footer entries declare) (while scoring)"]
