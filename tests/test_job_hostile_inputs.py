@@ -341,3 +341,22 @@ def test_row_groups_that_declare_more_rows_than_they_hold_fail_the_id_check(tmp_
     assert _check_one(str(path), str(tmp_path), S3Config(), 1, 300)[0] is None
     assert _read_errors([_unit(path, 300, 320, 320)]) == [
         "rows 300 to 320 read as 0 rows (its row groups hold fewer rows than their footer entries declare) (while scoring)"]
+
+
+def test_a_column_name_that_is_not_utf8_is_named_as_such(tmp_path):
+    buffer = io.BytesIO()
+    pq.write_table(pa.table({"id": ["a"], "text": ["x"], "human_zz": [1.0]}), buffer, store_schema=False)
+    path = tmp_path / "name.parquet"
+    path.write_bytes(buffer.getvalue().replace(b"human_zz", b"human_\xff\xfe"))
+    with pytest.raises(BadShard) as raised:
+        check_shard(_info(path), fsspec.filesystem("file"), ("text",), read_ids=False)
+    assert raised.value.reason == "its footer holds a name (a column's?) that is not valid UTF-8"
+
+
+def test_tiling_is_linear_in_the_parts(tmp_path):
+    """A folder of many parts (and overlapping ones) is judged by a walk over them, not pairs."""
+    from ray_jobs.job.vouch import _tiles
+
+    ranges = {(i, i + 1) for i in range(50_000)} | {(0, 7), (3, 50_001)}
+    assert _tiles(ranges, 50_000) and _tiles(ranges, 50_001) and not _tiles(ranges, 50_002)
+    assert _tiles({(0, 0)}, 0) and not _tiles({(0, 4)}, 0) and not _tiles(set(), 3)

@@ -45,14 +45,19 @@ def _ranges(tree: dict[str, Any]) -> dict[str, set[tuple[int, int, str]]]:
 
 def _tiles(ranges: set[tuple[int, int]], rows: int) -> bool:
     """Whether some of `ranges` tile [0, rows) exactly (an empty shard: the part 0-0)."""
+    if rows == 0:
+        return (0, 0) in ranges
+    stops: dict[int, list[int]] = {}
+    for start, stop in ranges:
+        if stop > start:
+            stops.setdefault(start, []).append(stop)
     reach, frontier = {0}, [0]
     while frontier:
-        at = frontier.pop()
-        for start, stop in ranges:
-            if start == at and stop not in reach and (stop > start or rows == 0):
+        for stop in stops.get(frontier.pop(), ()):
+            if stop not in reach:
                 reach.add(stop)
                 frontier.append(stop)
-    return rows in reach and (rows > 0 or (0, 0) in ranges)
+    return rows in reach
 
 
 def corroborated(config, labels, shard, by_folder: dict[str, set[tuple[int, int, str]]]) -> bool:

@@ -75,6 +75,8 @@ def check_shard(info: ShardInfo, fs, needed: tuple[str, ...], read_ids: bool = T
                 ids = id_column.to_pylist()
     except BadShard:
         raise
+    except UnicodeDecodeError as exc:  # Arrow decodes the footer's names as UTF-8
+        raise BadShard(info.uri, "its footer holds a name (a column's?) that is not valid UTF-8") from exc
     except Exception as exc:  # noqa: BLE001 - any read failure names the shard
         raise BadShard(info.uri, read_failure(exc, info.uri), transient=is_transient(exc)) from exc
     return ShardCheck(info=info, num_rows=num_rows, columns=columns, ids=ids)
