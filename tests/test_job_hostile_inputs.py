@@ -360,3 +360,16 @@ def test_tiling_is_linear_in_the_parts(tmp_path):
     ranges = {(i, i + 1) for i in range(50_000)} | {(0, 7), (3, 50_001)}
     assert _tiles(ranges, 50_000) and _tiles(ranges, 50_001) and not _tiles(ranges, 50_002)
     assert _tiles({(0, 0)}, 0) and not _tiles({(0, 4)}, 0) and not _tiles(set(), 3)
+
+
+def test_a_shard_without_id_names_a_few_of_its_columns(tmp_path):
+    """The message listed every column: thousands of columns, or one name of 100,000 characters, made
+    one bad shard's reason (kept whole in the manifest) hundreds of kilobytes."""
+    names = ["x" * 100_000, *[f"c{i}" for i in range(1_000)], "text"]
+    path = tmp_path / "wide.parquet"
+    pq.write_table(pa.Table.from_arrays([pa.array([1], pa.int8())] * len(names), names=names), path)
+    with pytest.raises(BadShard) as raised:
+        check_shard(_info(path), fsspec.filesystem("file"), ("text",), read_ids=False)
+    reason = raised.value.reason
+    assert reason.startswith("missing required column 'id' (has: " + "x" * 80 + "..., c0, c1,")
+    assert reason.endswith(", c18 and 982 more)") and len(reason) < 400

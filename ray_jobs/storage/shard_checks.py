@@ -58,7 +58,7 @@ def check_shard(info: ShardInfo, fs, needed: tuple[str, ...], read_ids: bool = T
             columns = {name: str(schema.field(name).type) for name in schema.names}
             for column in REQUIRED_COLUMNS:
                 if column not in columns:
-                    raise BadShard(info.uri, f"missing required column '{column}' (has: {', '.join(schema.names)})")
+                    raise BadShard(info.uri, f"missing required column '{column}' (has: {_names(schema.names)})")
             carried = [c for c in carried_columns(columns) if c != "id"]
             wrong = wrong_type(dict.fromkeys([*REQUIRED_COLUMNS, *needed, *carried]), schema)
             if wrong is not None:
@@ -90,3 +90,10 @@ def footer_rows_problem(metadata) -> str | None:
     if groups != metadata.num_rows or metadata.num_rows < 0:
         return f"footer declares {metadata.num_rows} rows but its row groups hold {groups}"
     return None
+
+
+def _names(names: list[str], shown: int = 20, longest: int = 80) -> str:
+    """Column names for a message: the first `shown`, each cut at `longest` characters, and how
+    many more (a dump of 100,000 columns or one name of a megabyte is one short line)."""
+    cut = [name if len(name) <= longest else name[:longest] + "..." for name in names[:shown]]
+    return ", ".join(cut) + (f" and {len(names) - shown} more" if len(names) > shown else "")
