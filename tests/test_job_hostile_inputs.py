@@ -373,3 +373,24 @@ def test_a_shard_without_id_names_a_few_of_its_columns(tmp_path):
     reason = raised.value.reason
     assert reason.startswith("missing required column 'id' (has: " + "x" * 80 + "..., c0, c1,")
     assert reason.endswith(", c18 and 982 more)") and len(reason) < 400
+
+
+def test_a_worker_refuses_columns_other_than_planned(tmp_path):
+    """A record claiming the file lacks `references` (so no metric reads it and its rows would
+    be skipped as having none) or types a column otherwise: the unit's digest of the planned
+    column types differs from the file's, so the shard is bad, not scored from a false schema."""
+    from ray_jobs.job.units import columns_digest
+
+    path = tmp_path / "s.parquet"
+    write_rows(path, make_rows(0, 4))
+    schema = pq.read_schema(path)
+    true = {name: str(schema.field(name).type) for name in schema.names}
+    claimed = {name: kind for name, kind in true.items() if name != "references"}
+
+    def unit(columns):
+        return json.dumps({"uri": str(path), "rel": path.name, "start": 0, "stop": 4, "rows": 4,
+                           "schema": columns_digest(columns), "columns": ["id", "text"]})
+
+    assert _read_errors([unit(true), unit(claimed)]) == [
+        None, "its columns or their types differ from the plan's (the previous manifest's record of the file is false)"
+              " (while scoring)"]

@@ -12,7 +12,7 @@ import io
 import pyarrow as pa
 
 from ray_jobs.config import S3Config
-from ray_jobs.job.units import UNIT, unit_of
+from ray_jobs.job.units import UNIT, columns_digest, unit_of
 
 PAYLOAD = "_payload"
 READ_ERROR = "_read_error"
@@ -63,7 +63,8 @@ class NotAsPlanned(ValueError):
 
 def _check_plan(parquet, unit: dict) -> None:
     """Raise `NotAsPlanned` unless the footer declares the shard's planned rows, those rows are
-    its row groups' rows, and the columns the unit reads have their canonical types: the plan
+    its row groups' rows, the columns the unit reads have their canonical types and the file's
+    column types are the planned ones (`units.columns_digest`): the plan
     took these from a previous manifest where it vouched for the file, and a false record must
     neither lose rows without a word nor hand a metric a column of another type."""
     from ray_jobs.storage.shard_checks import footer_rows_problem
@@ -79,6 +80,10 @@ def _check_plan(parquet, unit: dict) -> None:
     wrong = wrong_type(unit["columns"], parquet.schema_arrow)
     if wrong is not None:
         raise NotAsPlanned(f"column '{wrong[0]}' has type {wrong[1]}, expected {wrong[2]}")
+    schema = parquet.schema_arrow
+    if "schema" in unit and columns_digest({name: str(schema.field(name).type) for name in schema.names}) != unit["schema"]:
+        raise NotAsPlanned("its columns or their types differ from the plan's "
+                           "(the previous manifest's record of the file is false)")
 
 
 def _read_range(parquet, start: int, stop: int, columns: list[str]) -> pa.Table:
