@@ -394,3 +394,27 @@ def test_a_worker_refuses_columns_other_than_planned(tmp_path):
     assert _read_errors([unit(true), unit(claimed)]) == [
         None, "its columns or their types differ from the plan's (the previous manifest's record of the file is false)"
               " (while scoring)"]
+
+
+def test_a_recorded_shard_failing_a_check_the_last_run_did_not_make_keeps_the_manifest(tmp_path):
+    """A metric added that reads a column the last run's metrics did not (`references`, typed
+    int here): the footer check fails, but the record is not false, so the manifest stays; the
+    workers refuse the shard when they read it (`read._check_plan`), naming the column."""
+    from ray_jobs.job import vouch
+
+    config, previous, shards, tree = _recorded(tmp_path, 4, 4, {})
+    path = pathlib.Path(shards[0].info.uri)
+    table = pq.read_table(path)
+    table = table.set_column(table.schema.get_field_index("references"), "references", pa.array([1, 2, 3, 4]))
+    pq.write_table(table, path)
+    info = listing.list_shards(config.input, fsspec.filesystem("file"))[0]
+    previous["input"]["files"][0].update(etag=info.etag, size=info.size,
+                                         columns={n: str(table.schema.field(n).type) for n in table.schema.names})
+    from ray_jobs.job.plan import read_shards
+
+    shards, _, _ = read_shards(config, fsspec.filesystem("file"), ("text",), previous)
+    got = vouch.false_record(config, previous, shards, tree, fsspec.filesystem("file"), ("text", "references"))
+    assert got == (None, False)
+    unit = json.dumps({"uri": info.uri, "rel": info.rel, "start": 0, "stop": 4, "rows": 4,
+                       "columns": ["id", "text", "references"]})
+    assert _read_errors([unit]) == ["column 'references' has type int64, expected list<string> (while scoring)"]

@@ -88,8 +88,10 @@ def false_record(config, previous: dict[str, Any], shards, tree: dict[str, Any],
         try:
             found = shard_checks.check_shard(shard.info, in_fs, needed, read_ids=False,
                                              max_inflation=config.limits.max_inflation)
-        except shard_checks.BadShard as exc:
-            return exc.reason if not exc.transient else None  # storage down now: the plan meets it again
+        except shard_checks.BadShard:
+            # not the record's fault alone (a metric added reads a column of another type; storage
+            # down): the shard has rows to score, and the worker reading them refuses it (`read.py`)
+            return None
         if found.num_rows != shard.num_rows:
             return f"it records {shard.num_rows} rows, the file's footer {found.num_rows}"
         if found.columns != shard.columns:
