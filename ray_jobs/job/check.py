@@ -64,7 +64,8 @@ def _check(shards: list, config: JobConfig, header: dict[str, Any] | None) -> Ch
                 known[index] = found[0]
     changed = [index for index in range(len(shards)) if index not in known]
     task = ray.remote(num_returns=1 + buckets, num_cpus=0.25, max_retries=2)(_check_one)
-    results = {index: task.remote(shards[index].info.uri, config.input, config.s3, buckets) for index in changed}
+    results = {index: task.remote(shards[index].info.uri, config.input, config.s3, buckets, shards[index].num_rows)
+               for index in changed}
     summaries = ray.get([results[index][0] for index in changed])
     bad = {shards[index].info.uri: reason for index, reason in zip(changed, summaries) if reason is not None}
     fresh = [index for index, reason in zip(changed, summaries) if reason is None]
@@ -108,8 +109,10 @@ def _check(shards: list, config: JobConfig, header: dict[str, Any] | None) -> Ch
     return result
 
 
-def _check_one(uri: str, input_root: str, s3: S3Config, buckets: int):
-    """(reason or None, then one (hash, id) table per bucket)."""
+def _check_one(uri: str, input_root: str, s3: S3Config, buckets: int, rows: int | None = None):
+    """(reason or None, then one (hash, id) table per bucket). `rows`: the shard's rows as
+    planned; row groups that hold another number of ids (a footer whose row group counts lie)
+    make the shard bad before any row is scored."""
     import numpy as np
     import pyarrow as pa
 
@@ -121,6 +124,8 @@ def _check_one(uri: str, input_root: str, s3: S3Config, buckets: int):
     except Exception as exc:  # noqa: BLE001 - any read failure names the shard
         return (failures.read_failure(exc, uri), *empty)
     reason = id_problem(ids)
+    if reason is None and rows is not None and len(ids) != rows:
+        reason = f"its 'id' column holds {len(ids)} values but its footer declares {rows} rows"
     if reason is not None:
         return (reason, *empty)
     hashes = id_index.hash_ids(ids.to_pylist())

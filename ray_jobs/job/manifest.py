@@ -145,6 +145,8 @@ def unusable_manifest(found: Any) -> str | None:
             for name, entry in record["parts"].items():
                 if not isinstance(entry, dict) or not all(_count(entry.get(key, 0)) for key in ("rows", "errors", "skipped")):
                     return f"'{where}.parts.{name}': 'rows', 'errors' and 'skipped' must be whole numbers >= 0"
+                if not _count(entry.get("retry", 0)):
+                    return f"'{where}.parts.{name}': 'retry' must be a whole number >= 0"
     return None
 
 

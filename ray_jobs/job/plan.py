@@ -31,6 +31,7 @@ from ray_jobs.job import layout
 from ray_jobs.job.errors import JobError
 from ray_jobs.job.metrics import ResolvedMetric
 from ray_jobs.job.reuse_cache import SameSizeFolders
+from ray_jobs.job.vouch import known_inputs as _known_inputs
 from ray_jobs.storage import listing, parallel, reads, shard_checks, uris, writes
 
 
@@ -76,7 +77,7 @@ def read_shards(config: JobConfig, in_fs, needed: tuple[str, ...], previous: dic
     """Every input shard, from one listing: rows and column types from the previous manifest where it lists the
     same etag and size, else from its footer (no rows read). Returns (good, bad, `listing.Shards.not_read`)."""
     infos = layout.refuse_clashing_folders(config, listing.list_shards(config.input, in_fs))
-    if not infos:
+    if not infos and not infos.unusable:
         note = listing.not_read_note(infos.not_read)
         raise JobError(f"no *.parquet shards under {config.input}" + (f" ({note})" if note else ""))
     known = _known_inputs(previous)
@@ -84,7 +85,8 @@ def read_shards(config: JobConfig, in_fs, needed: tuple[str, ...], previous: dic
     max_inflation = config.limits.max_inflation
     checked = parallel.map_bounded(lambda info: _check(info, in_fs, needed, max_inflation), to_check)
     results = dict(zip((info.uri for info in to_check), checked))
-    shards, bad = [], []
+    shards = []
+    bad = [{"file": uri, "rel": rel, "error": why} for uri, rel, why in infos.unusable]
     for info in infos:
         found = known.get((info.uri, info.etag, info.size)) or results[info.uri]
         if isinstance(found, shard_checks.BadShard):
@@ -101,16 +103,6 @@ def _check(info, in_fs, needed, max_inflation: float) -> tuple[int, dict[str, st
     except shard_checks.BadShard as exc:
         return exc
     return check.num_rows, check.columns
-
-
-def _known_inputs(previous: dict[str, Any] | None) -> dict[tuple[str, str, int], tuple[int, dict[str, str]]]:
-    """(uri, etag, size) -> (rows, columns) of the shards the previous manifest checked."""
-    files = ((previous or {}).get("input") or {}).get("files") or []
-    return {
-        (f["file"], f["etag"], int(f["size"])): (int(f["rows"]), dict(f["columns"]))
-        for f in files
-        if isinstance(f, dict) and isinstance(f.get("columns"), dict) and {"file", "etag", "size", "rows"} <= f.keys()
-    }
 
 
 def plan_metric(
@@ -233,11 +225,11 @@ def _recorded_footer(record: dict[str, Any] | None, listed, rel: str, digest: st
     entry = (record.get("parts") or {}).get(name)
     if part is None or not entry or entry.get("size") != listed.size or entry.get("etag") != listed.etag:
         return None
-    if "skipped" not in entry:
-        return None  # a record from before skipped rows were counted: its footer decides
+    if "skipped" not in entry or "retry" not in entry:
+        return None  # a record from before skipped (or retry) rows were counted: its footer decides
     meta = incremental.part_metadata(
         rel, record["input_etag"], int(record["input_size"]), "", digest, part.start, part.stop,
-        int(entry.get("errors", 0)), int(entry["skipped"]),
+        int(entry.get("errors", 0)), int(entry["skipped"]), int(entry["retry"]),
     )
     return int(entry.get("rows", -1)), meta
 

@@ -12,7 +12,7 @@ import io
 import pyarrow as pa
 
 from ray_jobs.config import S3Config
-from ray_jobs.job.units import UNIT, unit_of
+from ray_jobs.job.units import UNIT, columns_digest, unit_of
 
 PAYLOAD = "_payload"
 READ_ERROR = "_read_error"
@@ -32,9 +32,16 @@ def read_unit(batch: pa.Table, input_root: str, s3: S3Config) -> pa.Table:
             fs = clients.arrow_filesystem(input_root, s3)
             with fs.open_input_file(uris.fs_path(unit["uri"])) as handle:
                 parquet = pq.ParquetFile(handle)
+                _check_plan(parquet, unit)
                 table = _read_range(parquet, unit["start"], unit["stop"], unit["columns"])
+            if table.num_rows != unit["stop"] - unit["start"]:
+                raise NotAsPlanned(f"rows {unit['start']} to {unit['stop']} read as {table.num_rows} rows "
+                                   "(its row groups hold fewer rows than their footer entries declare)")
             payloads.append(ipc_bytes(table))
             errors.append(None)
+        except NotAsPlanned as exc:
+            payloads.append(b"")
+            errors.append(f"{exc} (while scoring)")
         except Exception as exc:  # noqa: BLE001 - the shard is then handled as a bad shard
             payloads.append(b"")
             errors.append(f"{failures.read_failure(exc, unit['uri'])} (while scoring)")
@@ -46,6 +53,37 @@ def read_unit(batch: pa.Table, input_root: str, s3: S3Config) -> pa.Table:
             REPORTS: pa.array(["[]"] * len(payloads), type=pa.string()),
         }
     )
+
+
+class NotAsPlanned(ValueError):
+    """The file a unit reads is not the one the plan saw: its footer's rows or column types
+    differ from the plan's (from a previous manifest's record of the file, which the plan trusts
+    where the listing agrees with it, or from a footer whose row count is false)."""
+
+
+def _check_plan(parquet, unit: dict) -> None:
+    """Raise `NotAsPlanned` unless the footer declares the shard's planned rows, those rows are
+    its row groups' rows, the columns the unit reads have their canonical types and the file's
+    column types are the planned ones (`units.columns_digest`): the plan
+    took these from a previous manifest where it vouched for the file, and a false record must
+    neither lose rows without a word nor hand a metric a column of another type."""
+    from ray_jobs.storage.shard_checks import footer_rows_problem
+    from scoring.schema import wrong_type
+
+    declared = parquet.metadata.num_rows
+    if "rows" in unit and declared != unit["rows"]:
+        raise NotAsPlanned(f"its footer declares {declared} rows, the plan {unit['rows']} "
+                           "(the previous manifest's record of the file is false)")
+    problem = footer_rows_problem(parquet.metadata)
+    if problem is not None:
+        raise NotAsPlanned(problem)
+    wrong = wrong_type(unit["columns"], parquet.schema_arrow)
+    if wrong is not None:
+        raise NotAsPlanned(f"column '{wrong[0]}' has type {wrong[1]}, expected {wrong[2]}")
+    schema = parquet.schema_arrow
+    if "schema" in unit and columns_digest({name: str(schema.field(name).type) for name in schema.names}) != unit["schema"]:
+        raise NotAsPlanned("its columns or their types differ from the plan's "
+                           "(the previous manifest's record of the file is false)")
 
 
 def _read_range(parquet, start: int, stop: int, columns: list[str]) -> pa.Table:

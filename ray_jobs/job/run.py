@@ -13,7 +13,7 @@ from typing import Any
 
 from ray_jobs.config import JobConfig
 from ray_jobs.job import check as check_stage
-from ray_jobs.job import cluster, id_index, layout
+from ray_jobs.job import cluster, id_index, layout, vouch
 from ray_jobs.job.commit import commit_metric
 from ray_jobs.job.errors import JobError
 from ray_jobs.job.manifest import build_manifest, previous_manifest, write_manifest
@@ -54,15 +54,15 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
     needed = tuple(dict.fromkeys(c for metric in metrics for c in metric.read_columns))
     with meter.waiting():
         previous, previous_problem = previous_manifest(out_fs, config)
-        shards, bad, not_read = read_shards(config, in_fs, needed, previous)
-        _refuse_bad(skip_bad, bad)
-        if not shards:
-            raise JobError(f"every shard under {config.input} is bad")
-        present = {column for shard in shards for column in shard.columns}
-        for metric in metrics:  # a metric no shard has the columns for: exit 2 before any work
-            applicability.check_columns(metric.label, metric.score_needs, present, "absent from every input shard")
+        shards, bad, not_read = _read_input(config, in_fs, needed, previous, metrics)
         writes.probe_writable(out_fs, config.output)
         tree = listing.list_tree(out_fs, config.output)
+        vouched = previous is None
+        if previous is not None:  # numbers of the right type may still be false (`vouch.py`)
+            false, vouched = vouch.false_record(config, previous, shards, tree, in_fs, needed)
+            if false is not None:  # set aside whole: every footer read, as without a manifest
+                previous, previous_problem = None, false
+                shards, bad, not_read = _read_input(config, in_fs, needed, None, metrics)
         layout.refuse_folded_outputs(config, [s.info for s in shards], tree)  # renamed by case only, on macOS/Windows
         writes.clean_leftovers(out_fs, config.output, tree=tree)
         manifest_uri = layout.manifest_uri(config.output)
@@ -72,7 +72,7 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
 
     # 2. check: ids per shard and across shards, in the workers; only the shards the id index
     #    does not know are read (all of them without a usable index)
-    duplicates = _carried_duplicates(previous, shards)
+    duplicates = _carried_duplicates(previous, shards) if vouched else None  # a record not corroborated: ids checked
     id_check: dict[str, Any] = {"index": "not needed", "id_columns_read": 0, "index_written": False}
     if duplicates is None:
         session.ensure()
@@ -152,6 +152,19 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
             raise applicability.NotApplicable(
                 applicability.no_row_message(label, report["rows_out"], report.get("skip_reasons") or {}))
     return written
+
+
+def _read_input(config: JobConfig, in_fs, needed, previous, metrics):
+    """`read_shards`, then the bad shards refused (unless skipped) and every metric checked
+    to find its columns in some shard (exit 2 before any work)."""
+    shards, bad, not_read = read_shards(config, in_fs, needed, previous)
+    _refuse_bad(config.skip_bad_shards, bad)
+    if not shards:
+        raise JobError(f"every shard under {config.input} is bad")
+    present = {column for shard in shards for column in shard.columns}
+    for metric in metrics:  # a metric no shard has the columns for
+        applicability.check_columns(metric.label, metric.score_needs, present, "absent from every input shard")
+    return shards, bad, not_read
 
 
 def _listed_after(out_fs, output: str, plans, committed, tree, wrote: bool) -> dict[str, Any]:

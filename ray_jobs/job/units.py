@@ -8,6 +8,7 @@ whose part is written staged (`staged_units`). Each stage parses it once (`unit_
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -31,7 +32,8 @@ def build_units(plans, carried_of) -> list[dict[str, str]]:
                 if unit is None:
                     unit = units[(rel, start, stop)] = {
                         "uri": shard.info.uri, "rel": rel, "etag": shard.info.etag, "size": shard.info.size,
-                        "version": shard.version, "start": start, "stop": stop, "columns": [], "labels": [],
+                        "version": shard.version, "rows": shard.num_rows, "schema": columns_digest(shard.columns),
+                        "start": start, "stop": stop, "columns": [], "labels": [],
                         "previous": {}, "staged": [], "_shard_columns": shard.columns,
                     }
                 unit["labels"].append(label)
@@ -66,3 +68,9 @@ def unit_of(text: str) -> dict[str, Any]:
 def where(unit: dict[str, Any]) -> str:
     """The unit named for a message: its shard and row range."""
     return f"{unit['rel']} rows {unit['start']}-{unit['stop']}"
+
+
+def columns_digest(columns: dict[str, str]) -> str:
+    """A short digest of a shard's column types (`plan.Shard.columns`), which each unit carries
+    so the worker can tell the file it reads from the one the plan saw."""
+    return hashlib.sha256(json.dumps(columns, sort_keys=True).encode()).hexdigest()[:16]

@@ -50,15 +50,17 @@ def verify_metric(plan: MetricPlan, committed: CommitResult, reports: list[dict]
                     )
                 errors = int(report.get("errors", 0))
                 skipped = int(report.get("skipped", 0))
+                retry = int(report.get("retry", 0))
             else:
                 if found is None:
                     raise JobError(f"metric {label}: kept part {uri} of {cover.uri} vanished during the run")
                 errors = kept_errors.get(origin, 0)
                 skipped = kept_skipped.get(origin, 0)
+                retry = 0  # kept: complete, so none to retry
             result.rows_error += errors
             result.rows_out += part.rows
             record["parts"][part.filename()] = {"rows": part.rows, "errors": errors, "skipped": skipped,
-                                                "size": found.size, "etag": found.etag}
+                                                "retry": retry, "size": found.size, "etag": found.etag}
         if sum(part.rows for part, _ in cover.parts) != cover.num_rows:
             raise JobError(f"metric {label}: {cover.uri}: output rows differ from its {cover.num_rows} input rows")
         result.parts[cover.rel] = record

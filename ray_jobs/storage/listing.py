@@ -5,6 +5,8 @@ etag, from one paged LIST per prefix (no HEAD per object). A missing input raise
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,9 +105,10 @@ class Shards(list):
     """The input shards (`ShardInfo`), and `not_read`: the files under the input named like
     Parquet that are no shard (`looks_like_parquet`), so the job can say it left them out."""
 
-    def __init__(self, shards=(), not_read=()):
+    def __init__(self, shards=(), not_read=(), unusable=()):
         super().__init__(shards)
         self.not_read = list(not_read)
+        self.unusable = list(unusable)  # (uri, rel, why): shard names that are no regular file (`_not_a_file`)
 
 
 def looks_like_parquet(path: str) -> bool:
@@ -145,9 +148,29 @@ def _list_shards(uri: str, fs) -> Shards:
         if not is_data_file(path):
             continue
         rel = path[len(root) :].lstrip("/")
+        why = None if is_s3(uri) or info.get("type") == "file" else _not_a_file(path)
+        if why is not None:
+            shards.unusable.append((to_uri(path, uri), rel, why))
+            continue
         etag = str(info.get("ETag") or info.get("etag") or "").strip('"') if is_s3(uri) else ""
         shards.append(ShardInfo(uri=to_uri(path, uri), rel=rel, size=int(info.get("size") or 0), etag=etag or _md5(fs, path)))
     return shards
+
+
+def _not_a_file(path: str) -> str | None:
+    """Why a local name listed as no plain file (a symlink, FIFO, socket or device) is no shard,
+    or None when it is a symlink to a regular file (read as that file). Reading a FIFO would
+    wait forever and a symlink in a loop or to nowhere would fail the whole listing, so each is
+    one bad shard naming itself."""
+    try:
+        found = os.stat(path)
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror or type(exc).__name__} (a symbolic link that leads nowhere or in a loop)"
+    if stat.S_ISREG(found.st_mode):
+        return None
+    if stat.S_ISDIR(found.st_mode):
+        return "a symbolic link to a folder, which the listing does not follow: not read"
+    return "not a regular file (a FIFO, socket or device): not read"
 
 
 def output_files(uri: str, tree: dict[str, dict[str, Any]]) -> list[ListedFile]:

@@ -49,10 +49,16 @@ def check_shard(info: ShardInfo, fs, needed: tuple[str, ...], read_ids: bool = T
             parquet = pq.ParquetFile(handle, pre_buffer=PYTHON_FILE_READS["pre_buffer"])
             schema = parquet.schema_arrow
             num_rows = parquet.metadata.num_rows
+            twice = next((name for name in schema.names if schema.names.count(name) > 1), None)
+            if twice is not None:
+                raise BadShard(info.uri, f"column '{twice}' appears more than once (column names must be unique)")
+            grouped = footer_rows_problem(parquet.metadata)
+            if grouped is not None:
+                raise BadShard(info.uri, grouped)
             columns = {name: str(schema.field(name).type) for name in schema.names}
             for column in REQUIRED_COLUMNS:
                 if column not in columns:
-                    raise BadShard(info.uri, f"missing required column '{column}' (has: {', '.join(schema.names)})")
+                    raise BadShard(info.uri, f"missing required column '{column}' (has: {_names(schema.names)})")
             carried = [c for c in carried_columns(columns) if c != "id"]
             wrong = wrong_type(dict.fromkeys([*REQUIRED_COLUMNS, *needed, *carried]), schema)
             if wrong is not None:
@@ -69,6 +75,25 @@ def check_shard(info: ShardInfo, fs, needed: tuple[str, ...], read_ids: bool = T
                 ids = id_column.to_pylist()
     except BadShard:
         raise
+    except UnicodeDecodeError as exc:  # Arrow decodes the footer's names as UTF-8
+        raise BadShard(info.uri, "its footer holds a name (a column's?) that is not valid UTF-8") from exc
     except Exception as exc:  # noqa: BLE001 - any read failure names the shard
         raise BadShard(info.uri, read_failure(exc, info.uri), transient=is_transient(exc)) from exc
     return ShardCheck(info=info, num_rows=num_rows, columns=columns, ids=ids)
+
+
+def footer_rows_problem(metadata) -> str | None:
+    """What is false in a footer's row count, or None: the rows it declares must be the sum of
+    its row groups' rows (a file whose footer says otherwise would have rows scored twice or
+    never, as the job reads row ranges by row group)."""
+    groups = sum(metadata.row_group(index).num_rows for index in range(metadata.num_row_groups))
+    if groups != metadata.num_rows or metadata.num_rows < 0:
+        return f"footer declares {metadata.num_rows} rows but its row groups hold {groups}"
+    return None
+
+
+def _names(names: list[str], shown: int = 20, longest: int = 80) -> str:
+    """Column names for a message: the first `shown`, each cut at `longest` characters, and how
+    many more (a dump of 100,000 columns or one name of a megabyte is one short line)."""
+    cut = [name if len(name) <= longest else name[:longest] + "..." for name in names[:shown]]
+    return ", ".join(cut) + (f" and {len(names) - shown} more" if len(names) > shown else "")
