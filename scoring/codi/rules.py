@@ -25,7 +25,9 @@ PyPI; its version goes into the metric signature). Differences, on purpose and d
 
 from __future__ import annotations
 
+import math
 import re
+import reprlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Sequence
@@ -87,19 +89,28 @@ def length_interval(mode: str, n: float, n2: float | None = None) -> tuple[int, 
 
 
 def check_length_label(interval) -> tuple[float, float]:
-    """A length label [lo, hi]: two non-negative numbers with lo <= hi. ValueError naming
-    the problem otherwise (an inverted [20, 3] would make every response fail silently)."""
+    """A length label [lo, hi]: two finite non-negative numbers with lo <= hi. ValueError naming
+    the problem otherwise (an inverted [20, 3] would make every response fail silently, and an
+    upper bound of 1e309, read as infinity, every one pass)."""
     if not isinstance(interval, (list, tuple)) or len(interval) != 2:
-        raise ValueError(f"length constraint 'label' must be [lo, hi], got {interval!r}")
+        raise ValueError(f"length constraint 'label' must be [lo, hi], got {short_repr(interval)}")
     lo, hi = interval
     for value in (lo, hi):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-            raise ValueError(f"length constraint 'label' must hold two numbers, got {list(interval)!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and not math.isfinite(value)):
+            raise ValueError(f"length constraint 'label' must hold two finite numbers, got {short_repr(list(interval))}")
     if lo < 0:
         raise ValueError(f"length constraint 'label' {list(interval)!r} has a negative lower bound")
     if lo > hi:
         raise ValueError(f"length constraint 'label' {list(interval)!r} is inverted: lower bound {lo} > upper bound {hi}")
     return lo, hi
+
+
+def short_repr(value) -> str:
+    """`repr(value)` cut to a few items and characters (a label may be anything a dump holds)."""
+    short = reprlib.Repr()
+    short.maxlist = short.maxdict = 4
+    short.maxstring = short.maxother = short.maxlong = 40
+    return short.repr(value)
 
 
 def check_length(words: int, interval: Sequence[float]) -> bool:
