@@ -97,7 +97,7 @@ def check_length_label(interval) -> tuple[float, float]:
     lo, hi = interval
     for value in (lo, hi):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and not math.isfinite(value)):
-            raise ValueError(f"length constraint 'label' must hold two finite numbers, got {short_repr(list(interval))}")
+            raise ValueError(f"length constraint 'label' must hold two numbers, both finite, got {short_repr(list(interval))}")
     if lo < 0:
         raise ValueError(f"length constraint 'label' {list(interval)!r} has a negative lower bound")
     if lo > hi:
