@@ -76,8 +76,10 @@ class RowMetric(ABC):
     @abstractmethod
     def score_valid(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """Score rows that passed `validate`. Returns one dict per row with the output
-        columns, optionally a `warning` string (e.g. truncation). May raise `RowError`
-        naming the offending row (its index within `rows`)."""
+        columns, optionally a `warning` string (e.g. truncation), or with an `error` string
+        instead of scores for a row found unscorable only while scoring it (its scores are
+        dropped; the other rows keep theirs). May raise `RowError` naming the offending row
+        (its index within `rows`)."""
 
     # ----- optional two-stage protocol (module docstring) --------------------------------
     def prepare(self, rows: Sequence[dict[str, Any]]) -> "pa.Table":
@@ -371,6 +373,9 @@ class RowMetric(ABC):
                     f"metric {self.name} returned {len(scored)} results for {len(indices)} rows"
                 )
             for index, values in zip(indices, scored):
+                if values.get(ERROR):  # the metric found this row unscorable while scoring it
+                    results[index] = self.empty_result(values[ERROR])
+                    continue
                 result = {column: values.get(column) for column in self.output_columns}
                 result[ERROR] = None
                 result[WARNING] = values.get(WARNING)

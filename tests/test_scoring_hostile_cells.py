@@ -231,3 +231,26 @@ def test_convert_jsonl_field_name_with_a_lone_surrogate(tmp_path, cli):
     report = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))
     assert report["ignored_fields"] == ["\\ud800x", "human_\\udfff"]
     assert pq.read_table(tmp_path / "out.parquet").column_names == ["id", "text"]
+
+
+# ----- scores that are 0/0 --------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_roberta(tmp_path_factory):
+    from ctgscore.testing.tiny_models import build_roberta
+
+    return str(build_roberta(tmp_path_factory.mktemp("tiny-roberta") / "roberta", seed=4))
+
+
+@pytest.mark.parametrize(("text", "references"), [("</s>", ["the cat sat"]), ("<s></s>", ["the cat sat"]),
+                                                  ("the cat sat", ["</s>"]), ("the cat sat", ["a cat", "<s>"])])
+def test_bertscore_text_of_special_tokens_only_is_a_row_error_not_nan(tiny_roberta, text, references):
+    """Only special tokens, which weigh 0, made P or R 0/0: NaN scores (and F 0, as the bert-score
+    package writes them) in an error-free row, and a NaN mean in `ctgscore score`'s summary."""
+    import math
+
+    metric = build_metric("bertscore", {"model": tiny_roberta, "layer": 2})
+    out = metric.score_rows([{"id": "good", "text": "the cat sat", "references": ["a cat sat"]},
+                             {"id": "bad", "text": text, "references": references}])
+    assert all(math.isfinite(out[0][c]) for c in metric.output_columns)
+    assert all(out[1][c] is None for c in metric.output_columns), out[1]
+    assert "weighs 0" in out[1]["error"]
