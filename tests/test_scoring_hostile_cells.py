@@ -254,3 +254,47 @@ def test_bertscore_text_of_special_tokens_only_is_a_row_error_not_nan(tiny_rober
     assert all(math.isfinite(out[0][c]) for c in metric.output_columns)
     assert all(out[1][c] is None for c in metric.output_columns), out[1]
     assert "weighs 0" in out[1]["error"]
+
+
+# ----- columns of Arrow type null ---------------------------------------------------------------
+def _null_typed_dump(folder):
+    """Two shards: in the first, `references`, `system` and `human_x` are all None as pandas
+    writes them (Arrow type null); in the second they hold values."""
+    folder.mkdir()
+    pq.write_table(pa.table({"id": ["a", "b"], "text": ["the cat sat", "a dog"], "references": pa.nulls(2),
+                             "system": pa.nulls(2), "human_x": pa.nulls(2)}), folder / "part-0.parquet")
+    pq.write_table(pa.table({"id": ["c", "d"], "text": ["the cat sat", "a dog"], "references": [["a cat sat"], ["a dog"]],
+                             "system": ["A", "B"], "human_x": [1.0, 2.0]}), folder / "part-1.parquet")
+
+
+def test_score_a_column_of_type_null_is_a_column_of_nulls(tmp_path, cli):
+    """Such a column refused its shard ("column 'references' is null, expected list<string>"),
+    and a folder holding it beside a typed shard was "cannot read it as Parquet (Unsupported
+    cast from list<element: string> to null)" for every shard."""
+    _null_typed_dump(tmp_path / "dump")
+    for source in (tmp_path / "dump", tmp_path / "dump" / "part-0.parquet"):
+        proc = cli(["score", "-m", "text_stats", "-i", source, "-o", tmp_path / "out.parquet", "--no-progress"])
+        assert proc.returncode == 0, proc.stderr
+    proc = cli(["score", "-m", "chrf", "-i", tmp_path / "dump", "-o", tmp_path / "out.parquet", "--no-progress"])
+    assert proc.returncode == 0, proc.stderr
+    out = pq.read_table(tmp_path / "out.parquet").to_pylist()
+    assert [(row["id"], row["system"], row["human_x"], row["skipped"]) for row in out] == [
+        ("a", None, None, "no references"), ("b", None, None, "no references"), ("c", "A", 1.0, None), ("d", "B", 2.0, None)]
+    assert out[2]["chrf"] == build_metric("chrf", {}).score_rows([{"text": "the cat sat", "references": ["a cat sat"]}])[0]["chrf"]
+
+
+@pytest.mark.timeout(300)
+def test_job_a_column_of_type_null_is_a_column_of_nulls(ray_local, ray_address, tmp_path):
+    """The job's shard check refused such a shard as a bad shard, by the same rule."""
+    from ray_jobs.config import parse_config
+    from ray_jobs.score_corpus import run_job
+
+    _null_typed_dump(tmp_path / "dump")
+    config = parse_config({"input": str(tmp_path / "dump"), "output": str(tmp_path / "out"), "metrics": [{"name": "chrf"}],
+                           "batch_size": 4, "pool": {"min_size": 1, "max_size": 1, "num_cpus": 0.5},
+                           "progress": False, "ray": {"address": ray_address}})
+    manifest = run_job(config)
+    assert not manifest.get("bad_shards"), manifest["bad_shards"]
+    out = {row["id"]: row for row in pq.read_table(tmp_path / "out" / "chrf").to_pylist()}
+    assert {key: (row["system"], row["human_x"], row["skipped"]) for key, row in out.items()} == {
+        "a": (None, None, "no references"), "b": (None, None, "no references"), "c": ("A", 1.0, None), "d": ("B", 2.0, None)}
