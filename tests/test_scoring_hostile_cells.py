@@ -298,3 +298,30 @@ def test_job_a_column_of_type_null_is_a_column_of_nulls(ray_local, ray_address, 
     out = {row["id"]: row for row in pq.read_table(tmp_path / "out" / "chrf").to_pylist()}
     assert {key: (row["system"], row["human_x"], row["skipped"]) for key, row in out.items()} == {
         "a": (None, None, "no references"), "b": (None, None, "no references"), "c": ("A", 1.0, None), "d": ("B", 2.0, None)}
+
+
+# ----- only the head of a text is tokenised -----------------------------------------------------
+class _Longest:
+    """Wraps a tokenizer call and records the longest text it was handed."""
+
+    def __init__(self, call):
+        self.call, self.longest = call, 0
+
+    def __call__(self, texts, *args, **kwargs):
+        self.longest = max([self.longest, *(len(t) for t in texts if isinstance(t, str))])
+        return self.call(texts, *args, **kwargs)
+
+
+@pytest.mark.parametrize("column", ["text", "source"])
+def test_gptscore_tokenises_only_the_head_of_a_text_past_max_length(tiny_models, monkeypatch, column):
+    """gptscore tokenised the whole of a 1 MB cell (seconds of CPU per row) only to find it longer
+    than `max_length`; the row is the same error, from the text's head."""
+    metric = build_metric("gptscore", {"model": tiny_models["gpt2"]})
+    literal = metric.scorer.literal
+    recorder = _Longest(literal.tokenizer)
+    monkeypatch.setattr(literal, "tokenizer", recorder)
+    long_value = "the cat sat on the mat . " * 40_000  # 1,000,000 characters
+    out = metric.score_rows([_row(id="good"), _row(**{column: long_value})])
+    assert out[0]["error"] is None
+    assert "is longer than max_length 1024" in out[1]["error"]
+    assert recorder.longest < 100_000, recorder.longest
