@@ -66,11 +66,16 @@ def _map_problem(column: str, value: Any) -> str | None:
         pairs = value
     else:
         return f"field '{column}' must be a map of strings (aspect -> value), got {_kind(value)}"
+    seen: set[Any] = set()
     for pair in pairs:
         if not isinstance(pair, (list, tuple)) or len(pair) != 2:
             return f"field '{column}' must be a map of strings (aspect -> value), got an item {_kind(pair)}"
         key, item = pair
         problem = _string_item_problem(column, key, "key")
+        if problem is None:
+            if key in seen:  # an Arrow map may repeat a key; a dict would keep its last value
+                return f"field '{column}' names the key {key[:40]!r} twice"
+            seen.add(key)
         if problem is None and item is not None:
             problem = _string_item_problem(column, item, f"value of {str(key)[:40]!r}")
         if problem is not None:

@@ -325,3 +325,20 @@ def test_gptscore_tokenises_only_the_head_of_a_text_past_max_length(tiny_models,
     assert out[0]["error"] is None
     assert "is longer than max_length 1024" in out[1]["error"]
     assert recorder.longest < 100_000, recorder.longest
+
+
+def test_attributes_naming_an_aspect_twice_is_a_row_error(tmp_path, cli):
+    """An Arrow map may hold a key twice; the row was scored against the last value silently."""
+    from ctgscore.testing.tiny_classifier import build_tiny_classifier
+
+    model = str(build_tiny_classifier(tmp_path / "sent", ["neg", "pos"], bias=[0.0, 5.0]))
+    attributes = pa.array([[("sentiment", "pos")], [("sentiment", "neg"), ("sentiment", "pos")]],
+                          pa.map_(pa.string(), pa.string()))
+    pq.write_table(pa.table({"id": ["good", "twice"], "text": ["a text", "a text"], "attributes": attributes}),
+                   tmp_path / "in.parquet")
+    proc = cli(["score", "-m", "attribute_accuracy", "-i", tmp_path / "in.parquet", "-o", tmp_path / "out.parquet",
+                "--params", json.dumps({"classifiers": {"sentiment": model}}), "--max-error-rate", "1", "--no-progress"])
+    assert proc.returncode == 0, proc.stderr
+    out = pq.read_table(tmp_path / "out.parquet").to_pylist()
+    assert out[0]["attribute_accuracy"] == 1.0
+    assert out[1]["attribute_accuracy"] is None and out[1]["error"] == "field 'attributes' names the key 'sentiment' twice"
