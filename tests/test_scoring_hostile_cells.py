@@ -364,3 +364,16 @@ def test_convert_csv_holds_no_four_byte_copy_of_the_file(tmp_path):
         tracemalloc.stop()
     assert table.column("id").to_pylist() == ["1", "2"] and len(table.column("text")[0].as_py()) == size
     assert peak < 12 * size, peak / size
+
+
+def test_codi_keeps_no_long_word_in_its_lemma_cache():
+    """Every response word's lemmas were cached, up to 200,000 words of any length: a dump of
+    rows each holding one unique 1 MB word kept 1 MB per row for the life of the process."""
+    from scoring.codi import rules
+
+    rules.lemma_set.cache_clear()
+    constraint = json.dumps({"task": "keyword", "label": ["cat"]})
+    rows = [{"id": str(i), "text": "Sure:\n\nthe cat " + "ab" * 50_000 + str(i), "constraint": constraint} for i in range(5)]
+    out = build_metric("codi", {}).score_rows(rows)
+    assert [row["codi_success"] for row in out] == [1.0] * 5
+    assert rules.lemma_set.cache_info().currsize == 2  # "the" and "cat"

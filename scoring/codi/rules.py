@@ -35,6 +35,7 @@ from typing import Sequence
 WORD_PATTERN = re.compile(r"\w+(?:-\w+)*")
 _PIECE = re.compile(r"\w+")
 MAX_WORDS = 10000  # the "at least" upper bound of the original sets
+LONG_WORD = 64  # characters: a longer word's lemmas are not cached (`word_lemmas`)
 
 LENGTH_MODES = ("equal to", "around", "at most", "at least", "between")
 
@@ -120,8 +121,7 @@ def check_length(words: int, interval: Sequence[float]) -> bool:
 
 
 # ----- keywords ----------------------------------------------------------------------------
-@lru_cache(maxsize=200_000)
-def lemma_set(word: str) -> frozenset[str]:
+def _lemmas(word: str) -> frozenset[str]:
     """Lemmas of the first \\w+ piece of `word`, lower-cased (see module docstring)."""
     from lemminflect import getAllLemmas, getAllLemmasOOV
 
@@ -138,11 +138,20 @@ def lemma_set(word: str) -> frozenset[str]:
     return frozenset(lemmas)
 
 
+lemma_set = lru_cache(maxsize=200_000)(_lemmas)  # the lemmas of words up to LONG_WORD characters, cached
+
+
+def word_lemmas(word: str) -> frozenset[str]:
+    """`lemma_set(word)`; a word longer than LONG_WORD characters (no dictionary word is) is not
+    cached: a dump of rows each holding one unique 1 MB word would keep them all in memory."""
+    return _lemmas(word) if len(word) > LONG_WORD else lemma_set(word)
+
+
 def response_lemmas(text: str) -> frozenset[str]:
     """Union of the lemma sets of the response's words (regex \\w+(?:-\\w+)*, lower-cased)."""
     lemmas: set[str] = set()
     for word in WORD_PATTERN.findall(text.lower()):
-        lemmas |= lemma_set(word)
+        lemmas |= word_lemmas(word)
     return frozenset(lemmas)
 
 
@@ -169,9 +178,9 @@ def check_keywords(text: str, label: Sequence[str], anti_label: str | None = Non
         alternatives = keyword_alternatives(item)
         if not alternatives:
             raise ValueError(f"empty keyword item in {list(label)!r}")
-        if any(lemma_set(word) & lemmas for word in alternatives):
+        if any(word_lemmas(word) & lemmas for word in alternatives):
             found.append(item)
         else:
             missing.append(item)
-    anti_present = bool(anti_label) and bool(lemma_set(anti_label) & lemmas)
+    anti_present = bool(anti_label) and bool(word_lemmas(anti_label) & lemmas)
     return KeywordResult(not missing and not anti_present, found, missing, anti_present)
