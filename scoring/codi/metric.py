@@ -86,7 +86,7 @@ def _check_keywords(constraint: dict[str, Any]) -> None:
         raise ValueError("keyword constraint 'label' must be a list")
     for index, item in enumerate(label):
         if not isinstance(item, str) or not rules.keyword_alternatives(item):
-            found = "a blank string" if isinstance(item, str) else type(item).__name__
+            found = "a blank string" if isinstance(item, str) else "null" if item is None else type(item).__name__
             raise ValueError(f"keyword constraint 'label' must hold keywords (strings); item {index} is {found}")
     anti = constraint.get("anti_label")
     if anti is not None and not isinstance(anti, str):
