@@ -204,6 +204,15 @@ def test_library_output_table_with_a_lone_surrogate_in_a_carried_column():
     assert out[1]["system"] is None and out[1]["text_stats_words"] is None
 
 
+def test_library_output_table_with_a_lone_surrogate_in_a_read_column():
+    """The row key hashes the columns the metric reads: a lone surrogate in `text` was a
+    UnicodeEncodeError there, after scoring, for the whole table."""
+    metric = build_metric("text_stats", {})
+    out = metric.output_table([_row(id="good"), _row(id="bad", text="x \ud800")]).to_pylist()
+    assert out[0]["error"] is None and out[1]["error"].startswith("field 'text' is not valid UTF-8")
+    assert out[0]["row_key"] != out[1]["row_key"] and len(out[1]["row_key"]) == 24
+
+
 # ----- convert ----------------------------------------------------------------------------------
 def test_convert_jsonl_lone_surrogate_escape_drops_the_row(tmp_path, cli):
     """`"\\ud800"` is valid JSON and reads as a lone surrogate, which no Parquet string can hold:
