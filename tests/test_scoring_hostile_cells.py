@@ -386,3 +386,22 @@ def test_codi_keeps_no_long_word_in_its_lemma_cache():
     out = build_metric("codi", {}).score_rows(rows)
     assert [row["codi_success"] for row in out] == [1.0] * 5
     assert rules.lemma_set.cache_info().currsize == 2  # "the" and "cat"
+
+
+# ----- CTRLEval coherence masks every sentence ---------------------------------------------------
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("The cat sat. " * 20_000, "20000 sentences, more than 512"),  # 260 kB: was about 10 min of CPU on the tiny model
+    ("The cat sat on the mat. " * 200 + "x" * 900_000, "masked copies would hold"),  # 200 copies of 905 kB
+])
+def test_ctrleval_coherence_refuses_a_text_of_too_many_sentences(tiny_models, text, fragment):
+    """Coherence builds one masked copy of the text per sentence and runs one model pass per
+    copy: a cell of many sentences cost minutes to hours and gigabytes for one row."""
+    import time
+
+    metric = build_metric("ctrleval", {"model": tiny_models["pegasus"], "iwf": tiny_models["iwf"], "aspects": ["coherence"]})
+    start = time.process_time()
+    out = metric.score_rows([{"id": "good", "text": "The cat sat on the mat. It was warm."}, {"id": "bad", "text": text}])
+    assert time.process_time() - start < 30
+    assert out[0]["error"] is None and out[0]["ctrleval_coherence"] is not None
+    assert out[1]["ctrleval_coherence"] is None and fragment in out[1]["error"], out[1]["error"]
