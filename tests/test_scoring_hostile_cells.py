@@ -405,3 +405,17 @@ def test_ctrleval_coherence_refuses_a_text_of_too_many_sentences(tiny_models, te
     assert time.process_time() - start < 30
     assert out[0]["error"] is None and out[0]["ctrleval_coherence"] is not None
     assert out[1]["ctrleval_coherence"] is None and fragment in out[1]["error"], out[1]["error"]
+
+
+def test_rouge_l_refuses_a_longest_common_subsequence_table_past_its_bound():
+    """rouge-score's ROUGE-L fills a (text words x reference words) table of Python lists: two
+    1 MB cells of short words made one of 10^10 cells, hours and hundreds of GB for one row."""
+    text = " ".join(f"w{i % 500}" for i in range(4000))
+    reference = " ".join(f"w{(i * 7) % 500}" for i in range(4000))
+    rows = [_row(id="good"), _row(text=text, references=[reference])]
+    out = build_metric("rouge", {}).score_rows(rows)
+    assert out[0]["error"] is None and out[0]["rougeL_f"] is not None
+    assert out[1]["rougeL_f"] is None
+    assert out[1]["error"] == ("rougeL: text (4000 words) x references (4000 words) is 16000000 cells of the longest "
+                               "common subsequence table, more than 10000000")
+    assert build_metric("rouge", {"types": ["rouge1", "rouge2"]}).score_rows(rows)[1]["error"] is None  # no table
