@@ -49,6 +49,8 @@ BERTSCORE_TOKEN_BUDGET = 16384
 # CPU time follows padded tokens (and attention their square), so length buckets beat full budgets
 MAX_PADDING = 0.1
 COLUMNS = ("bertscore_p", "bertscore_r", "bertscore_f")
+ZERO_WEIGHT = ("every token of the text or of a reference weighs 0 (only special tokens such as </s>, "
+               "or tokens of idf 0): P or R would be 0/0")
 
 
 def _layer_list(model) -> tuple[Any, str]:
@@ -298,6 +300,11 @@ class BERTScoreMetric(RowMetric):
         scores, flags = self.scorer.score_with_flags([row["text"] for row in rows], [list(row["references"]) for row in rows])
         results = []
         for values, flag in zip(scores, flags):
+            if not all(math.isfinite(value) for value in values):
+                # P or R is 0/0: every token of the text, or of a reference, weighs 0 (only special
+                # tokens such as </s>, or tokens of idf 0); the bert-score package writes NaN and F 0
+                results.append({"error": ZERO_WEIGHT})
+                continue
             result: dict[str, Any] = dict(zip(COLUMNS, values))
             if flag:
                 result["warning"] = f"truncated to max_length={self.scorer.max_length} tokens"

@@ -60,6 +60,12 @@ if TYPE_CHECKING:
 
 VERSION = "1.3"  # 1.3: relevance prompts must hold both slots; a text's own placeholder strings stay text. 1.2: a row gets each aspect whose columns it has
 MASK = "<mask_1>"
+# coherence masks each sentence in turn: one copy of the text and one model pass per sentence.
+# A text past either bound is its row's error (they decide which rows are refused, never a
+# number): no CTRLEval text comes near them, and a 1 MB cell of one-word lines would otherwise
+# build hundreds of gigabytes of copies
+MAX_SENTENCES = 512
+MAX_MASKED_CHARS = 64_000_000  # sentences x characters of the text, the masked copies' size
 # what each aspect reads: coherence the text alone, consistency the prefix, relevance the control label
 ASPECT_INPUTS = {"coherence": ("text",), "consistency": ("text", "prefix"), "relevance": ("text", "attribute")}
 ASPECTS = {"coherence": "coherence", "coh": "coherence", "consistency": "consistency", "cons": "consistency",
@@ -213,6 +219,18 @@ def _bounds(counts: Sequence[int]) -> np.ndarray:
     return bounds
 
 
+def _check_sentence_count(row: int, sentences: Sequence[str], text: str) -> None:
+    """RowError when masking each sentence of `text` would cost too much (MAX_SENTENCES,
+    MAX_MASKED_CHARS)."""
+    count = len(sentences)
+    if count > MAX_SENTENCES:
+        raise RowError(row, f"text has {count} sentences, more than {MAX_SENTENCES} (coherence masks each in turn: "
+                            "one model pass per sentence)")
+    if count * len(text) > MAX_MASKED_CHARS:
+        raise RowError(row, f"text has {count} sentences in {len(text)} characters: their masked copies would hold "
+                            f"{count * len(text)} characters, more than {MAX_MASKED_CHARS}")
+
+
 def masked_source(sentences: Sequence[str], index: int) -> str:
     """The coherence source for sentence `index`: the original's
     `' '.join(before) + ' <mask_1> ' + ' '.join(after)`, edge spaces included."""
@@ -310,6 +328,7 @@ class CTRLEval:
             sentences = split_sentences(text, self.sentence_splitter)
             if not sentences:
                 raise RowError(i, "text has no sentences")
+            _check_sentence_count(i, sentences, text)
             sources += [masked_source(sentences, j) for j in range(len(sentences))]
             targets += sentences
             counts.append(len(sentences))

@@ -29,9 +29,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Sequence
 
-from scoring.errors import RETRY_PREFIX, is_accelerator_error, is_out_of_memory
+from scoring.cell_types import cell_type_problem, writable_value
+from scoring.errors import RETRY_PREFIX, InputError, is_accelerator_error, is_out_of_memory
 from scoring.limits import RowLimits, cell_problem
-from scoring.schema import ERROR, SKIPPED, TEXT, WARNING, carried_columns
+from scoring.schema import ERROR, ID, SKIPPED, TEXT, WARNING, carried_columns
 from scoring.signature import Signature, stable_hash
 
 if TYPE_CHECKING:
@@ -75,8 +76,10 @@ class RowMetric(ABC):
     @abstractmethod
     def score_valid(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """Score rows that passed `validate`. Returns one dict per row with the output
-        columns, optionally a `warning` string (e.g. truncation). May raise `RowError`
-        naming the offending row (its index within `rows`)."""
+        columns, optionally a `warning` string (e.g. truncation), or with an `error` string
+        instead of scores for a row found unscorable only while scoring it (its scores are
+        dropped; the other rows keep theirs). May raise `RowError` naming the offending row
+        (its index within `rows`)."""
 
     # ----- optional two-stage protocol (module docstring) --------------------------------
     def prepare(self, rows: Sequence[dict[str, Any]]) -> "pa.Table":
@@ -237,12 +240,21 @@ class RowMetric(ABC):
                 return f"empty field '{column}'"
         return None
 
+    def check_types(self, row: dict[str, Any]) -> str | None:
+        """Reason a value of `row` is not of its column's type, or None: the columns the metric
+        reads and the carried ones (`scoring.cell_types`: an int text, a string of references,
+        a lone surrogate). Rows read from Parquet always pass; rows given as Python values may
+        not, and must not reach `skip_reason`, `validate` or a tokeniser then."""
+        columns = [*self.read_columns(), *(c for c in carried_columns(row) if c != ID)]
+        return cell_type_problem(row, columns, self.json_columns, self.row_limits)
+
     def check_row(self, row: dict[str, Any]) -> str | None:
-        """Reason this row cannot be scored, or None: first the per-cell caps (`row_limits`,
-        `scoring.limits.cell_problem`: size, list length, JSON depth), so no parser or tokeniser
-        sees an oversized cell, then `validate`. Every caller (`score_rows`, the job's CPU
-        stage) applies this one check."""
-        return cell_problem(row, self.read_columns(), self.row_limits, self.json_columns) or self.validate(row)
+        """Reason this row cannot be scored, or None: first the values' types (`check_types`),
+        then the per-cell caps (`row_limits`, `scoring.limits.cell_problem`: size, list length,
+        JSON depth), so no parser or tokeniser sees an oversized cell, then `validate`. Every
+        caller (`score_rows`, the job's CPU stage) applies this one check."""
+        return (self.check_types(row) or cell_problem(row, self.read_columns(), self.row_limits, self.json_columns)
+                or self.validate(row))
 
     def row_key(self, row: dict[str, Any]) -> str:
         """Hash of the signature and the row content this metric reads: equal keys mean the
@@ -275,6 +287,10 @@ class RowMetric(ABC):
         results: list[dict[str, Any] | None] = [None] * len(rows)
         valid_indices = []
         for index, row in enumerate(rows):
+            mistyped = self.check_types(row)  # before `skip_reason`, which reads the values
+            if mistyped is not None:
+                results[index] = self.empty_result(mistyped)
+                continue
             skip = self.skip_reason(row)
             if skip is not None:
                 results[index] = self.skipped_result(skip)
@@ -306,7 +322,13 @@ class RowMetric(ABC):
         if results is None:
             results = self.score_rows(rows)
         present = carried_columns({name for row in rows for name in row})
-        carried = {name: [row.get(name) for row in rows] for name in present if name != "id"}
+        # a carried value of another type (or holding a lone surrogate) is written as null: its
+        # row's error names the field (`check_types`)
+        carried = {name: [writable_value(name, row.get(name)) for row in rows] for name in present if name != ID}
+        for index, row in enumerate(rows):
+            problem = cell_type_problem({ID: row.get(ID)}, (ID,))
+            if problem is not None:  # the key of the output row: refused, as a shard with such an id is
+                raise InputError(f"row {index}: {problem}")
         return output_table(
             [row.get("id") for row in rows], results, self.output_columns,
             self.signature_string(), [self.row_key(row) for row in rows], carried,
@@ -351,6 +373,9 @@ class RowMetric(ABC):
                     f"metric {self.name} returned {len(scored)} results for {len(indices)} rows"
                 )
             for index, values in zip(indices, scored):
+                if values.get(ERROR):  # the metric found this row unscorable while scoring it
+                    results[index] = self.empty_result(values[ERROR])
+                    continue
                 result = {column: values.get(column) for column in self.output_columns}
                 result[ERROR] = None
                 result[WARNING] = values.get(WARNING)

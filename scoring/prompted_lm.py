@@ -62,7 +62,7 @@ from scoring.models import load_pretrained, load_tokenizer, resolve_model
 from scoring.params import check_choice, check_choices, check_model_args, check_text_list
 from scoring.resources import RESOURCES, resource_path
 from scoring.signature import Signature, library_versions, stable_hash
-from scoring.text_encoding import id_lists
+from scoring.text_encoding import HEAD_MARGIN, id_lists, tokenize_heads
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -193,19 +193,32 @@ class PromptedLM:
             by_text = dict(zip(unique, self.frame.encode(unique)))
         else:
             head = [] if self.start_id is None else [self.start_id]
-            by_text = {p: (head + ids, self.literal.problem(p, ids)) for p, ids in zip(unique, self.literal.ids(unique))}
+            by_text = {p: (head + ids, self.literal.problem(p, ids)) for p, ids in zip(unique, self._head_ids(unique))}
         p_ids = []
         for k, p in enumerate(prompts):
             ids, problem = by_text[p]
             p_ids.append(ids)
             if problem is not None:
                 found[k] = f"prompt {problem}"
-        c_ids = self.literal.ids(continuations)
+        c_ids = self._head_ids(continuations)
         for k, (c, ids) in enumerate(zip(continuations, c_ids)):
             problem = self.literal.problem(c, ids)
             if problem is not None:
                 found.setdefault(k, f"continuation {problem}")
         return p_ids, c_ids, found
+
+    def _head_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Literal ids of each text, read from its head only (`scoring.text_encoding.tokenize_heads`):
+        all of them for a text of at most `max_length` + HEAD_MARGIN tokens, and more than that
+        many for a longer one, which `problems` refuses whatever its rest (a 1 MB cell is not
+        tokenised whole only to be found too long)."""
+        return tokenize_heads(self.literal.ids, list(texts), self.max_length)[0] if texts else []
+
+    def _count(self, ids: Sequence[int]) -> str:
+        """How many tokens `ids` are ("N tokens"; "more than N tokens" for ids read from a long
+        text's head, `_head_ids`)."""
+        bound = self.max_length + HEAD_MARGIN
+        return f"{len(ids)} tokens" if len(ids) <= bound else f"more than {bound} tokens"
 
     def problems(self, prompts: list[list[int]], continuations: list[list[int]],
                  text_problems: dict[int, str] | None = None) -> dict[int, str]:
@@ -219,7 +232,7 @@ class PromptedLM:
             if not c:
                 found[k] = "continuation has no tokens"
             elif len(p) + len(c) > self.max_length:
-                found[k] = (f"prompt ({len(p)} tokens) + continuation ({len(c)} tokens) is longer than "
+                found[k] = (f"prompt ({self._count(p)}) + continuation ({self._count(c)}) is longer than "
                             f"max_length {self.max_length}")
         for what, sequences in (("prompt", prompts), ("continuation", continuations)):
             ragged = Ragged.from_lists(sequences)

@@ -10,6 +10,7 @@ several references each ROUGE type takes the reference with the best F (rouge-sc
 
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
 from scoring.errors import UsageError
@@ -18,6 +19,26 @@ from scoring.signature import Signature, library_versions
 
 VERSION = "1"
 TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
+
+
+# ROUGE-L fills a (text tokens x reference tokens) table of Python lists per reference; past
+# this many cells a row is an error (10^7: seconds and about 100 MB; a summary pair is ~10^4)
+MAX_LCS_CELLS = 10_000_000
+_TOKEN = re.compile(r"[a-z0-9]+")  # rouge-score's tokens: alphanumeric runs of the lower-cased text
+
+
+def _tokens(text: str) -> int:
+    return sum(1 for _ in _TOKEN.finditer(text.lower()))
+
+
+def lcs_problem(text: str, references: Sequence[str]) -> str | None:
+    """Why ROUGE-L's tables for this row would be too large (MAX_LCS_CELLS), or None."""
+    words = _tokens(text)
+    reference_words = sum(_tokens(reference) for reference in references)
+    if words * reference_words <= MAX_LCS_CELLS:
+        return None
+    return (f"rougeL: text ({words} words) x references ({reference_words} words) is {words * reference_words} cells "
+            f"of the longest common subsequence table, more than {MAX_LCS_CELLS}")
 
 
 class RougeMetric(RowMetric):
@@ -51,6 +72,8 @@ class RougeMetric(RowMetric):
         reason = super().validate(row)
         if reason is None and any(not isinstance(r, str) for r in row["references"]):
             return "null reference in 'references'"
+        if reason is None and {"rougeL", "rougeLsum"} & set(self.types):
+            return lcs_problem(row["text"], row["references"])
         return reason
 
     def score_valid(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -82,6 +82,8 @@ def expected_input_type(column: str, dtype: "pa.DataType") -> str | None:
 
     if pa.types.is_dictionary(dtype):  # dictionary-encoded (a pandas category): its values decide
         dtype = dtype.value_type
+    if pa.types.is_null(dtype):  # every value null (pandas writes an all-None column so): fits any type
+        return None
     if column in STRING_COLUMNS:
         return None if (pa.types.is_string(dtype) or pa.types.is_large_string(dtype)) else "string"
     if column in LIST_COLUMNS:
@@ -94,6 +96,31 @@ def expected_input_type(column: str, dtype: "pa.DataType") -> str | None:
     if is_human(column):
         return None if (pa.types.is_floating(dtype) or pa.types.is_integer(dtype)) else "float64"
     return None
+
+
+def canonical_type(column: str) -> "pa.DataType | None":
+    """The Arrow type of canonical input `column` (None for a column of no canonical type)."""
+    import pyarrow as pa
+
+    if column in STRING_COLUMNS:
+        return pa.string()
+    if column in LIST_COLUMNS:
+        return pa.list_(pa.string())
+    if column in MAP_COLUMNS:
+        return pa.map_(pa.string(), pa.string())
+    return pa.float64() if is_human(column) else None
+
+
+def typed_nulls(table: "pa.Table") -> "pa.Table":
+    """`table` with each canonical column of Arrow type null (all values null, as pandas writes
+    an all-None column) given its canonical type, so shards that differ only there concatenate."""
+    import pyarrow as pa
+
+    for index, field in enumerate(table.schema):
+        wanted = canonical_type(field.name)
+        if pa.types.is_null(field.type) and wanted is not None:
+            table = table.set_column(index, pa.field(field.name, wanted), pa.nulls(table.num_rows, wanted))
+    return table
 
 
 def wrong_type(columns, arrow_schema: "pa.Schema") -> tuple[str, "pa.DataType", str] | None:

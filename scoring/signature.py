@@ -9,9 +9,11 @@ from typing import Any
 
 
 def stable_hash(value: Any, length: int = 12) -> str:
-    """Short sha256 of a JSON-serialisable value (key order independent)."""
+    """Short sha256 of a JSON-serialisable value (key order independent). A string holding a
+    lone surrogate (a row given as Python values) hashes too ("surrogatepass": every other string
+    encodes exactly as UTF-8, so no hash changes)."""
     payload = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:length]
+    return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()[:length]
 
 
 def library_versions(*names: str) -> dict[str, str]:

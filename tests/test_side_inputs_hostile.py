@@ -353,7 +353,7 @@ GOOD_LENGTH = b'{"instruction": "Write 10 words", "mode": "around", "label": [8,
      "line 1: the key 'label' is given twice"),
     (b'{"instruction": "a", "mode": "around", "label": [1, ' + b"9" * 5000 + b"]}\n", "line 1: not readable JSON"),
     (b'{"instruction": "a", "label": ' + b"[" * 5000 + b"]" * 5000 + b"}\n", "line 1: not readable JSON (nested too deep)"),
-    (GOOD_LENGTH + b'{"instruction": "a\xff", "mode": "around", "label": [8, 12]}\n', "line 2: not UTF-8 text"),
+    (GOOD_LENGTH + b'{"instruction": "a\xff", "mode": "around", "label": [8, 12]}\n', "not UTF-8 text (line 2, byte 88)"),
 ])
 def test_codi_instruction_set_attacks(tmp_path, instructions, fragment):
     assert_user_error(_codi(tmp_path, instructions), 1, "length_lite.jsonl", fragment)
@@ -362,7 +362,7 @@ def test_codi_instruction_set_attacks(tmp_path, instructions, fragment):
 @pytest.mark.parametrize(("responses", "fragment"), [
     (b'{"index": true, "text": "x"}\n', "index True outside the instruction set"),  # True was row 1
     (b'{"index": 0, "text": "x", "text": "y"}\n', "line 1: the key 'text' is given twice"),
-    (b'{"index": 0, "text": "\xff"}\n', "line 1: not UTF-8 text"),
+    (b'{"index": 0, "text": "\xff"}\n', "not UTF-8 text (line 1, byte 22)"),
 ])
 def test_codi_response_attacks(tmp_path, responses, fragment):
     assert_user_error(_codi(tmp_path, GOOD_LENGTH + GOOD_LENGTH, responses), 1, "length.jsonl", fragment)

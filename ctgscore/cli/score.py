@@ -33,16 +33,44 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
 
 
 def read_input(path: str):
-    """The input Parquet as one Arrow table; an unreadable file is an `InputError` (an
-    inflating one is refused before, by `check_inflation`)."""
+    """The input Parquet (a file, or a folder's shards in path order) as one Arrow table; an
+    unreadable file is an `InputError` naming it (an inflating one is refused before, by
+    `check_inflation`). A column of Arrow type null (pandas writes an all-None column so) takes
+    its canonical type, so a shard where it is all null joins the others (`schema.typed_nulls`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from scoring.schema import typed_nulls
+
     common.check_input_path(path)
+    tables = []
+    for file in input_files(path):
+        try:
+            tables.append(typed_nulls(pq.read_table(file)))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            raise InputError(f"input {file}: cannot read it as Parquet ({exc})") from None
+    if not tables:
+        raise InputError(f"input {path}: no Parquet shard in it (*.parquet)")
     try:
-        return pq.read_table(path)
+        return pa.concat_tables(tables, promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-        raise InputError(f"input {path}: cannot read it as Parquet ({exc})") from None
+        raise InputError(f"input {path}: its shards' columns do not agree ({exc})") from None
+
+
+def input_files(path: str) -> list[str]:
+    """The Parquet files of `path`: itself, or a folder's data files (`schema.is_data_file`:
+    `*.parquet` not starting with `_` or `.`) in path order."""
+    import os
+
+    from scoring.schema import is_data_file
+
+    if not os.path.isdir(path):
+        return [path]
+    files = []
+    for folder, folders, names in os.walk(path):
+        folders[:] = [name for name in folders if not name.startswith((".", "_"))]  # bookkeeping, as Arrow skips it
+        files += [os.path.join(folder, name) for name in names if is_data_file(name)]
+    return sorted(files)
 
 
 def check_inflation(path: str, max_inflation: float) -> None:
@@ -56,12 +84,7 @@ def check_inflation(path: str, max_inflation: float) -> None:
     from scoring.limits import inflation_problem
 
     common.check_input_path(path)
-    if os.path.isdir(path):
-        files = sorted(os.path.join(folder, name) for folder, _, names in os.walk(path)
-                       for name in names if name.endswith(".parquet"))
-    else:
-        files = [path]
-    for file in files:
+    for file in input_files(path):
         try:
             with open(file, "rb") as handle:
                 metadata = pq.ParquetFile(handle).metadata

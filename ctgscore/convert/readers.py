@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import io
 import json
 import pathlib
+import re
 import sys
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from ctgscore.convert.report import ConversionReport
 from scoring import schema
@@ -37,7 +37,7 @@ def read_jsonl(path: str | pathlib.Path, report: ConversionReport) -> list[tuple
     object names a key twice (two `text` values, one of which would vanish), is dropped with its
     reason."""
     records = []
-    for number, line in enumerate(_read_text(pathlib.Path(path)).split("\n"), start=1):
+    for number, line in enumerate(_split_lines(_read_text(pathlib.Path(path)), _NEWLINE), start=1):
         line = line.removeprefix("\ufeff")  # files joined with `cat`: each may start with a BOM
         if not line.strip():
             continue
@@ -61,6 +61,21 @@ def read_jsonl(path: str | pathlib.Path, report: ConversionReport) -> list[tuple
             continue
         records.append((number, value))
     return records
+
+
+_NEWLINE = re.compile("\n")
+_CSV_LINE = re.compile("\r\n|\r|\n")  # universal newlines, as a file opened with newline="" reads lines
+
+
+def _split_lines(text: str, separator: re.Pattern) -> Iterator[str]:
+    """The lines of `text` one at a time, without a list of them all (a copy of the text);
+    `text.split("\n")` for `_NEWLINE`; with `_CSV_LINE`, each line keeps its line end."""
+    start = 0
+    for match in separator.finditer(text):
+        yield text[start:match.end() if separator is _CSV_LINE else match.start()]
+        start = match.end()
+    if start < len(text) or separator is _NEWLINE:
+        yield text[start:]
 
 
 def read_csv(path: str | pathlib.Path, report: ConversionReport, delimiter: str = ",") -> list[tuple[int, dict[str, Any]]]:
@@ -87,7 +102,9 @@ def _field_limit(size: int):
 
 
 def _csv_records(path, text: str, report: ConversionReport, delimiter: str) -> list[tuple[int, dict[str, Any]]]:
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
+    # lines as `io.StringIO(text, newline="")` gives them, one at a time: a StringIO holds a
+    # copy of the whole text at 4 bytes a character
+    reader = csv.reader(_split_lines(text, _CSV_LINE), delimiter=delimiter, strict=True)
     try:
         header = next(reader)
     except StopIteration:

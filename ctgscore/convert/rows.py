@@ -9,6 +9,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ctgscore.convert.report import ConversionReport
 from scoring import schema
+from scoring.cell_types import lone_surrogate
 from scoring.errors import UsageError
 
 CANONICAL_COLUMNS = ("id", "dataset", "doc_id", "system", "source", "prefix", "attribute", "attributes",
@@ -40,11 +41,20 @@ class _Drop(Exception):
     """This row cannot become a canonical row; the message is the reason."""
 
 
+def _check_text(value: str, column: str) -> str:
+    """`value`, or `_Drop` when it holds a lone surrogate (a JSON `"\\ud800"` escape reads as one,
+    and no Parquet string can hold it)."""
+    found = lone_surrogate(value)
+    if found is not None:
+        raise _Drop(f"{column}: not valid UTF-8 ({found})")
+    return value
+
+
 def _as_string(value: Any, column: str) -> str | None:
     if value is None:
         return None
     if isinstance(value, str):
-        return value
+        return _check_text(value, column)
     if isinstance(value, bool):
         raise _Drop(f"{column}: expected a string, got a boolean")
     if isinstance(value, int):
@@ -54,7 +64,7 @@ def _as_string(value: Any, column: str) -> str | None:
             return None
         return str(int(value)) if value.is_integer() else str(value)
     if column == "constraint" and isinstance(value, (dict, list)):
-        return json.dumps(value, ensure_ascii=False, sort_keys=True)
+        return _check_text(json.dumps(value, ensure_ascii=False, sort_keys=True), column)
     raise _Drop(f"{column}: expected a string, got {type(value).__name__}")
 
 
@@ -79,7 +89,7 @@ def _as_references(values: list[Any]) -> list[str] | None:
         for item in items:
             if not isinstance(item, str):
                 raise _Drop(f"references: expected strings, got {type(item).__name__}")
-            refs.append(item)
+            refs.append(_check_text(item, "references"))
     return refs
 
 
@@ -93,7 +103,7 @@ def _as_attributes(value: Any) -> list[tuple[str, str]] | None:
     for key, item in value.items():
         if not isinstance(item, str):
             raise _Drop(f"attributes: value of {key!r} is not a string")
-        out.append((str(key), item))
+        out.append((_check_text(str(key), "attributes"), _check_text(item, "attributes")))
     return out
 
 
@@ -121,13 +131,19 @@ def _as_float(value: Any, column: str) -> float | None:
     return number
 
 
+def _is_rating(name: str) -> bool:
+    """A `human_<aspect>` field that can be a column: its name holds no lone surrogate (a JSON
+    `"human_\\ud800"` key; no Parquet file can name a column so, so it is left out and listed)."""
+    return schema.is_human(name) and lone_surrogate(name) is None
+
+
 def _canonical_row(record: Mapping[str, Any], mapping: Mapping[str, list[str]],
                    warnings: list[str] | None = None) -> dict[str, Any]:
     """One input record as a canonical row (raises `_Drop` with the reason). An unparsable human
     rating becomes null with a warning appended to `warnings`: the generation is kept."""
     sources_used = {f for fields in mapping.values() for f in fields}
     row: dict[str, Any] = {}
-    for column in [*CANONICAL_COLUMNS, *sorted(k for k in set(record) | set(mapping) if schema.is_human(k))]:
+    for column in [*CANONICAL_COLUMNS, *sorted(k for k in set(record) | set(mapping) if _is_rating(k))]:
         if column in mapping:
             values = [record.get(f) for f in mapping[column]]
         elif column in record and column not in sources_used:
@@ -188,8 +204,9 @@ def canonical_rows(
             raise UsageError(f"{', '.join(report.inputs)}: no field {absent[0]!r} (mapped to {target!r} by --map); "
                              f"fields: {', '.join(sorted(seen_fields))}")
     used = {f for fields in mapping.values() for f in fields}
-    report.ignored_fields = sorted(f for f in seen_fields
-                                   if f not in used and f not in CANONICAL_COLUMNS and not schema.is_human(f))
+    # a field name holding a lone surrogate is listed escaped (`\\ud800`): it cannot be printed or written as is
+    report.ignored_fields = sorted(f.encode("utf-8", "backslashreplace").decode("utf-8") for f in seen_fields
+                                   if f not in used and f not in CANONICAL_COLUMNS and not _is_rating(f))
     rows, ids = [], set()
     generate_ids = "id" not in mapping and "id" not in seen_fields
     for number, record in records:

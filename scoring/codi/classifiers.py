@@ -22,6 +22,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from scoring.codi.rules import short_repr
+
 SENTIMENT_LABELS = ("negative sentiment", "neutral sentiment", "positive sentiment")
 EMOTION_LABELS = ("anger", "disgust", "fear", "joy", "sadness", "surprise")
 TOPIC_LABELS = (
@@ -146,7 +148,7 @@ class SequenceClassifier:
         target = (mapping or {}).get(label, label)
         if isinstance(target, int) and not isinstance(target, bool):
             if target not in self.id2label:
-                raise KeyError(f"label {label!r} maps to index {target}, model {self.spec!r} has {len(self.id2label)} labels")
+                raise KeyError(f"label {short_repr(label)} maps to index {target}, model {self.spec!r} has {len(self.id2label)} labels")
             return target
         if target in self.label2id:
             return self.label2id[target]
@@ -154,7 +156,7 @@ class SequenceClassifier:
         if str(target).lower() in lowered:
             return lowered[str(target).lower()]
         raise KeyError(
-            f"label {label!r} (mapped to {target!r}) is not a label of model {self.spec!r}: "
+            f"label {short_repr(label)} (mapped to {short_repr(target)}) is not a label of model {self.spec!r}: "
             f"{sorted(self.label2id)}; set a label map in the config"
         )
 

@@ -29,6 +29,7 @@ from scoring.codi import TASKS
 from scoring.errors import InputError
 from scoring.local_files import refuse_device
 from scoring.strict_json import DuplicateKey, unique_keys
+from scoring.utf8_text import decode_utf8
 
 DATASET = "codi-eval"
 TASK_ALIASES = {"toxicity": "detoxic", "detox": "detoxic", "keywords": "keyword"}
@@ -169,12 +170,7 @@ def read_jsonl(path: pathlib.Path) -> list[dict[str, Any]]:
     (one value would vanish), holds a number past 4,300 digits or nests past the reader fails
     the conversion naming the file and line: an instruction set is used whole or not at all."""
     refuse_device(path, error=ConvertError)
-    data = pathlib.Path(path).read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise ConvertError(f"{path} line {line}: not UTF-8 text (byte {exc.start})") from None
+    text = decode_utf8(pathlib.Path(path).read_bytes(), path, ConvertError)
     rows = []
     for number, line in enumerate(text.split("\n"), start=1):
         line = line.removeprefix("\ufeff")

@@ -26,19 +26,29 @@ from scoring.errors import UsageError
 from scoring.metric import RowMetric
 from scoring.params import check_choice, check_model_args, check_positive_int
 from scoring.signature import Signature, library_versions
+from scoring.strict_json import DuplicateKey, unique_keys
 
 VERSION = "1"
 
 
 def parse_constraint(value: Any) -> dict[str, Any]:
-    """Constraint dict from the JSON column; ValueError with the reason when malformed."""
+    """Constraint dict from the JSON column; ValueError with the reason when malformed: not JSON,
+    a key given twice (`json.loads` would keep the last value silently), a number past Python's
+    4,300 digits, a task or label of another type than the instruction sets write
+    (`scoring.codi.convert`), a length bound that is not a finite number."""
     if isinstance(value, dict):
         constraint = dict(value)
     else:
         try:
-            constraint = json.loads(value)
-        except (TypeError, json.JSONDecodeError) as exc:
+            constraint = json.loads(value, object_pairs_hook=unique_keys)
+        except DuplicateKey as exc:
+            raise ValueError(f"field 'constraint': the key {exc.args[0]!r} is given twice") from None
+        except json.JSONDecodeError as exc:
             raise ValueError(f"field 'constraint' is not JSON: {exc}") from exc
+        except TypeError as exc:
+            raise ValueError(f"field 'constraint' is not JSON: {exc}") from exc
+        except ValueError:  # an integer of more than 4,300 digits
+            raise ValueError("field 'constraint' holds a number too long to read (over 4,300 digits)") from None
         except RecursionError:
             raise ValueError("field 'constraint' nests too deeply to parse") from None
     if not isinstance(constraint, dict):
@@ -46,6 +56,8 @@ def parse_constraint(value: Any) -> dict[str, Any]:
     task = constraint.get("task")
     if task is None:
         raise ValueError("field 'constraint' has no 'task'")
+    if not isinstance(task, str):
+        raise ValueError(f"field 'constraint': 'task' must be a string, got {type(task).__name__}")
     task = TASK_ALIASES.get(task, task)
     if task not in TASKS:
         raise ValueError(f"unknown CoDI task {task!r} in field 'constraint' (known: {', '.join(TASKS)})")
@@ -57,11 +69,28 @@ def parse_constraint(value: Any) -> dict[str, Any]:
     for key in needed:
         if key not in constraint or constraint[key] in (None, "", []):
             raise ValueError(f"constraint of task '{task}' lacks '{key}'")
+        if task in ("sentiment", "topic", "multi") and not isinstance(constraint[key], str):
+            raise ValueError(f"field 'constraint': '{key}' must be a string, got {type(constraint[key]).__name__}")
     if task == "length":
         rules.check_length_label(constraint["label"])
-    if task == "keyword" and not isinstance(constraint["label"], list):
-        raise ValueError("keyword constraint 'label' must be a list")
+    if task == "keyword":
+        _check_keywords(constraint)
     return constraint
+
+
+def _check_keywords(constraint: dict[str, Any]) -> None:
+    """A keyword constraint as the instruction sets write it: `label` a non-empty list of
+    keywords (strings holding a word), `anti_label` (hard level) a string."""
+    label = constraint["label"]
+    if not isinstance(label, list):
+        raise ValueError("keyword constraint 'label' must be a list")
+    for index, item in enumerate(label):
+        if not isinstance(item, str) or not rules.keyword_alternatives(item):
+            found = "a blank string" if isinstance(item, str) else "null" if item is None else type(item).__name__
+            raise ValueError(f"keyword constraint 'label' must hold keywords (strings); item {index} is {found}")
+    anti = constraint.get("anti_label")
+    if anti is not None and not isinstance(anti, str):
+        raise ValueError(f"keyword constraint 'anti_label' must be a string, got {type(anti).__name__}")
 
 
 class CodiMetric(RowMetric):
@@ -155,7 +184,8 @@ class CodiMetric(RowMetric):
             return "sentiment"
         if label in clf.EMOTION_LABELS:
             return "emotion"
-        raise ValueError(f"sentiment label {label!r} is neither a polarity {clf.SENTIMENT_LABELS} nor an emotion {clf.EMOTION_LABELS}")
+        raise ValueError(f"sentiment label {rules.short_repr(label)} is neither a polarity {clf.SENTIMENT_LABELS} "
+                         f"nor an emotion {clf.EMOTION_LABELS}")
 
     def _jobs(self, constraint: dict[str, Any]) -> list[tuple[str, str | None]]:
         """(role, instruction-set label) pairs a row needs judged."""

@@ -25,7 +25,9 @@ PyPI; its version goes into the metric signature). Differences, on purpose and d
 
 from __future__ import annotations
 
+import math
 import re
+import reprlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Sequence
@@ -33,6 +35,7 @@ from typing import Sequence
 WORD_PATTERN = re.compile(r"\w+(?:-\w+)*")
 _PIECE = re.compile(r"\w+")
 MAX_WORDS = 10000  # the "at least" upper bound of the original sets
+LONG_WORD = 64  # characters: a longer word's lemmas are not cached (`word_lemmas`)
 
 LENGTH_MODES = ("equal to", "around", "at most", "at least", "between")
 
@@ -87,19 +90,28 @@ def length_interval(mode: str, n: float, n2: float | None = None) -> tuple[int, 
 
 
 def check_length_label(interval) -> tuple[float, float]:
-    """A length label [lo, hi]: two non-negative numbers with lo <= hi. ValueError naming
-    the problem otherwise (an inverted [20, 3] would make every response fail silently)."""
+    """A length label [lo, hi]: two finite non-negative numbers with lo <= hi. ValueError naming
+    the problem otherwise (an inverted [20, 3] would make every response fail silently, and an
+    upper bound of 1e309, read as infinity, every one pass)."""
     if not isinstance(interval, (list, tuple)) or len(interval) != 2:
-        raise ValueError(f"length constraint 'label' must be [lo, hi], got {interval!r}")
+        raise ValueError(f"length constraint 'label' must be [lo, hi], got {short_repr(interval)}")
     lo, hi = interval
     for value in (lo, hi):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-            raise ValueError(f"length constraint 'label' must hold two numbers, got {list(interval)!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and not math.isfinite(value)):
+            raise ValueError(f"length constraint 'label' must hold two numbers, both finite, got {short_repr(list(interval))}")
     if lo < 0:
         raise ValueError(f"length constraint 'label' {list(interval)!r} has a negative lower bound")
     if lo > hi:
         raise ValueError(f"length constraint 'label' {list(interval)!r} is inverted: lower bound {lo} > upper bound {hi}")
     return lo, hi
+
+
+def short_repr(value) -> str:
+    """`repr(value)` cut to a few items and characters (a label may be anything a dump holds)."""
+    short = reprlib.Repr()
+    short.maxlist = short.maxdict = 4
+    short.maxstring = short.maxother = short.maxlong = 40
+    return short.repr(value)
 
 
 def check_length(words: int, interval: Sequence[float]) -> bool:
@@ -109,8 +121,7 @@ def check_length(words: int, interval: Sequence[float]) -> bool:
 
 
 # ----- keywords ----------------------------------------------------------------------------
-@lru_cache(maxsize=200_000)
-def lemma_set(word: str) -> frozenset[str]:
+def _lemmas(word: str) -> frozenset[str]:
     """Lemmas of the first \\w+ piece of `word`, lower-cased (see module docstring)."""
     from lemminflect import getAllLemmas, getAllLemmasOOV
 
@@ -127,11 +138,20 @@ def lemma_set(word: str) -> frozenset[str]:
     return frozenset(lemmas)
 
 
+lemma_set = lru_cache(maxsize=200_000)(_lemmas)  # the lemmas of words up to LONG_WORD characters, cached
+
+
+def word_lemmas(word: str) -> frozenset[str]:
+    """`lemma_set(word)`; a word longer than LONG_WORD characters (no dictionary word is) is not
+    cached: a dump of rows each holding one unique 1 MB word would keep them all in memory."""
+    return _lemmas(word) if len(word) > LONG_WORD else lemma_set(word)
+
+
 def response_lemmas(text: str) -> frozenset[str]:
     """Union of the lemma sets of the response's words (regex \\w+(?:-\\w+)*, lower-cased)."""
     lemmas: set[str] = set()
     for word in WORD_PATTERN.findall(text.lower()):
-        lemmas |= lemma_set(word)
+        lemmas |= word_lemmas(word)
     return frozenset(lemmas)
 
 
@@ -158,9 +178,9 @@ def check_keywords(text: str, label: Sequence[str], anti_label: str | None = Non
         alternatives = keyword_alternatives(item)
         if not alternatives:
             raise ValueError(f"empty keyword item in {list(label)!r}")
-        if any(lemma_set(word) & lemmas for word in alternatives):
+        if any(word_lemmas(word) & lemmas for word in alternatives):
             found.append(item)
         else:
             missing.append(item)
-    anti_present = bool(anti_label) and bool(lemma_set(anti_label) & lemmas)
+    anti_present = bool(anti_label) and bool(word_lemmas(anti_label) & lemmas)
     return KeywordResult(not missing and not anti_present, found, missing, anti_present)
