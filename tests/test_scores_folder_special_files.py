@@ -73,3 +73,14 @@ def test_a_checklist_csv_that_is_a_pipe_or_a_device_is_refused(tmp_path, cli, ki
     result = cli(["meta", "-s", str(checklist), "-o", str(tmp_path / "report")])
     assert result.returncode == 1, result.stderr
     assert f"ctrl_topic.csv: a {'named pipe' if kind == 'pipe' else 'device'}, not a regular file" in result.stderr
+
+
+def test_score_refuses_a_named_pipe_among_its_input_shards(tmp_path, cli):
+    """`ctgscore score -i FOLDER` opened every `*.parquet` under it: a FIFO there waited for ever."""
+    shards = tmp_path / "in"
+    shards.mkdir()
+    pq.write_table(pa.table({"id": ["a"], "text": ["one two"]}), shards / "a.parquet")
+    os.mkfifo(shards / "b.parquet")
+    result = cli(["score", "-i", str(shards), "-o", str(tmp_path / "scores.parquet"), "--metric", "text_stats"])
+    assert result.returncode == 1, result.stderr
+    assert "b.parquet: a named pipe, not a regular file" in result.stderr

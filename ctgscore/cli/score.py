@@ -59,17 +59,24 @@ def read_input(path: str):
 
 def input_files(path: str) -> list[str]:
     """The Parquet files of `path`: itself, or a folder's data files (`schema.is_data_file`:
-    `*.parquet` not starting with `_` or `.`) in path order."""
+    `*.parquet` not starting with `_` or `.`) in path order; a local one that is not a regular
+    file (a named pipe, a device, a symlink to one) is an InputError naming it."""
     import os
 
+    from scoring.errors import InputError
+    from scoring.local_files import refuse_not_regular
     from scoring.schema import is_data_file
 
     if not os.path.isdir(path):
-        return [path]
-    files = []
-    for folder, folders, names in os.walk(path):
-        folders[:] = [name for name in folders if not name.startswith((".", "_"))]  # bookkeeping, as Arrow skips it
-        files += [os.path.join(folder, name) for name in names if is_data_file(name)]
+        files = [path]
+    else:
+        files = []
+        for folder, folders, names in os.walk(path):
+            folders[:] = [name for name in folders if not name.startswith((".", "_"))]  # bookkeeping, as Arrow skips it
+            files += [os.path.join(folder, name) for name in names if is_data_file(name)]
+    if "://" not in path:  # a named pipe would block the read, a device never end
+        for file in files:
+            refuse_not_regular(file, "input ", InputError)
     return sorted(files)
 
 
