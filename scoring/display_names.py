@@ -124,3 +124,25 @@ def cut_note(markdown: str, whole: str) -> str:
 def cut_names(values) -> list[str]:
     """The distinct names among `values` that `display_name` shows cut, in order of first appearance."""
     return [name for name in dict.fromkeys(str(v) for v in values) if is_cut(name)]
+
+
+QUOTE_MAX = 80  # characters of a name an error message quotes
+
+
+def quoted(value: Any, limit: int = QUOTE_MAX) -> str:
+    """`value` as an error message quotes it: its `repr`, or, for a name longer than `limit`
+    characters, the `repr` of its first `limit` characters followed by `…(N characters)`, so a
+    name of 100,000 characters makes a line, not a 100 kB message."""
+    if not isinstance(value, str):
+        text = repr(value)
+        return text if len(text) <= limit else f"{text[:limit]}…({len(text):,} characters)"
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}…({len(value):,} characters)"
+
+
+def quoted_list(values, limit: int = 20) -> str:
+    """At most `limit` names, each `quoted`, comma-separated, with how many more there are."""
+    values = list(values)
+    shown = ", ".join(quoted(v) for v in values[:limit])
+    return shown + (f" and {len(values) - limit:,} more" if len(values) > limit else "") if values else "none"

@@ -1,0 +1,81 @@
+"""Hostile or mistaken arguments of the report and statistics commands (`meta`, `compare`,
+`leaderboard`, `splits`): each is a one-line usage error (exit 2, docs/cli.md's table) that
+names the flag and the value, quoted in a bounded length, never a silent default or a huge
+message."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ctgscore.testing.cli import assert_user_error, run_cli_in_process
+
+HUGE = "q" * 100_000
+
+
+@pytest.fixture
+def scores(tmp_path):
+    """Two systems on six documents with two score columns, `m` and `perplexity`, and a human rating."""
+    rng = np.random.default_rng(3)
+    rows = [{"id": f"{system}{doc}", "system": system, "doc_id": f"d{doc}", "dataset": "toy",
+             "m": float(rng.normal()), "perplexity": float(rng.uniform(5, 30)), "human_overall": float(rng.integers(1, 6))}
+            for system in ("A", "B") for doc in range(6)]
+    path = tmp_path / "scores.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+@pytest.mark.parametrize("flags", [["--columns", "m"], []])
+def test_compare_refuses_a_lower_is_better_column_it_does_not_compare(scores, flags):
+    proc = run_cli_in_process(["compare", "-s", scores, *flags, "--lower-is-better", "perplexty",
+                               "--resamples", "20", "--trials", "20"])
+    line = assert_user_error(proc, 2, "--lower-is-better", "'perplexty'")
+    assert "'m'" in line  # the compared columns are named
+    assert ("'perplexity'" in line) == (not flags)
+
+
+def test_compare_lower_is_better_with_a_column_it_compares_still_works(scores):
+    proc = run_cli_in_process(["compare", "-s", scores, "--columns", "m", "--lower-is-better", "m",
+                               "--resamples", "20", "--trials", "20", "--format", "json"])
+    assert proc.returncode == 0, proc.stderr
+    (comp,) = json.loads(proc.stdout)["comparisons"]
+    assert comp["lower_is_better"] is True
+    means = {s["system"]: s["mean"] for s in comp["systems"]}
+    assert comp["systems"][0]["system"] == min(means, key=means.get)
+
+
+def test_compare_quotes_a_huge_lower_is_better_name_in_a_short_line(scores):
+    proc = run_cli_in_process(["compare", "-s", scores, "--columns", "m", "--lower-is-better", HUGE,
+                               "--resamples", "20", "--trials", "20"])
+    line = assert_user_error(proc, 2, "--lower-is-better", "100,000 characters")
+    assert len(line) < 400
+
+
+def test_leaderboard_refuses_a_lower_is_better_column_outside_its_columns_before_the_job(tmp_path):
+    # the config does not exist: the flag check comes first, so no job (and no Ray) is started
+    proc = run_cli_in_process(["leaderboard", str(tmp_path / "missing.yaml"), "-o", str(tmp_path / "board"),
+                               "--columns", "m", "--lower-is-better", "m", "ppl"])
+    assert_user_error(proc, 2, "--lower-is-better", "'ppl'", "'m'")
+    assert not (tmp_path / "board").exists()
+
+
+def test_leaderboard_shares_compare_s_check_when_its_columns_are_the_run_s(scores):
+    # without --columns the leaderboard compares every numeric score column of the run, through
+    # the same `compare_scores` as `compare`
+    from ctgscore.cli.compare import compare_scores
+    from scoring.errors import UsageError
+
+    with pytest.raises(UsageError, match="--lower-is-better: column 'nope' is not one of the compared"):
+        compare_scores(str(scores), None, ["nope"], dict(n_resamples=10, trials=10))
+
+
+def test_meta_refuses_a_lower_is_better_column_that_is_no_metric(scores, tmp_path):
+    for name in ("perplexty", "human_overall"):  # a typo; a human rating (it would have been negated)
+        proc = run_cli_in_process(["meta", "-s", scores, "-o", str(tmp_path / "rep"), "--metrics", "m", "perplexity",
+                                   "--human-columns", "human_overall", "--lower-is-better", name,
+                                   "--resamples", "0", "--no-checklist", "--no-compare-systems"])
+        assert_user_error(proc, 2, "--lower-is-better", repr(name), "'m', 'perplexity'")
