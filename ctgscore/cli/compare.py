@@ -157,18 +157,6 @@ def compare_grids(grids, lower: set[str], options: dict) -> tuple[list, list[str
     return comparisons, skipped
 
 
-def check_lower_is_better(lower_is_better, columns, what: str = "compared") -> None:
-    """Refuse (exit 2) a `--lower-is-better` column that is not among `columns`, the ones
-    compared: silently accepted, a misspelt name would rank a column the wrong way round."""
-    from scoring.display_names import quoted, quoted_list
-
-    unknown = [name for name in dict.fromkeys(lower_is_better) if name not in set(columns)]
-    if unknown:
-        more = f" (and {len(unknown) - 1:,} more)" if len(unknown) > 1 else ""
-        raise UsageError(f"--lower-is-better: column {quoted(unknown[0])}{more} is not one of the {what} "
-                         f"columns ({quoted_list(columns)})")
-
-
 def compare_scores(path: str, columns: list[str] | None, lower_is_better: list[str] | None, options: dict,
                    tasks: int = 0, num_cpus: float = 0.5):
     """Read only the needed columns of the dump under `path` file by file (in Ray tasks when
@@ -189,7 +177,7 @@ def compare_scores(path: str, columns: list[str] | None, lower_is_better: list[s
             raise UsageError(f"--systems: {', '.join(map(repr, unknown))} not found in {path} "
                              f"(systems: {', '.join(acc.all_systems()) or 'none'})")
     if lower_is_better is not None:
-        check_lower_is_better(lower_is_better, columns)
+        common.check_lower_is_better(lower_is_better, columns)
     lower = lower_is_better if lower_is_better is not None else default_lower_is_better(columns) & set(columns)
     grids = acc.grids()
     comparisons, skipped = compare_grids(grids, set(lower), dict(options, runner=runner))

@@ -90,7 +90,7 @@ def handle(args: argparse.Namespace) -> int:
     if not 0 < args.alpha < 1:
         raise UsageError(f"--alpha {args.alpha}: expected a number between 0 and 1")
     if args.columns is not None and args.lower_is_better is not None:  # before the job runs
-        compare_cli.check_lower_is_better(args.lower_is_better, list(dict.fromkeys(args.columns)))
+        common.check_lower_is_better(args.lower_is_better, list(dict.fromkeys(args.columns)))
     out = common.prepare_output_dir(args.output)
     board_json = out / "leaderboard.json"
     previous = compare_cli.read_previous(str(board_json)) if board_json.exists() else None

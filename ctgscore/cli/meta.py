@@ -158,9 +158,7 @@ def handle(args: argparse.Namespace) -> int:
 
     table = read_table(args)
     if args.lower_is_better is not None:
-        from ctgscore.cli.compare import check_lower_is_better
-
-        check_lower_is_better(args.lower_is_better, table.metrics, "metric")
+        common.check_lower_is_better(args.lower_is_better, table.metrics, "metric")
         table.lower_is_better = set(args.lower_is_better)
     pairs = args.pairs
     if easy is not None or hard is not None:
