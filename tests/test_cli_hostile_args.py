@@ -79,3 +79,32 @@ def test_meta_refuses_a_lower_is_better_column_that_is_no_metric(scores, tmp_pat
                                    "--human-columns", "human_overall", "--lower-is-better", name,
                                    "--resamples", "0", "--no-checklist", "--no-compare-systems"])
         assert_user_error(proc, 2, "--lower-is-better", repr(name), "'m', 'perplexity'")
+
+
+@pytest.mark.parametrize("aspects, fragment", [
+    ({HUGE: [], "b": ["1", "2"]}, "values must be a non-empty list"),
+    ({HUGE: ["x", 1], "b": ["1", "2"]}, "is not a non-empty string"),
+    ({HUGE: ["x", "x"], "b": ["1", "2"]}, "duplicate values"),
+    ({"a": [HUGE, HUGE, "y"], "b": ["1", "2"]}, "duplicate values"),
+    ({HUGE: ["x"], "b": ["1", "2"]}, "has a single value"),
+    ({"a": [HUGE], "b": ["1", "2"]}, "has a single value"),
+    ({HUGE: ["x", "y"]}, "at least 2 aspects"),
+])
+def test_splits_aspect_errors_quote_a_huge_name_in_a_short_line(tmp_path, aspects, fragment):
+    proc = run_cli_in_process(["splits", "--aspects", json.dumps(aspects), "--protocol", "acd",
+                               "-o", str(tmp_path / "s.json")])
+    line = assert_user_error(proc, 2, "--aspects", fragment, "100,000 characters")
+    assert len(line) < 600
+
+
+def test_splits_corpus_errors_quote_huge_column_names_in_a_short_line(tmp_path):
+    corpus = tmp_path / "corpus.parquet"
+    names = [f"{HUGE}{k}" for k in range(30)]  # 30 huge string columns, one of them empty in a row
+    pq.write_table(pa.table({name: ["x", "" if name == names[0] else "y"] for name in names}), corpus)
+    proc = run_cli_in_process(["splits", "--corpus", corpus, "--protocol", "acd", "-o", str(tmp_path / "s.json")])
+    line = assert_user_error(proc, 1, "row 1", "is empty", "100,001 characters")
+    assert len(line) < 600 + len(str(corpus))
+    proc = run_cli_in_process(["splits", "--corpus", corpus, "--aspect-columns", "nope,other", "--protocol", "acd",
+                               "-o", str(tmp_path / "s.json")])
+    line = assert_user_error(proc, 1, "'nope', 'other'", "not found", "and 10 more")
+    assert len(line) < 3000 + len(str(corpus))
