@@ -261,6 +261,21 @@ def parse_aspects_arg(text: str) -> Universe:
     return from_aspects(data)
 
 
+def _values(table, column: str, source: str) -> list:
+    """Column `column` of `table` as Python values; a value that is no text (invalid UTF-8 in a
+    Parquet string) fails the corpus naming the column and the row."""
+    values = table.column(column)
+    try:
+        return values.to_pylist()
+    except UnicodeDecodeError:
+        for row in range(len(values)):
+            try:
+                values[row].as_py()
+            except UnicodeDecodeError:
+                raise SplitsInputError(f"{source}: row {row}: field {quoted(column)} is not valid UTF-8") from None
+        raise
+
+
 def row_combos(table, aspect_columns: Sequence[str] | None = None, source: str = "corpus") -> tuple[list[str], list[dict[str, str]]]:
     """Per-row attribute dicts of a pyarrow table: from its `attributes` map column, or from
     one column per aspect (`aspect_columns`, else every string column that is not a
@@ -269,7 +284,7 @@ def row_combos(table, aspect_columns: Sequence[str] | None = None, source: str =
 
     cols = table.column_names
     if aspect_columns is None and "attributes" in cols:
-        raw = table.column("attributes").to_pylist()
+        raw = _values(table, "attributes", source)
         rows = []
         aspects: list[str] = []
         for r, value in enumerate(raw):
@@ -301,7 +316,7 @@ def row_combos(table, aspect_columns: Sequence[str] | None = None, source: str =
     missing = [c for c in aspect_columns if c not in cols]
     if missing:
         raise SplitsInputError(f"{source}: aspect column(s) {quoted_list(missing)} not found; columns are {quoted_list(cols)}")
-    data = {c: table.column(c).to_pylist() for c in aspect_columns}
+    data = {c: _values(table, c, source) for c in aspect_columns}
     rows = []
     for r in range(table.num_rows):
         d = {}
