@@ -5,6 +5,9 @@ never as an internal error."""
 
 from __future__ import annotations
 
+import html
+import re
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -55,3 +58,52 @@ def test_splits_names_a_corpus_value_that_is_not_utf8(tmp_path):
     pq.write_table(pa.table({"tense": _not_utf8(["x", "y", "x", "y"], 2), "topic": ["a", "a", "b", "b"]}), corpus)
     proc = run_cli_in_process(["splits", "--corpus", corpus, "--protocol", "holdout", "-o", str(tmp_path / "s.json")])
     assert_user_error(proc, 1, str(corpus), "row 2", "'tense'", "not valid UTF-8")
+
+
+# pairs of systems that differ only by a control character and the text of its escape typed in
+LOOK_ALIKES = ["sys\nA", "sys\\nA", "\x00", "\\x00", "tab\there", "tab\\there", "\u202eevil", "\\u202eevil"]
+
+
+@pytest.fixture(scope="module")
+def look_alike_scores(tmp_path_factory):
+    root = tmp_path_factory.mktemp("alike")
+    rng = np.random.default_rng(4)
+    rows = [{"id": f"r{k}-{doc}", "dataset": "d", "system": system, "doc_id": f"doc{doc}", "m": float(rng.normal())}
+            for k, system in enumerate(LOOK_ALIKES) for doc in range(4)]
+    pq.write_table(pa.Table.from_pylist(rows), root / "scores.parquet")
+    return root / "scores.parquet"
+
+
+def _cell_texts(page: str, pattern: str) -> list[str]:
+    return [html.unescape(re.sub(r"<[^>]*>", "", cell)) for cell in re.findall(pattern, page, re.S)]
+
+
+def test_a_control_character_and_its_typed_escape_never_read_alike(look_alike_scores, tmp_path):
+    from markdown_it import MarkdownIt
+
+    for suffix in ("md", "html"):
+        out = tmp_path / f"board.{suffix}"
+        proc = run_cli_in_process(["compare", "-s", look_alike_scores, "-o", out, "--resamples", "10", "--trials", "10"])
+        assert proc.returncode == 0, proc.stderr
+        page = out.read_text()
+        if suffix == "md":  # the leaderboard table: rank, system, mean, ...
+            board = MarkdownIt("commonmark").enable("table").render(page).split("</table>")[0]
+            cells = [row[1] for row in (_cell_texts(tr, r"<td>(.*?)</td>") for tr in re.findall(r"<tr>(.*?)</tr>", board, re.S))
+                     if row]
+        else:
+            board = page.split('<table class="board')[1].split("</table>")[0]
+            cells = _cell_texts(board, r'<td class="sys">(.*?)</td>')
+            labels = _cell_texts(page, r'text-anchor="end">(.*?)</text>')  # the matrix rows
+            assert len(labels) == len(LOOK_ALIKES) == len(set(labels)), labels
+        assert len(cells) == len(LOOK_ALIKES) == len(set(cells)), cells
+        assert "sys\\nA" in cells  # the newline shown as its escape, as before
+
+
+def test_display_name_marks_a_typed_escape_and_leaves_other_backslashes():
+    from scoring.display_names import display_name, is_cut
+
+    assert display_name("sys\nA") == "sys\\nA" and not is_cut("sys\nA")
+    assert is_cut("sys\\nA") and display_name("sys\\nA").startswith("sys\\nA…[6 characters, sha256 ")
+    for name in ("$\\frac{a}{b}$", "a\\b", "\\", "x\\y_z"):  # a backslash that reads as no escape is shown as it is
+        assert display_name(name) == name and not is_cut(name)
+    assert len({display_name(n) for n in LOOK_ALIKES + ["\\\x00", "\\\\x00"]}) == len(LOOK_ALIKES) + 2
