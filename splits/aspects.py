@@ -203,6 +203,14 @@ class Universe:
 MAX_COMBINATIONS = 100_000
 
 
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _combo_text(combo) -> str:
     """A combination as an error quotes it: at most 20 `aspect=value` pairs, each name cut."""
     items = list(combo.items()) if isinstance(combo, Mapping) else [("?", combo)]
@@ -221,6 +229,10 @@ def from_aspects(aspects: Mapping[str, Sequence[str]], name: str | None = None) 
         for value in vals:  # JSON's 1 or null would become the values "1" and "None"
             if not isinstance(value, str) or not value.strip():
                 raise SplitsInputError(f"aspect {quoted(asp)}: value {quoted(value)} is not a non-empty string")
+        for text in (str(asp), *vals):  # JSON's "\ud800" is a lone surrogate: no UTF-8 file can hold it
+            if not _is_utf8(text):
+                raise SplitsInputError(f"aspect {quoted(asp)}: {'its name' if text == asp else f'value {quoted(text)}'} "
+                                       "holds a lone surrogate (a JSON \\ud800-\\udfff escape), which is not text")
         vals = tuple(vals)
         if len(set(vals)) != len(vals):
             raise SplitsInputError(f"aspect {quoted(asp)}: duplicate values {quoted_list(sorted(v for v, k in Counter(vals).items() if k > 1))}")

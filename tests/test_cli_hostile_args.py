@@ -108,3 +108,22 @@ def test_splits_corpus_errors_quote_huge_column_names_in_a_short_line(tmp_path):
                                "-o", str(tmp_path / "s.json")])
     line = assert_user_error(proc, 1, "'nope', 'other'", "not found", "and 10 more")
     assert len(line) < 3000 + len(str(corpus))
+
+
+def test_compmctg_refuses_a_splits_dataset_the_scores_do_not_have(tmp_path):
+    from test_report_hostile_more import compmctg_inputs
+
+    args = compmctg_inputs(tmp_path)
+    proc = run_cli_in_process(args + ["--splits", f"toy={tmp_path / 'split.json'}"])
+    assert proc.returncode == 0, proc.stderr
+    for name in ("Toy", "../../x|<b>"):  # a different case; a hostile name: each would make a table of dashes
+        proc = run_cli_in_process(args + ["--splits", f"{name}={tmp_path / 'split.json'}"])
+        assert_user_error(proc, 2, "--splits", repr(name), "no rows of dataset", "'toy'")
+
+
+@pytest.mark.parametrize("aspects", [{"\udcff": ["a", "b"], "b": ["1", "2"]}, {"x": ["a", "b\ud800"], "b": ["1", "2"]}])
+def test_splits_refuses_a_lone_surrogate_in_the_aspects(tmp_path, aspects):
+    proc = run_cli_in_process(["splits", "--aspects", json.dumps(aspects), "--protocol", "acd",
+                               "-o", str(tmp_path / "s.json")])
+    assert_user_error(proc, 2, "--aspects", "lone surrogate")
+    assert not (tmp_path / "s.json").exists()

@@ -107,3 +107,48 @@ def test_display_name_marks_a_typed_escape_and_leaves_other_backslashes():
     for name in ("$\\frac{a}{b}$", "a\\b", "\\", "x\\y_z"):  # a backslash that reads as no escape is shown as it is
         assert display_name(name) == name and not is_cut(name)
     assert len({display_name(n) for n in LOOK_ALIKES + ["\\\x00", "\\\\x00"]}) == len(LOOK_ALIKES) + 2
+
+
+COMBOS = [("P", "N"), ("P", "X"), ("Q", "N"), ("Q", "X")]
+
+
+def compmctg_inputs(root, attributes=None, aspects=("s", "t")):
+    """A dump of 8 rows with `attributes`, their stored scores (dataset `toy`) and a Hold-Out
+    splits JSON over `aspects`; returns the compmctg arguments before `--splits`."""
+    ids = [f"r{i}" for i in range(8)]
+    if attributes is None:
+        attributes = pa.array([[("s", COMBOS[i % 4][0]), ("t", COMBOS[i % 4][1])] for i in range(8)],
+                              type=pa.map_(pa.string(), pa.string()))
+    pq.write_table(pa.table({"id": ids, "attributes": attributes}), root / "dump.parquet")
+    pq.write_table(pa.table({"id": ids, "dataset": ["toy"] * 8, "attribute_accuracy": [1.0, 0.5] * 4,
+                             "attribute_accuracy_s": [1.0, 0.0] * 4, "attribute_accuracy_t": [1.0] * 8,
+                             "perplexity": [10.0] * 8}), root / "scores.parquet")
+    side = lambda combos: [dict(zip(aspects, c)) for c in combos]  # noqa: E731
+    splits = {"signature": {"protocol": "holdout"}, "aspects": {a: [] for a in aspects},
+              "splits": [{"seen": side(COMBOS[:3]), "unseen": side(COMBOS[3:]), "divergence": 0.5}]}
+    (root / "split.json").write_text(__import__("json").dumps(splits))
+    return ["compmctg", "--dump", root / "dump.parquet", "--scores", root / "scores.parquet", "-o", root / "table.json"]
+
+
+def test_compmctg_names_a_dump_attribute_that_is_not_utf8(tmp_path):
+    offsets = pa.array(range(0, 17, 2), pa.int32())
+    keys = pa.array(["s", "t"] * 8)
+    values = pa.array([b"P", b"\xffN"] + [b"Q", b"X"] * 7, pa.binary()).view(pa.string())
+    args = compmctg_inputs(tmp_path, pa.MapArray.from_arrays(offsets, keys, values))
+    proc = run_cli_in_process(args + ["--splits", f"toy={tmp_path / 'split.json'}"])
+    assert_user_error(proc, 1, str(tmp_path / "dump.parquet"), "row 0", "'attributes'", "not valid UTF-8")
+
+
+def test_compmctg_quotes_a_huge_aspect_of_a_splits_json_in_a_short_line(tmp_path):
+    import json
+
+    args = compmctg_inputs(tmp_path, aspects=("s", "t" * 100_000))  # an aspect the dump does not have
+    proc = run_cli_in_process(args + ["--splits", f"toy={tmp_path / 'split.json'}"])
+    line = assert_user_error(proc, 1, "no attribute values for aspect(s)", "100,000 characters")
+    assert len(line) < 400 + 2 * len(str(tmp_path))
+    splits = json.loads((tmp_path / "split.json").read_text())
+    splits["splits"][0]["unseen"] = [{"s": "Q"}]  # a combination without the huge aspect
+    (tmp_path / "split.json").write_text(json.dumps(splits))
+    proc = run_cli_in_process(args + ["--splits", f"toy={tmp_path / 'split.json'}"])
+    line = assert_user_error(proc, 1, "must be a string or a number", "100,000 characters")
+    assert len(line) < 400 + 2 * len(str(tmp_path))
