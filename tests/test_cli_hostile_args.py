@@ -111,7 +111,7 @@ def test_splits_corpus_errors_quote_huge_column_names_in_a_short_line(tmp_path):
 
 
 def test_compmctg_refuses_a_splits_dataset_the_scores_do_not_have(tmp_path):
-    from test_report_hostile_more import compmctg_inputs
+    from tests.test_report_hostile_more import compmctg_inputs
 
     args = compmctg_inputs(tmp_path)
     proc = run_cli_in_process(args + ["--splits", f"toy={tmp_path / 'split.json'}"])

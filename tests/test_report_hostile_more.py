@@ -152,3 +152,63 @@ def test_compmctg_quotes_a_huge_aspect_of_a_splits_json_in_a_short_line(tmp_path
     proc = run_cli_in_process(args + ["--splits", f"toy={tmp_path / 'split.json'}"])
     line = assert_user_error(proc, 1, "must be a string or a number", "100,000 characters")
     assert len(line) < 400 + 2 * len(str(tmp_path))
+
+
+class CountedName(str):
+    """A name that counts how often it is formatted (an old-format history key is joined from them)."""
+
+    formats = 0
+
+    def __format__(self, spec):
+        CountedName.formats += 1
+        return str.__format__(self, spec)
+
+
+def test_an_old_history_line_is_split_in_time_linear_in_its_keys(tmp_path):
+    import json
+
+    from meta_eval.report.history import read_history
+
+    n = 400
+    known = [(CountedName(f"d{i}"), CountedName(f"c{i}")) for i in range(n)]
+    (tmp_path / "history.jsonl").write_text(json.dumps({"refreshed": "t", "leaders": {f"d{i}/c{i}": "s" for i in range(n)}}))
+    CountedName.formats = 0
+    (record,) = read_history(tmp_path / "history.jsonl", known)
+    assert [(e["dataset"], e["column"]) for e in record["leaders"]] == [(f"d{i}", f"c{i}") for i in range(n)]
+    assert CountedName.formats <= 2 * n  # each known pair joined once (it was once per key: n^2)
+
+
+class CountedLeaders(list):
+    iterations = 0
+
+    def __iter__(self):
+        CountedLeaders.iterations += 1
+        return super().__iter__()
+
+
+def test_a_refresh_reads_each_history_line_once_whatever_the_number_of_columns():
+    from ctgscore.cli.leaderboard import _changes
+    from tests.test_leaderboard_history import comparison
+
+    columns, refreshes = 30, 20
+    comparisons = [comparison("toy", f"m{k}", "x") for k in range(columns)]
+    records = [{"refreshed": f"t{r}", "leaders": CountedLeaders({"dataset": "toy", "column": f"m{k}", "system": "x"}
+                                                                for k in range(columns))} for r in range(refreshes)]
+    CountedLeaders.iterations = 0
+    lines = _changes(comparisons, None, records)
+    assert lines[0] == f"  toy / m0: leader x 2; leader since t0 ({refreshes} refreshes)"
+    assert len(lines) == columns and CountedLeaders.iterations <= refreshes  # was columns x refreshes
+
+
+def test_a_history_line_whose_time_is_no_string_is_a_problem_line(tmp_path, capsys):
+    import json
+
+    from meta_eval.report.history import leader_since, read_history
+
+    good = {"format": 2, "refreshed": "t1", "leaders": [{"dataset": "toy", "column": "m", "system": "x"}]}
+    bad = [{**good, "refreshed": {"at": 1}}, {**good, "refreshed": "t" * 10_000}, {**good, "refreshed": 5}]
+    (tmp_path / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [good] + bad + [good]))
+    records = read_history(tmp_path / "history.jsonl")
+    assert [r.get("line") for r in records] == [None, 2, 3, 4, None]
+    assert all(r["problem"].startswith("refreshed is not a time") for r in records[1:4])
+    assert leader_since([r for r in records if "problem" not in r], "toy", "m", "x") == ("t1", 2)

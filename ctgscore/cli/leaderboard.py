@@ -52,10 +52,11 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
 def _changes(comparisons, previous: dict | None, history: list[dict] = ()) -> list[str]:
     """One line per (dataset, column) naming new systems with their rank, moves and departures,
     and since when the leader has led (`history`: the refreshes so far, this one last)."""
-    from meta_eval.report.history import leader_since
+    from meta_eval.report.history import leader_streaks
     from meta_eval.report.leaderboard import moves
 
     lines = []
+    streaks = leader_streaks(list(history), [(c.dataset, c.column) for c in comparisons])
     for comp in comparisons:
         moved, gone = moves(comp, previous)
         ranks = {s.system: s.rank for s in comp.systems}
@@ -65,8 +66,8 @@ def _changes(comparisons, previous: dict | None, history: list[dict] = ()) -> li
             parts += [f"new {name} rank {ranks[name]}" for name, move in moved.items() if move == "new"]
             parts += [f"{name} {move} to {ranks[name]}" for name, move in moved.items() if move not in ("new", "=")]
             parts += [f"gone {name}" for name in gone]
-        since, count = leader_since(list(history), comp.dataset, comp.column, leader.system)
-        if count > 1:
+        system, since, count = streaks.get((comp.dataset, comp.column), (None, None, 0))
+        if system == leader.system and count > 1:
             parts.append(f"leader since {since} ({count} refreshes)")
         lines.append(f"  {comp.dataset} / {comp.column}: " + "; ".join(parts))
     return lines
