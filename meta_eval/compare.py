@@ -74,8 +74,10 @@ def paired_units(frame: pd.DataFrame, column: str, systems: Sequence[str] | None
     if systems is not None:
         missing = [s for s in systems if s not in grid.columns]
         if missing:
-            raise InputError(f"system(s) {missing} have no rows in column {system_col!r} "
-                             f"(have: {', '.join(map(str, grid.columns))})")
+            from scoring.display_names import quoted_list
+
+            raise InputError(f"system(s) {quoted_list(missing)} have no rows in column {system_col!r} "
+                             f"(have: {quoted_list(map(str, grid.columns))})")
         grid = grid[list(systems)]
     if grid.shape[1] < 2:
         raise InputError(f"comparing systems needs two or more systems in {system_col!r}, found {grid.shape[1]}")
@@ -199,7 +201,9 @@ def grid_comparison(grid, systems: Sequence[str] | None = None, *, unit: str = "
     if systems is not None:
         missing = [s for s in systems if s not in names]
         if missing:
-            raise InputError(f"{where}: system(s) {missing} have no rows here (have: {', '.join(names)})")
+            from scoring.display_names import quoted_list
+
+            raise InputError(f"{where}: system(s) {quoted_list(missing)} have no rows here (have: {quoted_list(names)})")
         names = list(systems)
     if len(names) < 2:
         raise InputError(f"{where}: comparing systems needs two or more systems, found {len(names)}")

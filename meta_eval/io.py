@@ -202,9 +202,11 @@ def normalise_keys(frame: pd.DataFrame, columns=KEY_COLUMNS, source: str = "scor
 def _check_columns(frame: pd.DataFrame, columns: list[str], source: str) -> None:
     for col in columns:
         if col not in frame:
+            from scoring.display_names import quoted, quoted_list
             from scoring.schema import visible_columns
 
-            error = InputError(f"{source}: column {col!r} not found (have: {', '.join(visible_columns(frame.columns))})")
+            error = InputError(f"{source}: column {quoted(col)} not found "
+                               f"(have: {quoted_list(visible_columns(frame.columns), 50)})")
             error.missing_column = col  # the CLI makes a column the user named a usage error
             raise error
         if not pd.api.types.is_numeric_dtype(frame[col]):

@@ -148,8 +148,16 @@ def quoted(value: Any, limit: int = QUOTE_MAX) -> str:
     return f"{value[:limit]!r}…({len(value):,} characters)"
 
 
-def quoted_list(values, limit: int = 20) -> str:
-    """At most `limit` names, each `quoted`, comma-separated, with how many more there are."""
+def quoted_list(values, limit: int = 20, quote: bool = True) -> str:
+    """At most `limit` names, each `quoted` (with `quote` False: as it is, cut the same way),
+    comma-separated, with how many more there are."""
     values = list(values)
-    shown = ", ".join(quoted(v) for v in values[:limit])
+
+    def one(value) -> str:
+        if quote:
+            return quoted(value)
+        text = str(value)
+        return text if len(text) <= QUOTE_MAX else f"{text[:QUOTE_MAX]}…({len(text):,} characters)"
+
+    shown = ", ".join(one(v) for v in values[:limit])
     return shown + (f" and {len(values) - limit:,} more" if len(values) > limit else "") if values else "none"

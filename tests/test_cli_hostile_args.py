@@ -127,3 +127,26 @@ def test_splits_refuses_a_lone_surrogate_in_the_aspects(tmp_path, aspects):
                                "-o", str(tmp_path / "s.json")])
     assert_user_error(proc, 2, "--aspects", "lone surrogate")
     assert not (tmp_path / "s.json").exists()
+
+
+def test_a_misnamed_system_or_column_among_thousands_is_refused_in_a_short_line(tmp_path):
+    names = [f"s{i:05d}" + "x" * 300 for i in range(3000)]  # 3,000 systems of 306 characters
+    rows = [{"id": f"r{i}", "system": name, "doc_id": "d0", "dataset": "toy", "m": float(i)}
+            for i, name in enumerate(names)]
+    path = tmp_path / "many.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    proc = run_cli_in_process(["compare", "-s", path, "--systems", names[0], "nope", "--resamples", "10", "--trials", "10"])
+    line = assert_user_error(proc, 2, "--systems: 'nope' not found", "s00000xxx", "and 2,950 more")
+    assert len(line) < 6000
+
+    wide = tmp_path / "wide.parquet"
+    columns = {"id": ["a", "b"], "system": ["A", "B"], "doc_id": ["d", "d"], "human_x": [1.0, 2.0]}
+    columns.update({f"score_{k:04d}_" + "y" * 200: [0.5, 0.25] for k in range(1000)})
+    pq.write_table(pa.table(columns), wide)
+    proc = run_cli_in_process(["meta", "-s", wide, "-o", str(tmp_path / "rep"), "--metrics", "nope",
+                               "--human-columns", "human_x", "--resamples", "0"])
+    line = assert_user_error(proc, 2, "column 'nope' not found", "more)")
+    assert len(line) < 8000
+    proc = run_cli_in_process(["compare", "-s", wide, "--columns", "nope", "--resamples", "10", "--trials", "10"])
+    line = assert_user_error(proc, 2, "--columns", "'nope'", "and 980 more")
+    assert len(line) < 4000

@@ -99,8 +99,10 @@ def plan_columns(path: str, columns: list[str] | None):
         raise InputError(f"scores {path}: no numeric score columns to compare on")
     missing = [c for c in columns if c not in named]
     if missing:
-        raise UsageError(f"--columns: scores {path} have no column {missing[0]!r} "
-                         f"(score columns: {', '.join(numeric) or 'none'})")
+        from scoring.display_names import quoted, quoted_list
+
+        raise UsageError(f"--columns: scores {path} have no column {quoted(missing[0])} "
+                         f"(score columns: {quoted_list(numeric)})")
     wanted: dict[str, list] = {}
     for out in columns:
         label, name, _ = named[out]
@@ -174,8 +176,10 @@ def compare_scores(path: str, columns: list[str] | None, lower_is_better: list[s
     if systems:
         unknown = [s for s in systems if s not in acc.systems]
         if unknown:
-            raise UsageError(f"--systems: {', '.join(map(repr, unknown))} not found in {path} "
-                             f"(systems: {', '.join(acc.all_systems()) or 'none'})")
+            from scoring.display_names import quoted_list
+
+            raise UsageError(f"--systems: {quoted_list(unknown)} not found in {path} "
+                             f"(systems: {quoted_list(acc.all_systems(), 50, quote=False)})")
     if lower_is_better is not None:
         common.check_lower_is_better(lower_is_better, columns)
     lower = lower_is_better if lower_is_better is not None else default_lower_is_better(columns) & set(columns)
