@@ -212,3 +212,42 @@ def test_a_history_line_whose_time_is_no_string_is_a_problem_line(tmp_path, caps
     assert [r.get("line") for r in records] == [None, 2, 3, 4, None]
     assert all(r["problem"].startswith("refreshed is not a time") for r in records[1:4])
     assert leader_since([r for r in records if "problem" not in r], "toy", "m", "x") == ("t1", 2)
+
+
+def _constraints_report(tmp_path, rows, scores=None):
+    scores_path = tmp_path / "codi_scores.parquet"
+    if isinstance(scores, pa.Table):
+        pq.write_table(scores, scores_path)
+    else:
+        pq.write_table(pa.Table.from_pylist(scores or [{"id": "a", "codi_success": 1.0}, {"id": "b", "codi_success": 0.0}]),
+                       scores_path)
+    rows_path = tmp_path / "codi_rows.parquet"
+    if isinstance(rows, bytes):
+        rows_path.write_bytes(rows)
+    else:
+        pq.write_table(rows, rows_path)
+    proc = run_cli_in_process(["constraints", "report", "-i", rows_path, "--scores", scores_path,
+                               "-o", str(tmp_path / "report")])
+    return proc, rows_path, scores_path
+
+
+@pytest.mark.parametrize("rows, fragments", [
+    (b"hello", ["cannot read it as Parquet"]),
+    (pa.table({"text": ["x", "y"]}), ["no 'id' column"]),
+    (pa.table({"id": [["a"], ["b"]], "text": ["x", "y"]}), ["column 'id' has type list"]),
+    (pa.table({"id": ["a", "b"], "text": _not_utf8(["x", "y"], 1)}), ["row 1: column 'text' is not valid UTF-8"]),
+])
+def test_constraints_report_names_an_unreadable_input(tmp_path, rows, fragments):
+    proc, rows_path, _ = _constraints_report(tmp_path, rows)
+    assert_user_error(proc, 1, f"input {rows_path}", *fragments)
+
+
+def test_constraints_report_quotes_a_huge_repeated_id_in_a_short_line(tmp_path):
+    huge = "a" * 100_000
+    proc, _, scores_path = _constraints_report(tmp_path, pa.table({"id": [huge, huge], "text": ["x", "y"]}))
+    line = assert_user_error(proc, 1, "is on more than one row", "100,000 characters")
+    assert len(line) < 400 + len(str(tmp_path))
+    proc, _, _ = _constraints_report(tmp_path, pa.table({"id": [huge, "b"], "text": ["x", "y"]}),
+                                     pa.table({"id": ["b"], "codi_success": [1.0]}))
+    line = assert_user_error(proc, 1, "1 rows have no score, e.g. id", "100,000 characters")
+    assert len(line) < 400 + len(str(tmp_path))
