@@ -150,3 +150,19 @@ def test_a_misnamed_system_or_column_among_thousands_is_refused_in_a_short_line(
     proc = run_cli_in_process(["compare", "-s", wide, "--columns", "nope", "--resamples", "10", "--trials", "10"])
     line = assert_user_error(proc, 2, "--columns", "'nope'", "and 980 more")
     assert len(line) < 4000
+
+
+def test_a_previous_board_of_thousands_of_other_datasets_is_refused_in_a_short_line(scores, tmp_path):
+    others = [{"dataset": f"other{k}" + "z" * 500, "column": "m", "system": "A", "rank": 1} for k in range(2000)]
+    previous = tmp_path / "previous.json"
+    previous.write_text(json.dumps({"leaderboard": others}))
+    proc = run_cli_in_process(["compare", "-s", scores, "--columns", "m", "--previous", previous,
+                               "--resamples", "10", "--trials", "10"])
+    line = assert_user_error(proc, 2, "--previous", "a leaderboard of dataset 'other", "and 1,980 more", "'toy'")
+    assert len(line) < 4000
+    twice = [{"dataset": "toy", "column": "m", "system": HUGE, "rank": 1}] * 2
+    previous.write_text(json.dumps({"leaderboard": twice}))
+    proc = run_cli_in_process(["compare", "-s", scores, "--columns", "m", "--previous", previous,
+                               "--resamples", "10", "--trials", "10"])
+    line = assert_user_error(proc, 2, "is ranked twice", "100,000 characters")
+    assert len(line) < 600 + len(str(previous))

@@ -279,6 +279,8 @@ def _checked_rows(rows: list, path: str, where: str) -> list[dict]:
     (at most `MAX_RANK`; a digit string is read as one), one row per (dataset, column, system). A file edited into
     anything else is refused naming the row and field, rather than failing the page or moving
     a system by a rank nobody computed."""
+    from scoring.display_names import quoted
+
     checked, seen = [], {}
     for index, row in enumerate(rows):
         at = f"--previous {path}: {where}[{index}]"
@@ -294,7 +296,8 @@ def _checked_rows(rows: list, path: str, where: str) -> list[dict]:
             raise UsageError(f"{at}.rank: expected a whole number from 1 to {MAX_RANK:,}, got {_kind(rank)}")
         key = (row["dataset"], row["column"], row["system"])
         if key in seen:
-            raise UsageError(f"{at}: system {row['system']!r} of {row['dataset']!r} / {row['column']!r} is ranked twice "
+            raise UsageError(f"{at}: system {quoted(row['system'])} of {quoted(row['dataset'])} / {quoted(row['column'])} "
+                             "is ranked twice "
                              f"(also {where}[{seen[key]}])")
         seen[key] = index
         checked.append({**row, "rank": rank})
@@ -328,8 +331,10 @@ def _results_leaderboard(data) -> list[dict] | None:
 def check_previous_matches(previous: dict, comparisons, path: str) -> None:
     """Refuse a previous leaderboard that shares no dataset (or no score column of a shared
     dataset) with this one: every system would show as "new"."""
+    from scoring.display_names import quoted_list
+
     def named(values) -> str:
-        return ", ".join(repr(str(v)) for v in sorted(values, key=str)) or "none"
+        return quoted_list(sorted((str(v) for v in values)))
 
     rows = [row for row in previous.get("leaderboard", []) if isinstance(row, dict)]
     if not rows:
