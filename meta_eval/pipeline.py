@@ -223,7 +223,8 @@ def analyse_group(table: Table, name: str, opts: Options, runner: Runner | None 
                         n_resamples=opts.resamples, trials=opts.trials, seed=opts.seed, alpha=opts.alpha,
                         runner=runner))
                 except InputError as exc:
-                    result.omitted[f"system comparison of {column}"] = str(exc).split(": ", 1)[-1]
+                    result.omitted[f"system comparison of {column}"] = \
+                        str(exc).split(f"{compare.where_of(name, column)}: ", 1)[-1]  # a name may hold ": "
     return result
 
 

@@ -251,3 +251,34 @@ def test_constraints_report_quotes_a_huge_repeated_id_in_a_short_line(tmp_path):
                                      pa.table({"id": ["b"], "codi_success": [1.0]}))
     line = assert_user_error(proc, 1, "1 rows have no score, e.g. id", "100,000 characters")
     assert len(line) < 400 + len(str(tmp_path))
+
+
+def test_a_huge_dataset_that_cannot_be_compared_is_skipped_in_a_short_line(tmp_path):
+    import json
+
+    huge = "D" * 100_000
+    rows = [{"id": f"{d}{s}{k}", "dataset": d, "system": s, "doc_id": f"doc{k}", "m": float(k), "n": float(-k)}
+            for d, systems in (("toy", "AB"), (huge, "A")) for s in systems for k in range(3)]
+    path = tmp_path / "scores.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    proc = run_cli_in_process(["--json", "compare", "-s", path, "--resamples", "10", "--trials", "10",
+                               "-o", str(tmp_path / "board.json")])
+    assert proc.returncode == 0, proc.stderr
+    (line,) = json.loads(proc.stdout)["skipped"]
+    assert "2 columns (m, n): comparing systems needs two or more systems, found 1" in line
+    assert "100,000 characters" in line and len(line) < 400
+
+
+def test_meta_names_why_a_column_was_not_compared_whatever_the_dataset_name(tmp_path):
+    import json
+
+    rng = np.random.default_rng(2)
+    rows = [{"id": f"{s}{d}", "system": s, "doc_id": f"doc{d}", "dataset": "a: b, column 'x': c", "m": float(rng.normal()),
+             "m2": float(rng.normal()) if s == "A" else None, "human_x": float(rng.integers(1, 5))}
+            for s in "AB" for d in range(6)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "scores.parquet")
+    proc = run_cli_in_process(["meta", "-s", tmp_path / "scores.parquet", "-o", str(tmp_path / "rep"), "--resamples", "10",
+                               "--trials", "10", "--no-checklist", "--metrics", "m", "m2", "--human-columns", "human_x"])
+    assert proc.returncode == 0, proc.stderr
+    (group,) = json.loads((tmp_path / "rep" / "results.json").read_text())["groups"]
+    assert group["omitted"]["system comparison of m2"] == "no doc_id has a finite score for every system"

@@ -143,19 +143,20 @@ def compare_grids(grids, lower: set[str], options: dict) -> tuple[list, list[str
     cannot be compared (one system there, no complete unit) are skipped, one reason line per
     dataset (its columns grouped by reason). Returns (comparisons, skipped lines)."""
     from meta_eval import compare
+    from scoring.display_names import quoted, quoted_list
 
     comparisons, reasons = [], {}
     for grid in grids:
         try:
             comparisons.append(compare.grid_comparison(grid, lower_is_better=grid.column in lower, **options))
         except InputError as exc:
-            reason = str(exc).split(f"column {grid.column!r}: ", 1)[-1]
+            reason = str(exc).split(f"{compare.where_of(grid.dataset, grid.column)}: ", 1)[-1]
             reasons.setdefault(grid.dataset, {}).setdefault(reason, []).append(grid.column)
     skipped = []
     for dataset, by_reason in reasons.items():
-        parts = [f"{len(cols)} column{'s' if len(cols) > 1 else ''} ({', '.join(cols)}): {reason}"
+        parts = [f"{len(cols)} column{'s' if len(cols) > 1 else ''} ({quoted_list(cols, quote=False)}): {reason}"
                  for reason, cols in by_reason.items()]
-        skipped.append(f"dataset {dataset!r}: " + "; ".join(parts))
+        skipped.append(f"dataset {quoted(dataset)}: " + "; ".join(parts))
     return comparisons, skipped
 
 
