@@ -166,3 +166,41 @@ def test_a_previous_board_of_thousands_of_other_datasets_is_refused_in_a_short_l
                                "--resamples", "10", "--trials", "10"])
     line = assert_user_error(proc, 2, "is ranked twice", "100,000 characters")
     assert len(line) < 600 + len(str(previous))
+
+
+@pytest.fixture
+def two_datasets(tmp_path):
+    """Dataset `one` with systems A, B, C and dataset `two` with A and B, six documents each."""
+    rng = np.random.default_rng(1)
+    rows = [{"id": f"{ds}{s}{d}", "dataset": ds, "system": s, "doc_id": f"d{d}", "m": float(rng.normal()),
+             "m2": float(rng.normal()), "human_x": float(rng.integers(1, 5))}
+            for ds, systems in (("one", "ABC"), ("two", "AB")) for s in systems for d in range(6)]
+    path = tmp_path / "pairs.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+@pytest.mark.parametrize("pairs, fragments", [
+    (["nope::A"], ["system 'nope' is not in the scores", "(systems: A, B, C)"]),
+    (["A::A"], ["'A'::'A'", "two different systems"]),
+    ([HUGE + "::A"], ["100,000 characters", "is not in the scores"]),
+])
+def test_meta_refuses_a_given_pair_of_unknown_or_equal_systems(two_datasets, tmp_path, pairs, fragments):
+    proc = run_cli_in_process(["meta", "-s", two_datasets, "-o", str(tmp_path / "rep"), "--resamples", "0",
+                               "--easy-pairs", *pairs])
+    line = assert_user_error(proc, 2, "--easy-pairs", *fragments)
+    assert len(line) < 400
+
+
+def test_meta_given_pairs_apply_in_the_datasets_that_have_both_systems(two_datasets, tmp_path):
+    proc = run_cli_in_process(["meta", "-s", two_datasets, "-o", str(tmp_path / "rep"), "--resamples", "0",
+                               "--easy-pairs", "A::C", "--hard-pairs", "A::B"])
+    assert proc.returncode == 0, proc.stderr  # was an internal error: C has no rows in dataset two
+    groups = {g["name"]: g for g in json.loads((tmp_path / "rep" / "results.json").read_text())["groups"]}
+    one, two = groups["one"]["checklist"], groups["two"]["checklist"]
+    assert one["pairs_from"] == two["pairs_from"] == "given"
+    assert one["easy_pairs"] == [["A", "C"]] and one["hard_pairs"] == [["A", "B"]]
+    assert two["easy_pairs"] == [] and two["hard_pairs"] == [["A", "B"]]  # the given hard pair, not the ranking's
+    assert groups["two"]["omitted"]["checklist given easy pairs"] == \
+        "1 pair whose systems are not both in this dataset left out: A::C"
+    assert "checklist given easy pairs" not in groups["one"]["omitted"]
