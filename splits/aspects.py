@@ -327,7 +327,10 @@ def row_combos(table, aspect_columns: Sequence[str] | None = None, source: str =
             )
     missing = [c for c in aspect_columns if c not in cols]
     if missing:
-        raise SplitsInputError(f"{source}: aspect column(s) {quoted_list(missing)} not found; columns are {quoted_list(cols)}")
+        error = SplitsInputError(f"{source}: aspect column(s) {quoted_list(missing)} not found; "
+                                 f"columns are {quoted_list(cols)}")
+        error.missing_columns = missing  # named by the user (`--aspect-columns`): the CLI makes it a usage error
+        raise error
     data = {c: _values(table, c, source) for c in aspect_columns}
     rows = []
     for r in range(table.num_rows):

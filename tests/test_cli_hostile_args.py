@@ -204,3 +204,24 @@ def test_meta_given_pairs_apply_in_the_datasets_that_have_both_systems(two_datas
     assert groups["two"]["omitted"]["checklist given easy pairs"] == \
         "1 pair whose systems are not both in this dataset left out: A::C"
     assert "checklist given easy pairs" not in groups["one"]["omitted"]
+
+
+@pytest.mark.parametrize("extra, fragments", [
+    (["--aspect-columns", "tense,tense"], ["--aspect-columns", "'tense' is named twice"]),  # was exit 1, no split
+    (["--aspect-columns", "tense,,topic"], ["--aspect-columns", "an empty column name"]),
+    (["--aspect-columns", "tense,nope"], ["--aspect-columns", "'nope' not found"]),  # a flag's column: exit 2
+    (["--iid-fraction", "1.5", "--partition-dir", "PARTS"], ["--iid-fraction 1.5"]),  # failed after writing
+    (["--iid-fraction", "nan"], ["--iid-fraction nan"]),
+    (["--exhaustive-limit", "-1"], ["--exhaustive-limit -1"]),  # silently accepted
+    (["--patience", "-1"], ["--patience -1"]),
+    (["--seed", "-1"], ["--seed -1"]),  # an internal error
+])
+def test_splits_refuses_unusable_numbers_and_columns_before_any_work(tmp_path, extra, fragments):
+    corpus = tmp_path / "corpus.parquet"
+    pq.write_table(pa.table({"id": [str(i) for i in range(8)], "tense": ["x", "y"] * 4,
+                             "topic": ["a", "a", "b", "b"] * 2, "mood": ["p"] * 4 + ["q"] * 4}), corpus)
+    extra = [str(tmp_path / "parts") if e == "PARTS" else e for e in extra]
+    out = tmp_path / "s.json"
+    proc = run_cli_in_process(["splits", "--corpus", corpus, "--protocol", "acd", "-o", out, *extra])
+    assert_user_error(proc, 2, *fragments)
+    assert not out.exists() and not (tmp_path / "parts").exists()
