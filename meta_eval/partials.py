@@ -149,7 +149,11 @@ def file_partial(spec: PartialSpec, label: str, path: str, storage_options: dict
             names = set(fields.names)
             for needed in (spec.unit, spec.system, *(col for col, _ in pairs)):
                 if needed not in names:
-                    raise InputError(f"{path}: column {needed!r} not found (have: {', '.join(sorted(names))})")
+                    from scoring.display_names import quoted, quoted_list
+
+                    error = InputError(f"{path}: column {quoted(needed)} not found (have: {quoted_list(sorted(names), 50)})")
+                    error.missing_column = needed  # the CLI makes a column the user named (`--unit`) a usage error
+                    raise error
             keys = [spec.dataset] if spec.dataset in names else []
             keys += [spec.unit, spec.system]
             wanted = keys + [c for c in [spec.error] + [col for col, _ in pairs] if c in names and c not in keys]

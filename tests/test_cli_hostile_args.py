@@ -106,7 +106,7 @@ def test_splits_corpus_errors_quote_huge_column_names_in_a_short_line(tmp_path):
     assert len(line) < 600 + len(str(corpus))
     proc = run_cli_in_process(["splits", "--corpus", corpus, "--aspect-columns", "nope,other", "--protocol", "acd",
                                "-o", str(tmp_path / "s.json")])
-    line = assert_user_error(proc, 1, "'nope', 'other'", "not found", "and 10 more")
+    line = assert_user_error(proc, 2, "--aspect-columns", "'nope', 'other'", "not found", "and 10 more")
     assert len(line) < 3000 + len(str(corpus))
 
 
@@ -225,3 +225,14 @@ def test_splits_refuses_unusable_numbers_and_columns_before_any_work(tmp_path, e
     proc = run_cli_in_process(["splits", "--corpus", corpus, "--protocol", "acd", "-o", out, *extra])
     assert_user_error(proc, 2, *fragments)
     assert not out.exists() and not (tmp_path / "parts").exists()
+
+
+@pytest.mark.parametrize("unit, fragment", [
+    ("nope", "column 'nope' not found"),  # exit 1 before: a column named by a flag is a usage error
+    ("system", "cannot be the system"),  # "nothing to compare" before
+    ("m", "cannot be the system, dataset or a compared score column"),
+])
+def test_compare_refuses_a_unit_that_cannot_pair_rows(scores, unit, fragment):
+    proc = run_cli_in_process(["compare", "-s", scores, "--columns", "m", "--unit", unit,
+                               "--resamples", "10", "--trials", "10"])
+    assert_user_error(proc, 2, "--unit", fragment)

@@ -170,9 +170,20 @@ def compare_scores(path: str, columns: list[str] | None, lower_is_better: list[s
     from meta_eval.partials import PartialSpec, accumulate
 
     columns, runs, items = plan_columns(path, columns)
-    spec = PartialSpec(runs=runs, unit=options.get("unit", "doc_id"))
+    unit = options.get("unit", "doc_id")
+    if unit in ("system", "dataset") or unit in columns:
+        from scoring.display_names import quoted
+
+        raise UsageError(f"--unit {quoted(unit)}: the unit pairs rows across systems, so it cannot be the system, "
+                         "dataset or a compared score column (give the document id column, e.g. doc_id)")
+    spec = PartialSpec(runs=runs, unit=unit)
     runner = make_runner(tasks, num_cpus)
-    acc = accumulate(spec, items, runner=runner, width=2 * max(1, tasks))
+    try:
+        acc = accumulate(spec, items, runner=runner, width=2 * max(1, tasks))
+    except InputError as exc:
+        if unit != "doc_id" and getattr(exc, "missing_column", None) == unit:  # a column the user named, not
+            raise UsageError(f"--unit: {exc}") from None  # the default, which a dump may lack (exit 1)
+        raise
     systems = options.get("systems")
     if systems:
         unknown = [s for s in systems if s not in acc.systems]
