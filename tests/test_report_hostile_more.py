@@ -282,3 +282,51 @@ def test_meta_names_why_a_column_was_not_compared_whatever_the_dataset_name(tmp_
     assert proc.returncode == 0, proc.stderr
     (group,) = json.loads((tmp_path / "rep" / "results.json").read_text())["groups"]
     assert group["omitted"]["system comparison of m2"] == "no doc_id has a finite score for every system"
+
+
+@pytest.fixture
+def stubbed_refresh(tmp_path, monkeypatch):
+    """`ctgscore leaderboard` with its scoring job stubbed (as tests/test_leaderboard_history.py
+    does): `refresh(board)` runs one refresh into the folder `board`."""
+    import types
+
+    from ray_jobs import score_corpus
+
+    rows = [{"id": f"{s}-{d}", "dataset": "toy", "system": s, "doc_id": f"d{d}", "m": float(d) + 3 * (s == "sysB")}
+            for s in ("sysA", "sysB") for d in range(6)]
+    scores = tmp_path / "scores.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), scores)
+    manifest = {"output": str(scores), "metrics": {"stub": {"rows_scored": 0, "rows_cached": 12}}}
+    monkeypatch.setattr(score_corpus, "load_config", lambda path, overrides=None: types.SimpleNamespace())
+    monkeypatch.setattr(score_corpus, "run_job", lambda config: manifest)
+    monkeypatch.setattr(score_corpus, "error_rate_exceeded", lambda manifest: [])
+    (tmp_path / "job.yaml").write_text("stub: true\n")
+
+    def refresh(board):
+        return run_cli_in_process(["leaderboard", tmp_path / "job.yaml", "-o", board, "--columns", "m",
+                                   "--resamples", "20", "--trials", "20", "--no-progress"])
+
+    return refresh
+
+
+@pytest.mark.timeout(120)
+def test_a_fifo_or_folder_named_history_jsonl_fails_the_refresh_instead_of_hanging(tmp_path, stubbed_refresh):
+    import os
+
+    for kind in ("fifo", "folder"):
+        board = tmp_path / kind
+        board.mkdir()
+        if kind == "fifo":
+            os.mkfifo(board / "history.jsonl")  # opened for writing it waited for a reader forever
+        else:
+            (board / "history.jsonl").mkdir()
+        proc = stubbed_refresh(board)
+        assert_user_error(proc, 1, str(board / "history.jsonl"), "it must be a regular file")
+
+
+def test_a_folder_named_leaderboard_json_is_named_as_the_previous_board_not_a_flag(tmp_path, stubbed_refresh):
+    board = tmp_path / "board"
+    (board / "leaderboard.json").mkdir(parents=True)
+    proc = stubbed_refresh(board)
+    line = assert_user_error(proc, 2, "the previous refresh's board", "not a regular file")
+    assert "--previous" not in line  # the leaderboard command has no such flag

@@ -255,37 +255,38 @@ def handle(args: argparse.Namespace) -> int:
     return 0
 
 
-def read_previous(path: str) -> dict:
+def read_previous(path: str, label: str = "--previous") -> dict:
     """A previous leaderboard: any leaderboard JSON (`meta_eval.compare.leaderboard_document`:
     the meta report's `leaderboard.json`, `compare -o board.json`, the leaderboard command's)
     or the meta report's `results.json` (its system comparisons), as a dict with a
     `leaderboard` list of (dataset, column, system, rank) rows. A file that is not there, or
-    not one of these, is a usage error (exit 2): the flag names the wrong file."""
+    not one of these, is a usage error (exit 2): the flag names the wrong file. `label` names
+    the file in errors (the `leaderboard` command reads its own folder's board, not a flag)."""
     import json
     import os
 
     if not os.path.isfile(path):
-        raise UsageError(f"--previous {path}: no such file")
+        raise UsageError(f"{label} {path}: {'not a regular file' if os.path.lexists(path) else 'no such file'}")
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
     except (OSError, ValueError, RecursionError) as exc:  # not JSON, not UTF-8 (a Parquet file), nested past the reader
-        raise UsageError(f"--previous {path}: not a leaderboard JSON (cannot read it as JSON: "
+        raise UsageError(f"{label} {path}: not a leaderboard JSON (cannot read it as JSON: "
                          f"{type(exc).__name__}); give the leaderboard.json or results.json of an earlier run") from None
     if isinstance(data, dict) and isinstance(data.get("leaderboard"), list):
-        return {**data, "leaderboard": _checked_rows(data["leaderboard"], path, "leaderboard")}
+        return {**data, "leaderboard": _checked_rows(data["leaderboard"], path, "leaderboard", label)}
     rows = _results_leaderboard(data)
     if rows is None:
-        raise UsageError(f"--previous {path}: not a leaderboard JSON (no 'leaderboard' list and no system comparisons; "
+        raise UsageError(f"{label} {path}: not a leaderboard JSON (no 'leaderboard' list and no system comparisons; "
                          "write one with `ctgscore compare -o board.json`, `ctgscore leaderboard` or `ctgscore meta`)")
-    return {"leaderboard": _checked_rows(rows, path, "system comparisons")}
+    return {"leaderboard": _checked_rows(rows, path, "system comparisons", label)}
 
 
 #: the largest rank a previous leaderboard may hold (a board of a billion systems is no board)
 MAX_RANK = 10**9
 
 
-def _checked_rows(rows: list, path: str, where: str) -> list[dict]:
+def _checked_rows(rows: list, path: str, where: str, label: str = "--previous") -> list[dict]:
     """The rows of a previous leaderboard, each checked as this command wrote it: an object
     whose `dataset`, `column` and `system` are strings and whose `rank` is a whole number >= 1
     (at most `MAX_RANK`; a digit string is read as one), one row per (dataset, column, system). A file edited into
@@ -295,7 +296,7 @@ def _checked_rows(rows: list, path: str, where: str) -> list[dict]:
 
     checked, seen = [], {}
     for index, row in enumerate(rows):
-        at = f"--previous {path}: {where}[{index}]"
+        at = f"{label} {path}: {where}[{index}]"
         if not isinstance(row, dict):
             raise UsageError(f"{at}: expected an object, got {type(row).__name__}")
         for key in ("dataset", "column", "system"):

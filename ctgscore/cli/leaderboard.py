@@ -94,7 +94,8 @@ def handle(args: argparse.Namespace) -> int:
         common.check_lower_is_better(args.lower_is_better, list(dict.fromkeys(args.columns)))
     out = common.prepare_output_dir(args.output)
     board_json = out / "leaderboard.json"
-    previous = compare_cli.read_previous(str(board_json)) if board_json.exists() else None
+    previous = compare_cli.read_previous(str(board_json), "the previous refresh's board") \
+        if board_json.exists() else None
     from meta_eval import compare
     from meta_eval.report.files import append_line, subfolder, write_text
     from ray_jobs import score_corpus
