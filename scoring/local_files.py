@@ -17,10 +17,13 @@ from scoring.errors import CtgscoreError, UsageError
 
 def refuse_device(path: str | os.PathLike, what: str = "", error: type[CtgscoreError] = UsageError) -> None:
     """Raise `error` ("<what><path>: a device, not a file") when `path` is a character or
-    block device; `what` prefixes the message (`"idf: "`, `"--params "`)."""
+    block device, or a FIFO (a read would wait for a writer); `what` prefixes the message
+    (`"idf: "`, `"--params "`)."""
     try:
         mode = os.stat(path).st_mode
     except (OSError, ValueError):  # absent, unreadable, a NUL in the name: the read names it
         return
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         raise error(f"{what}{os.fspath(path)}: a device, not a file (it would be read without end)")
+    if stat.S_ISFIFO(mode):
+        raise error(f"{what}{os.fspath(path)}: a FIFO, not a file (its read would wait for a writer forever)")

@@ -236,3 +236,15 @@ def test_compare_refuses_a_unit_that_cannot_pair_rows(scores, unit, fragment):
     proc = run_cli_in_process(["compare", "-s", scores, "--columns", "m", "--unit", unit,
                                "--resamples", "10", "--trials", "10"])
     assert_user_error(proc, 2, "--unit", fragment)
+
+
+@pytest.mark.timeout(120)
+def test_compmctg_refuses_a_fifo_as_splits_file_instead_of_waiting(tmp_path):
+    import os
+
+    from tests.test_report_hostile_more import compmctg_inputs
+
+    args = compmctg_inputs(tmp_path)
+    os.mkfifo(tmp_path / "fifo.json")  # read_text waited for a writer forever
+    proc = run_cli_in_process(args + ["--splits", f"toy={tmp_path / 'fifo.json'}"])
+    assert_user_error(proc, 1, "--splits toy=", "a FIFO, not a file")
