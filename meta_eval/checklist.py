@@ -228,7 +228,7 @@ def run_checklist(table, pairs: str = "given") -> ChecklistBlock:
                            aspect_level=aspects)
     if not table.has_systems:
         return block
-    if pairs == "given" and table.easy_pairs:
+    if pairs == "given" and (table.easy_pairs is not None or table.hard_pairs is not None):  # given, even if one is empty
         easy, hard = list(map(tuple, table.easy_pairs)), list(map(tuple, table.hard_pairs or []))
         pairs_from = "given"
     else:

@@ -74,8 +74,10 @@ def paired_units(frame: pd.DataFrame, column: str, systems: Sequence[str] | None
     if systems is not None:
         missing = [s for s in systems if s not in grid.columns]
         if missing:
-            raise InputError(f"system(s) {missing} have no rows in column {system_col!r} "
-                             f"(have: {', '.join(map(str, grid.columns))})")
+            from scoring.display_names import quoted_list
+
+            raise InputError(f"system(s) {quoted_list(missing)} have no rows in column {system_col!r} "
+                             f"(have: {quoted_list(map(str, grid.columns))})")
         grid = grid[list(systems)]
     if grid.shape[1] < 2:
         raise InputError(f"comparing systems needs two or more systems in {system_col!r}, found {grid.shape[1]}")
@@ -183,9 +185,17 @@ def system_comparison(frame: pd.DataFrame, column: str, *, dataset: str = "all",
     try:
         grid, dropped = paired_units(frame, column, systems, unit, system_col)
     except InputError as exc:
-        raise InputError(f"dataset {dataset!r}, column {column!r}: {exc}") from None
+        raise InputError(f"{where_of(dataset, column)}: {exc}") from None
     return compare_units(grid.to_numpy(dtype=float), [str(s) for s in grid.columns], dropped, column=column,
                          dataset=dataset, unit=unit, **options)
+
+
+def where_of(dataset, column) -> str:
+    """"dataset 'D', column 'C'" as a comparison's errors name it, each name cut
+    (`scoring.display_names.quoted`): a 100,000-character dataset made a 100 kB reason."""
+    from scoring.display_names import quoted
+
+    return f"dataset {quoted(dataset)}, column {quoted(column)}"
 
 
 def grid_comparison(grid, systems: Sequence[str] | None = None, *, unit: str = "doc_id",
@@ -194,12 +204,14 @@ def grid_comparison(grid, systems: Sequence[str] | None = None, *, unit: str = "
     sums): the named systems (default all), complete units only."""
     from scoring.errors import InputError
 
-    where = f"dataset {grid.dataset!r}, column {grid.column!r}"
+    where = where_of(grid.dataset, grid.column)
     names = list(grid.systems)
     if systems is not None:
         missing = [s for s in systems if s not in names]
         if missing:
-            raise InputError(f"{where}: system(s) {missing} have no rows here (have: {', '.join(names)})")
+            from scoring.display_names import quoted_list
+
+            raise InputError(f"{where}: system(s) {quoted_list(missing)} have no rows here (have: {quoted_list(names)})")
         names = list(systems)
     if len(names) < 2:
         raise InputError(f"{where}: comparing systems needs two or more systems, found {len(names)}")
@@ -219,11 +231,11 @@ def compare_units(values: np.ndarray, names: Sequence[str], dropped: int, *, col
 
     _check_tests(tests, n_resamples, trials, seed)
     if not len(values):
-        raise InputError(f"dataset {dataset!r}, column {column!r}: no {unit} has a finite score for every system")
+        raise InputError(f"{where_of(dataset, column)}: no {unit} has a finite score for every system")
     names = [str(s) for s in names]
     n_units, n_sys = values.shape
     if n_sys > MAX_SYSTEMS:
-        raise InputError(f"dataset {dataset!r}, column {column!r}: {n_sys:,} systems make {n_sys * (n_sys - 1) // 2:,} "
+        raise InputError(f"{where_of(dataset, column)}: {n_sys:,} systems make {n_sys * (n_sys - 1) // 2:,} "
                          f"pairs; at most {MAX_SYSTEMS:,} systems are compared at once (`compare --systems` names them)")
     # one power-of-two scale for every system (`meta_eval.numbers`): means, resampled means and
     # differences of scores near 1e308 stay finite; `unscaled` brings the reported numbers back

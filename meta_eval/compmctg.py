@@ -26,6 +26,7 @@ import posixpath
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
+from scoring.display_names import quoted, quoted_list
 from scoring.errors import InputError
 from scoring.job_output import SHARD
 from scoring.schema import is_data_file
@@ -122,7 +123,7 @@ def check_splits_json(data: Any) -> None:
                     value = combo.get(aspect)
                     if isinstance(value, bool) or not isinstance(value, (str, int, float)) \
                             or (isinstance(value, float) and not math.isfinite(value)):
-                        raise ValueError(f"{where}: aspect {aspect!r} must be a string or a number, got {value!r:.40}")
+                        raise ValueError(f"{where}: aspect {quoted(aspect)} must be a string or a number, got {quoted(value, 40)}")
 
 
 def protocol_row(frame, dataset: str, splits_json: Mapping[str, Any]) -> ProtocolRow:
@@ -131,12 +132,13 @@ def protocol_row(frame, dataset: str, splits_json: Mapping[str, Any]) -> Protoco
     try:
         check_splits_json(splits_json)
     except ValueError as exc:
-        raise ValueError(f"dataset {dataset!r}: splits JSON: {exc}") from None
+        raise ValueError(f"dataset {quoted(dataset)}: splits JSON: {exc}") from None
     signature = splits_json.get("signature") or {}
     aspects = _splits_aspects(splits_json)
     missing = [a for a in aspects if ATTR_PREFIX + a not in frame]
     if missing:
-        raise ValueError(f"dataset {dataset!r}: no attribute values for aspect(s) {missing} in the scored rows")
+        raise ValueError(f"dataset {quoted(dataset)}: no attribute values for aspect(s) {quoted_list(missing)} "
+                         "in the scored rows")
     keys = list(zip(*(frame[ATTR_PREFIX + a].tolist() for a in aspects))) if len(frame) else []
     per_split = []
     for index, split in enumerate(splits_json["splits"]):
@@ -232,7 +234,7 @@ def scored_frame(dump: str, scores, storage_options: Mapping[str, Any] | None = 
         with fs.open(name, "rb") as handle:
             table = read_parquet_here(handle, columns=["id", "attributes"])
         shard = {SHARD: name[len(base) + 1:].removesuffix(".parquet")} if by_shard else {}  # as written, as the job
-        for row in table.to_pylist():
+        for row in _rows(table, name):
             found = {ATTR_PREFIX + k: str(v) for k, v in row_attributes(row).items()}
             records.append({"id": row["id"], **shard, **found})
     keys = ["id", SHARD] if by_shard else ["id"]
@@ -249,6 +251,22 @@ def scored_frame(dump: str, scores, storage_options: Mapping[str, Any] | None = 
             "(read all the runs of the job that scored this dump)")
         raise InputError(f"{dump}: id {repeated!r} is {where}")
     return scores.merge(attributes, on=keys, how="left")
+
+
+def _rows(table, name: str) -> list[dict]:
+    """The (id, attributes) rows of one dump file; a value that is no text (invalid UTF-8) fails
+    the file naming the row and the field."""
+    try:
+        return table.to_pylist()
+    except UnicodeDecodeError:
+        for field in table.column_names:
+            column = table.column(field)
+            for row in range(len(column)):
+                try:
+                    column[row].as_py()
+                except UnicodeDecodeError:
+                    raise InputError(f"{name}: row {row}: field {field!r} is not valid UTF-8") from None
+        raise
 
 
 def markdown_section(table: Mapping[str, Any]) -> str:

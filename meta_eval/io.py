@@ -161,7 +161,7 @@ def read_scores(path: str, humans: list[str] | None = None, metrics: list[str] |
     n_input = len(frame)
     n_error = int(frame.pop("error").sum())
     n_skipped = int(frame.pop("skipped").sum())
-    normalise_keys(frame)
+    normalise_keys(frame, source=str(path))
     humans = humans or [c for c in frame.columns if c.startswith("human_")]
     not_numeric: dict[str, str] = {}
     if metrics is None:
@@ -180,23 +180,33 @@ def read_scores(path: str, humans: list[str] | None = None, metrics: list[str] |
 KEY_COLUMNS = ("doc_id", "system", "dataset")
 
 
-def normalise_keys(frame: pd.DataFrame, columns=KEY_COLUMNS) -> pd.DataFrame:
+def normalise_keys(frame: pd.DataFrame, columns=KEY_COLUMNS, source: str = "scores") -> pd.DataFrame:
     """Key columns as objects with every missing key (null, NaN, blank string:
-    `meta_eval.row_account.is_missing`) as None, in place; returns the frame."""
-    from meta_eval.row_account import missing_mask
+    `meta_eval.row_account.is_missing`) as None, in place; returns the frame. A key that is no
+    text (invalid UTF-8) is an `InputError` naming `source`, the column and the row."""
+    from pyarrow import ArrowException
+
+    from meta_eval.row_account import missing_mask, unreadable_key
 
     for col in columns:
         if col in frame:
-            frame[col] = frame[col].astype("object").where(~missing_mask(frame[col]), None)
+            try:
+                values = frame[col].astype("object")
+            except (UnicodeDecodeError, ArrowException):  # pyarrow wraps the decode error
+                ids = frame["id"].iloc if "id" in frame else None
+                raise InputError(unreadable_key(frame[col], col, source, ids)) from None
+            frame[col] = values.where(~missing_mask(values), None)
     return frame
 
 
 def _check_columns(frame: pd.DataFrame, columns: list[str], source: str) -> None:
     for col in columns:
         if col not in frame:
+            from scoring.display_names import quoted, quoted_list
             from scoring.schema import visible_columns
 
-            error = InputError(f"{source}: column {col!r} not found (have: {', '.join(visible_columns(frame.columns))})")
+            error = InputError(f"{source}: column {quoted(col)} not found "
+                               f"(have: {quoted_list(visible_columns(frame.columns), 50)})")
             error.missing_column = col  # the CLI makes a column the user named a usage error
             raise error
         if not pd.api.types.is_numeric_dtype(frame[col]):

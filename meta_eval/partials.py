@@ -100,6 +100,17 @@ def _codes(column) -> tuple[np.ndarray, list]:
     return codes, uniques
 
 
+def _key_codes(table, name: str, path: str) -> tuple[np.ndarray, list]:
+    """`_codes` of key column `name`; a value that is no text (invalid UTF-8) fails the file
+    naming the column and row (`meta_eval.row_account.unreadable_key`)."""
+    try:
+        return _codes(table[name])
+    except UnicodeDecodeError:
+        from meta_eval.row_account import unreadable_key
+
+        raise InputError(unreadable_key(table[name], name, path)) from None
+
+
 def _float_values(column, path: str, name: str) -> np.ndarray:
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -138,7 +149,11 @@ def file_partial(spec: PartialSpec, label: str, path: str, storage_options: dict
             names = set(fields.names)
             for needed in (spec.unit, spec.system, *(col for col, _ in pairs)):
                 if needed not in names:
-                    raise InputError(f"{path}: column {needed!r} not found (have: {', '.join(sorted(names))})")
+                    from scoring.display_names import quoted, quoted_list
+
+                    error = InputError(f"{path}: column {quoted(needed)} not found (have: {quoted_list(sorted(names), 50)})")
+                    error.missing_column = needed  # the CLI makes a column the user named (`--unit`) a usage error
+                    raise error
             keys = [spec.dataset] if spec.dataset in names else []
             keys += [spec.unit, spec.system]
             wanted = keys + [c for c in [spec.error] + [col for col, _ in pairs] if c in names and c not in keys]
@@ -153,11 +168,11 @@ def file_partial(spec: PartialSpec, label: str, path: str, storage_options: dict
     failed = table[spec.error].is_valid().to_numpy(zero_copy_only=False) if spec.error in names \
         else np.zeros(rows, bool)
     if spec.dataset in names:
-        d_codes, datasets = _codes(table[spec.dataset])
+        d_codes, datasets = _key_codes(table, spec.dataset, path)
     else:
         d_codes, datasets = np.zeros(rows, np.int64), [None]
-    u_codes, units = _codes(table[spec.unit])
-    s_codes, systems = _codes(table[spec.system])
+    u_codes, units = _key_codes(table, spec.unit, path)
+    s_codes, systems = _key_codes(table, spec.system, path)
     systems = [None if s is None else str(s) for s in systems]
     keep = np.ones(rows, bool)
     reason = np.full(rows, -1, np.int64)  # -1: kept; else the index of the first key missing

@@ -147,6 +147,29 @@ def _with(table: Table, frame: pd.DataFrame, humans: list[str], metrics: list[st
     return dataclasses.replace(table, frame=frame, humans=humans, metrics=metrics)
 
 
+def _given_pairs_here(table: Table, raw: pd.DataFrame, omitted: dict) -> dict:
+    """The given Easy/Hard pairs (`--easy-pairs`, `--hard-pairs`) whose two systems both have
+    rows in this dataset group; the others are named in `omitted` (a pair of systems of
+    another dataset has nothing to compare here)."""
+    if table.easy_pairs is None and table.hard_pairs is None:
+        return {}
+    present = set(raw["system"].dropna().astype(str)) if "system" in raw else set()
+    kept = {}
+    for kind in ("easy_pairs", "hard_pairs"):
+        pairs = getattr(table, kind)
+        if pairs is None:
+            continue
+        kept[kind] = [pair for pair in pairs if pair[0] in present and pair[1] in present]
+        away = [f"{a}::{b}" for a, b in pairs if (a, b) not in set(map(tuple, kept[kind]))]
+        if away:
+            from scoring.display_names import quoted_list
+
+            omitted[f"checklist given {kind.replace('_', ' ')}"] = (
+                f"{len(away)} pair{'s' if len(away) > 1 else ''} whose systems are not both in this dataset "
+                f"left out: {quoted_list(away, quote=False)}")
+    return kept
+
+
 def analyse_group(table: Table, name: str, opts: Options, runner: Runner | None = None,
                   progress: bool = False) -> GroupResult:
     """Every number for one dataset group."""
@@ -199,7 +222,9 @@ def analyse_group(table: Table, name: str, opts: Options, runner: Runner | None 
             if finite_mask(frame, metrics + [human]).sum() >= 3:
                 result.significance.append(significance(frame, metrics, human, level, opts, runner))
     if opts.run_checklist and humans and metrics:
-        result.checklist = checklist.run_checklist(_with(table, raw, humans, metrics), pairs=opts.pairs)
+        given = _given_pairs_here(table, raw, result.omitted)
+        result.checklist = checklist.run_checklist(dataclasses.replace(_with(table, raw, humans, metrics), **given),
+                                                   pairs=opts.pairs)
         if not table.has_systems:
             result.omitted["checklist system-level parts"] = "no system column"
         else:
@@ -223,7 +248,8 @@ def analyse_group(table: Table, name: str, opts: Options, runner: Runner | None 
                         n_resamples=opts.resamples, trials=opts.trials, seed=opts.seed, alpha=opts.alpha,
                         runner=runner))
                 except InputError as exc:
-                    result.omitted[f"system comparison of {column}"] = str(exc).split(": ", 1)[-1]
+                    result.omitted[f"system comparison of {column}"] = \
+                        str(exc).split(f"{compare.where_of(name, column)}: ", 1)[-1]  # a name may hold ": "
     return result
 
 

@@ -120,3 +120,33 @@ def merge(accounts: Sequence[RowAccount]) -> RowAccount:
         for reason, n in item.left_out.items():
             left_out[reason] = left_out.get(reason, 0) + n
     return RowAccount(sum(a.rows_in for a in accounts), sum(a.rows_used for a in accounts), left_out)
+
+
+def first_unreadable(values) -> int | None:
+    """The position of the first value of `values` (an Arrow array or chunked array, or a
+    pandas Series) that cannot become a Python string (invalid UTF-8 in a Parquet string
+    column), or None. Only called once reading the column as a whole has failed."""
+    pandas = hasattr(values, "iloc")
+    for k in range(len(values)):
+        try:
+            values.iloc[k] if pandas else values[k].as_py()
+        except (UnicodeDecodeError, ValueError):
+            return k
+    return None
+
+
+def unreadable_key(values, column: str, source: str, ids=None) -> str:
+    """The error for a key column that holds a value that is not text (invalid UTF-8): the
+    file, the column and the row. A key names the group a row belongs to; a key that cannot be
+    read cannot be shown, compared or written back, so the file is refused rather than guessed
+    at (decoding it with replacement characters would merge distinct keys)."""
+    from scoring.display_names import quoted
+
+    row = first_unreadable(values)
+    where = f"row {row}" if row is not None else "some row"
+    if row is not None and ids is not None:  # a frame joined from several files: its id names the row
+        try:
+            where = f"id {quoted(ids[row])}"
+        except (UnicodeDecodeError, ValueError):
+            pass
+    return f"{source}: column {quoted(column)}, {where}: not valid UTF-8 (a key must be text)"

@@ -14,7 +14,9 @@ name through `display_name`:
   read differently; a pair that reads alike would be a SHA-256 collision in 128 bits (about 2^64
   tries to craft);
 - a name short enough to show whole but containing such a marker itself is shown in the cut
-  form too (with its own length and digest), so no name can pose as the cut form of another.
+  form too (with its own length and digest), so no name can pose as the cut form of another;
+  so is a name holding typed text that reads like an escape (a backslash then `n`, `x00`,
+  `u202e`, ...), so the name `sys\\nA` never reads like `sys<newline>A`, shown `sys\\nA`.
 
 `DISPLAY_MAX` is 120: a cell or heading of 120 characters still reads on one or two lines of a
 report page, leaves 57 characters of the name's head and tail beside the 63-character marker,
@@ -46,6 +48,10 @@ _MARKER = "…[{:,} characters, sha256 {}]…"
 _MARKED = re.compile(r"…\[[0-9,]+ characters, sha256 [0-9a-f]{%d}\]…" % DIGEST_HEX)
 _MARKED_MARKDOWN = re.compile(r"…\\?\[[0-9,]+ characters, sha256 [0-9a-f]{%d}\\?\]…" % DIGEST_HEX)
 _SMALLEST = 100  # a limit that leaves a head and a tail beside the longest marker
+#: text typed into a name that reads like the escape `console_text` shows for a control or
+#: invisible character (`\n`, `\x00`, `\u202e`): such a name is shown in the cut form, so the
+#: name `sys\nA` (a backslash and an n) never reads like `sys<newline>A`
+_ESCAPE_LIKE = re.compile(r"\\(?:[ntr]|x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8})")
 
 
 def digest(name: str) -> str:
@@ -59,7 +65,7 @@ def is_cut(value: Any, limit: int = DISPLAY_MAX) -> bool:
     if len(text) > limit:  # every character shows as one or more
         return True
     shown = console_text(text)
-    return len(shown) > limit or _MARKED.search(shown) is not None
+    return len(shown) > limit or _MARKED.search(shown) is not None or _ESCAPE_LIKE.search(text) is not None
 
 
 def display_name(value: Any, limit: int = DISPLAY_MAX) -> str:
@@ -117,10 +123,41 @@ def cut_note(markdown: str, whole: str) -> str:
     if not _MARKED_MARKDOWN.search(markdown):
         return ""
     return (f"\n*Names longer than {DISPLAY_MAX} characters are shown cut: head, `…[length, sha256 digest]…`, tail "
-            "(the digest: the first 32 hex digits of the SHA-256 of the name's UTF-8, as `sha256sum` prints them). "
+            "(the digest: the first 32 hex digits of the SHA-256 of the name's UTF-8, as `sha256sum` prints them); "
+            "so is a shorter name holding typed text that reads like an escape (a backslash and `n`, `x00`). "
             f"{whole} holds every name whole.*\n")
 
 
 def cut_names(values) -> list[str]:
     """The distinct names among `values` that `display_name` shows cut, in order of first appearance."""
     return [name for name in dict.fromkeys(str(v) for v in values) if is_cut(name)]
+
+
+QUOTE_MAX = 80  # characters of a name an error message quotes
+
+
+def quoted(value: Any, limit: int = QUOTE_MAX) -> str:
+    """`value` as an error message quotes it: its `repr`, or, for a name longer than `limit`
+    characters, the `repr` of its first `limit` characters followed by `…(N characters)`, so a
+    name of 100,000 characters makes a line, not a 100 kB message."""
+    if not isinstance(value, str):
+        text = repr(value)
+        return text if len(text) <= limit else f"{text[:limit]}…({len(text):,} characters)"
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}…({len(value):,} characters)"
+
+
+def quoted_list(values, limit: int = 20, quote: bool = True) -> str:
+    """At most `limit` names, each `quoted` (with `quote` False: as it is, cut the same way),
+    comma-separated, with how many more there are."""
+    values = list(values)
+
+    def one(value) -> str:
+        if quote:
+            return quoted(value)
+        text = str(value)
+        return text if len(text) <= QUOTE_MAX else f"{text[:QUOTE_MAX]}…({len(text):,} characters)"
+
+    shown = ", ".join(one(v) for v in values[:limit])
+    return shown + (f" and {len(values) - limit:,} more" if len(values) > limit else "") if values else "none"

@@ -21,7 +21,8 @@ from scoring.errors import CtgscoreError, UsageError
 
 def refuse_device(path: str | os.PathLike, what: str = "", error: type[CtgscoreError] = UsageError) -> None:
     """Raise `error` ("<what><path>: a device, not a file") when `path` is a character or
-    block device; `what` prefixes the message (`"idf: "`, `"--params "`)."""
+    block device; `what` prefixes the message (`"idf: "`, `"--params "`). A pipe the user
+    names (`--params @/dev/stdin`, a shell's `<(...)`) is read: its writer is theirs."""
     try:
         mode = os.stat(path).st_mode
     except (OSError, ValueError):  # absent, unreadable, a NUL in the name: the read names it

@@ -16,11 +16,13 @@ import itertools
 import json
 import math
 import pathlib
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from scoring.display_names import quoted, quoted_list
 from scoring.errors import InputError
 
 Combo = tuple[str, ...]
@@ -88,12 +90,12 @@ class Universe:
     def __post_init__(self) -> None:
         n = len(self.aspects)
         if n < 2:
-            raise SplitsInputError(f"need at least 2 aspects to form compounds, got {list(self.aspects)}")
+            raise SplitsInputError(f"need at least 2 aspects to form compounds, got {quoted_list(self.aspects)}")
         if not self.combos:
             raise SplitsInputError("no attribute combinations")
         for combo in self.combos:
             if len(combo) != n:
-                raise SplitsInputError(f"combination {combo} does not have one value per aspect {self.aspects}")
+                raise SplitsInputError(f"combination {quoted_list(combo)} does not have one value per aspect ({quoted_list(self.aspects)})")
         if len(set(self.combos)) != len(self.combos):
             raise SplitsInputError("duplicate attribute combinations")
         self.combo_index = {c: i for i, c in enumerate(self.combos)}
@@ -101,7 +103,7 @@ class Universe:
         for a, asp in enumerate(self.aspects):
             if len(used[a]) < 2:
                 raise SplitsInputError(
-                    f"aspect {asp!r} has a single value {sorted(used[a])}: both sides of every split would share it, "
+                    f"aspect {quoted(asp)} has a single value {quoted_list(sorted(used[a]))}: both sides of every split would share it, "
                     "so no split can hold anything out; give at least 2 values per aspect (or drop the aspect)")
         self.atoms = [(asp, v) for a, asp in enumerate(self.aspects) for v in self.values[asp] if v in used[a]]
         atom_id = {atom: i for i, atom in enumerate(self.atoms)}
@@ -152,9 +154,9 @@ class Universe:
         try:
             key = tuple(combo[a] for a in self.aspects)
         except KeyError as exc:
-            raise SplitsInputError(f"combination {dict(combo)} lacks aspect {exc.args[0]!r}") from None
+            raise SplitsInputError(f"combination {_combo_text(combo)} lacks aspect {quoted(exc.args[0])}") from None
         if key not in self.combo_index:
-            raise SplitsInputError(f"combination {dict(combo)} is not in this universe")
+            raise SplitsInputError(f"combination {_combo_text(combo)} is not in this universe")
         return self.combo_index[key]
 
     def lookup_values(self, value_index: np.ndarray) -> np.ndarray:
@@ -201,6 +203,21 @@ class Universe:
 MAX_COMBINATIONS = 100_000
 
 
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _combo_text(combo) -> str:
+    """A combination as an error quotes it: at most 20 `aspect=value` pairs, each name cut."""
+    items = list(combo.items()) if isinstance(combo, Mapping) else [("?", combo)]
+    shown = ", ".join(f"{quoted(k)}={quoted(v)}" for k, v in items[:20])
+    return "{" + shown + (f", ... {len(items) - 20:,} more" if len(items) > 20 else "") + "}"
+
+
 def from_aspects(aspects: Mapping[str, Sequence[str]], name: str | None = None) -> Universe:
     """Full product universe of the given aspects (order of aspects and values kept)."""
     if not isinstance(aspects, Mapping) or not aspects:
@@ -208,13 +225,17 @@ def from_aspects(aspects: Mapping[str, Sequence[str]], name: str | None = None) 
     values: dict[str, tuple[str, ...]] = {}
     for asp, vals in aspects.items():
         if isinstance(vals, (str, bytes)) or not isinstance(vals, Sequence) or len(vals) == 0:
-            raise SplitsInputError(f"aspect {asp!r}: values must be a non-empty list of strings")
+            raise SplitsInputError(f"aspect {quoted(asp)}: values must be a non-empty list of strings")
         for value in vals:  # JSON's 1 or null would become the values "1" and "None"
             if not isinstance(value, str) or not value.strip():
-                raise SplitsInputError(f"aspect {asp!r}: value {repr(value)[:80]} is not a non-empty string")
+                raise SplitsInputError(f"aspect {quoted(asp)}: value {quoted(value)} is not a non-empty string")
+        for text in (str(asp), *vals):  # JSON's "\ud800" is a lone surrogate: no UTF-8 file can hold it
+            if not _is_utf8(text):
+                raise SplitsInputError(f"aspect {quoted(asp)}: {'its name' if text == asp else f'value {quoted(text)}'} "
+                                       "holds a lone surrogate (a JSON \\ud800-\\udfff escape), which is not text")
         vals = tuple(vals)
         if len(set(vals)) != len(vals):
-            raise SplitsInputError(f"aspect {asp!r}: duplicate values {list(vals)}")
+            raise SplitsInputError(f"aspect {quoted(asp)}: duplicate values {quoted_list(sorted(v for v, k in Counter(vals).items() if k > 1))}")
         values[str(asp)] = vals
     names = tuple(values)
     count = math.prod(len(values[a]) for a in names)
@@ -252,6 +273,21 @@ def parse_aspects_arg(text: str) -> Universe:
     return from_aspects(data)
 
 
+def _values(table, column: str, source: str) -> list:
+    """Column `column` of `table` as Python values; a value that is no text (invalid UTF-8 in a
+    Parquet string) fails the corpus naming the column and the row."""
+    values = table.column(column)
+    try:
+        return values.to_pylist()
+    except UnicodeDecodeError:
+        for row in range(len(values)):
+            try:
+                values[row].as_py()
+            except UnicodeDecodeError:
+                raise SplitsInputError(f"{source}: row {row}: field {quoted(column)} is not valid UTF-8") from None
+        raise
+
+
 def row_combos(table, aspect_columns: Sequence[str] | None = None, source: str = "corpus") -> tuple[list[str], list[dict[str, str]]]:
     """Per-row attribute dicts of a pyarrow table: from its `attributes` map column, or from
     one column per aspect (`aspect_columns`, else every string column that is not a
@@ -260,7 +296,7 @@ def row_combos(table, aspect_columns: Sequence[str] | None = None, source: str =
 
     cols = table.column_names
     if aspect_columns is None and "attributes" in cols:
-        raw = table.column("attributes").to_pylist()
+        raw = _values(table, "attributes", source)
         rows = []
         aspects: list[str] = []
         for r, value in enumerate(raw):
@@ -276,7 +312,7 @@ def row_combos(table, aspect_columns: Sequence[str] | None = None, source: str =
         for r, d in enumerate(rows):
             missing = [a for a in aspects if d.get(a) in (None, "")]
             if missing:
-                raise SplitsInputError(f"{source}: row {r}: 'attributes' lacks aspect(s) {missing}")
+                raise SplitsInputError(f"{source}: row {r}: 'attributes' lacks aspect(s) {quoted_list(missing)}")
         return aspects, rows
     if aspect_columns is None:
         aspect_columns = [
@@ -287,19 +323,22 @@ def row_combos(table, aspect_columns: Sequence[str] | None = None, source: str =
         ]
         if len(aspect_columns) < 2:
             raise SplitsInputError(
-                f"{source}: no 'attributes' map column and fewer than 2 aspect columns found among {cols}"
+                f"{source}: no 'attributes' map column and fewer than 2 aspect columns found among {quoted_list(cols)}"
             )
     missing = [c for c in aspect_columns if c not in cols]
     if missing:
-        raise SplitsInputError(f"{source}: aspect column(s) {missing} not found; columns are {cols}")
-    data = {c: table.column(c).to_pylist() for c in aspect_columns}
+        error = SplitsInputError(f"{source}: aspect column(s) {quoted_list(missing)} not found; "
+                                 f"columns are {quoted_list(cols)}")
+        error.missing_columns = missing  # named by the user (`--aspect-columns`): the CLI makes it a usage error
+        raise error
+    data = {c: _values(table, c, source) for c in aspect_columns}
     rows = []
     for r in range(table.num_rows):
         d = {}
         for c in aspect_columns:
             v = data[c][r]
             if v is None or v == "":
-                raise SplitsInputError(f"{source}: row {r}: field {c!r} is empty")
+                raise SplitsInputError(f"{source}: row {r}: field {quoted(c)} is empty")
             d[c] = str(v)
         rows.append(d)
     return list(aspect_columns), rows

@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from scoring import atomic_files
+from scoring.display_names import quoted_list
 from scoring.file_names import FileNames, safe_name
 from splits.aspects import SplitsInputError, read_corpus_table, row_combos
 
@@ -42,7 +43,7 @@ def row_keys_of(table, aspects: Sequence[str], rows: Sequence[Mapping[str, str]]
     for r, d in enumerate(rows):
         missing = [a for a in aspects if a not in d]
         if missing:
-            raise SplitsInputError(f"{source}: row {r}: no value for aspect(s) {missing}")
+            raise SplitsInputError(f"{source}: row {r}: no value for aspect(s) {quoted_list(missing)}")
         keys.append(tuple(d[a] for a in aspects))
     return keys
 
@@ -77,7 +78,7 @@ def partition_corpus(corpus: str | pathlib.Path, splits_json: Mapping[str, Any],
         unseen = {tuple(c[a] for a in aspects) for c in split["unseen"]}
         unknown = all_combos - seen - unseen
         if unknown:
-            raise SplitsInputError(f"{corpus}: combination(s) {sorted(unknown)[:3]} are in neither side of split {n}")
+            raise SplitsInputError(f"{corpus}: combination(s) {', '.join('(' + quoted_list(c) + ')' for c in sorted(unknown)[:3])} are in neither side of split {n}")
         is_seen = np.fromiter((k in seen for k in keys), dtype=bool, count=len(keys))
         masks = {"train": is_seen & ~iid, "test_iid": is_seen & iid, "test_comp": ~is_seen}
         folder = out / folders.claim(safe_name(f"{protocol}_{n:02d}"))

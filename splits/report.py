@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from scoring.display_names import quoted
 from scoring.text_stats import distinct_n
 from splits.aspects import SplitsInputError, read_corpus_table, row_combos
 
@@ -59,7 +60,7 @@ def protocol_report(corpus, splits_json: Mapping[str, Any], pred_prefix: str = "
     for a in aspects:
         col = f"{pred_prefix}{a}"
         if col not in table.column_names:
-            raise SplitsInputError(f"{source}: classifier-prediction column {col!r} for aspect {a!r} not found")
+            raise SplitsInputError(f"{source}: classifier-prediction column {quoted(col)} for aspect {quoted(a)} not found")
         preds[a] = table.column(col).to_pylist()
     ppl = table.column(perplexity_column).to_pylist() if perplexity_column in table.column_names else None
     dist3 = None

@@ -365,3 +365,16 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, pathlib.PurePath):
         return str(value)
     return str(value)
+
+
+def check_lower_is_better(lower_is_better, columns, what: str = "compared") -> None:
+    """Refuse (exit 2) a `--lower-is-better` column that is not among `columns`, the ones
+    compared: silently accepted, a misspelt name would rank a column the wrong way round."""
+    from scoring.display_names import quoted, quoted_list
+
+    known = set(columns)
+    unknown = [name for name in dict.fromkeys(lower_is_better) if name not in known]
+    if unknown:
+        more = f" (and {len(unknown) - 1:,} more)" if len(unknown) > 1 else ""
+        raise UsageError(f"--lower-is-better: column {quoted(unknown[0])}{more} is not one of the {what} "
+                         f"columns ({quoted_list(columns)})")

@@ -99,8 +99,10 @@ def plan_columns(path: str, columns: list[str] | None):
         raise InputError(f"scores {path}: no numeric score columns to compare on")
     missing = [c for c in columns if c not in named]
     if missing:
-        raise UsageError(f"--columns: scores {path} have no column {missing[0]!r} "
-                         f"(score columns: {', '.join(numeric) or 'none'})")
+        from scoring.display_names import quoted, quoted_list
+
+        raise UsageError(f"--columns: scores {path} have no column {quoted(missing[0])} "
+                         f"(score columns: {quoted_list(numeric)})")
     wanted: dict[str, list] = {}
     for out in columns:
         label, name, _ = named[out]
@@ -141,19 +143,20 @@ def compare_grids(grids, lower: set[str], options: dict) -> tuple[list, list[str
     cannot be compared (one system there, no complete unit) are skipped, one reason line per
     dataset (its columns grouped by reason). Returns (comparisons, skipped lines)."""
     from meta_eval import compare
+    from scoring.display_names import quoted, quoted_list
 
     comparisons, reasons = [], {}
     for grid in grids:
         try:
             comparisons.append(compare.grid_comparison(grid, lower_is_better=grid.column in lower, **options))
         except InputError as exc:
-            reason = str(exc).split(f"column {grid.column!r}: ", 1)[-1]
+            reason = str(exc).split(f"{compare.where_of(grid.dataset, grid.column)}: ", 1)[-1]
             reasons.setdefault(grid.dataset, {}).setdefault(reason, []).append(grid.column)
     skipped = []
     for dataset, by_reason in reasons.items():
-        parts = [f"{len(cols)} column{'s' if len(cols) > 1 else ''} ({', '.join(cols)}): {reason}"
+        parts = [f"{len(cols)} column{'s' if len(cols) > 1 else ''} ({quoted_list(cols, quote=False)}): {reason}"
                  for reason, cols in by_reason.items()]
-        skipped.append(f"dataset {dataset!r}: " + "; ".join(parts))
+        skipped.append(f"dataset {quoted(dataset)}: " + "; ".join(parts))
     return comparisons, skipped
 
 
@@ -167,15 +170,30 @@ def compare_scores(path: str, columns: list[str] | None, lower_is_better: list[s
     from meta_eval.partials import PartialSpec, accumulate
 
     columns, runs, items = plan_columns(path, columns)
-    spec = PartialSpec(runs=runs, unit=options.get("unit", "doc_id"))
+    unit = options.get("unit", "doc_id")
+    if unit in ("system", "dataset") or unit in columns:
+        from scoring.display_names import quoted
+
+        raise UsageError(f"--unit {quoted(unit)}: the unit pairs rows across systems, so it cannot be the system, "
+                         "dataset or a compared score column (give the document id column, e.g. doc_id)")
+    spec = PartialSpec(runs=runs, unit=unit)
     runner = make_runner(tasks, num_cpus)
-    acc = accumulate(spec, items, runner=runner, width=2 * max(1, tasks))
+    try:
+        acc = accumulate(spec, items, runner=runner, width=2 * max(1, tasks))
+    except InputError as exc:
+        if unit != "doc_id" and getattr(exc, "missing_column", None) == unit:  # a column the user named, not
+            raise UsageError(f"--unit: {exc}") from None  # the default, which a dump may lack (exit 1)
+        raise
     systems = options.get("systems")
     if systems:
         unknown = [s for s in systems if s not in acc.systems]
         if unknown:
-            raise UsageError(f"--systems: {', '.join(map(repr, unknown))} not found in {path} "
-                             f"(systems: {', '.join(acc.all_systems()) or 'none'})")
+            from scoring.display_names import quoted_list
+
+            raise UsageError(f"--systems: {quoted_list(unknown)} not found in {path} "
+                             f"(systems: {quoted_list(acc.all_systems(), 50, quote=False)})")
+    if lower_is_better is not None:
+        common.check_lower_is_better(lower_is_better, columns)
     lower = lower_is_better if lower_is_better is not None else default_lower_is_better(columns) & set(columns)
     grids = acc.grids()
     comparisons, skipped = compare_grids(grids, set(lower), dict(options, runner=runner))
@@ -237,45 +255,48 @@ def handle(args: argparse.Namespace) -> int:
     return 0
 
 
-def read_previous(path: str) -> dict:
+def read_previous(path: str, label: str = "--previous") -> dict:
     """A previous leaderboard: any leaderboard JSON (`meta_eval.compare.leaderboard_document`:
     the meta report's `leaderboard.json`, `compare -o board.json`, the leaderboard command's)
     or the meta report's `results.json` (its system comparisons), as a dict with a
     `leaderboard` list of (dataset, column, system, rank) rows. A file that is not there, or
-    not one of these, is a usage error (exit 2): the flag names the wrong file."""
+    not one of these, is a usage error (exit 2): the flag names the wrong file. `label` names
+    the file in errors (the `leaderboard` command reads its own folder's board, not a flag)."""
     import json
     import os
 
     if not os.path.isfile(path):
-        raise UsageError(f"--previous {path}: no such file")
+        raise UsageError(f"{label} {path}: {'not a regular file' if os.path.lexists(path) else 'no such file'}")
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
     except (OSError, ValueError, RecursionError) as exc:  # not JSON, not UTF-8 (a Parquet file), nested past the reader
-        raise UsageError(f"--previous {path}: not a leaderboard JSON (cannot read it as JSON: "
+        raise UsageError(f"{label} {path}: not a leaderboard JSON (cannot read it as JSON: "
                          f"{type(exc).__name__}); give the leaderboard.json or results.json of an earlier run") from None
     if isinstance(data, dict) and isinstance(data.get("leaderboard"), list):
-        return {**data, "leaderboard": _checked_rows(data["leaderboard"], path, "leaderboard")}
+        return {**data, "leaderboard": _checked_rows(data["leaderboard"], path, "leaderboard", label)}
     rows = _results_leaderboard(data)
     if rows is None:
-        raise UsageError(f"--previous {path}: not a leaderboard JSON (no 'leaderboard' list and no system comparisons; "
+        raise UsageError(f"{label} {path}: not a leaderboard JSON (no 'leaderboard' list and no system comparisons; "
                          "write one with `ctgscore compare -o board.json`, `ctgscore leaderboard` or `ctgscore meta`)")
-    return {"leaderboard": _checked_rows(rows, path, "system comparisons")}
+    return {"leaderboard": _checked_rows(rows, path, "system comparisons", label)}
 
 
 #: the largest rank a previous leaderboard may hold (a board of a billion systems is no board)
 MAX_RANK = 10**9
 
 
-def _checked_rows(rows: list, path: str, where: str) -> list[dict]:
+def _checked_rows(rows: list, path: str, where: str, label: str = "--previous") -> list[dict]:
     """The rows of a previous leaderboard, each checked as this command wrote it: an object
     whose `dataset`, `column` and `system` are strings and whose `rank` is a whole number >= 1
     (at most `MAX_RANK`; a digit string is read as one), one row per (dataset, column, system). A file edited into
     anything else is refused naming the row and field, rather than failing the page or moving
     a system by a rank nobody computed."""
+    from scoring.display_names import quoted
+
     checked, seen = [], {}
     for index, row in enumerate(rows):
-        at = f"--previous {path}: {where}[{index}]"
+        at = f"{label} {path}: {where}[{index}]"
         if not isinstance(row, dict):
             raise UsageError(f"{at}: expected an object, got {type(row).__name__}")
         for key in ("dataset", "column", "system"):
@@ -288,7 +309,8 @@ def _checked_rows(rows: list, path: str, where: str) -> list[dict]:
             raise UsageError(f"{at}.rank: expected a whole number from 1 to {MAX_RANK:,}, got {_kind(rank)}")
         key = (row["dataset"], row["column"], row["system"])
         if key in seen:
-            raise UsageError(f"{at}: system {row['system']!r} of {row['dataset']!r} / {row['column']!r} is ranked twice "
+            raise UsageError(f"{at}: system {quoted(row['system'])} of {quoted(row['dataset'])} / {quoted(row['column'])} "
+                             "is ranked twice "
                              f"(also {where}[{seen[key]}])")
         seen[key] = index
         checked.append({**row, "rank": rank})
@@ -322,8 +344,10 @@ def _results_leaderboard(data) -> list[dict] | None:
 def check_previous_matches(previous: dict, comparisons, path: str) -> None:
     """Refuse a previous leaderboard that shares no dataset (or no score column of a shared
     dataset) with this one: every system would show as "new"."""
+    from scoring.display_names import quoted_list
+
     def named(values) -> str:
-        return ", ".join(repr(str(v)) for v in sorted(values, key=str)) or "none"
+        return quoted_list(sorted((str(v) for v in values)))
 
     rows = [row for row in previous.get("leaderboard", []) if isinstance(row, dict)]
     if not rows:

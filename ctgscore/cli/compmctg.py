@@ -11,6 +11,7 @@ import json
 
 from ctgscore.cli import common
 from scoring import atomic_files
+from scoring.errors import UsageError
 
 
 def register(subparsers, parent: argparse.ArgumentParser) -> None:
@@ -51,6 +52,14 @@ def handle(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as exc:
             raise InputError(f"--splits {dataset}={path}: cannot read it as a splits JSON ({exc})") from None
     frame = scored_frame(args.dump, ctgscore.load_scores(args.scores))
+    if "dataset" in frame:  # a dataset the scores do not have would make a table of dashes
+        from scoring.display_names import quoted, quoted_list
+
+        present = sorted({str(d) for d in frame["dataset"].dropna()})
+        for dataset, _ in splits:
+            if dataset not in present:
+                raise UsageError(f"--splits {quoted(dataset)}=...: scores {args.scores} have no rows of dataset "
+                                 f"{quoted(dataset)} (datasets: {quoted_list(present)})")
     try:
         table = results_table(frame, splits)
     except ValueError as exc:

@@ -126,30 +126,62 @@ def join_scores(rows: list[dict], scores: list[dict], scores_path: str, input_pa
     """Score rows in the order of `rows`, matched by id (the Ray job may reorder them). An id on
     two rows, or two score rows (a job's input may hold one id in several shards), cannot be
     matched by id: an `InputError` naming it, not one row's score given to both."""
+    from scoring.display_names import quoted
+
     for what, found in ((f"input {input_path}", rows), (f"scores {scores_path}", scores)):
         seen: set = set()
         for item in found:
             if item["id"] in seen:
-                raise InputError(f"{what}: id {item['id']!r} is on more than one row, so rows cannot be matched to "
+                raise InputError(f"{what}: id {quoted(item['id'])} is on more than one row, so rows cannot be matched to "
                                  "their scores by id; report each input shard with its own output folder")
             seen.add(item["id"])
     by_id = {score["id"]: score for score in scores}
     missing = [row["id"] for row in rows if row["id"] not in by_id]
     if missing:
-        raise InputError(f"scores {scores_path}: {len(missing)} rows have no score, e.g. id {missing[0]!r}")
+        raise InputError(f"scores {scores_path}: {len(missing)} rows have no score, e.g. id {quoted(missing[0])}")
     return [by_id[row["id"]] for row in rows]
 
 
-def handle_report(args: argparse.Namespace) -> int:
+def read_rows(path: str, what: str) -> list[dict]:
+    """The rows of the Parquet file or folder `path` (`what`: "input" or "scores") as dicts, each
+    with an `id` that is a string or an integer. A file that is not Parquet, a missing or
+    unusable `id` column, or a value that is not text (invalid UTF-8) is an `InputError`
+    naming the file, the column and the row, not an internal error."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a file that is not Parquet
+        raise InputError(f"{what} {path}: cannot read it as Parquet ({type(exc).__name__}: {exc})") from None
+    if "id" not in table.column_names:
+        raise InputError(f"{what} {path}: no 'id' column (rows are matched to their scores by id)")
+    kind = table.schema.field("id").type
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind)):
+        raise InputError(f"{what} {path}: column 'id' has type {kind}, expected strings")
+    try:
+        return table.to_pylist()
+    except UnicodeDecodeError:
+        from meta_eval.row_account import first_unreadable
+        from scoring.display_names import quoted
+
+        for name in table.column_names:
+            row = first_unreadable(table.column(name))
+            if row is not None:
+                raise InputError(f"{what} {path}: row {row}: column {quoted(name)} is not valid UTF-8") from None
+        raise
+
+
+def handle_report(args: argparse.Namespace) -> int:
     from meta_eval import codi as aggregate  # CoDI corpus statistics beside the other statistics
 
     common.check_input_path(args.input)
     common.check_input_path(args.scores, "scores")
     output = common.prepare_output_dir(args.output, "report folder")
-    rows = pq.read_table(args.input).to_pylist()
-    scores = join_scores(rows, pq.read_table(args.scores).to_pylist(), args.scores, args.input)
+    rows = read_rows(args.input, "input")
+    scores = join_scores(rows, read_rows(args.scores, "scores"), args.scores, args.input)
     signatures = sorted({s.get("signature") for s in scores if s.get("signature")})
     try:
         report = aggregate.aggregate(rows, scores, metric_signature="; ".join(signatures) or None,

@@ -52,10 +52,11 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
 def _changes(comparisons, previous: dict | None, history: list[dict] = ()) -> list[str]:
     """One line per (dataset, column) naming new systems with their rank, moves and departures,
     and since when the leader has led (`history`: the refreshes so far, this one last)."""
-    from meta_eval.report.history import leader_since
+    from meta_eval.report.history import leader_streaks
     from meta_eval.report.leaderboard import moves
 
     lines = []
+    streaks = leader_streaks(list(history), [(c.dataset, c.column) for c in comparisons])
     for comp in comparisons:
         moved, gone = moves(comp, previous)
         ranks = {s.system: s.rank for s in comp.systems}
@@ -65,8 +66,8 @@ def _changes(comparisons, previous: dict | None, history: list[dict] = ()) -> li
             parts += [f"new {name} rank {ranks[name]}" for name, move in moved.items() if move == "new"]
             parts += [f"{name} {move} to {ranks[name]}" for name, move in moved.items() if move not in ("new", "=")]
             parts += [f"gone {name}" for name in gone]
-        since, count = leader_since(list(history), comp.dataset, comp.column, leader.system)
-        if count > 1:
+        system, since, count = streaks.get((comp.dataset, comp.column), (None, None, 0))
+        if system == leader.system and count > 1:
             parts.append(f"leader since {since} ({count} refreshes)")
         lines.append(f"  {comp.dataset} / {comp.column}: " + "; ".join(parts))
     return lines
@@ -89,9 +90,12 @@ def handle(args: argparse.Namespace) -> int:
     check_counts(args.seed, "--seed", **{"--resamples": args.resamples, "--trials": args.trials})
     if not 0 < args.alpha < 1:
         raise UsageError(f"--alpha {args.alpha}: expected a number between 0 and 1")
+    if args.columns is not None and args.lower_is_better is not None:  # before the job runs
+        common.check_lower_is_better(args.lower_is_better, list(dict.fromkeys(args.columns)))
     out = common.prepare_output_dir(args.output)
     board_json = out / "leaderboard.json"
-    previous = compare_cli.read_previous(str(board_json)) if board_json.exists() else None
+    previous = compare_cli.read_previous(str(board_json), "the previous refresh's board") \
+        if board_json.exists() else None
     from meta_eval import compare
     from meta_eval.report.files import append_line, subfolder, write_text
     from ray_jobs import score_corpus

@@ -89,6 +89,22 @@ def parse_pairs(values: list[str], flag_name: str) -> list[tuple[str, str]]:
     return pairs
 
 
+def check_pairs(table, flags: dict[str, list[tuple[str, str]]]) -> None:
+    """Refuse (exit 2) a given pair that names a system the scores do not have, or pairs a
+    system with itself (it was an internal error, or a comparison of nothing)."""
+    from scoring.display_names import quoted, quoted_list
+
+    systems = set(table.frame["system"].dropna().astype(str)) if "system" in table.frame else set()
+    for flag, pairs in flags.items():
+        for a, b in pairs:
+            if a == b:
+                raise UsageError(f"{flag} {quoted(a)}::{quoted(b)}: a pair of two different systems is expected")
+            unknown = [name for name in (a, b) if name not in systems]
+            if unknown:
+                raise UsageError(f"{flag}: system {quoted(unknown[0])} is not in the scores "
+                                 f"(systems: {quoted_list(sorted(systems), 50, quote=False)})")
+
+
 def read_table(args: argparse.Namespace):
     """The scores as a `meta_eval.io.Table`; a missing path or column is the user's input problem."""
     from meta_eval import io
@@ -158,9 +174,11 @@ def handle(args: argparse.Namespace) -> int:
 
     table = read_table(args)
     if args.lower_is_better is not None:
+        common.check_lower_is_better(args.lower_is_better, table.metrics, "metric")
         table.lower_is_better = set(args.lower_is_better)
     pairs = args.pairs
     if easy is not None or hard is not None:
+        check_pairs(table, {"--easy-pairs": easy or [], "--hard-pairs": hard or []})
         table.easy_pairs, table.hard_pairs = easy or [], hard or []
         pairs = "given"
     if not table.metrics:

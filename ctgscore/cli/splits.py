@@ -68,6 +68,8 @@ def _as_user_error(exc: Exception, args: argparse.Namespace) -> Exception:
     if type(exc).__name__ != "SplitsInputError":
         return exc
     if args.corpus:
+        if getattr(exc, "missing_columns", None) and args.aspect_columns:  # a flag names columns the corpus lacks
+            return UsageError(f"--aspect-columns: {exc}")
         return exc if isinstance(exc, CtgscoreError) else InputError(str(exc))
     return UsageError(f"--aspects: {exc}")
 
@@ -99,6 +101,22 @@ def handle(args: argparse.Namespace) -> int:
         raise translated from exc
 
 
+def check_numbers(args: argparse.Namespace) -> None:
+    """Usage errors (exit 2) for numbers no run could use, before any work: a negative seed
+    (numpy takes none: it was an internal error), an `--iid-fraction` outside [0, 1) (it failed
+    after the splits were written), a `--patience` below 1 or a negative `--exhaustive-limit`
+    (silently accepted)."""
+    from meta_eval.defaults import check_counts
+
+    check_counts(args.seed, "--seed")
+    if not 0 <= args.iid_fraction < 1:
+        raise UsageError(f"--iid-fraction {args.iid_fraction}: expected a share from 0 up to (not including) 1")
+    if args.patience is not None and args.patience < 1:
+        raise UsageError(f"--patience {args.patience}: expected 1 or more tie moves")
+    if args.exhaustive_limit < 0:
+        raise UsageError(f"--exhaustive-limit {args.exhaustive_limit}: expected 0 or more")
+
+
 def _handle(args: argparse.Namespace) -> int:
     from splits.aspects import from_corpus, parse_aspects_arg
 
@@ -106,8 +124,19 @@ def _handle(args: argparse.Namespace) -> int:
         raise UsageError("--partition-dir and --report need --corpus")
     if args.tasks < 0:
         raise UsageError(f"--tasks {args.tasks}: expected 0 or more")
+    check_numbers(args)
     output = common.check_output_file(args.output)
     columns = [c.strip() for c in args.aspect_columns.split(",")] if args.aspect_columns else None
+    if columns is not None:
+        from scoring.display_names import quoted
+
+        if "" in columns:
+            raise UsageError(f"--aspect-columns {quoted(args.aspect_columns)}: an empty column name")
+        from collections import Counter
+
+        twice = sorted(c for c, n in Counter(columns).items() if n > 1)
+        if twice:
+            raise UsageError(f"--aspect-columns: column {quoted(twice[0])} is named twice")
     if args.corpus:
         common.check_input_path(args.corpus, "corpus")
         universe = from_corpus(args.corpus, columns)

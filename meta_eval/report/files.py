@@ -38,11 +38,27 @@ def write_figure(fig, path, dpi: int) -> pathlib.Path:
 
 def append_line(path, line: str) -> pathlib.Path:
     """`line` and a newline appended to the file at `path` (created when missing); a symlink
-    there is replaced by a new file, never followed (`O_NOFOLLOW`)."""
+    there is replaced by a new file, never followed (`O_NOFOLLOW`). Anything there but a
+    regular file (a FIFO, whose open would wait for a reader forever; a folder; a device) is a
+    `StorageError` naming it, checked on the opened descriptor (`O_NONBLOCK`: a FIFO opens at
+    once or fails, never waits)."""
+    import stat
+
+    from scoring.errors import StorageError
+
     path = pathlib.Path(path)
     if path.is_symlink():
         path.unlink()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:  # a FIFO without a reader (ENXIO), a folder (EISDIR)
+        raise StorageError(f"{path}: cannot append to it ({exc.strerror or type(exc).__name__}); "
+                           "it must be a regular file") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise StorageError(f"{path}: not a regular file; cannot append to it")
+    os.set_blocking(fd, True)
     with os.fdopen(fd, "a", encoding="utf-8") as handle:
         handle.write(line + "\n")
     return path

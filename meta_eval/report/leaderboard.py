@@ -162,7 +162,8 @@ def matrix_svg(comp: SystemComparison, cell: int = 22) -> str:
     """Pairwise marks as an SVG grid: row system against column system, in rank order; names
     are drawn as `short_label` gives them, each with its rank when two would read the same."""
     names = [short_label(s.system) for s in comp.systems]
-    if len(set(names)) < len(names):  # cut to the same head: the rank (the table's too) tells them apart
+    if len({visible(name) for name in names}) < len(names):  # they read alike (cut to the same head, or `\x00`
+        # typed beside a NUL): the rank (the table's too) tells them apart
         names = [f"{s.rank}. {name}" for s, name in zip(comp.systems, names)]
     systems = [s.system for s in comp.systems]
     label = max(60, 7 * max(len(n) for n in names) + 10)
