@@ -62,7 +62,7 @@ from scoring.models import load_pretrained, load_tokenizer, resolve_model
 from scoring.params import check_choice, check_choices, check_model_args, check_text_list
 from scoring.resources import RESOURCES, resource_path
 from scoring.signature import Signature, library_versions, stable_hash
-from scoring.text_encoding import HEAD_MARGIN, id_lists, tokenize_heads
+from scoring.text_encoding import HEAD_CHARS_PER_TOKEN, HEAD_MARGIN, id_lists, tokenize_heads
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -190,7 +190,9 @@ class PromptedLM:
         unique = list(dict.fromkeys(prompts))
         by_text: dict[str, tuple[list[int], str | None]]
         if self.frame is not None:
-            by_text = dict(zip(unique, self.frame.encode(unique)))
+            by_text = self._too_long(unique)  # a chat frame tokenises whole contents: not a 1 MB one
+            rest = [p for p in unique if p not in by_text]
+            by_text.update(zip(rest, self.frame.encode(rest)))
         else:
             head = [] if self.start_id is None else [self.start_id]
             by_text = {p: (head + ids, self.literal.problem(p, ids)) for p, ids in zip(unique, self._head_ids(unique))}
@@ -213,6 +215,15 @@ class PromptedLM:
         many for a longer one, which `problems` refuses whatever its rest (a 1 MB cell is not
         tokenised whole only to be found too long)."""
         return tokenize_heads(self.literal.ids, list(texts), self.max_length)[0] if texts else []
+
+    def _too_long(self, prompts: Sequence[str]) -> dict[str, tuple[list[int], str | None]]:
+        """{prompt: (its head's literal ids, problem)} for the prompts whose head alone holds
+        more than `max_length` + HEAD_MARGIN tokens: too long whatever the chat frame adds, so
+        they are refused by `problems` without being framed and tokenised whole. Only prompts
+        longer than the head's characters are looked at; the rest go to the frame untouched."""
+        bound = self.max_length + HEAD_MARGIN
+        long = [p for p in prompts if len(p) > bound * HEAD_CHARS_PER_TOKEN]
+        return {p: (ids, self.literal.problem(p, ids)) for p, ids in zip(long, self._head_ids(long)) if len(ids) > bound}
 
     def _count(self, ids: Sequence[int]) -> str:
         """How many tokens `ids` are ("N tokens"; "more than N tokens" for ids read from a long

@@ -293,3 +293,21 @@ def test_a_row_gets_each_direction_its_columns_allow(llms):
     assert prepared[0]["skipped"] == a["skipped"] and "skipped" not in prepared[1]
     assert prepared[0]["gptscore_fluency_s_h"] == pytest.approx(a["gptscore_fluency_s_h"], rel=1e-6)
     assert set(metric.score_needs().values()) == {("source",), ("references",)}
+
+
+def test_chat_template_prompt_past_max_length_is_refused_from_its_head(llms, monkeypatch):
+    """With `chat_template: true` the frame tokenised a whole 1 MB source (seconds a row) only
+    for the row to be refused as too long; the head settles it now, the frame never sees it, and
+    a prompt of ordinary length is framed as before."""
+    metric = build_metric("gptscore", {"model": llms["llama"], "templates": {"plain": "{input}\nSummary:\n"},
+                                       "chat_template": True})
+    frame, seen = metric.scorer.frame, []
+    encode = frame.encode
+    monkeypatch.setattr(frame, "encode", lambda contents: seen.extend(contents) or encode(contents))
+    long_source = "the cat sat on the mat . " * 40_000  # 1,000,000 characters
+    rows = [{"id": "good", "text": "Boats stayed in.", "source": "A storm closed the harbour."},
+            {"id": "long", "text": "Boats stayed in.", "source": long_source}]
+    good, long = metric.score_rows(rows)
+    assert good["error"] is None and math.isfinite(good["gptscore_plain_s_h"])
+    assert "prompt (more than 520 tokens)" in long["error"] and "longer than max_length 512" in long["error"]
+    assert seen and max(len(content) for content in seen) < 1_000
