@@ -89,6 +89,9 @@ class Table:
     # score columns left out of the metrics picked by default because they hold no numbers:
     # column -> its type (a string, decimal, list or boolean column says so instead of vanishing)
     not_numeric: dict[str, str] = field(default_factory=dict)
+    # rows read but dropped before `frame` because a key is not valid UTF-8 (`drop_unreadable_keys`)
+    keys_left_out: dict[str, int] = field(default_factory=dict)  # reason -> rows
+    keys_left_out_first: dict[str, str] = field(default_factory=dict)  # reason -> where its first row was
 
     @property
     def has_systems(self) -> bool:
@@ -161,6 +164,7 @@ def read_scores(path: str, humans: list[str] | None = None, metrics: list[str] |
     n_input = len(frame)
     n_error = int(frame.pop("error").sum())
     n_skipped = int(frame.pop("skipped").sum())
+    frame, left_out, first = drop_unreadable_keys(frame, str(path))
     normalise_keys(frame, source=str(path))
     humans = humans or [c for c in frame.columns if c.startswith("human_")]
     not_numeric: dict[str, str] = {}
@@ -174,10 +178,38 @@ def read_scores(path: str, humans: list[str] | None = None, metrics: list[str] |
     return Table(frame=frame, humans=list(humans), metrics=list(metrics), source=str(path),
                  n_input_rows=n_input, n_error_rows=n_error, n_skipped_rows=n_skipped, runs=runs,
                  cat_columns={h: None for h in humans}, lower_is_better=default_lower_is_better(metrics),
-                 not_numeric=not_numeric)
+                 not_numeric=not_numeric, keys_left_out=left_out, keys_left_out_first=first)
 
 
 KEY_COLUMNS = ("doc_id", "system", "dataset")
+
+
+def drop_unreadable_keys(frame: pd.DataFrame, source: str) -> tuple[pd.DataFrame, dict[str, int], dict[str, str]]:
+    """The frame without the rows whose key (dataset, system, then doc_id: the first that applies
+    counts the row) is a string that is not valid UTF-8, their count per reason
+    (`meta_eval.row_account.unreadable_reason`) and where the first row of each reason was
+    (`source`, the column and the row's id). The rows left keep their order (index reset)."""
+    from meta_eval.row_account import account, unreadable_mask, unreadable_reason, unreadable_where
+
+    checks, first = [], {}
+    drop = np.zeros(len(frame), bool)
+    for col in [c for c in reversed(KEY_COLUMNS) if c in frame]:
+        try:
+            bad = unreadable_mask(frame[col])
+        except (TypeError, ValueError):  # not a column Arrow reads as strings: nothing to decode
+            bad = None
+        if bad is None:
+            continue
+        hit = bad & ~drop
+        if hit.any():
+            first[unreadable_reason(col)] = unreadable_where(source, col, int(np.flatnonzero(hit)[0]),
+                                                             frame["id"].iloc if "id" in frame else None)
+        drop |= bad
+        checks.append((unreadable_reason(col), bad))
+    if not checks:
+        return frame, {}, {}
+    keep, rows = account(len(frame), checks)
+    return frame.loc[keep].reset_index(drop=True), dict(rows.left_out), first
 
 
 def normalise_keys(frame: pd.DataFrame, columns=KEY_COLUMNS, source: str = "scores") -> pd.DataFrame:

@@ -5,8 +5,9 @@ per-unit means (`meta_eval.compare`). That table is a sum and a count per cell, 
 from partial sums: `file_partial` reads one Parquet file (only the unit, system, dataset, error
 and wanted score columns), groups its rows by (dataset, unit, system) and returns the sums and
 counts of the finite-or-infinite (non-NaN) scores of the rows without an error, as small arrays.
-Rows without a system or unit (null, NaN, blank: `meta_eval.row_account`) go into no cell and
-are counted per (dataset, reason); `GridAccumulator.account` says where every row went.
+Rows without a system or unit (null, NaN, blank: `meta_eval.row_account`), and rows with a key
+that is not valid UTF-8, go into no cell and are counted per (dataset, reason) (the first
+unreadable key named per reason); `GridAccumulator.account` says where every row went.
 `GridAccumulator` folds partials into one table of cells on the driver; its memory follows the
 number of cells, not the number of rows or the columns a dump carries.
 
@@ -31,7 +32,7 @@ from typing import Sequence
 
 import numpy as np
 
-from meta_eval.row_account import RowAccount, is_missing, no_key
+from meta_eval.row_account import RowAccount, is_missing, is_utf8, no_key, unreadable_reason, unreadable_where
 from scoring.errors import InputError
 
 _SYSTEM_BITS, _UNIT_BITS, _DATASET_BITS = 16, 32, 15
@@ -68,6 +69,7 @@ class Partial:
     rows: int = 0
     error_rows: int = 0
     key_rows: dict = field(default_factory=dict)  # (dataset, reason or None when kept) -> rows
+    first: dict = field(default_factory=dict)  # reason -> where its first row is (keys not valid UTF-8)
 
 
 def _open(path: str, storage_options: dict | None):
@@ -77,15 +79,24 @@ def _open(path: str, storage_options: dict | None):
     return fs.open(root, "rb")
 
 
-def _codes(column) -> tuple[np.ndarray, list]:
-    """Integer codes of one key column and its distinct values (None for a null)."""
+def _codes(column) -> tuple[np.ndarray, list, np.ndarray | None]:
+    """Integer codes of one key column, its distinct values (None for a null, or a value that is
+    not valid UTF-8) and which rows hold a value that is not valid UTF-8 (None when none does)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     if not pa.types.is_dictionary(array.type):
         array = pc.dictionary_encode(array)
-    uniques = array.dictionary.to_pylist()
+    unreadable = None
+    try:
+        uniques = array.dictionary.to_pylist()
+    except UnicodeDecodeError:  # some value is not text: it names no group (never decoded with replacements)
+        binary = pa.large_binary() if pa.types.is_large_string(array.dictionary.type) else pa.binary()
+        raw = array.dictionary.view(binary).to_pylist()
+        bad = np.array([raw_value is not None and not is_utf8(raw_value) for raw_value in raw] + [False])
+        uniques = [None if wrong or v is None else v.decode("utf-8") for v, wrong in zip(raw, bad)]
+        unreadable = bad[array.indices.fill_null(len(raw)).to_numpy(zero_copy_only=False)]
     indices = array.indices
     if indices.null_count:
         indices = indices.fill_null(len(uniques))
@@ -97,18 +108,7 @@ def _codes(column) -> tuple[np.ndarray, list]:
         remap = np.cumsum([not bad for bad in missing]) - 1
         remap[np.array(missing)] = len(kept)
         codes, uniques = remap[codes].astype(np.int64), kept + [None]
-    return codes, uniques
-
-
-def _key_codes(table, name: str, path: str) -> tuple[np.ndarray, list]:
-    """`_codes` of key column `name`; a value that is no text (invalid UTF-8) fails the file
-    naming the column and row (`meta_eval.row_account.unreadable_key`)."""
-    try:
-        return _codes(table[name])
-    except UnicodeDecodeError:
-        from meta_eval.row_account import unreadable_key
-
-        raise InputError(unreadable_key(table[name], name, path)) from None
+    return codes, uniques, unreadable
 
 
 def _float_values(column, path: str, name: str) -> np.ndarray:
@@ -168,22 +168,31 @@ def file_partial(spec: PartialSpec, label: str, path: str, storage_options: dict
     failed = table[spec.error].is_valid().to_numpy(zero_copy_only=False) if spec.error in names \
         else np.zeros(rows, bool)
     if spec.dataset in names:
-        d_codes, datasets = _key_codes(table, spec.dataset, path)
+        d_codes, datasets, d_bad = _codes(table[spec.dataset])
     else:
-        d_codes, datasets = np.zeros(rows, np.int64), [None]
-    u_codes, units = _key_codes(table, spec.unit, path)
-    s_codes, systems = _key_codes(table, spec.system, path)
+        d_codes, datasets, d_bad = np.zeros(rows, np.int64), [None], None
+    u_codes, units, u_bad = _codes(table[spec.unit])
+    s_codes, systems, s_bad = _codes(table[spec.system])
     systems = [None if s is None else str(s) for s in systems]
     keep = np.ones(rows, bool)
-    reason = np.full(rows, -1, np.int64)  # -1: kept; else the index of the first key missing
-    for k, (codes, uniques) in enumerate(((s_codes, systems), (u_codes, units))):
-        if None in uniques:
-            hit = keep & (codes == uniques.index(None))
-            reason[hit] = k
-            keep &= ~hit
-    reasons = [no_key(spec.system), no_key(spec.unit)]
-    per_key = np.bincount(d_codes * 3 + reason + 1, minlength=3 * len(datasets))  # (dataset, kept / reason)
-    key_rows = {(datasets[k // 3], None if k % 3 == 0 else reasons[k % 3 - 1]): int(per_key[k])
+    reason = np.full(rows, -1, np.int64)  # -1: kept; else the index in `reasons` of the first that applies
+    reasons, first = [], {}
+    checks = [(unreadable_reason(name), bad, name) for name, bad in
+              ((spec.dataset, d_bad), (spec.system, s_bad), (spec.unit, u_bad)) if bad is not None]
+    checks += [(no_key(spec.system), s_codes == systems.index(None) if None in systems else None, None),
+               (no_key(spec.unit), u_codes == units.index(None) if None in units else None, None)]
+    for why, rows_hit, column in checks:  # unreadable keys first, then missing ones (docs/meta_eval.md)
+        if rows_hit is None:
+            continue
+        hit = keep & rows_hit
+        if column is not None and hit.any():
+            first[why] = unreadable_where(path, column, int(np.flatnonzero(hit)[0]))
+        reason[hit] = len(reasons)
+        reasons.append(why)
+        keep &= ~hit
+    n = len(reasons) + 1
+    per_key = np.bincount(d_codes * n + reason + 1, minlength=n * len(datasets))  # (dataset, kept / reason)
+    key_rows = {(datasets[k // n], None if k % n == 0 else reasons[k % n - 1]): int(per_key[k])
                 for k in np.flatnonzero(per_key)}
     key = ((d_codes * len(systems) + s_codes) * len(units) + u_codes)[keep]
     space = len(datasets) * len(systems) * len(units)
@@ -208,7 +217,8 @@ def file_partial(spec: PartialSpec, label: str, path: str, storage_options: dict
         counts[:, k] = np.bincount(inverse, valid, len(cells))
     u, rest = cells % len(units), cells // len(units)
     key_array = np.column_stack([rest // len(systems), u, rest % len(systems)]).astype(np.int64)
-    return Partial(label, datasets, units, systems, key_array, sums, counts, scaled, rows, int(failed.sum()), key_rows)
+    return Partial(label, datasets, units, systems, key_array, sums, counts, scaled, rows, int(failed.sum()), key_rows,
+                   first)
 
 
 def partials_task(shared: tuple[PartialSpec, dict | None], items: list) -> list[Partial]:
@@ -243,6 +253,7 @@ class GridAccumulator:
     error_rows: int = 0
     run_rows: dict = field(default_factory=dict)  # run label -> rows read in it
     run_keys: dict = field(default_factory=dict)  # run label -> {(dataset, reason or None): rows}
+    run_first: dict = field(default_factory=dict)  # run label -> {reason: where its first row is}
     _codes: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     _sums: np.ndarray | None = None
     _counts: np.ndarray | None = None
@@ -266,6 +277,8 @@ class GridAccumulator:
         keys = self.run_keys.setdefault(part.label, {})
         for key, n in part.key_rows.items():
             keys[key] = keys.get(key, 0) + n
+        for why, where in part.first.items():  # files in order: the first file's row is named
+            self.run_first.setdefault(part.label, {}).setdefault(why, where)
         for name in part.datasets:  # a dataset only rows without a system carry still counts as named
             self.datasets.setdefault(name, len(self.datasets))
         if not len(part.keys):
@@ -318,24 +331,27 @@ class GridAccumulator:
     @property
     def account(self) -> RowAccount:
         """Where the input rows went (`meta_eval.row_account`), counted on the run with the most
-        rows (every run carries the same keys): rows without a dataset when others have one
-        (they form no grid), then rows without a system, then without a unit."""
+        rows (every run carries the same keys): rows with a key not valid UTF-8 (dataset, system,
+        unit), then rows without a dataset when others have one (they form no grid), then rows
+        without a system, then without a unit."""
         if not self.run_rows:
             return RowAccount(0, 0, {})
         label = max(self.run_rows, key=lambda name: self.run_rows[name])
         named = any(name is not None for name in self.datasets)
         left_out: dict[str, int] = {}
         used = 0
+        unreadable = [unreadable_reason(name) for name in (self.dataset_column, self.system_column, self.unit_column)]
         for (dataset, reason), n in self.run_keys.get(label, {}).items():
-            if named and dataset is None:
+            if named and dataset is None and reason not in unreadable:
                 reason = no_key(self.dataset_column)
             if reason is None:
                 used += n
             else:
                 left_out[reason] = left_out.get(reason, 0) + n
-        order = [no_key(self.dataset_column), no_key(self.system_column), no_key(self.unit_column)]
+        order = unreadable + [no_key(self.dataset_column), no_key(self.system_column), no_key(self.unit_column)]
         left_out = {reason: left_out[reason] for reason in order if reason in left_out}
-        return RowAccount(self.run_rows[label], used, left_out)
+        first = {reason: where for reason, where in self.run_first.get(label, {}).items() if reason in left_out}
+        return RowAccount(self.run_rows[label], used, left_out, first)
 
     @property
     def n_cells(self) -> int:

@@ -26,7 +26,7 @@ from meta_eval import bootstrap, checklist, compare, correlation, marks, pairwis
 from meta_eval.defaults import DEFAULT_RESAMPLES, check_counts
 from meta_eval.io import Table, finite_mask, normalise_keys
 from meta_eval.results import GroupResult, InputSummary, MetaResult, MetricRun, SignificanceBlock, TransferTable
-from meta_eval.row_account import group_keys
+from meta_eval.row_account import RowAccount, group_keys
 from meta_eval.runner import Runner
 from scoring.errors import InputError
 
@@ -288,9 +288,12 @@ def run_meta(table: Table, opts: Options | None = None, runner: Runner | None = 
     opts = opts or Options()
     opts.validate()
     check_evaluable(table)
-    rows_in = len(table.frame)
+    dropped = sum(table.keys_left_out.values())  # keys not valid UTF-8: left out when read
+    rows_in = len(table.frame) + dropped
     frame = normalise_keys(table.frame.copy())
     keep, rows = group_keys(frame, "dataset")
+    if dropped:
+        rows = RowAccount(rows_in, rows.rows_used, {**table.keys_left_out, **rows.left_out}, dict(table.keys_left_out_first))
     if rows.rows_left_out:
         frame = frame.loc[keep].reset_index(drop=True)
     table = _with(table, frame, table.humans, table.metrics)
@@ -318,7 +321,8 @@ def run_meta(table: Table, opts: Options | None = None, runner: Runner | None = 
         datasets=tuple(datasets),
         runs=tuple(MetricRun(name, facts["rows"], facts["rows_error"], tuple(facts["signatures"]))
                    for name, facts in table.runs.items()),
-        rows_skipped=table.n_skipped_rows, rows_used=rows.rows_used, rows_left_out=dict(rows.left_out))
+        rows_skipped=table.n_skipped_rows, rows_used=rows.rows_used, rows_left_out=dict(rows.left_out),
+        rows_left_out_first=dict(rows.first))
     groups = []
     if has_datasets:
         for name, part in frame.groupby("dataset", sort=True):

@@ -4,7 +4,11 @@
 The statistics group rows by key columns (`dataset`, `system`, the unit `doc_id`). A key that is
 missing puts a row in no group, so it is left out and counted here, never dropped in silence.
 A key is missing when it is null, a float NaN (a numeric id column) or a string that is empty
-or only white space (`is_missing`). One `RowAccount` per command holds
+or only white space (`is_missing`). A key that is a string but not valid UTF-8 (Parquet can
+carry one) cannot be shown, compared or written back, and decoding it with replacement
+characters would merge distinct keys, so its row is left out too, under its own reason
+(`unreadable_reason`, found by `unreadable_mask` without decoding it), before any missing key;
+the account names the first such row (`RowAccount.first`). One `RowAccount` per command holds
 rows_in = rows_used + sum(left_out.values()); building one that does not add up is an error.
 `meta`, `compare` (row frames and partial sums alike) all count through this module.
 """
@@ -21,6 +25,11 @@ import numpy as np
 def no_key(column: str) -> str:
     """The reason a row without `column` is left out ("no dataset", "no doc_id")."""
     return f"no {column}"
+
+
+def unreadable_reason(column: str) -> str:
+    """The reason a row whose `column` is not valid UTF-8 is left out ("system key not valid UTF-8")."""
+    return f"{column} key not valid UTF-8"
 
 
 def is_missing(value) -> bool:
@@ -51,11 +60,13 @@ def missing_mask(values) -> np.ndarray:
 
 @dataclass(frozen=True)
 class RowAccount:
-    """rows_in = rows_used + the rows left out, per reason (insertion order is the precedence)."""
+    """rows_in = rows_used + the rows left out, per reason (insertion order is the precedence);
+    `first`: for a reason that names one (a key not valid UTF-8), where its first row is."""
 
     rows_in: int
     rows_used: int
     left_out: dict[str, int] = field(default_factory=dict)
+    first: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.rows_used + sum(self.left_out.values()) != self.rows_in or self.rows_used < 0:
@@ -71,18 +82,24 @@ class RowAccount:
         if not self.rows_left_out:
             return None
         reasons = ", ".join(f"{n} {reason}" for reason, n in self.left_out.items())
+        firsts = "".join(f"; first {reason}: {where}" for reason, where in self.first.items())
         return (f"{self.rows_left_out} of {self.rows_in} rows left out of every group ({reasons}); "
-                f"{self.rows_used} used")
+                f"{self.rows_used} used{firsts}")
 
     @classmethod
-    def lines(cls, rows_used: int | None, left_out: dict[str, int], indent: str = "  ") -> list[str]:
+    def lines(cls, rows_used: int | None, left_out: dict[str, int], indent: str = "  ",
+              first: dict[str, str] | None = None) -> list[str]:
         """The console line of an account given as rows used and rows left out (none when none)."""
         if not left_out:
             return []
-        return [f"{indent}left out: {cls(rows_used + sum(left_out.values()), rows_used, dict(left_out)).line()}"]
+        account = cls(rows_used + sum(left_out.values()), rows_used, dict(left_out), dict(first or {}))
+        return [f"{indent}left out: {account.line()}"]
 
     def as_dict(self) -> dict:
-        return {"rows_in": self.rows_in, "rows_used": self.rows_used, "rows_left_out": dict(self.left_out)}
+        """rows_in, rows_used, rows_left_out (reason -> rows) and, where a reason names its first
+        row, rows_left_out_first (reason -> where)."""
+        return {"rows_in": self.rows_in, "rows_used": self.rows_used, "rows_left_out": dict(self.left_out),
+                **({"rows_left_out_first": dict(self.first)} if self.first else {})}
 
 
 def account(rows_in: int, checks: Sequence[tuple[str, np.ndarray]]) -> tuple[np.ndarray, RowAccount]:
@@ -116,10 +133,61 @@ def group_keys(frame, group_col: str, keys: Sequence[str] = ()) -> tuple[np.ndar
 def merge(accounts: Sequence[RowAccount]) -> RowAccount:
     """The sum of several accounts (reasons in first-seen order)."""
     left_out: dict[str, int] = {}
+    first: dict[str, str] = {}
     for item in accounts:
         for reason, n in item.left_out.items():
             left_out[reason] = left_out.get(reason, 0) + n
-    return RowAccount(sum(a.rows_in for a in accounts), sum(a.rows_used for a in accounts), left_out)
+        for reason, where in item.first.items():
+            first.setdefault(reason, where)
+    return RowAccount(sum(a.rows_in for a in accounts), sum(a.rows_used for a in accounts), left_out, first)
+
+
+def unreadable_mask(values) -> np.ndarray | None:
+    """Which rows of a string column (an Arrow array, chunked array, or what `pa.array` takes:
+    a pandas Series of Arrow strings) hold a value that is not valid UTF-8, or None when none
+    does (or the column holds no strings). Each distinct value's bytes are tried once; nothing
+    is decoded with replacement characters."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    array = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(values)
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if not pa.types.is_dictionary(array.type):
+        if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
+            return None
+        array = pc.dictionary_encode(array)
+    dictionary = array.dictionary
+    if not (pa.types.is_string(dictionary.type) or pa.types.is_large_string(dictionary.type)):
+        return None
+    binary = pa.large_binary() if pa.types.is_large_string(dictionary.type) else pa.binary()
+    bad = np.array([raw is not None and not is_utf8(raw) for raw in dictionary.view(binary).to_pylist()] + [False])
+    if not bad.any():
+        return None
+    return bad[array.indices.fill_null(len(dictionary)).to_numpy(zero_copy_only=False)]
+
+
+def is_utf8(raw: bytes) -> bool:
+    """Whether `raw` decodes as UTF-8 (as Arrow's strings become Python's)."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def unreadable_where(source: str, column: str, row: int | None, ids=None) -> str:
+    """Where a key that is not valid UTF-8 is: the file, the column and the row (its `id` where
+    `ids` give one: a frame joined from several files)."""
+    from scoring.display_names import quoted
+
+    where = f"row {row}" if row is not None else "some row"
+    if row is not None and ids is not None:
+        try:
+            where = f"id {quoted(ids[row])}"
+        except (UnicodeDecodeError, ValueError):
+            pass
+    return f"{source}: column {quoted(column)}, {where}"
 
 
 def first_unreadable(values) -> int | None:
@@ -140,13 +208,4 @@ def unreadable_key(values, column: str, source: str, ids=None) -> str:
     file, the column and the row. A key names the group a row belongs to; a key that cannot be
     read cannot be shown, compared or written back, so the file is refused rather than guessed
     at (decoding it with replacement characters would merge distinct keys)."""
-    from scoring.display_names import quoted
-
-    row = first_unreadable(values)
-    where = f"row {row}" if row is not None else "some row"
-    if row is not None and ids is not None:  # a frame joined from several files: its id names the row
-        try:
-            where = f"id {quoted(ids[row])}"
-        except (UnicodeDecodeError, ValueError):
-            pass
-    return f"{source}: column {quoted(column)}, {where}: not valid UTF-8 (a key must be text)"
+    return f"{unreadable_where(source, column, first_unreadable(values), ids)}: not valid UTF-8 (a key must be text)"

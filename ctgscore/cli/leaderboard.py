@@ -135,6 +135,7 @@ def handle(args: argparse.Namespace) -> int:
     summary = {"ok": not problems, "command": "leaderboard", "output": str(out), "page": str(out / "board.html"),
                "job": scored, "errors": problems, "previous": previous is not None, "skipped": skipped,
                "rows_used": rows.rows_used, "rows_left_out": dict(rows.left_out),
+               **({"rows_left_out_first": dict(rows.first)} if rows.first else {}),
                "leaderboard": document["leaderboard"]}
     rows_in = (manifest.get("input") or {}).get("rows")
     per_metric = f", summed over {len(scored)} metrics of {rows_in} input rows" if len(scored) > 1 and rows_in else ""

@@ -189,11 +189,14 @@ def handle(args: argparse.Namespace) -> int:
     summary = {"ok": True, "command": "meta", "output": str(output), "rows": table.n_input_rows,
                "error_rows": table.n_error_rows, "skipped_rows": table.n_skipped_rows, "metrics": list(table.metrics), "humans": list(table.humans),
                "rows_used": results.input.rows_used, "rows_left_out": dict(results.input.rows_left_out),
+               **({"rows_left_out_first": dict(results.input.rows_left_out_first)}
+                  if results.input.rows_left_out_first else {}),
                "files": {name: str(path) for name, path in paths.items()}, "wall_s": round(elapsed, 3)}
     lines = [f"meta: {table.n_input_rows} rows ({table.n_error_rows} with an error in some metric run, "
              f"{table.n_skipped_rows} skipped by some metric run), "
              f"{len(table.metrics)} metrics x {len(table.humans)} human aspects, {elapsed:.1f} s -> {output}"]
-    lines += RowAccount.lines(results.input.rows_used, results.input.rows_left_out)
+    lines += RowAccount.lines(results.input.rows_used, results.input.rows_left_out,
+                              first=results.input.rows_left_out_first)
     if table.not_numeric:
         summary["columns_not_numeric"] = dict(table.not_numeric)
         lines.append("  not metrics (no numbers; name one with --metrics to see why): "

@@ -250,7 +250,7 @@ def left_out_lines(inp) -> list[str]:
         return []
     from meta_eval.row_account import RowAccount
 
-    (line,) = RowAccount.lines(inp.rows_used, inp.rows_left_out, indent="")
+    (line,) = RowAccount.lines(inp.rows_used, inp.rows_left_out, indent="", first=inp.rows_left_out_first)
     return [f"**Rows {text(line)}.**", ""]
 
 
