@@ -300,8 +300,8 @@ def compare_systems(frame: pd.DataFrame, columns: Iterable[str], *, dataset_col:
                     lower_is_better: Iterable[str] = (), **options) -> Comparisons:
     """`system_comparison` for every score column in every dataset (`dataset_col` groups; one
     group "all" when the column is absent or empty). `options` go to `system_comparison`.
-    Rows without a dataset (when others have one), a system or a unit are in no comparison:
-    the result's `rows` counts them per reason."""
+    Rows without a dataset (when others have one), a system or a unit, or with one of these
+    keys not valid UTF-8, are in no comparison: the result's `rows` counts them per reason."""
     lower = set(lower_is_better)
     columns = list(columns)
     keep, rows = group_keys(frame, dataset_col, [options.get("system_col", "system"), options.get("unit", "doc_id")])

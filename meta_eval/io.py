@@ -215,7 +215,8 @@ def drop_unreadable_keys(frame: pd.DataFrame, source: str) -> tuple[pd.DataFrame
 def normalise_keys(frame: pd.DataFrame, columns=KEY_COLUMNS, source: str = "scores") -> pd.DataFrame:
     """Key columns as objects with every missing key (null, NaN, blank string:
     `meta_eval.row_account.is_missing`) as None, in place; returns the frame. A key that is no
-    text (invalid UTF-8) is an `InputError` naming `source`, the column and the row."""
+    text (invalid UTF-8) is an `InputError` naming `source`, the column and the row (`read_scores`
+    drops such rows first and counts them: `drop_unreadable_keys`)."""
     from pyarrow import ArrowException
 
     from meta_eval.row_account import missing_mask, unreadable_key

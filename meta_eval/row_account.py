@@ -115,19 +115,36 @@ def account(rows_in: int, checks: Sequence[tuple[str, np.ndarray]]) -> tuple[np.
     return keep, RowAccount(rows_in, int(keep.sum()), left_out)
 
 
-def group_keys(frame, group_col: str, keys: Sequence[str] = ()) -> tuple[np.ndarray, RowAccount]:
+def group_keys(frame, group_col: str, keys: Sequence[str] = (), source: str = "the rows") -> tuple[np.ndarray, RowAccount]:
     """The rows of a frame that land in a group and their account. `group_col` (the dataset)
     is checked only when some row has one (no row having one: a single group of all rows);
-    `keys` (system, unit) must be present in every kept row. Precedence: `group_col`, then `keys`."""
+    `keys` (system, unit) must be present in every kept row. Precedence: a key not valid UTF-8
+    (`group_col`, then `keys`; the first row of each named as in `source`), then `group_col`
+    missing, then `keys` missing."""
     rows = len(frame)
-    checks = []
-    if group_col in frame:
-        missing = missing_mask(frame[group_col])
-        if not missing.all():
-            checks.append((no_key(group_col), missing))
-    for key in [k for k in keys if k in frame]:  # an absent key column is the caller's error to name
-        checks.append((no_key(key), missing_mask(frame[key])))
-    return account(rows, checks)
+    columns = [c for c in [group_col, *keys] if c in frame]  # an absent key column is the caller's error to name
+    unreadable, first, missing = [], {}, {}
+    for col in columns:
+        try:
+            missing[col] = missing_mask(frame[col])
+        except Exception:  # noqa: BLE001 - re-raised unless a string is not UTF-8 (pyarrow wraps that error)
+            bad = unreadable_mask(frame[col])
+            if bad is None:
+                raise
+            missing[col] = missing_mask(frame[col].where(~bad, None)) & ~bad
+            unreadable.append((unreadable_reason(col), bad))
+    taken = np.zeros(rows, bool)
+    for why, bad in unreadable:
+        if (bad & ~taken).any():
+            col = why[:-len(unreadable_reason(""))]
+            first[why] = unreadable_where(source, col, int(np.flatnonzero(bad & ~taken)[0]))
+        taken |= bad
+    checks = list(unreadable)
+    if group_col in missing and not (missing[group_col] | taken).all():
+        checks.append((no_key(group_col), missing[group_col]))
+    checks += [(no_key(key), missing[key]) for key in keys if key in missing]
+    keep, rows_account = account(rows, checks)
+    return keep, RowAccount(rows_account.rows_in, rows_account.rows_used, rows_account.left_out, first)
 
 
 def merge(accounts: Sequence[RowAccount]) -> RowAccount:
@@ -205,7 +222,7 @@ def first_unreadable(values) -> int | None:
 
 def unreadable_key(values, column: str, source: str, ids=None) -> str:
     """The error for a key column that holds a value that is not text (invalid UTF-8): the
-    file, the column and the row. A key names the group a row belongs to; a key that cannot be
-    read cannot be shown, compared or written back, so the file is refused rather than guessed
-    at (decoding it with replacement characters would merge distinct keys)."""
+    file, the column and the row, for the callers that refuse such a file (`constraints report`,
+    `meta_eval.io.normalise_keys` given a frame directly). The statistics commands leave such a
+    row out instead (`unreadable_reason`); neither decodes it with replacement characters."""
     return f"{unreadable_where(source, column, first_unreadable(values), ids)}: not valid UTF-8 (a key must be text)"

@@ -154,3 +154,23 @@ def test_leaderboard_counts_the_bad_rows_and_ranks_the_others(tmp_path, cli, mon
     assert document["rows"] == {"rows_in": 18, "rows_used": 17, "rows_left_out": {"system key not valid UTF-8": 1},
                                 "rows_left_out_first": {"system key not valid UTF-8": f"{scores}: column 'system', row 2"}}
     assert sorted({row["system"] for row in document["leaderboard"]}) == list(SYSTEMS)
+
+
+def test_compare_systems_on_a_frame_leaves_the_bad_rows_out_alike(tmp_path):
+    """The library's row-frame path (`meta_eval.compare.compare_systems`) counts them as the
+    partial sums do, and compares the other rows as without them."""
+    import pandas as pd
+
+    from meta_eval import compare
+
+    data = columns()
+    table = pq.read_table(write(data, tmp_path / "dirty.parquet", BAD))
+    frame = table.to_pandas(types_mapper=pd.ArrowDtype)  # the keys stay Arrow strings, bytes as stored
+    clean = pd.DataFrame(without(data, BAD.values()))
+    options = dict(n_resamples=30, trials=30, seed=1)
+    got, want = compare.compare_systems(frame, ["m"], **options), compare.compare_systems(clean, ["m"], **options)
+    assert got.rows.left_out == {"dataset key not valid UTF-8": 1, "system key not valid UTF-8": 1,
+                                 "doc_id key not valid UTF-8": 1} and got.rows.rows_used == 33
+    assert got.rows.first["system key not valid UTF-8"] == "the rows: column 'system', row 4"
+    assert [(c.dataset, c.n_units, [(s.system, s.mean, s.rank) for s in c.systems]) for c in got] == \
+        [(c.dataset, c.n_units, [(s.system, s.mean, s.rank) for s in c.systems]) for c in want]
