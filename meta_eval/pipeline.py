@@ -293,7 +293,8 @@ def run_meta(table: Table, opts: Options | None = None, runner: Runner | None = 
     frame = normalise_keys(table.frame.copy())
     keep, rows = group_keys(frame, "dataset")
     if dropped:
-        rows = RowAccount(rows_in, rows.rows_used, {**table.keys_left_out, **rows.left_out}, dict(table.keys_left_out_first))
+        rows = RowAccount(rows_in, rows.rows_used, {**table.keys_left_out, **rows.left_out},
+                          {**table.keys_left_out_first, **rows.first})
     if rows.rows_left_out:
         frame = frame.loc[keep].reset_index(drop=True)
     table = _with(table, frame, table.humans, table.metrics)
