@@ -19,7 +19,10 @@ the tokenizer's maximum length) so the numbers equal the package on the same mod
 
 Models load through `scoring.models` (hub id, folder, `s3://`, safetensors only); encoder-
 decoder models use their encoder; layers above `layer` are dropped. Unique sentences are
-embedded once, longest first, in length buckets of at most `token_budget` padded tokens.
+embedded once, longest first, in length buckets of at most `token_budget` padded tokens: the
+texts together, then the references in chunks of 2 x `token_budget` tokens, each chunk matched
+in similarity blocks of at most SIMILARITY_CELLS cells and dropped, so one row with 1,000 long
+references costs that row's time, not a worker's memory.
 """
 
 from __future__ import annotations
