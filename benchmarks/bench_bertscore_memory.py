@@ -1,4 +1,4 @@
-"""BERTScore peak memory for one row with many long references:
+"""BERTScore peak memory (and CPU time) for one row with many long references:
 `python -m benchmarks.bench_bertscore_memory [--references 1000] [--words 400]`.
 
 One row: a text and `--references` distinct references, each cut to the model's 512 tokens,
@@ -7,7 +7,8 @@ here), once with the default reference chunks and similarity blocks and once wit
 budgets unbounded (every reference embedded at once and one text x all-references
 similarity matrix, as before the chunking). Each side runs in its own fresh process; the
 measure is the growth of its peak resident memory (`ru_maxrss`) over its resident memory
-just before `score_with_flags`. The two runs' P, R and F are printed with their largest
+just before `score_with_flags`, and the CPU seconds of that call (for information: one run on
+shared cores). The two runs' P, R and F are printed with their largest
 difference. Writes the Markdown table to benchmarks/results/bertscore_memory.md.
 """
 
@@ -19,6 +20,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import time
 
 from benchmarks.data import publish
 
@@ -63,9 +65,11 @@ def child(model: str, references: int, words: int, unbounded: bool) -> None:
     group = [_words(words, 1 + index) for index in range(references)]
     scorer.score_with_flags(["warm up"], [["warm up"]])
     before = _rss_bytes()
+    start = time.process_time()
     scores, flags = scorer.score_with_flags([text], [group])
+    seconds = time.process_time() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"growth": peak - before, "scores": scores[0], "truncated": flags[0],
+    print(json.dumps({"growth": peak - before, "seconds": seconds, "scores": scores[0], "truncated": flags[0],
                       "chunk": getattr(scorer, "reference_chunk_tokens", None),
                       "cells": getattr(scorer, "similarity_cells", None)}))
 
@@ -101,11 +105,13 @@ def main() -> int:
         f"One row, {args.references} distinct references of {args.words} words (truncated: {chunked['truncated']}), "
         "tiny RoBERTa (2 layers, 64 wide), one torch thread, each side in a fresh process.",
         "",
-        "| scoring | peak memory growth | ratio |",
-        "|---|---|---|",
-        f"| all references at once, one similarity matrix | {unbounded['growth'] / mib:,.0f} MiB | 1 |",
+        "| scoring | peak memory growth | ratio | CPU seconds | ratio |",
+        "|---|---|---|---|---|",
+        f"| all references at once, one similarity matrix | {unbounded['growth'] / mib:,.0f} MiB | 1 "
+        f"| {unbounded['seconds']:.1f} | 1 |",
         f"| reference chunks of {chunked['chunk']:,} tokens, similarity blocks of {chunked['cells']:,} cells "
-        f"| {chunked['growth'] / mib:,.0f} MiB | {chunked['growth'] / unbounded['growth']:.3f} |",
+        f"| {chunked['growth'] / mib:,.0f} MiB | {chunked['growth'] / unbounded['growth']:.3f} "
+        f"| {chunked['seconds']:.1f} | {chunked['seconds'] / unbounded['seconds']:.2f} |",
         "",
         f"P, R, F: {chunked['scores']}; largest difference between the two: {difference:.2e}",
     ]

@@ -4,9 +4,10 @@ similarity matrix over every reference at once (to 1e-6).
 
 Measured with `python -m benchmarks.bench_bertscore_memory` (one row, a text and 1,000 distinct
 references of 512 tokens, tiny RoBERTa 64 wide, each side in a fresh process, one run): peak
-memory growth 1,300 MiB with every reference embedded at once and one similarity matrix, as
-before the chunking, 85 MiB with the default chunks (ratio 0.065; scores identical). The code
-before the change grew by 1,440 MiB on the same row. Against `_oracle` the chunked scores
+memory growth 1,374 MiB with every reference embedded at once and one similarity matrix, as
+before the chunking, 125 MiB with the default chunks (ratio 0.091, scores identical; 0.065 to
+0.091 over four runs, the allocator's reuse varies). The code before the change grew by
+1,440 MiB on the same row. Against `_oracle` the chunked scores
 differ by at most 1.9e-7 (the embedding batches differ).
 """
 
