@@ -19,7 +19,10 @@ the tokenizer's maximum length) so the numbers equal the package on the same mod
 
 Models load through `scoring.models` (hub id, folder, `s3://`, safetensors only); encoder-
 decoder models use their encoder; layers above `layer` are dropped. Unique sentences are
-embedded once, longest first, in length buckets of at most `token_budget` padded tokens.
+embedded once, longest first, in length buckets of at most `token_budget` padded tokens: the
+texts together, then the references in chunks of 2 x `token_budget` tokens, each chunk matched
+in similarity blocks of at most SIMILARITY_CELLS cells and dropped, so one row with 1,000 long
+references costs that row's time, not a worker's memory.
 """
 
 from __future__ import annotations
@@ -48,6 +51,14 @@ BERTSCORE_TOKEN_BUDGET = 16384
 # no sentence in an encoder batch is padded by more than this fraction of the batch's width:
 # CPU time follows padded tokens (and attention their square), so length buckets beat full budgets
 MAX_PADDING = 0.1
+# references are embedded and matched in chunks of at most this many token budgets' worth of
+# tokens, so a row with 1,000 long references never holds all their embeddings at once
+REFERENCE_CHUNK_BUDGETS = 2
+# a candidate's similarity matrix against its references is built in blocks of at most this many
+# (candidate token, reference token) cells: 16 MiB of float32 (one text x 1,000 references of
+# 512 tokens would be 1 GiB in one piece)
+SIMILARITY_CELLS = 1 << 22
+ENCODE_SENTENCES = 64
 COLUMNS = ("bertscore_p", "bertscore_r", "bertscore_f")
 ZERO_WEIGHT = ("every token of the text or of a reference weighs 0 (only special tokens such as </s>, "
                "or tokens of idf 0): P or R would be 0/0")
@@ -143,6 +154,8 @@ class BERTScorer:
         self.device = resolve_device(device)
         self.dtype = dtype
         self.token_budget = int(token_budget)
+        self.reference_chunk_tokens = REFERENCE_CHUNK_BUDGETS * self.token_budget
+        self.similarity_cells = SIMILARITY_CELLS
         self.max_length = int(max_length or min(int(self.tokenizer.model_max_length), self.limits.positions or 100_000, 100_000))
         self.idf_source = idf
         self.idf = self._load_idf(idf)
@@ -196,15 +209,26 @@ class BERTScorer:
         default = self.idf[-1]
         return torch.tensor([self.idf.get(t, default) for t in ids])
 
-    @torch.inference_mode()
-    def embed(self, sentences: Sequence[str]) -> tuple[list[torch.Tensor], list[torch.Tensor], list[bool]]:
-        """Normalised token embeddings, token weights and truncation flags per sentence.
-        Sentences run longest first in batches of at most `token_budget` padded tokens in
-        which no sentence is padded by more than MAX_PADDING of its batch's width."""
-        ids, truncated = encode_sentences(self.tokenizer, sentences, self.max_length)
+    def encode(self, sentences: Sequence[str]) -> tuple[list[list[int]], list[bool]]:
+        """Token ids (bert-score's encoding, `encode_sentences`) and truncation flags, checked
+        against the model's tables; ENCODE_SENTENCES sentences per tokenizer call, as the
+        tokenizer's own output (offsets, tokens) for 1,000 long sentences would outweigh the ids."""
+        ids: list[list[int]] = []
+        truncated: list[bool] = []
+        for start in range(0, len(sentences), ENCODE_SENTENCES):
+            part_ids, part_truncated = encode_sentences(self.tokenizer, sentences[start : start + ENCODE_SENTENCES], self.max_length)
+            ids += part_ids
+            truncated += part_truncated
         self.limits.check_sequences(ids, "sentence")
+        return ids, truncated
+
+    @torch.inference_mode()
+    def embed_ids(self, ids: Sequence[list[int]]) -> list[torch.Tensor]:
+        """Normalised token embeddings per sentence. Sentences run longest first in batches of
+        at most `token_budget` padded tokens in which no sentence is padded by more than
+        MAX_PADDING of its batch's width."""
         embeddings: list[torch.Tensor | None] = [None] * len(ids)
-        ragged = Ragged.from_lists(ids)
+        ragged = Ragged.from_lists(list(ids))
         lengths = ragged.lengths
         order = np.argsort(-lengths, kind="stable").tolist()
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
@@ -219,38 +243,104 @@ class BERTScorer:
 
         for batch in budget_batches(lengths, order, self.token_budget, max_padding=MAX_PADDING):
             run_splitting_on_oom(batch, run)
-        return embeddings, [self._weights(s) for s in ids], truncated  # type: ignore[return-value]
+        return embeddings  # type: ignore[return-value]
+
+    def embed(self, sentences: Sequence[str]) -> tuple[list[torch.Tensor], list[torch.Tensor], list[bool]]:
+        """Normalised token embeddings, token weights and truncation flags per sentence."""
+        ids, truncated = self.encode(sentences)
+        return self.embed_ids(ids), [self._weights(s) for s in ids], truncated
+
+    def greedy(self, embedding: torch.Tensor, weight: torch.Tensor, references: Sequence[torch.Tensor],
+               reference_weights: Sequence[torch.Tensor]) -> torch.Tensor:
+        """[P, R, F] of one candidate (its embeddings and weights) against each reference, as
+        rows of a [k, 3] tensor (module docstring). The references go in consecutive groups
+        whose similarity matrix (candidate tokens x the group's tokens) holds at most
+        `similarity_cells` cells (one reference at least); each group's maxima are taken
+        within each reference's columns, so a reference's scores do not depend on its group."""
+        rows, group, cells = [], [], 0
+        for index, reference in enumerate(references):
+            size = len(embedding) * len(reference)
+            if group and cells + size > self.similarity_cells:
+                rows.append(self._greedy_group(embedding, weight, [references[i] for i in group],
+                                               [reference_weights[i] for i in group]))
+                group, cells = [], 0
+            group.append(index)
+            cells += size
+        rows.append(self._greedy_group(embedding, weight, [references[i] for i in group], [reference_weights[i] for i in group]))
+        return torch.cat(rows)
 
     @staticmethod
-    def greedy(candidate: int, references: Sequence[int], embeddings, weights) -> torch.Tensor:
-        """[P, R, F] of one candidate against each of its references (sentence indices), as
-        rows of a [k, 3] tensor (module docstring): one similarity matrix against all the
-        references side by side, then the maxima within each reference's columns."""
-        lengths = [len(weights[r]) for r in references]
-        sim = embeddings[candidate] @ torch.cat([embeddings[r] for r in references]).T
-        candidate_weights = weights[candidate]
+    def _greedy_group(embedding, weight, references, reference_weights) -> torch.Tensor:
+        """[P, R, F] against each of `references` from one similarity matrix against all of
+        them side by side, then the maxima within each reference's columns."""
+        lengths = [len(r) for r in references]
+        sim = embedding @ torch.cat(list(references)).T
         best_per_candidate_token = torch.stack([block.amax(dim=1) for block in sim.split(lengths, dim=1)])
-        precision = (best_per_candidate_token * candidate_weights).sum(dim=1) / candidate_weights.sum()
-        weighted_best = sim.amax(dim=0) * torch.cat([weights[r] for r in references])
+        precision = (best_per_candidate_token * weight).sum(dim=1) / weight.sum()
+        weighted_best = sim.amax(dim=0) * torch.cat(list(reference_weights))
         recall = torch.stack([block.sum() for block in weighted_best.split(lengths)]) / torch.stack(
-            [weights[r].sum() for r in references])
+            [w.sum() for w in reference_weights])
         f = torch.nan_to_num(2 * precision * recall / (precision + recall), nan=0.0)
         return torch.stack([precision, recall, f], dim=1)
 
+    def _reference_chunks(self, lengths: Sequence[int]) -> list[list[int]]:
+        """Consecutive reference indices in chunks of at most `reference_chunk_tokens` tokens
+        (one reference at least)."""
+        chunks: list[list[int]] = []
+        tokens = 0
+        for index, length in enumerate(lengths):
+            if not chunks or tokens + length > self.reference_chunk_tokens:
+                chunks.append([])
+                tokens = 0
+            chunks[-1].append(index)
+            tokens += length
+        return chunks
+
     def score_with_flags(self, candidates: Sequence[str], references: Sequence[Sequence[str]]):
         """[(P, R, F)] per candidate (each the maximum over its references, rescaled when a
-        baseline is set) and per-candidate truncation flags."""
-        unique = list(dict.fromkeys([*candidates, *(r for group in references for r in group)]))
+        baseline is set) and per-candidate truncation flags.
+
+        Memory stays bounded whatever a row holds: the distinct candidates are embedded
+        together, then the distinct references in chunks of at most `reference_chunk_tokens`
+        tokens (each embedded once); each chunk is matched against the candidates of the rows
+        that cite it, in similarity blocks of at most `similarity_cells` cells (`greedy`), and
+        dropped. Each (candidate, reference) pair's P, R and F is kept, and each row takes its
+        maxima once all its references are matched."""
+        texts = list(dict.fromkeys(candidates))
+        text_index = {text: i for i, text in enumerate(texts)}
+        text_ids, text_truncated = self.encode(texts)
+        text_embeddings = self.embed_ids(text_ids)
+        text_weights = [self._weights(s) for s in text_ids]
+        unique = list(dict.fromkeys(r for group in references for r in group))
         where = {text: i for i, text in enumerate(unique)}
-        embeddings, weights, truncated = self.embed(unique)
+        ref_ids, ref_truncated = self.encode(unique)
+        cited_by: dict[int, list[tuple[int, int]]] = {}  # reference -> (row, position in the row's references)
+        for row, group in enumerate(references):
+            for position, reference in enumerate(group):
+                cited_by.setdefault(where[reference], []).append((row, position))
+        pair_scores: list[list[torch.Tensor | None]] = [[None] * len(group) for group in references]
+        for chunk in self._reference_chunks([len(s) for s in ref_ids]):
+            embeddings = dict(zip(chunk, self.embed_ids([ref_ids[i] for i in chunk])))
+            weights = {reference: self._weights(ref_ids[reference]) for reference in chunk}
+            by_row: dict[int, list[tuple[int, int]]] = {}
+            for reference in chunk:
+                for row, position in cited_by[reference]:
+                    by_row.setdefault(row, []).append((position, reference))
+            for row, pairs in by_row.items():
+                candidate = text_index[candidates[row]]
+                scores = self.greedy(text_embeddings[candidate], text_weights[candidate], [embeddings[r] for _, r in pairs],
+                                     [weights[r] for _, r in pairs])
+                for (position, _), values in zip(pairs, scores):
+                    pair_scores[row][position] = values
+            del embeddings, weights
         results, flags = [], []
-        for candidate, group in zip(candidates, references):
-            scores = self.greedy(where[candidate], [where[r] for r in group], embeddings, weights).double()
+        for row, (candidate, group) in enumerate(zip(candidates, references)):
+            scores = torch.stack(pair_scores[row]).double()  # type: ignore[arg-type]
             best = scores.max(dim=0).values.tolist()
             if self.baseline is not None:
                 best = [(value - b) / (1 - b) for value, b in zip(best, self.baseline)]
             results.append(tuple(best))
-            flags.append(truncated[where[candidate]] or any(truncated[where[r]] for r in group))
+            flags.append(text_truncated[text_index[candidate]] or any(ref_truncated[where[r]] for r in group))
         return results, flags
 
     def score(self, candidates: Sequence[str], references: Sequence[Sequence[str]]) -> list[tuple[float, float, float]]:
