@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-BENCHMARKS = ["bench_scoring", "bench_job", "bench_meta", "bench_splits", "bench_codi", "bench_baselines", "bench_decoder_padding", "bench_prompted_lm"]
+BENCHMARKS = ["bench_scoring", "bench_job", "bench_meta", "bench_splits", "bench_codi", "bench_baselines", "bench_decoder_padding", "bench_prompted_lm", "bench_bertscore_memory"]
 
 
 def main() -> int:
