@@ -182,12 +182,16 @@ def iter_parquet(path: str | pathlib.Path, report: ConversionReport, batch_rows:
     out)."""
     import pyarrow as pa
     import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
 
     if not pathlib.Path(path).exists():
         raise UsageError(f"{path}: no such file or folder")
     failures = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OSError)
     try:
-        batches = ds.dataset(str(path), format="parquet", partitioning="hive").to_batches(batch_size=batch_rows)
+        if pathlib.Path(path).is_file():
+            batches = pq.ParquetFile(path).iter_batches(batch_size=batch_rows)
+        else:
+            batches = ds.dataset(str(path), format="parquet", partitioning="hive").to_batches(batch_size=batch_rows)
     except failures as exc:
         raise InputError(f"{path}: cannot read it as Parquet ({exc})") from None
     number = 0
