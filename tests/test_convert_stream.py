@@ -125,6 +125,9 @@ def test_parquet_and_aligned_batches_give_the_whole_file_output(tmp_path, max_ro
                                  for i, (t, c) in enumerate(zip(["a", "b", "", "d"], "abcd"))]
     batched, _ = convert.convert_aligned(str(cands), [str(refs)], id_prefix="s:", max_rows=max_rows)
     assert batched.equals(whole)
+    refs.write_text("ra\nrb\n")  # files of different lengths are refused before any row, naming both counts
+    with pytest.raises(InputError, match=r"r.txt: 2 lines, but .*c.txt has 4; line-aligned files need the same"):
+        convert.convert_aligned(str(cands), [str(refs)], max_rows=max_rows)
 
 
 def test_reader_yields_bounded_batches(tmp_path):

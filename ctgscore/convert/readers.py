@@ -37,33 +37,67 @@ def _open(path: pathlib.Path):
         raise InputError(f"{path}: is a folder, expected a file") from None
 
 
-def _text_lines(path: pathlib.Path) -> Iterator[tuple[str, int]]:
+class _TextLines:
     """(line, its size in bytes) for each line of the file, split after each `\n` and decoded
     one at a time, as `decode_utf8(data, path, "utf-8-sig")` reads the whole: a BOM at the start
-    is dropped, and the first byte that is not UTF-8 raises naming its line and file offset."""
-    with _open(path) as handle:
-        offset = 0
-        for number, raw in enumerate(handle, start=1):
-            start = 3 if number == 1 and raw.startswith(b"\xef\xbb\xbf") else 0
-            try:
-                line = raw[start:].decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise InputError(f"{path}: not UTF-8 text (line {number}, byte {offset + start + exc.start})") from None
-            offset += len(raw)
-            yield line, len(raw)
+    is dropped, and the first byte that is not UTF-8 raises naming its line and file offset.
+    An iterator object rather than a generator: it keeps no reference to the line it returned
+    (a generator's frame would hold a 200 MB line while the row is converted)."""
+
+    def __init__(self, path: pathlib.Path):
+        self.path = path
+        self.handle = _open(path)
+        self.number = 0
+        self.offset = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> tuple[str, int]:
+        if self.handle is None:
+            raise StopIteration
+        raw = self.handle.readline()
+        if not raw:
+            self._close()
+            raise StopIteration
+        self.number += 1
+        start = 3 if self.number == 1 and raw.startswith(b"\xef\xbb\xbf") else 0
+        try:
+            line = (raw[start:] if start else raw).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            self._close()
+            raise InputError(f"{self.path}: not UTF-8 text (line {self.number}, byte {self.offset + start + exc.start})") from None
+        size = len(raw)
+        self.offset += size
+        return line, size
+
+    def _close(self) -> None:
+        handle, self.handle = getattr(self, "handle", None), None
+        if handle is not None:
+            handle.close()
+
+    __del__ = _close
+
+
+def _text_lines(path: pathlib.Path) -> Iterator[tuple[str, int]]:
+    return _TextLines(path)
 
 
 def iter_jsonl(path: str | pathlib.Path, report: ConversionReport) -> Iterator[Item]:
     """(line number, object, bytes) for every non-blank line; a line that is not a JSON object,
     or whose object names a key twice (two `text` values, one of which would vanish), is dropped
     with its reason."""
-    for number, (line, size) in enumerate(_text_lines(pathlib.Path(path)), start=1):
-        line = line.removesuffix("\n").removeprefix("\ufeff")  # files joined with `cat`: each may start with a BOM
-        if not line.strip():
+    number = 0
+    for line, size in _text_lines(pathlib.Path(path)):  # no enumerate: its tuple would keep the line
+        number += 1
+        # the line end stays (JSON allows it); no copy of a long line is made to check it is blank
+        line = line.removeprefix("\ufeff")  # files joined with `cat`: each may start with a BOM
+        if not line or line.isspace():
             continue
         report.rows_read += 1
         try:
             value = json.loads(line, object_pairs_hook=unique_keys)
+            del line  # the text of a long line is not kept beside its object
         except DuplicateKey as exc:
             report.drop(f"line names the key {exc.args[0]!r} twice in one object", number)
             continue
@@ -90,18 +124,33 @@ def read_jsonl(path: str | pathlib.Path, report: ConversionReport) -> list[tuple
 _CSV_LINE = re.compile("\r\n|\r|\n")  # universal newlines, as a file opened with newline="" reads lines
 
 
-def _csv_lines(path: pathlib.Path, sizes: list[int]) -> Iterator[str]:
+class _CsvLines:
     """The file's lines as `io.StringIO(text, newline="")` gives them (each keeps its line end),
-    one `\n`-terminated piece of the file at a time; the bytes of each piece are added to
-    `sizes[0]` as it is read."""
-    for piece, size in _text_lines(path):
-        sizes[0] += size
-        start = 0
-        for match in _CSV_LINE.finditer(piece):
-            yield piece[start:match.end()]
-            start = match.end()
-        if start < len(piece):
-            yield piece[start:]
+    cut from one `\n`-terminated piece of the file at a time; the bytes of each piece are added
+    to `sizes[0]` as it is read. No reference to a returned line is kept."""
+
+    def __init__(self, path: pathlib.Path, sizes: list[int]):
+        self.lines = _text_lines(path)
+        self.sizes = sizes
+        self.piece: str | None = None
+        self.position = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        if self.piece is None:
+            self.piece, size = next(self.lines)
+            self.sizes[0] += size
+            self.position = 0
+        piece, start = self.piece, self.position
+        match = _CSV_LINE.search(piece, start)
+        end = match.end() if match else len(piece)
+        if end >= len(piece):
+            self.piece = None
+        else:
+            self.position = end
+        return piece[start:end]
 
 
 def iter_csv(path: str | pathlib.Path, report: ConversionReport, delimiter: str = ",") -> Iterator[Item]:
@@ -114,7 +163,7 @@ def iter_csv(path: str | pathlib.Path, report: ConversionReport, delimiter: str 
     131,072 characters is lifted while reading; the per-cell caps apply when scoring)."""
     path = pathlib.Path(path)
     sizes = [0]
-    lines = _csv_lines(path, sizes)
+    lines = _CsvLines(path, sizes)
     try:
         size = path.stat().st_size
     except OSError:
@@ -233,8 +282,15 @@ def _aligned_lines(path: str | pathlib.Path) -> Iterator[tuple[str, int]]:
     second = next(lines, None)
     if second is None and first[0] == "\n":
         return
-    for line, size in itertools.chain([first], [second] if second is not None else [], lines):
-        yield line.removesuffix("\n").rstrip("\r"), size
+    # the frame keeps only the line it yields (a raw line kept beside it would double a long one)
+    lines = itertools.chain([first, *([second] if second is not None else [])], lines)
+    del first, second
+    while (out := _aligned_line(next(lines, None))) is not None:
+        yield out
+
+
+def _aligned_line(item: tuple[str, int] | None) -> tuple[str, int] | None:
+    return None if item is None else (item[0].removesuffix("\n").rstrip("\r"), item[1])
 
 
 def _count_lines(path: str | pathlib.Path) -> int:

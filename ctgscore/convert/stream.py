@@ -67,10 +67,13 @@ def tables(source: Source, converter: RowConverter, report: ConversionReport, ma
     """Step 2: (Arrow table of `converter.columns`, columns with a value) per non-empty batch."""
     for batch in batched(source(report), max_rows, max_bytes):
         rows = converter.convert(batch, report)
-        del batch
+        batch.clear()  # the records (`batched` still holds the list until the next batch)
         if rows:
             report.rows_written += len(rows)
-            yield rows_to_table(rows, converter.columns), present_columns(rows)
+            table, present = rows_to_table(rows, converter.columns), present_columns(rows)
+            del rows  # the Arrow table holds the batch now
+            yield table, present
+            del table
 
 
 def finish(report: ConversionReport, present: set[str]) -> list[str]:
