@@ -167,3 +167,16 @@ def test_utf8_error_after_a_bom_names_the_file_offset(tmp_path):
     src.write_bytes(b'\xef\xbb\xbf{"id": "1", "text": "a"}\n{"id": "2", "text": "\xff"}\n')
     with pytest.raises(InputError, match=r"not UTF-8 text \(line 2, byte 49\)"):
         convert.convert_file(str(src))
+
+
+def test_csv_line_numbers_after_a_large_row(tmp_path):
+    """A row past 1 MB gets the csv reader replaced (its field buffer lets go of the row); the
+    lines counted for messages carry on across the replacement."""
+    src = tmp_path / "d.csv"
+    src.write_text("id,text\n1," + "x" * 1_200_000 + '\n2,"multi\nline"\n3,"never closed\n4,x\n')
+    with pytest.raises(InputError, match=r"line 5 is never closed \(lines 5-6 would be one cell\)"):
+        convert.convert_file(str(src))
+    src.write_text("id,text\n1," + "x" * 1_200_000 + '\n2,"multi\nline"\n3,"a"b\n4,x\n')
+    table, report = convert.convert_file(str(src))
+    assert table.column("id").to_pylist() == ["1", "2", "4"] and table.column("text")[1].as_py() == "multi\nline"
+    assert report.examples == {"row is not valid CSV (',' expected after '\"')": [4]}

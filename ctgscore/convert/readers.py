@@ -96,7 +96,9 @@ def iter_jsonl(path: str | pathlib.Path, report: ConversionReport) -> Iterator[I
             continue
         report.rows_read += 1
         try:
-            value = json.loads(line, object_pairs_hook=unique_keys)
+            # in a list, not a local: `yield slot.pop()` leaves this frame no reference to the
+            # record while the batch it joins is converted and written
+            slot = [json.loads(line, object_pairs_hook=unique_keys)]
             del line  # the text of a long line is not kept beside its object
         except DuplicateKey as exc:
             report.drop(f"line names the key {exc.args[0]!r} twice in one object", number)
@@ -110,10 +112,10 @@ def iter_jsonl(path: str | pathlib.Path, report: ConversionReport) -> Iterator[I
         except RecursionError:
             report.drop("line nests arrays or objects too deep to read", number)
             continue
-        if not isinstance(value, dict):
+        if not isinstance(slot[0], dict):
             report.drop("line is not a JSON object", number)
             continue
-        yield number, value, size
+        yield number, slot.pop(), size
 
 
 def read_jsonl(path: str | pathlib.Path, report: ConversionReport) -> list[tuple[int, dict[str, Any]]]:
@@ -177,6 +179,9 @@ def read_csv(path: str | pathlib.Path, report: ConversionReport, delimiter: str 
     return [(number, record) for number, record, _ in iter_csv(path, report, delimiter)]
 
 
+_LARGE_ROW = 1 << 20  # bytes of a CSV row after which its reader is replaced
+
+
 @contextlib.contextmanager
 def _field_limit(size: int):
     previous = csv.field_size_limit()
@@ -200,9 +205,10 @@ def _csv_records(path, lines: Iterator[str], sizes: list[int], report: Conversio
         duplicate = next(h for h in header if header.count(h) > 1)
         raise InputError(f"{path}: header names column {duplicate!r} twice")
     number = 1
+    lines_before = 0  # lines read by the readers replaced so far
     while True:
         number += 1
-        first_line = reader.line_num + 1
+        first_line = lines_before + reader.line_num + 1
         before = sizes[0]
         try:
             cells = next(reader)
@@ -211,17 +217,24 @@ def _csv_records(path, lines: Iterator[str], sizes: list[int], report: Conversio
         except csv.Error as exc:
             if str(exc) == "unexpected end of data":  # strict csv: the end of the text inside a quoted field
                 raise InputError(f"{path}: the quote opened in the row starting on line {first_line} is never closed "
-                                 f"(lines {first_line}-{reader.line_num} would be one cell)") from None
+                                 f"(lines {first_line}-{lines_before + reader.line_num} would be one cell)") from None
             report.rows_read += 1
             report.drop(f"row is not valid CSV ({exc})", number)
             continue
-        if not cells or all(not c.strip() for c in cells):
+        if not cells or all(not c or c.isspace() for c in cells):  # `c.strip()` would copy a long cell
             continue
         report.rows_read += 1
         if len(cells) != len(header):
             report.drop(f"row has {len(cells)} cells, header has {len(header)}", number)
             continue
-        yield number, {h: (c if c != "" else None) for h, c in zip(header, cells)}, max(sizes[0] - before, 1)
+        slot = [{h: (c if c != "" else None) for h, c in zip(header, cells)}]
+        del cells  # as in `iter_jsonl`: this frame keeps no reference to the row it yields
+        if sizes[0] - before > _LARGE_ROW:
+            # the csv reader keeps a field buffer as large as the longest cell it has read, at 4
+            # bytes a character, for its whole life: a fresh reader lets it go (rows start afresh)
+            lines_before += reader.line_num
+            reader = csv.reader(lines, delimiter=delimiter, strict=True)
+        yield number, slot.pop(), max(sizes[0] - before, 1)
 
 
 def iter_parquet(path: str | pathlib.Path, report: ConversionReport, batch_rows: int = 65_536) -> Iterator[Item]:
