@@ -38,7 +38,7 @@ def _open(path: pathlib.Path):
 
 
 class _TextLines:
-    """(line, its size in bytes) for each line of the file, split after each `\n` and decoded
+    """(line, its size in bytes) for each line of the file, split after each line feed and decoded
     one at a time, as `decode_utf8(data, path, "utf-8-sig")` reads the whole: a BOM at the start
     is dropped, and the first byte that is not UTF-8 raises naming its line and file offset.
     An iterator object rather than a generator: it keeps no reference to the line it returned
@@ -128,7 +128,7 @@ _CSV_LINE = re.compile("\r\n|\r|\n")  # universal newlines, as a file opened wit
 
 class _CsvLines:
     """The file's lines as `io.StringIO(text, newline="")` gives them (each keeps its line end),
-    cut from one `\n`-terminated piece of the file at a time; the bytes of each piece are added
+    cut from one piece (up to a line feed) of the file at a time; the bytes of each piece are added
     to `sizes[0]` as it is read. No reference to a returned line is kept."""
 
     def __init__(self, path: pathlib.Path, sizes: list[int]):
@@ -286,8 +286,8 @@ def read_parquet(path: str | pathlib.Path, report: ConversionReport) -> list[tup
 
 
 def _aligned_lines(path: str | pathlib.Path) -> Iterator[tuple[str, int]]:
-    """(line, bytes) of a line-aligned text file, as `text.split("\n")` gives them less one
-    final line end, each with a trailing `\r` removed (a file of one `\n` has no line)."""
+    """(line, bytes) of a line-aligned text file, as splitting the text at line feeds gives them less one
+    final line end, each with its trailing carriage returns removed (a file of one line feed has no line)."""
     lines = _text_lines(pathlib.Path(path))
     first = next(lines, None)
     if first is None:

@@ -36,12 +36,14 @@ Source = Callable[[ConversionReport], Iterator[Item]]  # a fresh pass over the i
 def batched(items: Iterable[Item], max_rows: int = MAX_BATCH_ROWS,
             max_bytes: int = MAX_BATCH_BYTES) -> Iterator[list[tuple[int, dict[str, Any]]]]:
     """(row number, record) lists of at most `max_rows` records, each ended once it holds
-    `max_bytes` of input (so below `max_bytes` plus its last row)."""
+    `max_bytes` of input (so below `max_bytes` plus its last row). The consumer may clear a
+    list once it is done with it (`tables` does), so that no record outlives its batch."""
     batch: list[tuple[int, dict[str, Any]]] = []
     size = 0
     for number, record, nbytes in items:
         batch.append((number, record))
         size += nbytes
+        del record  # the consumer clears the batch it is given: no record stays here
         if len(batch) >= max_rows or size >= max_bytes:
             yield batch
             batch, size = [], 0
