@@ -324,18 +324,22 @@ def iter_aligned(candidates: str, references: Sequence[str] = (), sources: str |
                              "line-aligned files need the same number of lines")
     refs = [_aligned_lines(path) for path in references]
     srcs = _aligned_lines(sources) if sources else None
-    for index, (text, size) in enumerate(_aligned_lines(candidates)):
-        row: dict[str, Any] = {"doc_id": str(index), "text": text}
+    index = -1
+    for text, size in _aligned_lines(candidates):  # no enumerate: its tuple would keep the line
+        index += 1
+        slot: list[dict[str, Any]] = [{"doc_id": str(index), "text": text}]
+        del text  # as in `iter_jsonl`: this frame keeps no reference to the row it yields
         if refs:
             pairs = [next(lines) for lines in refs]
-            row["references"] = [line for line, _ in pairs]
+            slot[0]["references"] = [line for line, _ in pairs]
             size += sum(n for _, n in pairs)
+            del pairs
         if srcs is not None:
-            row["source"], extra = next(srcs)
+            slot[0]["source"], extra = next(srcs)
             size += extra
         if report is not None:
             report.rows_read += 1
-        yield index + 1, row, size
+        yield index + 1, slot.pop(), size
 
 
 def read_aligned(candidates: str, references: Sequence[str] = (), sources: str | None = None,
