@@ -57,11 +57,9 @@ def handle(args: argparse.Namespace) -> int:
     constants = {k: v for k, v in (("dataset", args.dataset), ("system", args.system)) if v is not None}
     prefix = args.id_prefix if args.id_prefix is not None else (f"{args.system}:" if args.system else "")
     if aligned:
-        table, report = convert.convert_aligned(args.candidates, args.references, args.sources, constants, prefix)
+        report = convert.write_aligned(output, args.candidates, args.references, args.sources, constants, prefix)
     else:
-        table, report = convert.convert_file(args.input, args.format, mapping, constants, prefix)
-    common.write_parquet_atomic(table, output)
-    report.output = str(output)
+        report = convert.write_file(args.input, output, args.format, mapping, constants, prefix)
     summary = {"ok": True, "command": "convert", **vars(report)}
     if args.report:
         atomic_files.write_text(args.report, json.dumps(vars(report), indent=2, ensure_ascii=False))

@@ -13,56 +13,87 @@ were read, written and dropped, and why.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Mapping, Sequence
 
-from ctgscore.convert.readers import FORMATS, detect_format, read_aligned, read_csv, read_jsonl, read_parquet
+from ctgscore.convert import stream
+from ctgscore.convert.readers import (
+    FORMATS,
+    detect_format,
+    iter_aligned,
+    iter_csv,
+    iter_jsonl,
+    iter_parquet,
+    read_aligned,
+    read_csv,
+    read_jsonl,
+    read_parquet,
+)
 from ctgscore.convert.report import ConversionReport
 from ctgscore.convert.rows import CANONICAL_COLUMNS, canonical_rows, parse_mapping, rows_to_table
-from scoring.errors import InputError, UsageError
+from scoring.errors import UsageError
 
 __all__ = ["CANONICAL_COLUMNS", "FORMATS", "ConversionReport", "canonical_rows", "convert_aligned", "convert_file",
-           "detect_format", "parse_mapping", "read_aligned", "read_csv", "read_jsonl", "read_parquet", "rows_to_table"]
+           "detect_format", "parse_mapping", "read_aligned", "read_csv", "read_jsonl", "read_parquet", "rows_to_table",
+           "write_aligned", "write_file"]
 
 
-def convert_file(path: str, fmt: str | None = None, mapping: Mapping[str, list[str]] | None = None,
-                 constants: Mapping[str, str] | None = None, id_prefix: str = ""):
-    """A JSONL/CSV/TSV/Parquet dump -> (canonical Arrow table, report)."""
+def _file_source(path: str, fmt: str | None, max_rows: int):
+    """(report, source) of a JSONL/CSV/TSV/Parquet dump."""
     fmt = fmt or detect_format(path)
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     report = ConversionReport(inputs=[str(path)], format=fmt)
     if fmt == "jsonl":
-        records = read_jsonl(path, report)
-    elif fmt == "parquet":
-        records = read_parquet(path, report)
-    else:
-        records = read_csv(path, report, delimiter="\t" if fmt == "tsv" else ",")
-    rows = canonical_rows(records, report, mapping, constants, id_prefix)
-    return _finish(rows, report)
+        return report, lambda r: iter_jsonl(path, r)
+    if fmt == "parquet":
+        return report, lambda r: iter_parquet(path, r, batch_rows=max_rows)
+    return report, lambda r: iter_csv(path, r, delimiter="\t" if fmt == "tsv" else ",")
+
+
+def _aligned_source(candidates: str, references: Sequence[str], sources: str | None, id_prefix: str):
+    """(report, source) of line-aligned files; row i gets `doc_id` "i" (0-based line index) and,
+    without an id, `id_prefix + i`."""
+    report = ConversionReport(inputs=[str(candidates), *map(str, references), *([str(sources)] if sources else [])],
+                              format="aligned text")
+
+    def source(r):
+        for number, record, size in iter_aligned(candidates, references, sources, r):
+            yield number, {**record, "id": f"{id_prefix}{number - 1}"}, size
+
+    return report, source
+
+
+def convert_file(path: str, fmt: str | None = None, mapping: Mapping[str, list[str]] | None = None,
+                 constants: Mapping[str, str] | None = None, id_prefix: str = "", *,
+                 max_rows: int = stream.MAX_BATCH_ROWS, max_bytes: int = stream.MAX_BATCH_BYTES):
+    """A JSONL/CSV/TSV/Parquet dump -> (canonical Arrow table, report), in memory."""
+    report, source = _file_source(path, fmt, max_rows)
+    return stream.to_table(source, report, mapping, constants, id_prefix, max_rows, max_bytes), report
+
+
+def write_file(path: str, output, fmt: str | None = None, mapping: Mapping[str, list[str]] | None = None,
+               constants: Mapping[str, str] | None = None, id_prefix: str = "", *,
+               max_rows: int = stream.MAX_BATCH_ROWS, max_bytes: int = stream.MAX_BATCH_BYTES) -> ConversionReport:
+    """A JSONL/CSV/TSV/Parquet dump -> canonical Parquet at `output`, in batches
+    (`ctgscore.convert.stream`); returns the report."""
+    report, source = _file_source(path, fmt, max_rows)
+    stream.to_parquet(source, output, report, mapping, constants, id_prefix, max_rows, max_bytes)
+    return report
 
 
 def convert_aligned(candidates: str, references: Sequence[str] = (), sources: str | None = None,
-                    constants: Mapping[str, str] | None = None, id_prefix: str = ""):
+                    constants: Mapping[str, str] | None = None, id_prefix: str = "", *,
+                    max_rows: int = stream.MAX_BATCH_ROWS, max_bytes: int = stream.MAX_BATCH_BYTES):
     """Line-aligned candidates / references / sources -> (canonical Arrow table, report).
     Row i gets `doc_id` "i" (0-based line index) and, without an id, `id_prefix + i`."""
-    report = ConversionReport(inputs=[str(candidates), *map(str, references), *([str(sources)] if sources else [])],
-                              format="aligned text")
-    records = read_aligned(candidates, references, sources, report)
-    records = [(number, {**record, "id": f"{id_prefix}{number - 1}"}) for number, record in records]
-    rows = canonical_rows(records, report, None, constants)
-    return _finish(rows, report)
+    report, source = _aligned_source(candidates, references, sources, id_prefix)
+    return stream.to_table(source, report, None, constants, "", max_rows, max_bytes), report
 
 
-def _finish(rows, report: ConversionReport):
-    if not rows:
-        reasons = "; ".join(f"{n} {r}" for r, n in Counter(report.dropped).most_common(3)) or "the input is empty"
-        hint = ""
-        if report.ignored_fields:
-            hint = (f"; the input's fields are {', '.join(report.ignored_fields)}: name the text and id fields "
-                    "with --map, e.g. --map text=FIELD --map id=FIELD")
-        raise InputError(f"{', '.join(report.inputs)}: no row could be converted ({reasons}){hint}")
-    table = rows_to_table(rows)
-    report.rows_written = table.num_rows
-    report.columns = table.column_names
-    return table, report
+def write_aligned(output, candidates: str, references: Sequence[str] = (), sources: str | None = None,
+                  constants: Mapping[str, str] | None = None, id_prefix: str = "", *,
+                  max_rows: int = stream.MAX_BATCH_ROWS, max_bytes: int = stream.MAX_BATCH_BYTES) -> ConversionReport:
+    """Line-aligned files -> canonical Parquet at `output`, in batches; returns the report."""
+    report, source = _aligned_source(candidates, references, sources, id_prefix)
+    stream.to_parquet(source, output, report, None, constants, "", max_rows, max_bytes)
+    return report

@@ -182,6 +182,58 @@ def _arrow_type(column: str):
     return pa.string()
 
 
+class RowConverter:
+    """Records -> validated canonical rows, one batch at a time, with what must hold across the
+    whole input decided first from `seen_fields` (every field of every readable record: a
+    first pass over the input): the `--map` check, the fields left out, whether ids are
+    generated. Duplicate ids are found across batches (the ids seen so far are kept)."""
+
+    def __init__(self, seen_fields: set[str], report: ConversionReport, mapping: Mapping[str, list[str]] | None = None,
+                 constants: Mapping[str, str] | None = None, id_prefix: str = "", any_records: bool = True):
+        self.mapping = dict(mapping or {})
+        self.constants = dict(constants or {})
+        self.id_prefix = id_prefix
+        for target, fields in self.mapping.items():
+            absent = [f for f in fields if f not in seen_fields]
+            if absent and any_records:
+                # a field named by `--map` that the data does not have: a usage mistake (exit 2)
+                raise UsageError(f"{', '.join(report.inputs)}: no field {absent[0]!r} (mapped to {target!r} by --map); "
+                                 f"fields: {', '.join(sorted(seen_fields))}")
+        used = {f for fields in self.mapping.values() for f in fields}
+        # a field name holding a lone surrogate is listed escaped (`\\ud800`): it cannot be printed or written as is
+        report.ignored_fields = sorted(f.encode("utf-8", "backslashreplace").decode("utf-8") for f in seen_fields
+                                       if f not in used and f not in CANONICAL_COLUMNS and not _is_rating(f))
+        self.generate_ids = "id" not in self.mapping and "id" not in seen_fields
+        candidates = {*seen_fields, *self.mapping, *self.constants, "id", "text"}
+        #: every column a row can have, in table order (`rows_to_table`)
+        self.columns = _column_order(c for c in candidates if c in CANONICAL_COLUMNS or _is_rating(c))
+        self.ids: set[str] = set()
+
+    def convert(self, records: Iterable[tuple[int, Mapping[str, Any]]], report: ConversionReport) -> list[dict[str, Any]]:
+        rows = []
+        for number, record in records:
+            record = dict(record)
+            if self.generate_ids:
+                record["id"] = f"{self.id_prefix}{number}"
+            for column, value in self.constants.items():
+                if record.get(column) is None and column not in self.mapping:
+                    record[column] = value
+            warnings: list[str] = []
+            try:
+                row = _canonical_row(record, self.mapping, warnings)
+            except _Drop as exc:
+                report.drop(str(exc), number)
+                continue
+            for warning in warnings:
+                report.warn(warning, number)
+            if row["id"] in self.ids:
+                report.drop("duplicate id (the first row with it is kept)", number)
+                continue
+            self.ids.add(row["id"])
+            rows.append(row)
+        return rows
+
+
 def canonical_rows(
     records: Sequence[tuple[int, Mapping[str, Any]]],
     report: ConversionReport,
@@ -192,52 +244,36 @@ def canonical_rows(
     """Validated canonical rows from (row number, record) pairs. `constants` fill a column
     for every row (`dataset`, `system`) unless the row has its own value; rows without an id
     get `id_prefix + row number`. Duplicate ids keep the first row."""
-    mapping = dict(mapping or {})
-    constants = dict(constants or {})
     seen_fields: set[str] = set()
     for _, record in records:
         seen_fields.update(record)
-    for target, fields in mapping.items():
-        absent = [f for f in fields if f not in seen_fields]
-        if absent and records:
-            # a field named by `--map` that the data does not have: a usage mistake (exit 2)
-            raise UsageError(f"{', '.join(report.inputs)}: no field {absent[0]!r} (mapped to {target!r} by --map); "
-                             f"fields: {', '.join(sorted(seen_fields))}")
-    used = {f for fields in mapping.values() for f in fields}
-    # a field name holding a lone surrogate is listed escaped (`\\ud800`): it cannot be printed or written as is
-    report.ignored_fields = sorted(f.encode("utf-8", "backslashreplace").decode("utf-8") for f in seen_fields
-                                   if f not in used and f not in CANONICAL_COLUMNS and not _is_rating(f))
-    rows, ids = [], set()
-    generate_ids = "id" not in mapping and "id" not in seen_fields
-    for number, record in records:
-        record = dict(record)
-        if generate_ids:
-            record["id"] = f"{id_prefix}{number}"
-        for column, value in constants.items():
-            if record.get(column) is None and column not in mapping:
-                record[column] = value
-        warnings: list[str] = []
-        try:
-            row = _canonical_row(record, mapping, warnings)
-        except _Drop as exc:
-            report.drop(str(exc), number)
-            continue
-        for warning in warnings:
-            report.warn(warning, number)
-        if row["id"] in ids:
-            report.drop("duplicate id (the first row with it is kept)", number)
-            continue
-        ids.add(row["id"])
-        rows.append(row)
-    return rows
+    converter = RowConverter(seen_fields, report, mapping, constants, id_prefix, any_records=bool(records))
+    return converter.convert(records, report)
 
 
-def rows_to_table(rows: Sequence[Mapping[str, Any]]):
-    """Canonical rows as an Arrow table with canonical column types (columns in canonical
-    order, then human_* sorted; a column absent from every row is left out)."""
+def _column_order(columns: Iterable[str]) -> list[str]:
+    """Canonical columns in canonical order, then human_* sorted."""
+    present = set(columns)
+    return [c for c in CANONICAL_COLUMNS if c in present] + sorted(c for c in present if schema.is_human(c))
+
+
+def present_columns(rows: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The columns some row has a value in, and `id` and `text` (always written)."""
+    return {key for row in rows for key, value in row.items() if value is not None} | {"id", "text"}
+
+
+def arrow_schema(columns: Sequence[str]):
     import pyarrow as pa
 
-    present = {key for row in rows for key, value in row.items() if value is not None} | {"id", "text"}
-    order = [c for c in CANONICAL_COLUMNS if c in present] + sorted(c for c in present if schema.is_human(c))
+    return pa.schema([pa.field(c, _arrow_type(c)) for c in columns])
+
+
+def rows_to_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None):
+    """Canonical rows as an Arrow table with canonical column types (columns in canonical
+    order, then human_* sorted; a column absent from every row is left out unless `columns`
+    names the columns to write)."""
+    import pyarrow as pa
+
+    order = list(columns) if columns is not None else _column_order(present_columns(rows))
     arrays = [pa.array([row.get(c) for row in rows], type=_arrow_type(c)) for c in order]
     return pa.Table.from_arrays(arrays, names=order)
