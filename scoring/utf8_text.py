@@ -1,4 +1,5 @@
-"""A user's file read as UTF-8 text, or one error naming the file, the line and the byte."""
+"""A user's file read as UTF-8 text, or one error naming the file, the line and the byte; the
+first value of an Arrow string column that is not UTF-8 (Parquet can carry such bytes)."""
 
 from __future__ import annotations
 
@@ -15,3 +16,14 @@ def decode_utf8(data: bytes, name: object, error: type[Exception] = InputError, 
         line = data.count(b"\n", 0, exc.start) + 1
         raise error(f"{name}: not UTF-8 text (line {line}, byte {exc.start})") from None
 
+
+
+def first_undecodable(values) -> int | None:
+    """The index of the first value of an Arrow string array (or chunked array) that Python
+    cannot decode (invalid UTF-8), or None when every value decodes."""
+    for row in range(len(values)):
+        try:
+            values[row].as_py()
+        except UnicodeDecodeError:
+            return row
+    return None

@@ -276,15 +276,15 @@ def parse_aspects_arg(text: str) -> Universe:
 def _values(table, column: str, source: str) -> list:
     """Column `column` of `table` as Python values; a value that is no text (invalid UTF-8 in a
     Parquet string) fails the corpus naming the column and the row."""
+    from scoring.utf8_text import first_undecodable
+
     values = table.column(column)
     try:
         return values.to_pylist()
     except UnicodeDecodeError:
-        for row in range(len(values)):
-            try:
-                values[row].as_py()
-            except UnicodeDecodeError:
-                raise SplitsInputError(f"{source}: row {row}: field {quoted(column)} is not valid UTF-8") from None
+        row = first_undecodable(values)
+        if row is not None:
+            raise SplitsInputError(f"{source}: row {row}: field {quoted(column)} is not valid UTF-8") from None
         raise
 
 
