@@ -54,6 +54,11 @@ def handle(args: argparse.Namespace) -> int:
     output = common.check_output_file(args.output)
     if args.report:
         common.check_output_file(args.report, "report")
+    inputs = [args.input] if not aligned else [args.candidates, *(args.references or []), args.sources]
+    for given in filter(None, inputs):  # -o or --report naming an input would overwrite it
+        common.check_not_input(args.output, given)
+        if args.report:
+            common.check_not_input(args.report, given, "report")
     constants = {k: v for k, v in (("dataset", args.dataset), ("system", args.system)) if v is not None}
     prefix = args.id_prefix if args.id_prefix is not None else (f"{args.system}:" if args.system else "")
     if aligned:

@@ -27,6 +27,7 @@ from ctgscore.convert.readers import (
     read_csv,
     read_jsonl,
     read_parquet,
+    readable_twice,
 )
 from ctgscore.convert.report import ConversionReport
 from ctgscore.convert.rows import CANONICAL_COLUMNS, canonical_rows, parse_mapping, rows_to_table
@@ -68,7 +69,8 @@ def convert_file(path: str, fmt: str | None = None, mapping: Mapping[str, list[s
                  max_rows: int = stream.MAX_BATCH_ROWS, max_bytes: int = stream.MAX_BATCH_BYTES):
     """A JSONL/CSV/TSV/Parquet dump -> (canonical Arrow table, report), in memory."""
     report, source = _file_source(path, fmt, max_rows)
-    return stream.to_table(source, report, mapping, constants, id_prefix, max_rows, max_bytes), report
+    with readable_twice([path]):
+        return stream.to_table(source, report, mapping, constants, id_prefix, max_rows, max_bytes), report
 
 
 def write_file(path: str, output, fmt: str | None = None, mapping: Mapping[str, list[str]] | None = None,
@@ -77,7 +79,8 @@ def write_file(path: str, output, fmt: str | None = None, mapping: Mapping[str, 
     """A JSONL/CSV/TSV/Parquet dump -> canonical Parquet at `output`, in batches
     (`ctgscore.convert.stream`); returns the report."""
     report, source = _file_source(path, fmt, max_rows)
-    stream.to_parquet(source, output, report, mapping, constants, id_prefix, max_rows, max_bytes)
+    with readable_twice([path]):
+        stream.to_parquet(source, output, report, mapping, constants, id_prefix, max_rows, max_bytes)
     return report
 
 
@@ -87,7 +90,8 @@ def convert_aligned(candidates: str, references: Sequence[str] = (), sources: st
     """Line-aligned candidates / references / sources -> (canonical Arrow table, report).
     Row i gets `doc_id` "i" (0-based line index) and, without an id, `id_prefix + i`."""
     report, source = _aligned_source(candidates, references, sources, id_prefix)
-    return stream.to_table(source, report, None, constants, "", max_rows, max_bytes), report
+    with readable_twice([candidates, *references, sources]):
+        return stream.to_table(source, report, None, constants, "", max_rows, max_bytes), report
 
 
 def write_aligned(output, candidates: str, references: Sequence[str] = (), sources: str | None = None,
@@ -95,5 +99,6 @@ def write_aligned(output, candidates: str, references: Sequence[str] = (), sourc
                   max_rows: int = stream.MAX_BATCH_ROWS, max_bytes: int = stream.MAX_BATCH_BYTES) -> ConversionReport:
     """Line-aligned files -> canonical Parquet at `output`, in batches; returns the report."""
     report, source = _aligned_source(candidates, references, sources, id_prefix)
-    stream.to_parquet(source, output, report, None, constants, "", max_rows, max_bytes)
+    with readable_twice([candidates, *references, sources]):
+        stream.to_parquet(source, output, report, None, constants, "", max_rows, max_bytes)
     return report

@@ -4,12 +4,17 @@ pairs; records that cannot be read at all are dropped into the report (docs/conv
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import csv
 import itertools
 import json
+import os
 import pathlib
 import re
+import shutil
+import stat
 import sys
+import tempfile
 from typing import Any, Iterator, Sequence
 
 from ctgscore.convert.report import ConversionReport
@@ -27,10 +32,51 @@ FORMATS = ("jsonl", "csv", "tsv", "parquet")
 Item = tuple[int, dict[str, Any], int]
 
 
+# named pipes among the inputs (stdin, a shell's `<(...)`) -> the temporary copies read in their
+# place (`readable_twice`): a conversion reads its input twice, a scan and the batches
+_SPOOLED: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("ctgscore_convert_spooled", default=None)
+
+
+def _is_pipe(path) -> bool:
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+@contextlib.contextmanager
+def readable_twice(paths: Sequence[str | os.PathLike | None]):
+    """Inside this block, each named pipe among `paths` (`-i /dev/stdin` fed by a shell, a
+    `<(...)`) is read from a temporary copy made once, so the scan and the batches both see
+    its rows (a pipe can be read only once); errors still name the path given. Regular files
+    are read in place. The copies are removed at the end of the block."""
+    pipes = list(dict.fromkeys(str(p) for p in paths if p is not None and _is_pipe(p)))
+    if not pipes:
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="ctgscore-convert-") as folder:
+        spooled = {}
+        for index, path in enumerate(pipes):
+            spooled[path] = os.path.join(folder, str(index))
+            with open(path, "rb") as source, open(spooled[path], "wb") as copy:
+                shutil.copyfileobj(source, copy, 1 << 20)
+        token = _SPOOLED.set(spooled)
+        try:
+            yield
+        finally:
+            _SPOOLED.reset(token)
+
+
+def _readable(path) -> str | pathlib.Path:
+    """Where to read `path` from: its temporary copy inside `readable_twice`, else itself."""
+    return (_SPOOLED.get() or {}).get(str(path), path)
+
+
 def _open(path: pathlib.Path):
     refuse_device(path, error=InputError)
     try:
-        return open(path, "rb")
+        return open(_readable(path), "rb")
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -250,8 +296,8 @@ def iter_parquet(path: str | pathlib.Path, report: ConversionReport, batch_rows:
         raise UsageError(f"{path}: no such file or folder")
     failures = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OSError)
     try:
-        if pathlib.Path(path).is_file():
-            batches = pq.ParquetFile(path).iter_batches(batch_size=batch_rows)
+        if pathlib.Path(_readable(path)).is_file():
+            batches = pq.ParquetFile(_readable(path)).iter_batches(batch_size=batch_rows)
         else:
             batches = ds.dataset(str(path), format="parquet", partitioning="hive").to_batches(batch_size=batch_rows)
     except failures as exc:
