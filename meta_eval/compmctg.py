@@ -256,16 +256,9 @@ def scored_frame(dump: str, scores, storage_options: Mapping[str, Any] | None = 
 def _rows(table, name: str) -> list[dict]:
     """The (id, attributes) rows of one dump file; a value that is no text (invalid UTF-8) fails
     the file naming the row and the field."""
-    from scoring.utf8_text import first_undecodable
+    from scoring.utf8_text import table_rows
 
-    try:
-        return table.to_pylist()
-    except UnicodeDecodeError:
-        for field in table.column_names:
-            row = first_undecodable(table.column(field))
-            if row is not None:
-                raise InputError(f"{name}: row {row}: field {field!r} is not valid UTF-8") from None
-        raise
+    return table_rows(table, lambda row, field: InputError(f"{name}: row {row}: field {field!r} is not valid UTF-8"))
 
 
 def markdown_section(table: Mapping[str, Any]) -> str:

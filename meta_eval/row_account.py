@@ -21,6 +21,8 @@ from typing import Sequence
 
 import numpy as np
 
+from scoring.utf8_text import first_undecodable
+
 
 def no_key(column: str) -> str:
     """The reason a row without `column` is left out ("no dataset", "no doc_id")."""
@@ -211,22 +213,9 @@ def unreadable_where(source: str, column: str, row: int | None, ids=None) -> str
     return f"{source}: column {quoted(column)}, {where}"
 
 
-def first_unreadable(values) -> int | None:
-    """The position of the first value of `values` (an Arrow array or chunked array, or a
-    pandas Series) that cannot become a Python string (invalid UTF-8 in a Parquet string
-    column), or None. Only called once reading the column as a whole has failed."""
-    pandas = hasattr(values, "iloc")
-    for k in range(len(values)):
-        try:
-            values.iloc[k] if pandas else values[k].as_py()
-        except (UnicodeDecodeError, ValueError):
-            return k
-    return None
-
-
 def unreadable_key(values, column: str, source: str, ids=None) -> str:
     """The error for a key column that holds a value that is not text (invalid UTF-8): the
     file, the column and the row, for the callers that refuse such a file (`constraints report`,
     `meta_eval.io.normalise_keys` given a frame directly). The statistics commands leave such a
     row out instead (`unreadable_reason`); neither decodes it with replacement characters."""
-    return f"{unreadable_where(source, column, first_unreadable(values), ids)}: not valid UTF-8 (a key must be text)"
+    return f"{unreadable_where(source, column, first_undecodable(values), ids)}: not valid UTF-8 (a key must be text)"

@@ -238,12 +238,10 @@ def id_problem(ids) -> str | None:
     try:
         ids.validate(full=True)
     except pa.ArrowInvalid:
-        for row in range(len(ids)):
-            try:
-                ids[row].as_py()
-            except UnicodeDecodeError:
-                return f"row {row}: field 'id' is not valid UTF-8"
-        return "field 'id' is not valid UTF-8"
+        from scoring.utf8_text import first_undecodable
+
+        row = first_undecodable(ids)
+        return "field 'id' is not valid UTF-8" if row is None else f"row {row}: field 'id' is not valid UTF-8"
     if len(pc.unique(ids)) != len(ids):
         seen: dict[str, int] = {}
         for row, value in enumerate(ids.to_pylist()):

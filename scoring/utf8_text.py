@@ -1,7 +1,10 @@
-"""A user's file read as UTF-8 text, or one error naming the file, the line and the byte; the
-first value of an Arrow string column that is not UTF-8 (Parquet can carry such bytes)."""
+"""A user's file read as UTF-8 text, or one error naming the file, the line and the byte; an
+Arrow column or table read as Python values, or one error naming the first value that is not
+UTF-8 (Parquet can carry such bytes), never decoded with replacement characters."""
 
 from __future__ import annotations
+
+from typing import Callable
 
 from scoring.errors import InputError
 
@@ -17,13 +20,39 @@ def decode_utf8(data: bytes, name: object, error: type[Exception] = InputError, 
         raise error(f"{name}: not UTF-8 text (line {line}, byte {exc.start})") from None
 
 
-
 def first_undecodable(values) -> int | None:
-    """The index of the first value of an Arrow string array (or chunked array) that Python
-    cannot decode (invalid UTF-8), or None when every value decodes."""
+    """The position of the first value of `values` (an Arrow array or chunked array, or a
+    pandas Series) that cannot become a Python string (invalid UTF-8 in a Parquet string
+    column), or None. Only worth calling once reading the column as a whole has failed."""
+    pandas = hasattr(values, "iloc")
     for row in range(len(values)):
         try:
-            values[row].as_py()
-        except UnicodeDecodeError:
+            values.iloc[row] if pandas else values[row].as_py()
+        except ValueError:  # UnicodeDecodeError among them
             return row
     return None
+
+
+def column_values(values, error: Callable[[int], Exception]) -> list:
+    """`values.to_pylist()` of an Arrow column; where a value is not UTF-8, `error(row)` of the
+    first such row is raised instead."""
+    try:
+        return values.to_pylist()
+    except UnicodeDecodeError:
+        row = first_undecodable(values)
+        if row is None:
+            raise
+        raise error(row) from None
+
+
+def table_rows(table, error: Callable[[int, str], Exception]) -> list[dict]:
+    """`table.to_pylist()` of an Arrow table; where a value is not UTF-8, `error(row, column)` of
+    the first column holding one (and its first such row) is raised instead."""
+    try:
+        return table.to_pylist()
+    except UnicodeDecodeError:
+        for column in table.column_names:
+            row = first_undecodable(table.column(column))
+            if row is not None:
+                raise error(row, column) from None
+        raise

@@ -276,16 +276,10 @@ def parse_aspects_arg(text: str) -> Universe:
 def _values(table, column: str, source: str) -> list:
     """Column `column` of `table` as Python values; a value that is no text (invalid UTF-8 in a
     Parquet string) fails the corpus naming the column and the row."""
-    from scoring.utf8_text import first_undecodable
+    from scoring.utf8_text import column_values
 
-    values = table.column(column)
-    try:
-        return values.to_pylist()
-    except UnicodeDecodeError:
-        row = first_undecodable(values)
-        if row is not None:
-            raise SplitsInputError(f"{source}: row {row}: field {quoted(column)} is not valid UTF-8") from None
-        raise
+    return column_values(table.column(column),
+                         lambda row: SplitsInputError(f"{source}: row {row}: field {quoted(column)} is not valid UTF-8"))
 
 
 def row_combos(table, aspect_columns: Sequence[str] | None = None, source: str = "corpus") -> tuple[list[str], list[dict[str, str]]]:

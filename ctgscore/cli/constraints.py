@@ -161,17 +161,11 @@ def read_rows(path: str, what: str) -> list[dict]:
         kind = kind.value_type
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind)):
         raise InputError(f"{what} {path}: column 'id' has type {kind}, expected strings")
-    try:
-        return table.to_pylist()
-    except UnicodeDecodeError:
-        from meta_eval.row_account import first_unreadable
-        from scoring.display_names import quoted
+    from scoring.display_names import quoted
+    from scoring.utf8_text import table_rows
 
-        for name in table.column_names:
-            row = first_unreadable(table.column(name))
-            if row is not None:
-                raise InputError(f"{what} {path}: row {row}: column {quoted(name)} is not valid UTF-8") from None
-        raise
+    return table_rows(table, lambda row, name: InputError(f"{what} {path}: row {row}: column {quoted(name)} "
+                                                          "is not valid UTF-8"))
 
 
 def handle_report(args: argparse.Namespace) -> int:
