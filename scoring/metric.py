@@ -253,8 +253,11 @@ class RowMetric(ABC):
         then the per-cell caps (`row_limits`, `scoring.limits.cell_problem`: size, list length,
         JSON depth), so no parser or tokeniser sees an oversized cell, then `validate`. Every
         caller (`score_rows`, the job's CPU stage) applies this one check."""
-        return (self.check_types(row) or cell_problem(row, self.read_columns(), self.row_limits, self.json_columns)
-                or self.validate(row))
+        return self.check_types(row) or self._check_values(row)
+
+    def _check_values(self, row: dict[str, Any]) -> str | None:
+        """`check_row` after the type check: the per-cell caps, then `validate`."""
+        return cell_problem(row, self.read_columns(), self.row_limits, self.json_columns) or self.validate(row)
 
     def row_key(self, row: dict[str, Any]) -> str:
         """Hash of the signature and the row content this metric reads: equal keys mean the
@@ -295,7 +298,7 @@ class RowMetric(ABC):
             if skip is not None:
                 results[index] = self.skipped_result(skip)
                 continue
-            reason = self.check_row(row)
+            reason = self._check_values(row)  # `check_row`, its type check done above
             if reason is not None:
                 results[index] = self.empty_result(reason)
             else:
