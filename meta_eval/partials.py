@@ -32,7 +32,14 @@ from typing import Sequence
 
 import numpy as np
 
-from meta_eval.row_account import RowAccount, is_missing, is_utf8, no_key, unreadable_reason, unreadable_where
+from meta_eval.row_account import (
+    RowAccount,
+    is_missing,
+    no_key,
+    undecodable_dictionary,
+    unreadable_reason,
+    unreadable_where,
+)
 from scoring.errors import InputError
 
 _SYSTEM_BITS, _UNIT_BITS, _DATASET_BITS = 16, 32, 15
@@ -92,11 +99,8 @@ def _codes(column) -> tuple[np.ndarray, list, np.ndarray | None]:
     try:
         uniques = array.dictionary.to_pylist()
     except UnicodeDecodeError:  # some value is not text: it names no group (never decoded with replacements)
-        binary = pa.large_binary() if pa.types.is_large_string(array.dictionary.type) else pa.binary()
-        raw = array.dictionary.view(binary).to_pylist()
-        bad = np.array([raw_value is not None and not is_utf8(raw_value) for raw_value in raw] + [False])
-        uniques = [None if wrong or v is None else v.decode("utf-8") for v, wrong in zip(raw, bad)]
-        unreadable = bad[array.indices.fill_null(len(raw)).to_numpy(zero_copy_only=False)]
+        wrong, unreadable = undecodable_dictionary(array)
+        uniques = [None if bad else value.as_py() for value, bad in zip(array.dictionary, wrong)]
     indices = array.indices
     if indices.null_count:
         indices = indices.fill_null(len(uniques))

@@ -182,12 +182,21 @@ def unreadable_mask(values) -> np.ndarray | None:
         pass
     if not pa.types.is_dictionary(array.type):
         array = pc.dictionary_encode(array)
+    per_value, per_row = undecodable_dictionary(array)
+    return per_row if per_value.any() else None
+
+
+def undecodable_dictionary(array) -> tuple[np.ndarray, np.ndarray]:
+    """For a dictionary-encoded Arrow string array: which of its dictionary's values are not
+    valid UTF-8, and which rows hold one (a null row does not). Each value's bytes are tried
+    once, never decoded with replacement characters."""
+    import pyarrow as pa
+
     dictionary = array.dictionary
     binary = pa.large_binary() if pa.types.is_large_string(dictionary.type) else pa.binary()
-    bad = np.array([raw is not None and not is_utf8(raw) for raw in dictionary.view(binary).to_pylist()] + [False])
-    if not bad.any():
-        return None
-    return bad[array.indices.fill_null(len(dictionary)).to_numpy(zero_copy_only=False)]
+    per_value = np.array([raw is not None and not is_utf8(raw) for raw in dictionary.view(binary).to_pylist()], bool)
+    per_row = np.append(per_value, False)[array.indices.fill_null(len(dictionary)).to_numpy(zero_copy_only=False)]
+    return per_value, per_row
 
 
 def is_utf8(raw: bytes) -> bool:
