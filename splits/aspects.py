@@ -22,6 +22,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from scoring.cell_types import lone_surrogate
 from scoring.display_names import quoted, quoted_list
 from scoring.errors import InputError
 
@@ -203,14 +204,6 @@ class Universe:
 MAX_COMBINATIONS = 100_000
 
 
-def _is_utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _combo_text(combo) -> str:
     """A combination as an error quotes it: at most 20 `aspect=value` pairs, each name cut."""
     items = list(combo.items()) if isinstance(combo, Mapping) else [("?", combo)]
@@ -230,7 +223,7 @@ def from_aspects(aspects: Mapping[str, Sequence[str]], name: str | None = None) 
             if not isinstance(value, str) or not value.strip():
                 raise SplitsInputError(f"aspect {quoted(asp)}: value {quoted(value)} is not a non-empty string")
         for text in (str(asp), *vals):  # JSON's "\ud800" is a lone surrogate: no UTF-8 file can hold it
-            if not _is_utf8(text):
+            if lone_surrogate(text) is not None:
                 raise SplitsInputError(f"aspect {quoted(asp)}: {'its name' if text == asp else f'value {quoted(text)}'} "
                                        "holds a lone surrogate (a JSON \\ud800-\\udfff escape), which is not text")
         vals = tuple(vals)
