@@ -189,26 +189,20 @@ def drop_unreadable_keys(frame: pd.DataFrame, source: str) -> tuple[pd.DataFrame
     counts the row) is a string that is not valid UTF-8, their count per reason
     (`meta_eval.row_account.unreadable_reason`) and where the first row of each reason was
     (`source`, the column and the row's id). The rows left keep their order (index reset)."""
-    from meta_eval.row_account import account, unreadable_mask, unreadable_reason, unreadable_where
+    from meta_eval.row_account import account, first_unreadable_rows, unreadable_mask, unreadable_reason
 
-    checks, first = [], {}
-    drop = np.zeros(len(frame), bool)
+    unreadable = []  # (column, rows whose key is not UTF-8), in precedence order
     for col in [c for c in reversed(KEY_COLUMNS) if c in frame]:
         try:
             bad = unreadable_mask(frame[col])
         except (TypeError, ValueError):  # not a column Arrow reads as strings: nothing to decode
             bad = None
-        if bad is None:
-            continue
-        hit = bad & ~drop
-        if hit.any():
-            first[unreadable_reason(col)] = unreadable_where(source, col, int(np.flatnonzero(hit)[0]),
-                                                             frame["id"].iloc if "id" in frame else None)
-        drop |= bad
-        checks.append((unreadable_reason(col), bad))
-    if not checks:
+        if bad is not None:
+            unreadable.append((col, bad))
+    if not unreadable:
         return frame, {}, {}
-    keep, rows = account(len(frame), checks)
+    first = first_unreadable_rows(unreadable, source, frame["id"].iloc if "id" in frame else None)
+    keep, rows = account(len(frame), [(unreadable_reason(col), bad) for col, bad in unreadable])
     return frame.loc[keep].reset_index(drop=True), dict(rows.left_out), first
 
 

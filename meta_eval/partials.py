@@ -34,11 +34,11 @@ import numpy as np
 
 from meta_eval.row_account import (
     RowAccount,
+    first_unreadable_rows,
     is_missing,
     no_key,
     undecodable_dictionary,
     unreadable_reason,
-    unreadable_where,
 )
 from scoring.errors import InputError
 
@@ -180,17 +180,17 @@ def file_partial(spec: PartialSpec, label: str, path: str, storage_options: dict
     systems = [None if s is None else str(s) for s in systems]
     keep = np.ones(rows, bool)
     reason = np.full(rows, -1, np.int64)  # -1: kept; else the index in `reasons` of the first that applies
-    reasons, first = [], {}
-    checks = [(unreadable_reason(name), bad, name) for name, bad in
-              ((spec.dataset, d_bad), (spec.system, s_bad), (spec.unit, u_bad)) if bad is not None]
-    checks += [(no_key(spec.system), s_codes == systems.index(None) if None in systems else None, None),
-               (no_key(spec.unit), u_codes == units.index(None) if None in units else None, None)]
-    for why, rows_hit, column in checks:  # unreadable keys first, then missing ones (docs/meta_eval.md)
+    reasons = []
+    unreadable = [(name, bad) for name, bad in ((spec.dataset, d_bad), (spec.system, s_bad), (spec.unit, u_bad))
+                  if bad is not None]
+    first = first_unreadable_rows(unreadable, path)
+    checks = [(unreadable_reason(name), bad) for name, bad in unreadable]
+    checks += [(no_key(spec.system), s_codes == systems.index(None) if None in systems else None),
+               (no_key(spec.unit), u_codes == units.index(None) if None in units else None)]
+    for why, rows_hit in checks:  # unreadable keys first, then missing ones (docs/meta_eval.md)
         if rows_hit is None:
             continue
         hit = keep & rows_hit
-        if column is not None and hit.any():
-            first[why] = unreadable_where(path, column, int(np.flatnonzero(hit)[0]))
         reason[hit] = len(reasons)
         reasons.append(why)
         keep &= ~hit

@@ -125,7 +125,7 @@ def group_keys(frame, group_col: str, keys: Sequence[str] = (), source: str = "t
     missing, then `keys` missing."""
     rows = len(frame)
     columns = [c for c in [group_col, *keys] if c in frame]  # an absent key column is the caller's error to name
-    unreadable, first, missing = [], {}, {}
+    unreadable, missing = [], {}  # unreadable: (column, rows whose key is not UTF-8)
     for col in columns:
         try:
             missing[col] = missing_mask(frame[col])
@@ -134,14 +134,10 @@ def group_keys(frame, group_col: str, keys: Sequence[str] = (), source: str = "t
             if bad is None:
                 raise
             missing[col] = missing_mask(frame[col].where(~bad, None)) & ~bad
-            unreadable.append((unreadable_reason(col), bad))
-    taken = np.zeros(rows, bool)
-    for why, bad in unreadable:
-        if (bad & ~taken).any():
-            col = why[:-len(unreadable_reason(""))]
-            first[why] = unreadable_where(source, col, int(np.flatnonzero(bad & ~taken)[0]))
-        taken |= bad
-    checks = list(unreadable)
+            unreadable.append((col, bad))
+    first = first_unreadable_rows(unreadable, source)
+    taken = np.logical_or.reduce([bad for _, bad in unreadable]) if unreadable else np.zeros(rows, bool)
+    checks = [(unreadable_reason(col), bad) for col, bad in unreadable]
     if group_col in missing and not (missing[group_col] | taken).all():
         checks.append((no_key(group_col), missing[group_col]))
     checks += [(no_key(key), missing[key]) for key in keys if key in missing]
@@ -220,6 +216,20 @@ def unreadable_where(source: str, column: str, row: int | None, ids=None) -> str
         except (UnicodeDecodeError, ValueError):
             pass
     return f"{source}: column {quoted(column)}, {where}"
+
+
+def first_unreadable_rows(unreadable: Sequence[tuple[str, np.ndarray]], source: str, ids=None) -> dict[str, str]:
+    """{reason: where its first row is} for the (column, rows whose key is not UTF-8) pairs in
+    precedence order: a row counts under the first column that leaves it out, so each column's
+    first row is the first one no earlier column took (`unreadable_where`)."""
+    first: dict[str, str] = {}
+    taken = None
+    for column, bad in unreadable:
+        hit = bad if taken is None else bad & ~taken
+        if hit.any():
+            first[unreadable_reason(column)] = unreadable_where(source, column, int(np.flatnonzero(hit)[0]), ids)
+        taken = bad if taken is None else taken | bad
+    return first
 
 
 def unreadable_key(values, column: str, source: str, ids=None) -> str:
