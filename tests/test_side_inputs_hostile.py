@@ -315,14 +315,14 @@ def test_edited_previous_manifest_is_set_aside(tmp_path, edit, problem):
 
     from ray_jobs.config import parse_config
     from ray_jobs.job.manifest import previous_manifest
-    from ray_jobs.job.plan import _known_inputs
+    from ray_jobs.job.vouch import known_inputs
 
     config = parse_config({"input": str(tmp_path / "in"), "output": str(tmp_path / "out"), "metrics": [{"name": "text_stats"}]})
     fs = fsspec.filesystem("file")
     (tmp_path / "out").mkdir()
     good = _manifest()
     (tmp_path / "out" / "manifest.json").write_text(json.dumps(good))
-    assert previous_manifest(fs, config) == (good, None) and _known_inputs(good)  # as a run wrote it: used
+    assert previous_manifest(fs, config) == (good, None) and known_inputs(good)  # as a run wrote it: used
     edited = _manifest()
     edit(edited)
     (tmp_path / "out" / "manifest.json").write_text(json.dumps(edited))

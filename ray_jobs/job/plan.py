@@ -31,7 +31,7 @@ from ray_jobs.job import layout
 from ray_jobs.job.errors import JobError
 from ray_jobs.job.metrics import ResolvedMetric
 from ray_jobs.job.reuse_cache import SameSizeFolders
-from ray_jobs.job.vouch import known_inputs as _known_inputs
+from ray_jobs.job.vouch import known_inputs
 from ray_jobs.storage import listing, parallel, reads, shard_checks, uris, writes
 
 
@@ -80,7 +80,7 @@ def read_shards(config: JobConfig, in_fs, needed: tuple[str, ...], previous: dic
     if not infos and not infos.unusable:
         note = listing.not_read_note(infos.not_read)
         raise JobError(f"no *.parquet shards under {config.input}" + (f" ({note})" if note else ""))
-    known = _known_inputs(previous)
+    known = known_inputs(previous)
     to_check = [info for info in infos if (info.uri, info.etag, info.size) not in known]
     max_inflation = config.limits.max_inflation
     checked = parallel.map_bounded(lambda info: _check(info, in_fs, needed, max_inflation), to_check)
