@@ -20,7 +20,6 @@ and then averages over prompts (`prompt_order: references_first`, the original's
 
 from __future__ import annotations
 
-import functools
 import statistics
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -40,7 +39,7 @@ from scoring.params import (
     check_text_list,
     check_text_lists,
 )
-from scoring.parsed_tokens import ParsedTokens, joined
+from scoring.parsed_tokens import ParsedTokens, joined, kept_for
 from scoring.resources import bartscore_prompt_path
 from scoring.signature import Signature, library_versions, stable_hash
 from scoring.text_encoding import encode_ragged, encode_texts, id_lists, read_lines
@@ -412,10 +411,10 @@ class BARTScoreMetric(RowMetric):
         columns["skipped"] = pa.array([self.partial_reason(row) for row in rows], type=pa.string())
         return pa.table(columns)
 
-    @functools.cached_property
+    @property
     def parsed_tokens(self) -> ParsedTokens:
         """The special-token strings this metric's tokenizer parses in a text."""
-        return ParsedTokens(self.scorer.tokenizer)
+        return kept_for(self, self.scorer.tokenizer)
 
     def score_prepared(self, table: "pa.Table") -> list[dict[str, Any]]:
         width = len(self.prompts) if self.prompts else 1

@@ -27,7 +27,6 @@ references costs that row's time, not a worker's memory.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 from typing import Any, Sequence
@@ -42,7 +41,7 @@ from scoring.metric import RowMetric
 from scoring.model_limits import limits_for
 from scoring.models import file_digest, load_pretrained, load_tokenizer, resolve_device, resolve_model
 from scoring.params import check_model_args
-from scoring.parsed_tokens import ParsedTokens, joined
+from scoring.parsed_tokens import ParsedTokens, joined, kept_for
 from scoring.signature import Signature, library_versions
 from scoring.text_encoding import tokenize_heads
 
@@ -405,7 +404,7 @@ class BERTScoreMetric(RowMetric):
             results.append(result)
         return results
 
-    @functools.cached_property
+    @property
     def parsed_tokens(self) -> ParsedTokens:
         """The special-token strings this metric's tokenizer parses in a text."""
-        return ParsedTokens(self.scorer.tokenizer)
+        return kept_for(self, self.scorer.tokenizer)

@@ -50,7 +50,7 @@ from scoring.metric import RowError, RowMetric
 from scoring.model_limits import default_max_length, limits_for, raise_row_error
 from scoring.models import file_digest, load_pretrained, load_tokenizer, resolve_model
 from scoring.params import check_choice, check_model_args, check_positive_int, check_text_list
-from scoring.parsed_tokens import ParsedTokens, joined
+from scoring.parsed_tokens import ParsedTokens, joined, kept_for
 from scoring.resources import ctrleval_task_paths, resource_path
 from scoring.sentences import DEFAULT_SPLITTER, SPLITTER_IDS, SPLITTERS, split_sentences
 from scoring.signature import Signature, library_versions, stable_hash
@@ -575,10 +575,10 @@ class CTRLEvalMetric(RowMetric):
         columns["skipped"] = pa.array([self.partial_reason(row) for row in rows], type=pa.string())
         return pa.table(columns)
 
-    @functools.cached_property
+    @property
     def parsed_tokens(self) -> ParsedTokens:
         """The special-token strings this metric's tokenizer parses in a text."""
-        return ParsedTokens(self.scorer.tokenizer)
+        return kept_for(self, self.scorer.tokenizer)
 
     def _parsed_note(self, row: dict[str, Any], lacking: dict[str, str]) -> str | None:
         """The warning naming the special-token strings of the row's text, and of its prefix

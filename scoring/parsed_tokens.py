@@ -33,7 +33,11 @@ class ParsedTokens:
     """The control-token strings of one tokenizer, found in texts (module docstring)."""
 
     def __init__(self, tokenizer):
-        controls = control_tokens(tokenizer)
+        self.tokenizer = tokenizer
+        try:
+            controls = control_tokens(tokenizer)
+        except AttributeError:  # a stand-in without special tokens (a test's hand-made scorer) has none
+            controls = {}
         self.pattern = control_pattern(controls) if controls else None
 
     def found(self, texts: Iterable[str | None]) -> list[str]:
@@ -51,6 +55,15 @@ class ParsedTokens:
         """The warning for one row: per field (name, its texts as tokenised) the strings found,
         or None when no field holds one."""
         return note_of([(field, self.found(texts)) for field, texts in fields])
+
+
+def kept_for(holder, tokenizer) -> ParsedTokens:
+    """`ParsedTokens` of `tokenizer`, built once and kept on `holder` (a metric or classifier)
+    while its tokenizer stays that one."""
+    kept = holder.__dict__.get("_parsed_tokens")
+    if kept is None or kept.tokenizer is not tokenizer:
+        kept = holder.__dict__["_parsed_tokens"] = ParsedTokens(tokenizer)
+    return kept
 
 
 def note_of(found: Sequence[tuple[str, Sequence[str]]]) -> str | None:

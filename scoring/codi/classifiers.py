@@ -16,7 +16,6 @@ never with `trust_remote_code`.
 
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -24,7 +23,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from scoring.codi.rules import short_repr
-from scoring.parsed_tokens import ParsedTokens
+from scoring.parsed_tokens import ParsedTokens, kept_for
 
 SENTIMENT_LABELS = ("negative sentiment", "neutral sentiment", "positive sentiment")
 EMOTION_LABELS = ("anger", "disgust", "fear", "joy", "sadness", "surprise")
@@ -142,11 +141,11 @@ class SequenceClassifier:
         self.label2id = {v: k for k, v in self.id2label.items()}
         self.problem_type = getattr(config, "problem_type", None)
 
-    @functools.cached_property
+    @property
     def parsed_tokens(self) -> ParsedTokens:
         """The special-token strings this classifier's tokenizer parses in a text (as the
         original classifier does; a row's warning names them, `scoring.parsed_tokens`)."""
-        return ParsedTokens(self.tokenizer)
+        return kept_for(self, self.tokenizer)
 
     def describe(self) -> dict[str, Any]:
         return {**self.source.identity(), "labels": [self.id2label[i] for i in sorted(self.id2label)]}
