@@ -222,3 +222,35 @@ def test_job_report_counts_the_rows_with_a_warning_of_the_parts_written(tmp_path
     assert run_summary(manifest, out, [])["metrics"]["bart"]["rows_warning"] == 2
     del report["rows_warning"]  # none: not mentioned, as the other optional counts
     assert "warning" not in summary_line(manifest)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_job_warns_through_its_cpu_stage_and_a_reused_row_keeps_its_warning(ray_local, tiny_models, tmp_path):
+    from ray_jobs.config import parse_config
+    from ray_jobs.score_corpus import run_job, summary_line
+    from tests.job_support import shard_rows
+
+    rows = [{"id": "eos", "text": "The cat sat.</s>", "source": "A cat sat on a mat."},
+            {"id": "clean", "text": CLEAN, "source": "A cat sat on a mat."},
+            {"id": "pad", "text": "The cat sat.<pad>", "source": "A cat sat."},
+            {"id": "lookalike", "text": LOOKALIKE, "source": "A cat sat on a mat."}]
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "in" / "a.parquet")
+    config = parse_config({"input": str(tmp_path / "in"), "output": str(tmp_path / "out"), "progress": False,
+                           "metrics": [{"name": "bartscore", "params": {"model": tiny_models["bart"], "directions": ["s_h"]}}],
+                           "pool": {"min_size": 1, "max_size": 1, "num_cpus": 0.5}})
+    expected = [f"text holds '</s>' {PARSED}", None, f"text holds '<pad>' {PARSED}", None]
+    manifest = run_job(config)
+    assert manifest["metrics"]["bartscore"]["rows_warning"] == 2
+    assert "0 errors, 2 with a warning" in summary_line(manifest)
+    scored = shard_rows(tmp_path / "out" / "bartscore", "a.parquet")
+    assert [r["warning"] for r in scored] == expected
+    # a changed shard: its unchanged rows come from the row cache, with the warning they were written with
+    pq.write_table(pa.Table.from_pylist([*rows, {"id": "new", "text": "A new text.", "source": "A cat."}]),
+                   tmp_path / "in" / "a.parquet")
+    again = run_job(config)["metrics"]["bartscore"]
+    assert again["rows_cached"] == 4 and again["rows_warning"] == 2
+    rescored = shard_rows(tmp_path / "out" / "bartscore", "a.parquet")
+    assert [r["warning"] for r in rescored] == [*expected, None]
+    assert [r["bartscore_s_h"] for r in rescored[:4]] == [r["bartscore_s_h"] for r in scored]
