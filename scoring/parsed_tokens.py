@@ -78,16 +78,6 @@ def note_of(found: Sequence[tuple[str, Sequence[str]]]) -> str | None:
     return f"{clauses} (parsed as {'a special token' if count == 1 else 'special tokens'}, as the original does)"
 
 
-def merge_found(parts: Iterable[Sequence[tuple[str, Sequence[str]]]]) -> list[tuple[str, list[str]]]:
-    """(field, strings) pairs of several tokenizers (one per classifier) merged per field, in
-    first-seen order of fields and strings."""
-    merged: dict[str, dict[str, None]] = {}
-    for part in parts:
-        for field, strings in part:
-            merged.setdefault(field, {}).update(dict.fromkeys(strings))
-    return [(field, list(strings)) for field, strings in merged.items()]
-
-
 def joined(*warnings: str | None) -> str | None:
     """The row's warning: the given ones that are set, in the given order, or None."""
     present = [warning for warning in warnings if warning]
