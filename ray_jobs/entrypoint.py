@@ -30,7 +30,7 @@ def run_summary(manifest: dict[str, Any], output: str | None, problems: list[str
 
     metrics = {
         label: {key: report.get(key) for key in ("rows_in", "rows_out", "rows_scored", "rows_cached", "rows_error",
-                                                 "rows_skipped", "rows_partial", "skip_reasons", "error_reasons",
+                                                 "rows_skipped", "rows_partial", "rows_warning", "skip_reasons", "error_reasons",
                                                  "reused_by_content", "orphaned_outputs")}
         for label, report in manifest.get("metrics", {}).items()
     }

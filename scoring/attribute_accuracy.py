@@ -19,6 +19,7 @@ import numpy as np
 
 from scoring.errors import UsageError
 from scoring.metric import RowMetric
+from scoring.parsed_tokens import joined, note_of
 from scoring.signature import Signature, library_versions
 
 VERSION = "1"
@@ -96,6 +97,7 @@ class AttributeAccuracyMetric(RowMetric):
         golds = [self.gold(row) for row in rows]
         results: list[dict[str, Any]] = [{} for _ in rows]
         truncated = [False] * len(rows)
+        held: list[list[str]] = [[] for _ in rows]  # special-token strings each row's classifiers parse
         for aspect, classifier in self.classifiers.items():
             owners = [i for i, gold in enumerate(golds) if aspect in gold]
             if not owners:
@@ -106,9 +108,12 @@ class AttributeAccuracyMetric(RowMetric):
                 target = classifier.label_index(golds[i][aspect], self.label_maps[aspect])
                 results[i][f"attribute_accuracy_{aspect}"] = float(int(label) == target)
                 truncated[i] |= flag
-        for result, flag in zip(results, truncated):
+                held[i] += classifier.parsed_tokens.found([rows[i]["text"]])
+        for result, flag, strings in zip(results, truncated, held):
             values = [v for k, v in result.items() if k.startswith("attribute_accuracy_")]
             result["attribute_accuracy"] = float(np.mean(values))
-            if flag:
-                result["warning"] = "truncated to the classifier's max_length"
+            warning = joined("truncated to the classifier's max_length" if flag else None,
+                             note_of([("text", list(dict.fromkeys(strings)))]))
+            if warning:
+                result["warning"] = warning
         return results

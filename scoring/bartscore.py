@@ -39,6 +39,7 @@ from scoring.params import (
     check_text_list,
     check_text_lists,
 )
+from scoring.parsed_tokens import ParsedTokens, joined, kept_for
 from scoring.resources import bartscore_prompt_path
 from scoring.signature import Signature, library_versions, stable_hash
 from scoring.text_encoding import encode_ragged, encode_texts, id_lists, read_lines
@@ -371,7 +372,9 @@ class BARTScoreMetric(RowMetric):
         """Per row and pass (`<pass>_source_ids`, `<pass>_target_ids`, `list<list<int32>>`):
         the token ids of every (source, target) pair the row is scored on, in the order
         (entry, target, prompt) (no pairs where the row lacks the pass's input), `truncated`
-        when any of them was cut to `max_length`, and `skipped` (`RowMetric.partial_reason`)."""
+        when any of them was cut to `max_length`, `parsed_tokens` (the warning naming the
+        special-token strings the row's text, source or references hold, `scoring.parsed_tokens`)
+        and `skipped` (`RowMetric.partial_reason`)."""
         import pyarrow as pa
 
         clean = self._clean or (lambda text: text)
@@ -402,8 +405,16 @@ class BARTScoreMetric(RowMetric):
             columns[f"{group}_source_ids"] = id_lists(source_values, source_offsets, row_offsets)
             columns[f"{group}_target_ids"] = id_lists(target_values, target_offsets, row_offsets)
         columns["truncated"] = pa.array(truncated, type=pa.bool_())
+        notes = [self.parsed_tokens.note([("text", [text]), ("source", [source]), ("references", refs or ())])
+                 for text, source, refs in zip(texts, sources, references)]
+        columns["parsed_tokens"] = pa.array(notes, type=pa.string())
         columns["skipped"] = pa.array([self.partial_reason(row) for row in rows], type=pa.string())
         return pa.table(columns)
+
+    @property
+    def parsed_tokens(self) -> ParsedTokens:
+        """The special-token strings this metric's tokenizer parses in a text."""
+        return kept_for(self, self.scorer.tokenizer)
 
     def score_prepared(self, table: "pa.Table") -> list[dict[str, Any]]:
         width = len(self.prompts) if self.prompts else 1
@@ -437,7 +448,8 @@ class BARTScoreMetric(RowMetric):
         for result, reason in zip(results, skipped):
             if reason is not None:
                 result["skipped"] = reason
-        return self._finish(results, table.column("truncated").to_pylist())
+        notes = table.column("parsed_tokens").to_pylist() if "parsed_tokens" in table.column_names else [None] * len(results)
+        return self._finish(results, table.column("truncated").to_pylist(), notes)
 
     def _reduce(self, per_reference: list[list[float]]) -> float:
         """One number from scores[reference][prompt]: aggregate over references (`agg`) and
@@ -451,8 +463,10 @@ class BARTScoreMetric(RowMetric):
     def score_valid(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         return self.score_prepared(self.prepare(rows))
 
-    def _finish(self, results: list[dict[str, Any]], truncated: list[bool]) -> list[dict[str, Any]]:
-        for result, flag in zip(results, truncated):
-            if flag:
-                result["warning"] = f"truncated to max_length={self.scorer.max_length} tokens"
+    def _finish(self, results: list[dict[str, Any]], truncated: list[bool], notes: list[str | None]) -> list[dict[str, Any]]:
+        """Each row's warning: truncation, then the special-token strings it holds."""
+        for result, flag, note in zip(results, truncated, notes):
+            warning = joined(f"truncated to max_length={self.scorer.max_length} tokens" if flag else None, note)
+            if warning:
+                result["warning"] = warning
         return results

@@ -41,6 +41,7 @@ from scoring.metric import RowMetric
 from scoring.model_limits import limits_for
 from scoring.models import file_digest, load_pretrained, load_tokenizer, resolve_device, resolve_model
 from scoring.params import check_model_args
+from scoring.parsed_tokens import ParsedTokens, joined, kept_for
 from scoring.signature import Signature, library_versions
 from scoring.text_encoding import tokenize_heads
 
@@ -389,14 +390,21 @@ class BERTScoreMetric(RowMetric):
     def score_valid(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         scores, flags = self.scorer.score_with_flags([row["text"] for row in rows], [list(row["references"]) for row in rows])
         results = []
-        for values, flag in zip(scores, flags):
+        for row, values, flag in zip(rows, scores, flags):
             if not all(math.isfinite(value) for value in values):
                 # P or R is 0/0: every token of the text, or of a reference, weighs 0 (only special
                 # tokens such as </s>, or tokens of idf 0); the bert-score package writes NaN and F 0
                 results.append({"error": ZERO_WEIGHT})
                 continue
             result: dict[str, Any] = dict(zip(COLUMNS, values))
-            if flag:
-                result["warning"] = f"truncated to max_length={self.scorer.max_length} tokens"
+            note = self.parsed_tokens.note([("text", [row["text"]]), ("references", row["references"])])
+            warning = joined(f"truncated to max_length={self.scorer.max_length} tokens" if flag else None, note)
+            if warning:
+                result["warning"] = warning
             results.append(result)
         return results
+
+    @property
+    def parsed_tokens(self) -> ParsedTokens:
+        """The special-token strings this metric's tokenizer parses in a text."""
+        return kept_for(self, self.scorer.tokenizer)

@@ -50,6 +50,7 @@ from scoring.metric import RowError, RowMetric
 from scoring.model_limits import default_max_length, limits_for, raise_row_error
 from scoring.models import file_digest, load_pretrained, load_tokenizer, resolve_model
 from scoring.params import check_choice, check_model_args, check_positive_int, check_text_list
+from scoring.parsed_tokens import ParsedTokens, joined, kept_for
 from scoring.resources import ctrleval_task_paths, resource_path
 from scoring.sentences import DEFAULT_SPLITTER, SPLITTER_IDS, SPLITTERS, split_sentences
 from scoring.signature import Signature, library_versions, stable_hash
@@ -548,7 +549,9 @@ class CTRLEvalMetric(RowMetric):
         `<aspect>_weights` (`list<float64>`, NISF per evaluator); for relevance
         `relevance_label` (`int32`, the row's label among the verbaliser labels; the label
         word ids are the scorer's own). Then `truncated` (`bool`): any of the row's ids were
-        cut to `max_length`, and `skipped` (`RowMetric.partial_reason`). A row lacking an
+        cut to `max_length`, `parsed_tokens` (the warning naming the special-token strings the
+        row's text or prefix holds, `scoring.parsed_tokens`), and `skipped`
+        (`RowMetric.partial_reason`). A row lacking an
         aspect's column has no evaluators of that aspect. A row that cannot be scored (no
         sentences, a text not starting with its prefix, an unknown label) raises RowError, in
         aspect order."""
@@ -568,8 +571,23 @@ class CTRLEvalMetric(RowMetric):
             columns.update(evaluators.columns(aspect))
             truncated |= evaluators.truncated
         columns["truncated"] = pa.array(truncated, type=pa.bool_())
+        columns["parsed_tokens"] = pa.array([self._parsed_note(row, missing) for row, missing in zip(rows, lacking)], type=pa.string())
         columns["skipped"] = pa.array([self.partial_reason(row) for row in rows], type=pa.string())
         return pa.table(columns)
+
+    @property
+    def parsed_tokens(self) -> ParsedTokens:
+        """The special-token strings this metric's tokenizer parses in a text."""
+        return kept_for(self, self.scorer.tokenizer)
+
+    def _parsed_note(self, row: dict[str, Any], lacking: dict[str, str]) -> str | None:
+        """The warning naming the special-token strings of the row's text, and of its prefix
+        when consistency reads it (`scoring.parsed_tokens`; the attribute is never tokenised:
+        its label words are the verbaliser's)."""
+        fields = [("text", [row["text"]])]
+        if "consistency" in self.aspects and "ctrleval_consistency" not in lacking:
+            fields.append(("prefix", [row["prefix"]]))
+        return self.parsed_tokens.note(fields)
 
     def score_prepared(self, table: "pa.Table") -> list[dict[str, Any]]:
         """One engine call per aspect over the whole table (`CTRLEval.aspect_scores`)."""
@@ -591,9 +609,11 @@ class CTRLEvalMetric(RowMetric):
         for result, reason in zip(results, skipped):
             if reason is not None:
                 result["skipped"] = reason
-        for result, flag in zip(results, table.column("truncated").to_pylist()):
-            if flag:
-                result["warning"] = f"truncated to max_length={self.scorer.max_length} tokens"
+        notes = table.column("parsed_tokens").to_pylist() if "parsed_tokens" in table.column_names else [None] * len(results)
+        for result, flag, note in zip(results, table.column("truncated").to_pylist(), notes):
+            warning = joined(f"truncated to max_length={self.scorer.max_length} tokens" if flag else None, note)
+            if warning:
+                result["warning"] = warning
         return results
 
     def score_valid(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

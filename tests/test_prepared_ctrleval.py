@@ -186,7 +186,7 @@ def test_truncation_flags_survive_the_stage_boundary(tiny_models, rows):
 def test_one_aspect_prepares_only_its_columns(tiny_models, rows, metric):
     coherence = CTRLEvalMetric(model=tiny_models["pegasus"], iwf=tiny_models["iwf"], aspects=["coh"], token_budget=900)
     table = coherence.prepare(rows)
-    assert table.column_names == ["coherence_source_ids", "coherence_target_ids", "coherence_weights", "truncated", "skipped"]
+    assert table.column_names == ["coherence_source_ids", "coherence_target_ids", "coherence_weights", "truncated", "parsed_tokens", "skipped"]
     assert [r["ctrleval_coherence"] for r in coherence.score_prepared(table)] == \
         [r["ctrleval_coherence"] for r in metric.score_prepared(metric.prepare(rows))]
 

@@ -2,7 +2,7 @@
 
 Rows out == rows in: each output row has the carried columns, the metric's score columns,
 `error`, `warning`, `skipped`, `signature` and `row_key` (docs/schema.md). The summary line
-gives the counts and each score column's mean over the rows that have it; a metric that applies
+gives the counts (rows with an error, skipped, with a warning) and each score column's mean over the rows that have it; a metric that applies
 to no row of the file is a usage error (exit 2, `scoring.applicability`).
 """
 
@@ -176,6 +176,7 @@ def handle(args: argparse.Namespace) -> int:
     result = score_table(metric, table, args.chunk_rows, progress=common.progress_bars(args))
     common.write_parquet_atomic(result, output)
     errors = result.num_rows - result.column("error").null_count
+    warned = result.num_rows - result.column("warning").null_count  # scored, with a note (truncation, special tokens)
     counts = skip_counts(result, metric.output_columns)
     skipped = counts["skipped"]  # rows the metric does not apply to (no score at all)
     problem = common.error_rate_message(f"metric {metric.name}", errors, result.num_rows, args.max_error_rate)
@@ -186,10 +187,11 @@ def handle(args: argparse.Namespace) -> int:
     reasons = common.error_reasons(result)
     means = score_means(result, metric.output_columns)
     summary = {"ok": problem is None, "command": "score", "metric": metric.name, "output": str(output),
-               "rows": result.num_rows, "errors": errors, "skipped": skipped, "partial": counts["partial"],
+               "rows": result.num_rows, "errors": errors, "skipped": skipped, "partial": counts["partial"], "warnings": warned,
                "skip_reasons": counts["reasons"], "error_reasons": reasons, "means": means,
                "max_error_rate": args.max_error_rate, "signature": metric.signature_string()}
     partial = f", {counts['partial']} with some scores left out" if counts["partial"] else ""
+    partial += f", {warned} with a warning" if warned else ""
     lines = [f"score: {metric.name}: {result.num_rows} rows, {errors} with an error, {skipped} skipped{partial}; "
              f"{mean_text(means)} -> {output}"]
     if common.progress_enabled(args):  # --no-progress: the summary lines only

@@ -195,6 +195,7 @@ def summary_line(manifest: dict[str, Any]) -> str:
             + (f", {report['rows_skipped']} skipped" if report.get("rows_skipped") else "")
             + (f", {report['rows_partial']} with some scores left out" if report.get("rows_partial") else "")
             + (f" ({_reasons(report['skip_reasons'])})" if report.get("skip_reasons") else "")
+            + (f", {report['rows_warning']} with a warning" if report.get("rows_warning") else "")
             + (f", {report['rows_retry']} to retry next run" if report.get("rows_retry") else "")
         )
     notes = []

@@ -82,6 +82,9 @@ def metric_report(output: str, plan, committed, verified, reports, scored, metri
     partial = sum(r.get("partial", 0) for r in good_reports)
     if partial:  # rows that got some of their scores, the others left out for lack of a column
         summary["rows_partial"] = partial
+    warned = sum(r.get("warnings", 0) for r in good_reports)
+    if warned:  # rows with a `warning` (truncation, special tokens), of the parts written this run
+        summary["rows_warning"] = warned
     by_rel: dict[str, list[dict]] = {}  # grouped once: one pass per renamed shard would be quadratic
     for report in good_reports:
         by_rel.setdefault(report["rel"], []).append(report)

@@ -41,6 +41,7 @@ def write_part(out_fs, output: str, metric, signature: str, unit: dict[str, Any]
     skipped = sum(1 for result in results
                   if result.get("skipped") and all(result.get(column) is None for column in metric.output_columns))
     partial = sum(skip_reasons.values()) - skipped
+    warnings = sum(1 for result in results if result.get("warning"))  # rows with a note (truncation, special tokens)
     retry = device_guard.retry_rows(results)  # single-row out-of-memory: scored again by the next run
     metadata = incremental.part_metadata(
         unit["rel"], unit["etag"], unit["size"], signature, metric.digest, unit["start"], unit["stop"], errors, skipped,
@@ -65,6 +66,7 @@ def write_part(out_fs, output: str, metric, signature: str, unit: dict[str, Any]
         "errors": errors,
         "skipped": skipped,
         "partial": partial,
+        "warnings": warnings,
         "skip_reasons": {reason if len(reason) < 120 else reason[:117] + "...": count
                          for reason, count in skip_reasons.most_common(20)},
         "retry": retry,

@@ -23,6 +23,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from scoring.codi.rules import short_repr
+from scoring.parsed_tokens import ParsedTokens, kept_for
 
 SENTIMENT_LABELS = ("negative sentiment", "neutral sentiment", "positive sentiment")
 EMOTION_LABELS = ("anger", "disgust", "fear", "joy", "sadness", "surprise")
@@ -139,6 +140,12 @@ class SequenceClassifier:
         self.id2label = {int(k): str(v) for k, v in config.id2label.items()}
         self.label2id = {v: k for k, v in self.id2label.items()}
         self.problem_type = getattr(config, "problem_type", None)
+
+    @property
+    def parsed_tokens(self) -> ParsedTokens:
+        """The special-token strings this classifier's tokenizer parses in a text (as the
+        original classifier does; a row's warning names them, `scoring.parsed_tokens`)."""
+        return kept_for(self, self.tokenizer)
 
     def describe(self) -> dict[str, Any]:
         return {**self.source.identity(), "labels": [self.id2label[i] for i in sorted(self.id2label)]}

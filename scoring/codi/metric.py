@@ -25,6 +25,7 @@ from scoring.codi.convert import TASK_ALIASES
 from scoring.errors import UsageError
 from scoring.metric import RowMetric
 from scoring.params import check_choice, check_model_args, check_positive_int
+from scoring.parsed_tokens import joined, note_of
 from scoring.signature import Signature, library_versions
 from scoring.strict_json import DuplicateKey, unique_keys
 
@@ -273,11 +274,13 @@ class CodiMetric(RowMetric):
             for role, label in self._jobs(constraint):
                 requests.setdefault(role, []).append((i, self._target_index(role, label)))
         verdicts: dict[int, list[clf.Judgement]] = {}
+        held: dict[int, list[str]] = {}  # special-token strings a row's classifiers parse
         for role, items in requests.items():
             classifier = self.classifier(role)
             logits, truncated = classifier.logits([texts[i] for i, _ in items])
             activation = clf.toxicity_activation(classifier, self.toxicity_activation_requested) if role == "toxicity" else None
             for (i, target), row_logits, cut in zip(items, logits, truncated):
+                held.setdefault(i, []).extend(classifier.parsed_tokens.found([texts[i]]))
                 if cut:
                     note = f"{role} input truncated to {classifier.max_length} tokens"
                     results[i]["warning"] = note if not results[i]["warning"] else results[i]["warning"] + "; " + note
@@ -293,4 +296,6 @@ class CodiMetric(RowMetric):
         for i, judged in verdicts.items():
             results[i]["codi_success"] = float(all(j.success for j in judged))
             results[i]["codi_score"] = min(j.prob for j in judged)
+        for i, strings in held.items():  # after the truncation notes (`scoring.parsed_tokens`)
+            results[i]["warning"] = joined(results[i]["warning"], note_of([("text", list(dict.fromkeys(strings)))]))
         return results
