@@ -56,3 +56,18 @@ def table_rows(table, error: Callable[[int, str], Exception]) -> list[dict]:
             if row is not None:
                 raise error(row, column) from None
         raise
+
+
+def binary_as_text(column):
+    """An Arrow column of Parquet `binary` (bytes stored without the UTF-8 annotation, as some
+    writers store text) viewed as strings, without copying or checking a byte, so its values
+    that are valid UTF-8 read as the text they hold and the others are found as any string
+    that is not UTF-8 is; any other column unchanged."""
+    import pyarrow as pa
+
+    text = {pa.binary(): pa.string(), pa.large_binary(): pa.large_string()}.get(column.type)
+    if text is None:
+        return column
+    if isinstance(column, pa.ChunkedArray):
+        return pa.chunked_array([chunk.view(text) for chunk in column.chunks], text)
+    return column.view(text)

@@ -1,0 +1,102 @@
+"""A key that is not valid UTF-8 leaves only its own row out in the commands beyond `meta`,
+`compare` and `leaderboard` (tests/test_keys_not_utf8.py): `constraints report`, `splits --corpus`
+(its partitions and report too), `compmctg` and `load_scores`; a key column stored as Parquet
+`binary` (no UTF-8 annotation) is read as the text it holds, its other bytes left out the same
+way. Each row left out is counted under "<key> key not valid UTF-8" with its first row named;
+the other rows' numbers are those of the same data without the bad rows, and nothing is decoded
+with replacement characters. Before, each of these failed the whole command."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from scoring.codi import TASKS
+
+BAD = b"\xff\xfe"
+
+
+def text_column(values, bad_rows=(), kind="string"):
+    """`values` as an Arrow column of `kind` ("string" or "binary"), the rows in `bad_rows` holding BAD."""
+    raw = [None if v is None else str(v).encode() for v in values]
+    for row in bad_rows:
+        raw[row] = BAD
+    array = pa.array(raw, pa.binary())
+    return array.view(pa.string()) if kind == "string" else array
+
+
+def without(columns: dict[str, list], rows) -> dict[str, list]:
+    return {name: [v for k, v in enumerate(values) if k not in set(rows)] for name, values in columns.items()}
+
+
+# ----- constraints report ----------------------------------------------------------------------
+def codi_rows(systems=("good", "bad"), per_task=4):
+    """Canonical CoDI rows of every task for each system, and their stored scores (system k
+    passes about 1 in k + 1)."""
+    rows = {"id": [], "system": [], "doc_id": [], "constraint": [], "text": []}
+    scores = {"id": [], "codi_success": [], "codi_toxicity": [], "error": [], "signature": []}
+    for k, system in enumerate(systems):
+        for task in TASKS:
+            for n in range(per_task):
+                row_id = f"{system}-{task}-{n}"
+                rows["id"].append(row_id)
+                rows["system"].append(system)
+                rows["doc_id"].append(f"{task}-{n}")
+                rows["constraint"].append(json.dumps({"task": task, "context_id": f"c{n // 2}"}))
+                rows["text"].append(f"answer {n} of {system} on {task} with words {n % 3}")
+                scores["id"].append(row_id)
+                scores["codi_success"].append(float((n + k) % (k + 1) == 0))
+                scores["codi_toxicity"].append(0.1 + 0.2 * ((n + k) % 3) if task == "detoxic" else None)
+                scores["error"].append(None)
+                scores["signature"].append("metric:codi|v:test")
+    return rows, scores
+
+
+def write_codi(path, columns, bad: dict[str, tuple] = (), kinds: dict = ()):
+    arrays = {name: (text_column(values, dict(bad).get(name, ()), dict(kinds).get(name, "string"))
+                     if name in dict(bad) or name in dict(kinds) else pa.array(values))
+              for name, values in columns.items()}
+    pq.write_table(pa.table(arrays), path)
+    return str(path)
+
+
+@pytest.mark.parametrize("key", ["system", "doc_id", "id"])
+def test_constraints_report_leaves_the_bad_row_out_and_reports_the_others_alike(tmp_path, cli, key):
+    rows, scores = codi_rows()
+    bad_row = 5  # good / first task, row 1
+    dirty_rows = write_codi(tmp_path / "dirty.parquet", rows, {key: (bad_row,)})
+    clean_rows = write_codi(tmp_path / "clean.parquet", without(rows, [bad_row]))
+    score_file = write_codi(tmp_path / "scores.parquet", scores, {"id": (bad_row,)} if key == "id" else {})
+    args = ["--scores", score_file, "--no-self-bleu", "--json"]
+    got = cli(["constraints", "report", "-i", dirty_rows, "-o", tmp_path / "dirty", *args])
+    assert got.returncode == 0, got.stderr
+    assert cli(["constraints", "report", "-i", clean_rows, "-o", tmp_path / "clean", *args]).returncode == 0
+    reason = f"{key} key not valid UTF-8"
+    where = f"{dirty_rows}: column '{key}', row {bad_row}"
+    summary = json.loads(got.stdout)
+    assert summary["rows"] == {"rows_in": len(rows["id"]), "rows_used": len(rows["id"]) - 1,
+                               "rows_left_out": {reason: 1}, "rows_left_out_first": {reason: where}}
+    results = json.loads((tmp_path / "dirty" / "results.json").read_text())
+    reference = json.loads((tmp_path / "clean" / "results.json").read_text())
+    assert results["results"] == reference["results"] and results["systems"] == ["bad", "good"]
+    assert results["rows"] == summary["rows"]
+    report = (tmp_path / "dirty" / "report.md").read_text()
+    assert f"1 of {len(rows['id'])} rows left out of every group (1 {reason})" in report and "\ufffd" not in report
+    plain = cli(["constraints", "report", "-i", dirty_rows, "-o", tmp_path / "again", *args[:-1]])
+    assert f"  left out: 1 of {len(rows['id'])} rows left out of every group (1 {reason}); " \
+           f"{len(rows['id']) - 1} used; first {reason}: {where}" in plain.stdout.splitlines()
+
+
+def test_constraints_report_ignores_columns_it_does_not_read_and_still_refuses_bad_text(tmp_path, cli):
+    rows, scores = codi_rows()
+    rows["references"] = ["x"] * len(rows["id"])  # a column the report never reads
+    score_file = write_codi(tmp_path / "scores.parquet", {**scores, "system": rows["system"]}, {"system": (2,)})
+    extra = write_codi(tmp_path / "extra.parquet", rows, {"references": (3,)})
+    got = cli(["constraints", "report", "-i", extra, "--scores", score_file, "-o", tmp_path / "r", "--no-self-bleu"])
+    assert got.returncode == 0, got.stderr  # neither the unread column nor the scores' carried system matters
+    text = write_codi(tmp_path / "text.parquet", rows, {"text": (3,)})  # data, not a key: still refused, named
+    refused = cli(["constraints", "report", "-i", text, "--scores", score_file, "-o", tmp_path / "t"])
+    assert refused.returncode == 1 and f"input {text}: row 3: column 'text' is not valid UTF-8" in refused.stderr
