@@ -100,3 +100,96 @@ def test_constraints_report_ignores_columns_it_does_not_read_and_still_refuses_b
     text = write_codi(tmp_path / "text.parquet", rows, {"text": (3,)})  # data, not a key: still refused, named
     refused = cli(["constraints", "report", "-i", text, "--scores", score_file, "-o", tmp_path / "t"])
     assert refused.returncode == 1 and f"input {text}: row 3: column 'text' is not valid UTF-8" in refused.stderr
+
+
+# ----- splits --corpus ---------------------------------------------------------------------------
+ASPECTS = {"sentiment": ["Positive", "Negative"], "pronoun": ["plural", "singular"], "tense": ["Present", "Past"]}
+
+
+def corpus_columns(per_combo=4):
+    """Every combination of ASPECTS `per_combo` times, predictions right but for Negative tense."""
+    import itertools
+
+    cols = {"id": [], "text": [], "perplexity": [], **{f"pred_{a}": [] for a in ASPECTS}, **{a: [] for a in ASPECTS}}
+    for i, combo in enumerate(itertools.product(*ASPECTS.values())):
+        d = dict(zip(ASPECTS, combo))
+        for r in range(per_combo):
+            cols["id"].append(f"c{i}r{r}")
+            cols["text"].append(f"w{r} w{r} x y z {'a b' * (i % 3)}")
+            cols["perplexity"].append(float(10 + i + r))
+            for a in ASPECTS:
+                cols[a].append(d[a])
+                cols[f"pred_{a}"].append(d[a] if a != "tense" or d["sentiment"] == "Positive" else "Past")
+    return cols
+
+
+def write_corpus(path, cols, layout, bad: dict[str, tuple] = ()):
+    """`cols` as a corpus: one column per aspect, or an `attributes` map whose value (or, for
+    `bad` key "<aspect>:name", aspect name) in the `bad` rows holds BAD."""
+    bad = dict(bad)
+    arrays = {name: (text_column(values, bad[name]) if name in bad and layout == "columns" or name in bad and name not in ASPECTS
+                     else pa.array(values))
+              for name, values in cols.items() if layout == "columns" or name not in ASPECTS}
+    if layout == "map":
+        names, values = [], []
+        for r in range(len(cols["id"])):
+            for a in ASPECTS:
+                names.append(BAD if r in bad.get(f"{a}:name", ()) else a.encode())
+                values.append(BAD if r in bad.get(a, ()) else cols[a][r].encode())
+        offsets = pa.array(range(0, len(names) + 1, len(ASPECTS)), pa.int32())
+        arrays["attributes"] = pa.MapArray.from_arrays(offsets, pa.array(names, pa.binary()).view(pa.string()),
+                                                       pa.array(values, pa.binary()).view(pa.string()))
+    pq.write_table(pa.table(arrays), path)
+    return str(path)
+
+
+@pytest.mark.parametrize("layout,key", [("columns", "tense"), ("map", "tense"), ("map", "tense:name")])
+def test_splits_of_a_corpus_leave_the_bad_row_out_of_splits_partitions_and_report(tmp_path, cli, layout, key):
+    cols = corpus_columns()
+    bad_row = 6
+    dirty = write_corpus(tmp_path / "dirty.parquet", cols, layout, {key: (bad_row,)})
+    clean = write_corpus(tmp_path / "clean.parquet", without(cols, [bad_row]), layout)
+    column = "attributes" if layout == "map" else key
+    reason, where = f"{column} key not valid UTF-8", f"{dirty}: column '{column}', row {bad_row}"
+    for name, corpus in (("dirty", dirty), ("clean", clean)):
+        got = cli(["splits", "--corpus", corpus, "--protocol", "holdout", "-o", tmp_path / f"{name}.json",
+                   "--partition-dir", tmp_path / f"{name}-parts", "--report", "--json"])
+        assert got.returncode == 0, got.stderr
+        if name == "dirty":
+            summary = json.loads(got.stdout)
+    n = len(cols["id"])
+    account = {"rows_in": n, "rows_used": n - 1, "rows_left_out": {reason: 1}, "rows_left_out_first": {reason: where}}
+    assert summary["rows"] == account
+    splits = [json.loads((tmp_path / f"{name}.json").read_text()) for name in ("dirty", "clean")]
+    assert splits[0]["splits"] == splits[1]["splits"]
+    manifests = [json.loads((tmp_path / f"{name}-parts" / "manifest.json").read_text()) for name in ("dirty", "clean")]
+    assert manifests[0]["rows"] == account and [s["rows"] for s in manifests[0]["splits"]] == \
+        [s["rows"] for s in manifests[1]["splits"]]
+    for folder in manifests[0]["splits"]:  # the same rows, the bad one in none of the parts
+        for part in ("train", "test_iid", "test_comp"):
+            got, want = (pq.read_table(tmp_path / f"{name}-parts" / folder["folder"] / f"{part}.parquet")
+                         for name in ("dirty", "clean"))
+            assert got.column("id").to_pylist() == want.column("id").to_pylist()
+    reports = [json.loads((tmp_path / f"{name}.report.json").read_text()) for name in ("dirty", "clean")]
+    assert reports[0]["summary"] == reports[1]["summary"] and reports[0]["splits"] == reports[1]["splits"]
+    assert reports[0]["rows"] == account
+    text = (tmp_path / "dirty.report.md").read_text()
+    assert f"1 of {n} rows left out (1 {reason})" in text and "\ufffd" not in text
+    plain = cli(["splits", "--corpus", dirty, "--protocol", "holdout", "-o", tmp_path / "again.json"])
+    assert f"  left out: 1 of {n} rows left out of every group (1 {reason}); {n - 1} used; first {reason}: {where}" \
+        in plain.stdout.splitlines()
+
+
+def test_splits_data_columns_not_utf8_keep_their_rows(tmp_path, cli):
+    """An id (it only seeds the i.d. test draw), a prediction (a wrong one) or a text (left out of
+    Dist-3) that is not valid UTF-8 is data, not a key: its row stays in its split."""
+    cols = corpus_columns()
+    dirty = write_corpus(tmp_path / "dirty.parquet", cols, "columns", {"id": (3,), "pred_sentiment": (5,), "text": (7,)})
+    got = cli(["splits", "--corpus", dirty, "--protocol", "holdout", "-o", tmp_path / "s.json",
+               "--partition-dir", tmp_path / "parts", "--report", "--json"])
+    assert got.returncode == 0, got.stderr
+    assert json.loads(got.stdout)["rows"]["rows_left_out"] == {}
+    manifest = json.loads((tmp_path / "parts" / "manifest.json").read_text())
+    assert all(sum(s["rows"].values()) == len(cols["id"]) for s in manifest["splits"])
+    report = json.loads((tmp_path / "s.report.json").read_text())
+    assert report["values_not_utf8"] == {"pred_sentiment": 1, "text": 1}
