@@ -156,3 +156,22 @@ def first_unreadable_rows(unreadable: Sequence[tuple[str, np.ndarray]], source: 
             first[unreadable_reason(column)] = unreadable_where(source, column, int(np.flatnonzero(hit)[0]), ids)
         taken = bad if taken is None else taken | bad
     return first
+
+
+def text_or_bytes(values) -> list:
+    """The values of a string column (what `unreadable_mask` takes) as Python objects: each
+    value that is valid UTF-8 as its text, each other one as the bytes stored (never decoded
+    with replacement characters, so it equals no text and no other bytes), a null as None."""
+    import pyarrow as pa
+
+    array = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(values)
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if pa.types.is_dictionary(array.type):
+        array = array.cast(array.type.value_type)
+    bad = unreadable_mask(array)
+    if bad is None:
+        return array.to_pylist()
+    binary = pa.large_binary() if pa.types.is_large_string(array.type) else pa.binary()
+    raw = array.view(binary).to_pylist()
+    return [value if wrong or value is None else value.decode("utf-8") for value, wrong in zip(raw, bad)]

@@ -193,3 +193,71 @@ def test_splits_data_columns_not_utf8_keep_their_rows(tmp_path, cli):
     assert all(sum(s["rows"].values()) == len(cols["id"]) for s in manifest["splits"])
     report = json.loads((tmp_path / "s.report.json").read_text())
     assert report["values_not_utf8"] == {"pred_sentiment": 1, "text": 1}
+
+
+# ----- key columns stored as Parquet binary; load_scores -------------------------------------------
+def score_columns(n_docs=6, systems=("s0", "s1", "s2")):
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    rows = [(doc, k) for doc in range(n_docs) for k in range(len(systems))]
+    return {"id": [f"r{doc}-{k}" for doc, k in rows], "dataset": ["a" if doc % 2 else "b" for doc, _ in rows],
+            "system": [systems[k] for _, k in rows], "doc_id": [f"doc{doc}" for doc, _ in rows],
+            "m": [float(rng.normal(k)) for _, k in rows], "human_q": [float(rng.normal(k)) for _, k in rows]}
+
+
+def write_scores(path, cols, key=None, bad_rows=(), kind="string"):
+    arrays = {name: text_column(values, bad_rows if name == key else (), kind if name == key else "string")
+              if name in ("id", "dataset", "system", "doc_id") else pa.array(values) for name, values in cols.items()}
+    pq.write_table(pa.table(arrays), path)
+    return str(path)
+
+
+@pytest.mark.parametrize("key", ["system", "dataset", "doc_id"])
+def test_a_binary_key_column_is_read_as_its_text_and_its_other_bytes_left_out(tmp_path, cli, key):
+    """Parquet `binary` keys (text stored without the UTF-8 annotation): `meta` and `compare`
+    give the numbers of the same data stored as strings without the bad row; before, `meta`
+    failed with an internal error and `compare` named the groups b'a', b'\\xff\\xfe'."""
+    cols = score_columns()
+    bad_row = 4
+    dirty = write_scores(tmp_path / "dirty.parquet", cols, key, (bad_row,), "binary")
+    clean = write_scores(tmp_path / "clean.parquet", without(cols, [bad_row]))
+    reason = f"{key} key not valid UTF-8"
+    args = ["--columns", "m", "--resamples", "20", "--trials", "20", "--json"]
+    got = cli(["compare", "-s", dirty, *args])
+    assert got.returncode == 0, got.stderr
+    summary, want = json.loads(got.stdout), json.loads(cli(["compare", "-s", clean, *args]).stdout)
+    assert summary["rows_left_out"] == {reason: 1}
+    assert summary["rows_left_out_first"] == {reason: f"{dirty}: column '{key}', row {bad_row}"}
+    assert summary["comparisons"] == want["comparisons"] and summary["leaderboard"] == want["leaderboard"]
+    meta = ["--metrics", "m", "--human-columns", "human_q", "--resamples", "10", "--trials", "10",
+            "--methods", "spearman", "--no-progress", "--json"]
+    got = cli(["meta", "-s", dirty, "-o", tmp_path / "dirty", *meta])
+    assert got.returncode == 0, got.stderr
+    assert cli(["meta", "-s", clean, "-o", tmp_path / "clean", *meta]).returncode == 0
+    assert json.loads(got.stdout)["rows_left_out"] == {reason: 1}
+    results, reference = (json.loads((tmp_path / name / "results.json").read_text()) for name in ("dirty", "clean"))
+    assert results["groups"] == reference["groups"]
+
+
+@pytest.mark.parametrize("kind", ["string", "binary"])
+@pytest.mark.parametrize("key", ["system", "dataset", "doc_id", "id"])
+def test_load_scores_keeps_every_row_and_gives_a_key_not_utf8_as_its_bytes(tmp_path, key, kind):
+    """`load_scores` returns every row (it leaves nothing out); a key that is not valid UTF-8
+    comes back as the bytes stored (never decoded with replacement characters, so it equals no
+    other key), every other key as its text; a binary key column reads as text. Before, reading
+    such a value of the frame raised an ArrowException ("Wrapping ... failed")."""
+    import ctgscore
+
+    cols = score_columns()
+    path = write_scores(tmp_path / "s.parquet", cols, key, (4,), kind)
+    frame = ctgscore.load_scores(path)
+    assert len(frame) == len(cols["id"])
+    got = dict(zip(frame["id"].tolist(), frame[key].tolist()))
+    bad_id = BAD if key == "id" else cols["id"][4]
+    want = {row_id: value for row_id, value in zip(cols["id"], cols[key])}
+    want[bad_id] = BAD
+    if key == "id":
+        del want[cols["id"][4]]
+    assert got == want and all(type(v) is str for k, v in got.items() if k != bad_id)
+    assert frame["m"].tolist() == [m for _, m in sorted(zip(cols["id"], cols["m"]), key=lambda p: (p[0] == cols["id"][4] and key == "id", p[0]))]
