@@ -86,14 +86,24 @@ def unreadable_reason(column: str) -> str:
 def unreadable_mask(values) -> np.ndarray | None:
     """Which rows of a string column (an Arrow array, chunked array, or what `pa.array` takes:
     a pandas Series of Arrow strings) hold a value that is not valid UTF-8, or None when none
-    does (or the column holds no strings). Each distinct value's bytes are tried once; nothing
-    is decoded with replacement characters."""
+    does (or the column holds no strings). A map column of strings (`attributes`): the rows
+    where a name or a value is not. Each distinct value's bytes are tried once; nothing is
+    decoded with replacement characters."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     array = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(values)
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
+    if pa.types.is_map(array.type):  # a row is bad when one of its entries is
+        offsets = array.offsets.to_numpy(zero_copy_only=False)  # into the whole (unsliced) keys and items
+        per_row = np.zeros(len(array), bool)
+        for part in (array.keys, array.items):
+            bad = unreadable_mask(part)
+            if bad is not None:
+                running = np.concatenate([[0], np.cumsum(bad)])
+                per_row |= running[offsets[1:]] > running[offsets[:-1]]
+        return per_row if per_row.any() else None
     values = array.dictionary if pa.types.is_dictionary(array.type) else array
     if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
         return None

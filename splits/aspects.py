@@ -294,27 +294,10 @@ def _unreadable_keys(table, columns: Sequence[str]) -> list[tuple[str, np.ndarra
     """(column, rows whose value holds a key that is not valid UTF-8) for the aspect columns
     (`attributes`: a map, whose aspect names and values are both keys, or strings), in order;
     a Parquet `binary` column counts as the text it holds. Nothing is decoded."""
-    import pyarrow as pa
-
     from scoring.utf8_text import binary_as_text, unreadable_mask
 
-    found = []
-    for name in columns:
-        column = table.column(name).combine_chunks()
-        if pa.types.is_map(column.type):  # a row is bad when one of its entries is
-            offsets = column.offsets.to_numpy(zero_copy_only=False)  # into the whole (unsliced) keys and items
-            per_row = np.zeros(len(column), bool)
-            for part in (column.keys, column.items):
-                bad = unreadable_mask(binary_as_text(part))
-                if bad is not None:
-                    running = np.concatenate([[0], np.cumsum(bad)])
-                    per_row |= running[offsets[1:]] > running[offsets[:-1]]
-            bad = per_row if per_row.any() else None
-        else:
-            bad = unreadable_mask(binary_as_text(column))
-        if bad is not None:
-            found.append((name, bad))
-    return found
+    found = [(name, unreadable_mask(binary_as_text(table.column(name)))) for name in columns]
+    return [(name, bad) for name, bad in found if bad is not None]
 
 
 def corpus_rows(table, aspect_columns: Sequence[str] | None = None, source: str = "corpus") -> CorpusRows:

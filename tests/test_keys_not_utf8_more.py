@@ -261,3 +261,77 @@ def test_load_scores_keeps_every_row_and_gives_a_key_not_utf8_as_its_bytes(tmp_p
         del want[cols["id"][4]]
     assert got == want and all(type(v) is str for k, v in got.items() if k != bad_id)
     assert frame["m"].tolist() == [m for _, m in sorted(zip(cols["id"], cols["m"]), key=lambda p: (p[0] == cols["id"][4] and key == "id", p[0]))]
+
+
+def test_unreadable_mask_of_a_map_column_names_the_rows_with_a_bad_name_or_value():
+    from scoring.utf8_text import unreadable_mask
+
+    names = pa.array([b"a", b"b", BAD, b"a", b"b", b"a"], pa.binary()).view(pa.string())
+    values = pa.array([b"x", b"y", b"z", b"x", BAD, b"x"], pa.binary()).view(pa.string())
+    maps = pa.MapArray.from_arrays(pa.array([0, 2, 3, 3, 5, 6], pa.int32()), names, values)  # rows: ok, bad name, empty, bad value, ok
+    assert unreadable_mask(maps).tolist() == [False, True, False, True, False]
+    assert unreadable_mask(maps.slice(2)).tolist() == [False, True, False]  # offsets into the unsliced entries
+    assert unreadable_mask(maps.slice(4)) is None
+
+
+# ----- compmctg ------------------------------------------------------------------------------------
+COMBOS = [("Positive", "Present"), ("Positive", "Past"), ("Negative", "Present"), ("Negative", "Past")]
+
+
+def compmctg_files(tmp_path, name, bad: dict[str, int] = (), drop=(), kind="string"):
+    """Scores (dataset toy, per-aspect accuracies) and a dump (id, attributes map) of 16 rows,
+    the rows in `drop` left out; `bad`: "scores:<column>" or "dump:id" / "dump:attributes" -> a row holding BAD."""
+    bad = dict(bad)
+    rows = [i for i in range(16) if i not in set(drop)]
+    ids = [f"r{i}" for i in rows]
+
+    def column(side, key, values):
+        row = bad.get(f"{side}:{key}")
+        return text_column(values, () if row is None else (rows.index(row),), kind if row is not None else "string")
+
+    scores = pa.table({"id": column("scores", "id", ids), "dataset": column("scores", "dataset", ["toy"] * len(rows)),
+                       "system": pa.array(["s"] * len(rows)),
+                       "attribute_accuracy_sentiment": [float(i % 3 != 0) for i in rows],
+                       "attribute_accuracy_tense": [float(i % 2) for i in rows],
+                       "attribute_accuracy": [(float(i % 3 != 0) + float(i % 2)) / 2 for i in rows]})
+    names, values = [], []
+    for i in rows:
+        names += [b"sentiment", b"tense"]
+        values += [BAD if bad.get("dump:attributes") == i and a == 0 else COMBOS[i % 4][a].encode() for a in (0, 1)]
+    dump = pa.table({"id": column("dump", "id", ids), "attributes": pa.MapArray.from_arrays(
+        pa.array(range(0, 2 * len(rows) + 1, 2), pa.int32()), pa.array(names, pa.binary()).view(pa.string()),
+        pa.array(values, pa.binary()).view(pa.string()))})
+    folder = tmp_path / name
+    folder.mkdir()
+    pq.write_table(scores, folder / "scores.parquet")
+    pq.write_table(dump, folder / "dump.parquet")
+    split = {"signature": {"protocol": "holdout"}, "aspects": {"sentiment": ["Positive", "Negative"], "tense": ["Present", "Past"]},
+             "splits": [{"seen": [dict(zip(("sentiment", "tense"), c)) for c in COMBOS[:3]],
+                         "unseen": [dict(zip(("sentiment", "tense"), c)) for c in COMBOS[3:]], "divergence": 0.5}]}
+    (folder / "split.json").write_text(json.dumps(split))
+    return folder
+
+
+@pytest.mark.parametrize("where,reason,kind", [
+    ("scores:dataset", "dataset key not valid UTF-8", "string"), ("scores:dataset", "dataset key not valid UTF-8", "binary"),
+    ("scores:id", "id key not valid UTF-8", "string"), ("scores:id", "id key not valid UTF-8", "binary"),
+    ("dump:attributes", "attributes key not valid UTF-8", "string")])
+def test_compmctg_leaves_the_bad_row_out_and_tabulates_the_others_alike(tmp_path, cli, where, reason, kind):
+    bad_row = 5
+    dirty = compmctg_files(tmp_path, "dirty", {where: bad_row}, kind=kind)
+    clean = compmctg_files(tmp_path, "clean", drop=(bad_row,))
+    if where == "scores:id":  # the dump's row of that id is as bad: it names no score
+        dirty = compmctg_files(tmp_path, "dirty2", {where: bad_row, "dump:id": bad_row}, kind=kind)
+    for folder in (dirty, clean):
+        got = cli(["compmctg", "--dump", folder / "dump.parquet", "--scores", folder / "scores.parquet",
+                   "--splits", f"toy={folder / 'split.json'}", "-o", folder / "table.json", "--json"])
+        assert got.returncode == 0, got.stderr
+        if folder == dirty:
+            summary = json.loads(got.stdout)
+    got, want = (json.loads((folder / "table.json").read_text()) for folder in (dirty, clean))
+    assert got["datasets"] == want["datasets"]
+    assert got["rows"]["rows_left_out"] == {reason: 1} and (got["rows"]["rows_in"], got["rows"]["rows_used"]) == (16, 15)
+    assert summary["rows"] == got["rows"]
+    side = "dump" if where.startswith("dump") else "scores"
+    assert next(iter(got["rows"]["rows_left_out_first"].values())).startswith(str(dirty / f"{side}.parquet"))
+    assert f"1 of 16 rows left out of every group (1 {reason})" in (dirty / "table.md").read_text()
