@@ -335,3 +335,60 @@ def test_compmctg_leaves_the_bad_row_out_and_tabulates_the_others_alike(tmp_path
     side = "dump" if where.startswith("dump") else "scores"
     assert next(iter(got["rows"]["rows_left_out_first"].values())).startswith(str(dirty / f"{side}.parquet"))
     assert f"1 of 16 rows left out of every group (1 {reason})" in (dirty / "table.md").read_text()
+
+
+# ----- plot titles and labels: names cut past the point where a label is cut --------------------
+def test_plot_titles_of_names_that_differ_only_past_the_cut_never_read_alike(tmp_path, cli, monkeypatch):
+    """Two datasets, two human aspects and two metric columns whose names differ only after 110
+    characters, and two systems `sys<newline>A` / `sys\\nA` typed: every plot's title and axis
+    label tells them apart (the cut form carries the name's length and digest,
+    `scoring.display_names`), as the report's headings and file names do. Before, a title cut
+    a name at 80 characters with only "…", so the plots of the two datasets read alike."""
+    import itertools
+
+    import numpy as np
+
+    from meta_eval.report import files
+    from scoring.display_names import digest
+
+    drawn = []  # (file, title and labels of every axes)
+
+    def record(fig, path, dpi):
+        texts = []
+        for ax in fig.axes:
+            texts += [ax.get_title(), ax.get_xlabel(), ax.get_ylabel(), *(t.get_text() for t in ax.get_yticklabels())]
+        drawn.append((pathlib.Path(path), texts))
+        return pathlib.Path(path)
+
+    import pathlib
+
+    monkeypatch.setattr(files, "write_figure", record)
+    long = "d" * 110
+    datasets, humans, metrics = [long + "-one", long + "-two"], ["human_" + long + "1", "human_" + long + "2"], \
+        [long + "m1", long + "m2"]
+    rng = np.random.default_rng(2)
+    rows = [(d, doc, s) for d in datasets for doc in range(8) for s in ("s0", "s1", "s2")]
+    data = {"id": [f"{k}" for k in range(len(rows))], "dataset": [d for d, _, _ in rows],
+            "system": [s for _, _, s in rows], "doc_id": [f"doc{doc}" for _, doc, _ in rows]}
+    for column in humans + metrics:
+        data[column] = [float(rng.normal(int(s[1]))) for _, _, s in rows]
+    path = tmp_path / "s.parquet"
+    pq.write_table(pa.table(data), path)
+    got = cli(["meta", "-s", path, "-o", tmp_path / "r", "--metrics", *metrics, "--human-columns", *humans,
+               "--resamples", "10", "--trials", "10", "--methods", "spearman", "--no-progress"])
+    assert got.returncode == 0, got.stderr
+    titles = {(p.parent.name, p.name): texts[0] for p, texts in drawn}
+    folders = sorted({folder for folder, _ in titles})
+    assert len(folders) == 2
+    pairs = [(titles[(folders[0], name)], titles[(folders[1], name)]) for f, name in titles if f == folders[0]]
+    assert pairs and all(a != b for a, b in pairs)  # the same plot of the two datasets
+    for name in datasets:
+        assert any(digest(name) in title for title in titles.values())
+    within = [texts[0] for p, texts in drawn if p.name.startswith("significance_") and p.parent.name == folders[0]]
+    assert len(within) == len(set(within)) >= 2  # the two human aspects' plots
+    alike = ["sys\nA", "sys\\nA"]
+    from meta_eval.report import plots
+
+    assert plots.plain(alike[0]) != plots.plain(alike[1])
+    assert all(plots.plain(a) != plots.plain(b) for a, b in itertools.combinations(datasets + humans + metrics, 2))
+    assert all(len(plots.plain(n)) <= plots.LABEL_MAX for n in datasets + ["W" * 200_000])
