@@ -63,11 +63,11 @@ def write_codi(path, columns, bad: dict[str, tuple] = (), kinds: dict = ()):
     return str(path)
 
 
-@pytest.mark.parametrize("key", ["system", "doc_id", "id"])
-def test_constraints_report_leaves_the_bad_row_out_and_reports_the_others_alike(tmp_path, cli, key):
+@pytest.mark.parametrize("key,kind", [("system", "string"), ("doc_id", "string"), ("id", "string"), ("system", "binary")])
+def test_constraints_report_leaves_the_bad_row_out_and_reports_the_others_alike(tmp_path, cli, key, kind):
     rows, scores = codi_rows()
     bad_row = 5  # good / first task, row 1
-    dirty_rows = write_codi(tmp_path / "dirty.parquet", rows, {key: (bad_row,)})
+    dirty_rows = write_codi(tmp_path / "dirty.parquet", rows, {key: (bad_row,)}, {key: kind})
     clean_rows = write_codi(tmp_path / "clean.parquet", without(rows, [bad_row]))
     score_file = write_codi(tmp_path / "scores.parquet", scores, {"id": (bad_row,)} if key == "id" else {})
     args = ["--scores", score_file, "--no-self-bleu", "--json"]
