@@ -34,18 +34,13 @@ def _texts(column, name: str, not_text: dict[str, int], keep: bool = False) -> l
     """A data column's Python values (a prediction, a text: data, not a key); a string that is
     not valid UTF-8 becomes None (a prediction that matches no gold value), or `_NOT_TEXT` with
     `keep` (a text left out of Dist-3), counted in `not_text[name]`."""
-    from scoring.utf8_text import unreadable_mask
+    from scoring.utf8_text import binary_as_text, text_or_bytes
 
-    bad = unreadable_mask(column)
-    if bad is None:
-        return column.to_pylist()
-    not_text[name] = int(bad.sum())
-    import pyarrow as pa
-
-    values = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    values = values.filter(pa.array(~bad)).to_pylist()
-    spare = iter(values)
-    return [(_NOT_TEXT if keep else None) if b else next(spare) for b in bad]
+    values = text_or_bytes(binary_as_text(column))  # a Parquet binary column: the text it holds
+    wrong = sum(isinstance(v, bytes) for v in values)
+    if wrong:
+        not_text[name] = wrong
+    return [(_NOT_TEXT if keep else None) if isinstance(v, bytes) else v for v in values]
 
 
 def _side_stats(mask: np.ndarray, gold: Mapping[str, list], preds: Mapping[str, list], ppl, dist3) -> dict[str, Any]:
