@@ -10,7 +10,9 @@ characters would merge distinct keys, so its row is left out too, under its own 
 (`unreadable_reason`, found by `unreadable_mask` without decoding it), before any missing key;
 the account names the first such row (`RowAccount.first`). One `RowAccount` per command holds
 rows_in = rows_used + sum(left_out.values()); building one that does not add up is an error.
-`meta`, `compare` (row frames and partial sums alike) all count through this module.
+`meta`, `compare` (row frames and partial sums alike), `constraints report` and `compmctg` all
+count through this module; the search for keys not UTF-8 lives in `scoring.utf8_text` (the
+splits of a corpus, a layer beside this one, use it too) and is imported from there.
 """
 
 from __future__ import annotations
@@ -162,7 +164,7 @@ def merge(accounts: Sequence[RowAccount]) -> RowAccount:
 
 def unreadable_key(values, column: str, source: str, ids=None) -> str:
     """The error for a key column that holds a value that is not text (invalid UTF-8): the
-    file, the column and the row, for the callers that refuse such a file (`constraints report`,
-    `meta_eval.io.normalise_keys` given a frame directly). The statistics commands leave such a
-    row out instead (`unreadable_reason`); neither decodes it with replacement characters."""
+    file, the column and the row, for a caller that refuses such a frame (`meta_eval.io.normalise_keys`
+    given a frame directly). The commands leave such a row out instead (`unreadable_reason`);
+    neither decodes it with replacement characters."""
     return f"{unreadable_where(source, column, first_undecodable(values), ids)}: not valid UTF-8 (a key must be text)"
