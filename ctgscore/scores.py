@@ -44,7 +44,7 @@ def load_scores(path: str, metrics: Iterable[str] | None = None, *,
     carried = None
     scores, errors, skipped = [], [], []
     for run in runs:
-        frame = run.frame
+        frame = _keys_as_bytes_where_not_text(run.frame)
         failed = frame[schema.ERROR].notna() if schema.ERROR in frame else pd.Series(False, index=frame.index)
         part = frame[run.score_columns].copy()
         for column in run.score_columns:
@@ -67,7 +67,37 @@ def load_scores(path: str, metrics: Iterable[str] | None = None, *,
     wide = wide[carried_order + score_order + [schema.ERROR, schema.SKIPPED]]
     keys = [schema.ID, SHARD] if wide.index.nlevels == 2 else [schema.ID]
     wide.index.names = keys
-    return wide.reset_index().sort_values(keys, kind="stable").reset_index(drop=True)
+    wide = wide.reset_index()
+    if any(isinstance(v, bytes) for v in wide[schema.ID]):  # bytes (an id not UTF-8) sort after every text
+        return wide.sort_values(keys, kind="stable", key=lambda column: column.map(
+            lambda v: (isinstance(v, bytes), v)) if column.name == schema.ID else column).reset_index(drop=True)
+    return wide.sort_values(keys, kind="stable").reset_index(drop=True)
+
+
+def _keys_as_bytes_where_not_text(frame):
+    """`frame` (one run, indexed by id or by id and shard) with each key (`id`, `dataset`,
+    `system`, `doc_id`) that is not valid UTF-8 as the bytes stored, every other one as its
+    text (`scoring.utf8_text.text_or_bytes`); nothing decoded with replacement characters."""
+    import pandas as pd
+
+    from scoring.utf8_text import text_or_bytes, unreadable_mask
+
+    def readable(values):
+        try:
+            return unreadable_mask(values) is None
+        except (TypeError, ValueError):  # not strings (an integer id): nothing to decode
+            return True
+
+    ids = frame.index.get_level_values(0)
+    if not readable(ids.array):
+        values = pd.Index(text_or_bytes(ids.array), dtype=object, name=schema.ID)
+        index = values if frame.index.nlevels == 1 else pd.MultiIndex.from_arrays(
+            [values, *(frame.index.get_level_values(k) for k in range(1, frame.index.nlevels))], names=frame.index.names)
+        frame = frame.set_axis(index, axis=0)
+    for name in schema.CARRIED_COLUMNS:
+        if name in frame.columns and not readable(frame[name].array):
+            frame = frame.assign(**{name: pd.Series(text_or_bytes(frame[name].array), index=frame.index, dtype=object)})
+    return frame
 
 
 def _joined_reasons(reasons: list, index):

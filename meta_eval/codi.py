@@ -350,7 +350,7 @@ def _scaled(value: Any, scale: float = 1.0) -> float | None:
 def markdown(report: dict[str, Any], images: Sequence[str] = ()) -> str:
     """Accuracy (%) per task, the CoDI score and Self-BLEU (x100) per system."""
     from scoring.display_names import cut_note
-    from scoring.tables import markdown_code, markdown_name, markdown_table
+    from scoring.tables import markdown_code, markdown_name, markdown_table, markdown_text
 
     index = {(r["system"], r["task"], r["measure"]): r for r in report["results"]}
 
@@ -366,6 +366,13 @@ def markdown(report: dict[str, Any], images: Sequence[str] = ()) -> str:
         lines += ["Self-BLEU x 100 per task:", "",
                   markdown_table(["system", *TASKS], [[s, *[value(s, t, "self_bleu", 100) for t in TASKS]]
                                                       for s in report["systems"]], digits=2)]
+    account = report.get("rows") or {}
+    if account.get("rows_left_out"):  # rows whose key is not valid UTF-8 (the CLI's `read_rows`)
+        from meta_eval.row_account import RowAccount
+
+        (line,) = RowAccount.lines(account["rows_used"], account["rows_left_out"], indent="",
+                                   first=account.get("rows_left_out_first"))
+        lines += [f"**Rows {markdown_text(line.removeprefix('left out: '))}.**", ""]
     errors = [r for r in report["results"] if r.get("n_errors")]
     if errors:
         lines += ["Rows that could not be scored (counted as failures):", ""]

@@ -215,29 +215,57 @@ def per_combination(frame, aspects: Sequence[str]) -> list[dict[str, Any]]:
 
 
 def scored_frame(dump: str, scores, storage_options: Mapping[str, Any] | None = None):
-    """Stored scores (a DataFrame in `ctgscore.load_scores` layout, one row per id) joined by
-    id with the dump's attribute combinations, one `attr:<aspect>` column per aspect. Where an
-    id repeats across the dump's shards the scores have a `shard` column (each row's shard: its
-    path under the dump without `.parquet`), and the join is on id and shard."""
-    import pandas as pd
+    """`scored_rows`' frame (the rows left out because a key is not valid UTF-8 are counted there)."""
+    return scored_rows(dump, scores, storage_options)[0]
 
+
+def scored_rows(dump: str, scores, storage_options: Mapping[str, Any] | None = None, source: str = "scores"):
+    """Stored scores (a DataFrame in `ctgscore.load_scores` layout, one row per id) joined by
+    id with the dump's attribute combinations, one `attr:<aspect>` column per aspect, and the
+    account of the score rows (`meta_eval.row_account.RowAccount`). Where an id repeats across
+    the dump's shards the scores have a `shard` column (each row's shard: its path under the
+    dump without `.parquet`), and the join is on id and shard.
+
+    A row whose key is not valid UTF-8 is left out, counted and its first row named (docs/
+    meta_eval.md, "Rows left out"): a score row whose `dataset` or `id` is (`load_scores` gives
+    such a key as its bytes; `source` names the scores), and the score row of a dump row whose
+    `attributes` (an aspect's name or value) is; a dump row whose id is not UTF-8 matches no
+    score. A Parquet `binary` id reads as the text it holds."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+
+    from meta_eval.row_account import RowAccount, account, unreadable_reason, unreadable_where
     from scoring.attribute_accuracy import row_attributes
     from scoring.parquet_read import read_parquet_here
     from scoring.s3_filesystem import url_to_fs
+    from scoring.utf8_text import binary_as_text, first_unreadable_rows, unreadable_mask
 
     fs, root = url_to_fs(str(dump), storage_options)
     files = sorted(p for p in fs.find(root) if is_data_file(p)) if fs.isdir(root) else [root]
     by_shard = SHARD in scores.columns
     base = posixpath.dirname(root.rstrip("/")) if not fs.isdir(root) else root.rstrip("/")
-    records = []
+    keys = ["id", SHARD] if by_shard else ["id"]
+    records, dump_left_out, dump_first = [], {}, {}  # (id[, shard]) of a dump row left out -> its reason
     for name in files:
         with fs.open(name, "rb") as handle:
             table = read_parquet_here(handle, columns=["id", "attributes"])
         shard = {SHARD: name[len(base) + 1:].removesuffix(".parquet")} if by_shard else {}  # as written, as the job
+        table = table.set_column(0, "id", binary_as_text(table.column("id")))
+        unreadable = [(column, bad) for column in ("id", "attributes")
+                      for bad in [unreadable_mask(table.column(column))] if bad is not None]
+        if unreadable:
+            bad_id = dict(unreadable).get("id", np.zeros(table.num_rows, bool))
+            ids = table.column("id").filter(pa.array(~bad_id)).to_pylist()
+            for row_id, bad in zip(ids, dict(unreadable).get("attributes", np.zeros(table.num_rows, bool))[~bad_id]):
+                if bad:  # its score row is left out (a dump row whose id is not UTF-8 names no score row)
+                    dump_left_out[(row_id, *shard.values())] = unreadable_reason("attributes")
+            for reason, where in first_unreadable_rows(unreadable, name).items():
+                dump_first.setdefault(reason, where)
+            table = table.filter(pa.array(~np.logical_or.reduce([bad for _, bad in unreadable])))
         for row in _rows(table, name):
             found = {ATTR_PREFIX + k: str(v) for k, v in row_attributes(row).items()}
             records.append({"id": row["id"], **shard, **found})
-    keys = ["id", SHARD] if by_shard else ["id"]
     attributes = pd.DataFrame.from_records(records, columns=None if records else keys)
     if by_shard:
         unknown = sorted(set(scores[SHARD]) - set(attributes[SHARD]))
@@ -250,7 +278,21 @@ def scored_frame(dump: str, scores, storage_options: Mapping[str, Any] | None = 
             "in more than one of its rows, and the scores have no 'shard' column to tell them apart "
             "(read all the runs of the job that scored this dump)")
         raise InputError(f"{dump}: id {repeated!r} is {where}")
-    return scores.merge(attributes, on=keys, how="left")
+    checks, first = [], {}
+    for column in ("dataset", "id"):  # load_scores gives a key that is not UTF-8 as its bytes
+        if column in scores:
+            bad = np.fromiter((isinstance(v, bytes) for v in scores[column]), bool, len(scores))
+            if bad.any():
+                checks.append((unreadable_reason(column), bad))
+                row = int(np.flatnonzero(bad)[0]) if column != "id" else None  # its id; no file row for an id
+                first.setdefault(unreadable_reason(column), unreadable_where(source, column, row, scores["id"].iloc))
+    if dump_left_out:
+        key_of = zip(*(scores[k] for k in keys))
+        checks.append((unreadable_reason("attributes"), np.fromiter((k in dump_left_out for k in key_of), bool, len(scores))))
+    keep, rows = account(len(scores), checks)
+    first.update({reason: where for reason, where in dump_first.items() if reason in rows.left_out and reason not in first})
+    frame = scores.loc[keep].reset_index(drop=True) if not keep.all() else scores
+    return frame.merge(attributes, on=keys, how="left"), RowAccount(rows.rows_in, rows.rows_used, rows.left_out, first)
 
 
 def _rows(table, name: str) -> list[dict]:
@@ -289,5 +331,12 @@ def markdown_section(table: Mapping[str, Any]) -> str:
             formats=[None, None, pct, pct, pct, num, num]).rstrip("\n")]
         avg = data["average"]
         lines += ["", f"Average: A_avg {fmt(avg['A_avg'])} %, G_avg {fmt(avg['G_avg'])} %, P_avg {fmt(avg['P_avg'], False)}.", ""]
+    rows = table.get("rows") or {}
+    if rows.get("rows_left_out"):  # score rows whose key is not valid UTF-8 (`scored_rows`)
+        from meta_eval.row_account import RowAccount
+        from scoring.tables import markdown_text
+
+        (line,) = RowAccount.lines(rows["rows_used"], rows["rows_left_out"], indent="", first=rows.get("rows_left_out_first"))
+        lines += [f"**Rows {markdown_text(line.removeprefix('left out: '))}.**", ""]
     text = "\n".join(lines)
     return text + cut_note(text, "The JSON table beside this file")

@@ -144,6 +144,7 @@ def file_partial(spec: PartialSpec, label: str, path: str, storage_options: dict
     import pyarrow.parquet as pq
 
     from scoring.parquet_read import read_parquet_here
+    from scoring.utf8_text import binary_as_text
 
     pairs = spec.runs[label]
     with _open(path, storage_options) as handle:
@@ -164,6 +165,8 @@ def file_partial(spec: PartialSpec, label: str, path: str, storage_options: dict
             strings = [k for k in keys if pa.types.is_string(fields.field(k).type)
                        or pa.types.is_large_string(fields.field(k).type)]
             table = read_parquet_here(handle, columns=list(dict.fromkeys(wanted)), read_dictionary=strings)
+            for key in dict.fromkeys(keys):  # a Parquet binary key: the text it holds (the bytes of the rest left out)
+                table = table.set_column(table.column_names.index(key), key, binary_as_text(table[key]))
         except InputError:
             raise
         except Exception as exc:  # noqa: BLE001 - any unreadable file is named

@@ -10,7 +10,9 @@ characters would merge distinct keys, so its row is left out too, under its own 
 (`unreadable_reason`, found by `unreadable_mask` without decoding it), before any missing key;
 the account names the first such row (`RowAccount.first`). One `RowAccount` per command holds
 rows_in = rows_used + sum(left_out.values()); building one that does not add up is an error.
-`meta`, `compare` (row frames and partial sums alike) all count through this module.
+`meta`, `compare` (row frames and partial sums alike), `constraints report` and `compmctg` all
+count through this module; the search for keys not UTF-8 lives in `scoring.utf8_text` (the
+splits of a corpus, a layer beside this one, use it too) and is imported from there.
 """
 
 from __future__ import annotations
@@ -21,17 +23,20 @@ from typing import Sequence
 
 import numpy as np
 
-from scoring.utf8_text import first_undecodable
+from scoring.utf8_text import (  # noqa: F401 - the search for keys not UTF-8 lives in scoring (splits use it too)
+    first_undecodable,
+    first_unreadable_rows,
+    is_utf8,
+    undecodable_dictionary,
+    unreadable_mask,
+    unreadable_reason,
+    unreadable_where,
+)
 
 
 def no_key(column: str) -> str:
     """The reason a row without `column` is left out ("no dataset", "no doc_id")."""
     return f"no {column}"
-
-
-def unreadable_reason(column: str) -> str:
-    """The reason a row whose `column` is not valid UTF-8 is left out ("system key not valid UTF-8")."""
-    return f"{column} key not valid UTF-8"
 
 
 def is_missing(value) -> bool:
@@ -157,84 +162,9 @@ def merge(accounts: Sequence[RowAccount]) -> RowAccount:
     return RowAccount(sum(a.rows_in for a in accounts), sum(a.rows_used for a in accounts), left_out, first)
 
 
-def unreadable_mask(values) -> np.ndarray | None:
-    """Which rows of a string column (an Arrow array, chunked array, or what `pa.array` takes:
-    a pandas Series of Arrow strings) hold a value that is not valid UTF-8, or None when none
-    does (or the column holds no strings). Each distinct value's bytes are tried once; nothing
-    is decoded with replacement characters."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    array = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(values)
-    if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks()
-    values = array.dictionary if pa.types.is_dictionary(array.type) else array
-    if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
-        return None
-    try:
-        values.validate(full=True)  # one pass in Arrow (2M keys: 14 ms, the per-value check 1.9 s)
-        return None
-    except pa.ArrowInvalid:
-        pass
-    if not pa.types.is_dictionary(array.type):
-        array = pc.dictionary_encode(array)
-    per_value, per_row = undecodable_dictionary(array)
-    return per_row if per_value.any() else None
-
-
-def undecodable_dictionary(array) -> tuple[np.ndarray, np.ndarray]:
-    """For a dictionary-encoded Arrow string array: which of its dictionary's values are not
-    valid UTF-8, and which rows hold one (a null row does not). Each value's bytes are tried
-    once, never decoded with replacement characters."""
-    import pyarrow as pa
-
-    dictionary = array.dictionary
-    binary = pa.large_binary() if pa.types.is_large_string(dictionary.type) else pa.binary()
-    per_value = np.array([raw is not None and not is_utf8(raw) for raw in dictionary.view(binary).to_pylist()], bool)
-    per_row = np.append(per_value, False)[array.indices.fill_null(len(dictionary)).to_numpy(zero_copy_only=False)]
-    return per_value, per_row
-
-
-def is_utf8(raw: bytes) -> bool:
-    """Whether `raw` decodes as UTF-8 (as Arrow's strings become Python's)."""
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def unreadable_where(source: str, column: str, row: int | None, ids=None) -> str:
-    """Where a key that is not valid UTF-8 is: the file, the column and the row (its `id` where
-    `ids` give one: a frame joined from several files)."""
-    from scoring.display_names import quoted
-
-    where = f"row {row}" if row is not None else "some row"
-    if row is not None and ids is not None:
-        try:
-            where = f"id {quoted(ids[row])}"
-        except (UnicodeDecodeError, ValueError):
-            pass
-    return f"{source}: column {quoted(column)}, {where}"
-
-
-def first_unreadable_rows(unreadable: Sequence[tuple[str, np.ndarray]], source: str, ids=None) -> dict[str, str]:
-    """{reason: where its first row is} for the (column, rows whose key is not UTF-8) pairs in
-    precedence order: a row counts under the first column that leaves it out, so each column's
-    first row is the first one no earlier column took (`unreadable_where`)."""
-    first: dict[str, str] = {}
-    taken = None
-    for column, bad in unreadable:
-        hit = bad if taken is None else bad & ~taken
-        if hit.any():
-            first[unreadable_reason(column)] = unreadable_where(source, column, int(np.flatnonzero(hit)[0]), ids)
-        taken = bad if taken is None else taken | bad
-    return first
-
-
 def unreadable_key(values, column: str, source: str, ids=None) -> str:
     """The error for a key column that holds a value that is not text (invalid UTF-8): the
-    file, the column and the row, for the callers that refuse such a file (`constraints report`,
-    `meta_eval.io.normalise_keys` given a frame directly). The statistics commands leave such a
-    row out instead (`unreadable_reason`); neither decodes it with replacement characters."""
+    file, the column and the row, for a caller that refuses such a frame (`meta_eval.io.normalise_keys`
+    given a frame directly). The commands leave such a row out instead (`unreadable_reason`);
+    neither decodes it with replacement characters."""
     return f"{unreadable_where(source, column, first_undecodable(values), ids)}: not valid UTF-8 (a key must be text)"

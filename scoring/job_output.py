@@ -260,7 +260,7 @@ def read_run(fs, run: RunFiles) -> Run:
     for name in run.files:
         with fs.open(name, "rb") as handle:
             try:  # decoded on this thread (scoring.parquet_read)
-                parts.append(read_parquet_here(handle).to_pandas())
+                parts.append(_text_keys(read_parquet_here(handle)).to_pandas())
             except Exception as exc:  # noqa: BLE001 - any unreadable file is named
                 raise InputError(f"{name}: cannot read it as Parquet ({type(exc).__name__}: {exc})") from None
     frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
@@ -289,6 +289,18 @@ def read_run(fs, run: RunFiles) -> Run:
     signatures = sorted(map(str, frame[schema.SIGNATURE].dropna().unique())) if schema.SIGNATURE in frame else []
     return Run(name=run.name, frame=frame, score_columns=[c for c in frame.columns if schema.is_score_column(c)],
                signatures=signatures, row_shards=row_shards)
+
+
+def _text_keys(table):
+    """`table` with its key columns (`schema.CARRIED_COLUMNS`) stored as Parquet `binary` read as
+    the text they hold (`scoring.utf8_text.binary_as_text`: a value that is not UTF-8 stays as
+    its bytes, for the readers that leave its row out or return it as bytes)."""
+    from scoring.utf8_text import binary_as_text
+
+    for name in schema.CARRIED_COLUMNS:
+        if name in table.column_names:
+            table = table.set_column(table.column_names.index(name), name, binary_as_text(table.column(name)))
+    return table
 
 
 def _shard_keyed(frame, row_shards, name: str):

@@ -81,6 +81,7 @@ class Universe:
     values: dict[str, tuple[str, ...]]
     combos: list[Combo]
     name: str | None = None
+    rows: dict[str, Any] | None = field(default=None, compare=False, repr=False)  # a corpus's row account
     atoms: list[tuple[str, str]] = field(init=False)
     compounds: list[tuple[tuple[str, str], tuple[str, str]]] = field(init=False)
     atom_matrix: np.ndarray = field(init=False, repr=False)
@@ -266,27 +267,90 @@ def parse_aspects_arg(text: str) -> Universe:
     return from_aspects(data)
 
 
-def _values(table, column: str, source: str) -> list:
+def _values(table, column: str, source: str, rows: np.ndarray | None = None) -> list:
     """Column `column` of `table` as Python values; a value that is no text (invalid UTF-8 in a
-    Parquet string) fails the corpus naming the column and the row."""
+    Parquet string) fails the corpus naming the column and the row (`rows`: the corpus row of
+    each table row, where the table holds some of them)."""
     from scoring.utf8_text import column_values
 
-    return column_values(table.column(column),
-                         lambda row: SplitsInputError(f"{source}: row {row}: field {quoted(column)} is not valid UTF-8"))
+    return column_values(table.column(column), lambda row: SplitsInputError(
+        f"{source}: row {row if rows is None else int(rows[row])}: field {quoted(column)} is not valid UTF-8"))
 
 
-def row_combos(table, aspect_columns: Sequence[str] | None = None, source: str = "corpus") -> tuple[list[str], list[dict[str, str]]]:
+@dataclass
+class CorpusRows:
+    """The attribute combination of every row of a corpus that has one: `rows` (one dict per
+    kept row, in corpus order), `kept` (the positions of those rows in the corpus) and the
+    account of the rows left out because an aspect key is not valid UTF-8 (`account`: rows_in,
+    rows_used, rows_left_out per reason, rows_left_out_first: where the first row of each is)."""
+
+    aspects: list[str]
+    rows: list[dict[str, str]]
+    kept: np.ndarray
+    account: dict[str, Any]
+
+
+def _unreadable_keys(table, columns: Sequence[str]) -> list[tuple[str, np.ndarray]]:
+    """(column, rows whose value holds a key that is not valid UTF-8) for the aspect columns
+    (`attributes`: a map, whose aspect names and values are both keys, or strings), in order;
+    a Parquet `binary` column counts as the text it holds. Nothing is decoded."""
+    from scoring.utf8_text import binary_as_text, unreadable_mask
+
+    found = [(name, unreadable_mask(binary_as_text(table.column(name)))) for name in columns]
+    return [(name, bad) for name, bad in found if bad is not None]
+
+
+def corpus_rows(table, aspect_columns: Sequence[str] | None = None, source: str = "corpus") -> CorpusRows:
     """Per-row attribute dicts of a pyarrow table: from its `attributes` map column, or from
     one column per aspect (`aspect_columns`, else every string column that is not a
-    canonical-schema column nor a `pred_*` / `human_*` column)."""
+    canonical-schema column nor a `pred_*` / `human_*` column). A row whose aspect value (or,
+    in `attributes`, aspect name) is not valid UTF-8 is left out and counted under
+    "<column> key not valid UTF-8", its first row named (docs/splits.md); it is never decoded
+    with replacement characters, which would merge distinct values."""
     import pyarrow as pa
+
+    from scoring.utf8_text import binary_as_text, first_unreadable_rows, unreadable_reason
 
     cols = table.column_names
     if aspect_columns is None and "attributes" in cols:
-        raw = _values(table, "attributes", source)
+        key_columns = ["attributes"]
+    else:
+        if aspect_columns is None:
+            aspect_columns = [
+                c for c in cols
+                if c not in RESERVED_COLUMNS and not c.startswith(("pred_", "human_"))
+                and (pa.types.is_string(table.schema.field(c).type) or pa.types.is_large_string(table.schema.field(c).type)
+                     or pa.types.is_dictionary(table.schema.field(c).type))
+            ]
+            if len(aspect_columns) < 2:
+                raise SplitsInputError(
+                    f"{source}: no 'attributes' map column and fewer than 2 aspect columns found among {quoted_list(cols)}"
+                )
+        missing = [c for c in aspect_columns if c not in cols]
+        if missing:
+            error = SplitsInputError(f"{source}: aspect column(s) {quoted_list(missing)} not found; "
+                                     f"columns are {quoted_list(cols)}")
+            error.missing_columns = missing  # named by the user (`--aspect-columns`): the CLI makes it a usage error
+            raise error
+        key_columns = list(aspect_columns)
+    unreadable = _unreadable_keys(table, key_columns)
+    keep = np.ones(table.num_rows, bool)
+    left_out: dict[str, int] = {}
+    for name, bad in unreadable:  # a row counts under the first column that leaves it out
+        hit = keep & bad
+        if hit.any():
+            left_out[unreadable_reason(name)] = int(hit.sum())
+            keep &= ~hit
+    kept = np.flatnonzero(keep)
+    account = {"rows_in": table.num_rows, "rows_used": int(kept.size), "rows_left_out": left_out,
+               **({"rows_left_out_first": first_unreadable_rows(unreadable, source)} if unreadable else {})}
+    if unreadable:
+        table = table.take(kept)
+    if key_columns == ["attributes"]:
+        raw = _values(table, "attributes", source, kept)
         rows = []
         aspects: list[str] = []
-        for r, value in enumerate(raw):
+        for r, value in zip(kept, raw):
             if value is None:
                 raise SplitsInputError(f"{source}: row {r}: field 'attributes' is null")
             d = dict(value) if not isinstance(value, dict) else value
@@ -296,39 +360,29 @@ def row_combos(table, aspect_columns: Sequence[str] | None = None, source: str =
                     aspects.append(k)
             rows.append(d)
         aspects = sorted(aspects)
-        for r, d in enumerate(rows):
+        for r, d in zip(kept, rows):
             missing = [a for a in aspects if d.get(a) in (None, "")]
             if missing:
                 raise SplitsInputError(f"{source}: row {r}: 'attributes' lacks aspect(s) {quoted_list(missing)}")
-        return aspects, rows
-    if aspect_columns is None:
-        aspect_columns = [
-            c for c in cols
-            if c not in RESERVED_COLUMNS and not c.startswith(("pred_", "human_"))
-            and (pa.types.is_string(table.schema.field(c).type) or pa.types.is_large_string(table.schema.field(c).type)
-                 or pa.types.is_dictionary(table.schema.field(c).type))
-        ]
-        if len(aspect_columns) < 2:
-            raise SplitsInputError(
-                f"{source}: no 'attributes' map column and fewer than 2 aspect columns found among {quoted_list(cols)}"
-            )
-    missing = [c for c in aspect_columns if c not in cols]
-    if missing:
-        error = SplitsInputError(f"{source}: aspect column(s) {quoted_list(missing)} not found; "
-                                 f"columns are {quoted_list(cols)}")
-        error.missing_columns = missing  # named by the user (`--aspect-columns`): the CLI makes it a usage error
-        raise error
-    data = {c: _values(table, c, source) for c in aspect_columns}
+        return CorpusRows(aspects, rows, kept, account)
+    data = {c: _values(table.set_column(table.column_names.index(c), c, binary_as_text(table.column(c))), c, source, kept)
+            for c in key_columns}
     rows = []
-    for r in range(table.num_rows):
+    for k, r in enumerate(kept):
         d = {}
-        for c in aspect_columns:
-            v = data[c][r]
+        for c in key_columns:
+            v = data[c][k]
             if v is None or v == "":
                 raise SplitsInputError(f"{source}: row {r}: field {quoted(c)} is empty")
             d[c] = str(v)
         rows.append(d)
-    return list(aspect_columns), rows
+    return CorpusRows(key_columns, rows, kept, account)
+
+
+def row_combos(table, aspect_columns: Sequence[str] | None = None, source: str = "corpus") -> tuple[list[str], list[dict[str, str]]]:
+    """The aspects and the per-row attribute dicts of `corpus_rows` (the rows it keeps)."""
+    found = corpus_rows(table, aspect_columns, source)
+    return found.aspects, found.rows
 
 
 def read_corpus_table(path: str | pathlib.Path):
@@ -349,10 +403,15 @@ def from_corpus(path: str | pathlib.Path, aspect_columns: Sequence[str] | None =
     table = read_corpus_table(path)
     if table.num_rows == 0:
         raise SplitsInputError(f"{path}: corpus has no rows")
-    aspects, rows = row_combos(table, aspect_columns, source=str(path))
+    found = corpus_rows(table, aspect_columns, source=str(path))
+    if not found.rows:
+        raise SplitsInputError(f"{path}: no row has aspect values that are valid UTF-8 "
+                               f"({found.account['rows_in']} rows left out)")
+    aspects, rows = found.aspects, found.rows
     values = {a: tuple(sorted({d[a] for d in rows})) for a in aspects}
     combos = sorted({tuple(d[a] for a in aspects) for d in rows},
                     key=lambda c: tuple(values[a].index(v) for a, v in zip(aspects, c)))
     uni = Universe(tuple(aspects), values, combos)
     uni.name = uni.known_dataset()
+    uni.rows = found.account
     return uni

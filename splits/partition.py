@@ -23,19 +23,40 @@ import numpy as np
 from scoring import atomic_files
 from scoring.display_names import quoted_list
 from scoring.file_names import FileNames, safe_name
-from splits.aspects import SplitsInputError, read_corpus_table, row_combos
+from splits.aspects import SplitsInputError, corpus_rows, read_corpus_table
 
 PARTS = ("train", "test_iid", "test_comp")
 
 
-def _iid_mask(keys: Sequence[str], fraction: float, seed: int) -> np.ndarray:
+def _iid_mask(keys: Sequence[str | bytes], fraction: float, seed: int) -> np.ndarray:
+    """Which rows go to the in-distribution test: sha256 of "<seed>:<key>" in UTF-8; a key given
+    as bytes (an id that is not valid UTF-8) is hashed as those bytes, never decoded."""
     if fraction <= 0:
         return np.zeros(len(keys), dtype=bool)
     out = np.empty(len(keys), dtype=bool)
     for i, key in enumerate(keys):
-        h = hashlib.sha256(f"{seed}:{key}".encode("utf-8")).digest()
+        raw = key if isinstance(key, bytes) else str(key).encode("utf-8")
+        h = hashlib.sha256(f"{seed}:".encode("utf-8") + raw).digest()
         out[i] = int.from_bytes(h[:8], "big") / 2.0**64 < fraction
     return out
+
+
+def _row_ids(table, rows: np.ndarray) -> list[str | bytes]:
+    """The `id` of each of `rows` (their position where the corpus has no `id` column): a string
+    id as its bytes (valid UTF-8 or not: it only seeds a hash), any other as its text."""
+    import pyarrow as pa
+
+    from scoring.utf8_text import binary_as_text
+
+    if "id" not in table.column_names:
+        return [str(int(r)) for r in rows]
+    ids = binary_as_text(table.column("id").take(pa.array(rows, pa.int64())))
+    if pa.types.is_dictionary(ids.type):
+        ids = ids.cast(ids.type.value_type)
+    if pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type):
+        binary = pa.large_binary() if pa.types.is_large_string(ids.type) else pa.binary()
+        return ids.cast(binary).to_pylist()  # raw bytes: nothing decoded
+    return [str(v) for v in ids.to_pylist()]
 
 
 def row_keys_of(table, aspects: Sequence[str], rows: Sequence[Mapping[str, str]], source: str) -> list[tuple[str, ...]]:
@@ -62,15 +83,14 @@ def partition_corpus(corpus: str | pathlib.Path, splits_json: Mapping[str, Any],
     aspects = list(splits_json.get("aspects") or (splits[0]["seen"][0].keys() if splits and splits[0]["seen"] else []))
     if aspect_columns is None and "attributes" not in table.column_names:
         aspect_columns = aspects
-    _, rows = row_combos(table, aspect_columns, source=str(corpus))
-    keys = row_keys_of(table, aspects, rows, str(corpus))
-    ids = table.column("id").to_pylist() if "id" in table.column_names else list(range(table.num_rows))
-    iid = _iid_mask([str(i) for i in ids], iid_fraction, seed)
+    found = corpus_rows(table, aspect_columns, source=str(corpus))  # rows whose aspect is not UTF-8: in no part
+    keys = row_keys_of(table, aspects, found.rows, str(corpus))
+    iid = _iid_mask(_row_ids(table, found.kept), iid_fraction, seed)
     protocol = (splits_json.get("signature") or {}).get("protocol", "split")
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     manifest: dict[str, Any] = {"corpus": str(corpus), "iid_fraction": iid_fraction, "seed": seed,
-                                "signature": splits_json.get("signature"), "splits": []}
+                                "signature": splits_json.get("signature"), "rows": found.account, "splits": []}
     all_combos = set(keys)
     folders = FileNames(["manifest.json"])  # the protocol comes from the splits file: a name, never a path
     for n, split in enumerate(splits):
@@ -87,7 +107,7 @@ def partition_corpus(corpus: str | pathlib.Path, splits_json: Mapping[str, Any],
         folder.mkdir(exist_ok=True)
         counts = {}
         for part in PARTS:
-            idx = np.flatnonzero(masks[part])
+            idx = found.kept[masks[part]]
             rows = table.take(idx)
             atomic_files.write_with(folder / f"{part}.parquet", lambda handle, rows=rows: pq.write_table(rows, handle))
             counts[part] = int(idx.size)

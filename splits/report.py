@@ -19,12 +19,28 @@ import numpy as np
 
 from scoring.display_names import quoted
 from scoring.text_stats import distinct_n
-from splits.aspects import SplitsInputError, read_corpus_table, row_combos
+from splits.aspects import SplitsInputError, corpus_rows, read_corpus_table
 
 
 def _mean(values) -> float | None:
     vals = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
     return float(np.mean(vals)) if vals else None
+
+
+_NOT_TEXT = object()  # a data value that is not valid UTF-8: never decoded, never equal to a gold value
+
+
+def _texts(column, name: str, not_text: dict[str, int], keep: bool = False) -> list:
+    """A data column's Python values (a prediction, a text: data, not a key); a string that is
+    not valid UTF-8 becomes None (a prediction that matches no gold value), or `_NOT_TEXT` with
+    `keep` (a text left out of Dist-3), counted in `not_text[name]`."""
+    from scoring.utf8_text import binary_as_text, text_or_bytes
+
+    values = text_or_bytes(binary_as_text(column))  # a Parquet binary column: the text it holds
+    wrong = sum(isinstance(v, bytes) for v in values)
+    if wrong:
+        not_text[name] = wrong
+    return [(_NOT_TEXT if keep else None) if isinstance(v, bytes) else v for v in values]
 
 
 def _side_stats(mask: np.ndarray, gold: Mapping[str, list], preds: Mapping[str, list], ppl, dist3) -> dict[str, Any]:
@@ -54,18 +70,21 @@ def protocol_report(corpus, splits_json: Mapping[str, Any], pred_prefix: str = "
     aspects = list(splits_json.get("aspects") or splits_json["splits"][0]["seen"][0].keys())
     if aspect_columns is None and "attributes" not in table.column_names:
         aspect_columns = aspects
-    _, rows = row_combos(table, aspect_columns, source=source)
+    found = corpus_rows(table, aspect_columns, source=source)  # a row whose aspect is not UTF-8: on no side
+    rows = found.rows
+    table = table.take(found.kept) if found.account["rows_left_out"] else table
     gold = {a: [d.get(a) for d in rows] for a in aspects}
-    preds = {}
+    preds, not_text = {}, {}
     for a in aspects:
         col = f"{pred_prefix}{a}"
         if col not in table.column_names:
             raise SplitsInputError(f"{source}: classifier-prediction column {quoted(col)} for aspect {quoted(a)} not found")
-        preds[a] = table.column(col).to_pylist()
+        preds[a] = _texts(table.column(col), col, not_text)
     ppl = table.column(perplexity_column).to_pylist() if perplexity_column in table.column_names else None
     dist3 = None
     if text_column in table.column_names:
-        dist3 = [distinct_n((t or "").split(), 3) for t in table.column(text_column).to_pylist()]
+        dist3 = [None if t is _NOT_TEXT else distinct_n((t or "").split(), 3)
+                 for t in _texts(table.column(text_column), text_column, not_text, keep=True)]
     keys = [tuple(d[a] for a in aspects) for d in rows]
     per_split = []
     for n, split in enumerate(splits_json["splits"]):
@@ -90,7 +109,8 @@ def protocol_report(corpus, splits_json: Mapping[str, Any], pred_prefix: str = "
     summary["gap"] = _mean(s["gap"] for s in per_split)
     protocol = (splits_json.get("signature") or {}).get("protocol")
     return {"protocol": protocol, "n_splits": len(per_split), "summary": summary, "splits": per_split,
-            "splits_signature": splits_json.get("signature")}
+            "splits_signature": splits_json.get("signature"), "rows": found.account,
+            **({"values_not_utf8": not_text} if not_text else {})}
 
 
 def benchmark_summary(reports: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -111,7 +131,7 @@ def benchmark_summary(reports: Mapping[str, Mapping[str, Any]]) -> dict[str, Any
 def report_markdown(report: Mapping[str, Any]) -> str:
     """The protocol's summary and per-aspect accuracies as Markdown tables (`scoring.tables`)."""
     from scoring.display_names import cut_note
-    from scoring.tables import markdown_name, markdown_table, percent, significant_figures
+    from scoring.tables import markdown_name, markdown_table, markdown_text, percent, significant_figures
 
     s = report["summary"]
     pct, num = percent, significant_figures
@@ -124,4 +144,13 @@ def report_markdown(report: Mapping[str, Any]) -> str:
         [[a, v, s["accuracy_per_aspect_comp"].get(a)] for a, v in s["accuracy_per_aspect_iid"].items()],
         formats=[None, pct, pct])
     text = f"### Protocol {markdown_name(report['protocol'])} ({report['n_splits']} splits)\n\n{summary}\n{aspects}"
+    rows = report.get("rows") or {}
+    if rows.get("rows_left_out"):  # rows whose aspect key is not valid UTF-8: on no side of any split
+        reasons = ", ".join(f"{n} {reason}" for reason, n in rows["rows_left_out"].items())
+        firsts = "".join(f"; first {reason}: {where}" for reason, where in rows.get("rows_left_out_first", {}).items())
+        text += markdown_text(f"\n{rows['rows_in'] - rows['rows_used']} of {rows['rows_in']} rows left out "
+                              f"({reasons}); {rows['rows_used']} used{firsts}") + "\n"
+    if report.get("values_not_utf8"):
+        text += markdown_text("\nValues not valid UTF-8 (a prediction counted wrong, a text left out of Dist-3): " +
+                              ", ".join(f"{name} {n}" for name, n in report["values_not_utf8"].items())) + "\n"
     return text + cut_note(text, "The `.report.json` beside this file")

@@ -271,7 +271,7 @@ def test_codi_legend_keeps_systems_cut_to_one_head_apart():
         legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     finally:
         plt.close(fig)
-    assert len(set(legend)) == 3 and all(len(t) < 100 for t in legend) and legend[2] == "human_x"
+    assert len(set(legend)) == 3 and all(len(t) <= plots.LABEL_MAX for t in legend) and legend[2] == "human_x"
 
 
 def test_two_leaderboard_refreshes_in_one_second_keep_two_history_files(tmp_path):

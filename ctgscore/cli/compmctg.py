@@ -33,7 +33,8 @@ def handle(args: argparse.Namespace) -> int:
     import pathlib
 
     import ctgscore
-    from meta_eval.compmctg import check_splits_json, markdown_section, results_table, scored_frame
+    from meta_eval.compmctg import check_splits_json, markdown_section, results_table, scored_rows
+    from meta_eval.row_account import RowAccount
     from scoring.errors import InputError
     from scoring.local_files import refuse_device
 
@@ -51,7 +52,7 @@ def handle(args: argparse.Namespace) -> int:
             raise InputError(f"--splits {dataset}={path}: cannot read it as a splits JSON (nested too deep)") from None
         except (OSError, ValueError) as exc:
             raise InputError(f"--splits {dataset}={path}: cannot read it as a splits JSON ({exc})") from None
-    frame = scored_frame(args.dump, ctgscore.load_scores(args.scores))
+    frame, rows = scored_rows(args.dump, ctgscore.load_scores(args.scores), source=str(args.scores))
     if "dataset" in frame:  # a dataset the scores do not have would make a table of dashes
         from scoring.display_names import quoted, quoted_list
 
@@ -64,6 +65,7 @@ def handle(args: argparse.Namespace) -> int:
         table = results_table(frame, splits)
     except ValueError as exc:
         raise InputError(str(exc)) from None
+    table["rows"] = rows.as_dict()
     from meta_eval.results import to_json_dict
 
     # undefined numbers as null: NaN and Infinity are not JSON
@@ -71,6 +73,7 @@ def handle(args: argparse.Namespace) -> int:
     markdown = output.with_suffix(".md")
     atomic_files.write_text(markdown, markdown_section(table))
     summary = {"ok": True, "command": "compmctg", "output": str(output), "markdown": str(markdown),
-               "datasets": {name: data["average"] for name, data in table["datasets"].items()}}
-    common.emit(args, summary, [f"compmctg: {len(splits)} splits file(s), {len(table['datasets'])} dataset(s) -> {output}, {markdown}"])
+               "datasets": {name: data["average"] for name, data in table["datasets"].items()}, "rows": rows.as_dict()}
+    common.emit(args, summary, [f"compmctg: {len(splits)} splits file(s), {len(table['datasets'])} dataset(s) -> {output}, {markdown}",
+                                *RowAccount.lines(rows.rows_used, rows.left_out, first=rows.first)])
     return 0

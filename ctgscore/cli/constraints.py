@@ -142,13 +142,25 @@ def join_scores(rows: list[dict], scores: list[dict], scores_path: str, input_pa
     return [by_id[row["id"]] for row in rows]
 
 
-def read_rows(path: str, what: str) -> list[dict]:
-    """The rows of the Parquet file or folder `path` (`what`: "input" or "scores") as dicts, each
-    with an `id` that is a string or an integer. A file that is not Parquet, a missing or
-    unusable `id` column, or a value that is not text (invalid UTF-8) is an `InputError`
-    naming the file, the column and the row, not an internal error."""
+INPUT_COLUMNS = ("id", "system", "doc_id", "constraint", "text")  # what the report reads of a row
+SCORE_COLUMNS = ("id", "codi_success", "codi_toxicity", "error", "signature")
+KEYS = ("id", "system", "doc_id")  # in precedence order: a row counts under the first that leaves it out
+
+
+def read_rows(path: str, what: str, columns=INPUT_COLUMNS, keys=KEYS):
+    """The rows of the Parquet file or folder `path` (`what`: "input" or "scores") as dicts of the
+    `columns` it has, each with an `id` that is a string or an integer, and their account
+    (`meta_eval.row_account.RowAccount`): a row whose key (`keys`: id, system, doc_id; a
+    Parquet `binary` key is read as the text it holds) is not valid UTF-8 is left out, counted
+    under "<key> key not valid UTF-8" with its first row named, never decoded with replacement
+    characters. A file that is not Parquet, a missing or unusable `id` column, or another value
+    that is not text is an `InputError` naming the file, the column and the row."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
+    from meta_eval.row_account import RowAccount, account, first_unreadable_rows, unreadable_mask, unreadable_reason
+    from scoring.display_names import quoted
+    from scoring.utf8_text import binary_as_text, table_rows
 
     try:
         table = pq.read_table(path)
@@ -156,16 +168,23 @@ def read_rows(path: str, what: str) -> list[dict]:
         raise InputError(f"{what} {path}: cannot read it as Parquet ({type(exc).__name__}: {exc})") from None
     if "id" not in table.column_names:
         raise InputError(f"{what} {path}: no 'id' column (rows are matched to their scores by id)")
+    table = table.select([name for name in columns if name in table.column_names])
+    for name in keys:
+        if name in table.column_names:
+            table = table.set_column(table.column_names.index(name), name, binary_as_text(table.column(name)))
     kind = table.schema.field("id").type
     if pa.types.is_dictionary(kind):
         kind = kind.value_type
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind)):
         raise InputError(f"{what} {path}: column 'id' has type {kind}, expected strings")
-    from scoring.display_names import quoted
-    from scoring.utf8_text import table_rows
-
-    return table_rows(table, lambda row, name: InputError(f"{what} {path}: row {row}: column {quoted(name)} "
-                                                          "is not valid UTF-8"))
+    unreadable = [(name, bad) for name in keys if name in table.column_names
+                  for bad in [unreadable_mask(table.column(name))] if bad is not None]
+    keep, rows = account(table.num_rows, [(unreadable_reason(name), bad) for name, bad in unreadable])
+    if unreadable:
+        table = table.filter(pa.array(keep))
+    found = table_rows(table, lambda row, name: InputError(f"{what} {path}: row {row}: column {quoted(name)} "
+                                                           "is not valid UTF-8"))
+    return found, RowAccount(rows.rows_in, rows.rows_used, rows.left_out, first_unreadable_rows(unreadable, str(path)))
 
 
 def handle_report(args: argparse.Namespace) -> int:
@@ -174,8 +193,10 @@ def handle_report(args: argparse.Namespace) -> int:
     common.check_input_path(args.input)
     common.check_input_path(args.scores, "scores")
     output = common.prepare_output_dir(args.output, "report folder")
-    rows = read_rows(args.input, "input")
-    scores = join_scores(rows, read_rows(args.scores, "scores"), args.scores, args.input)
+    from meta_eval.row_account import RowAccount
+
+    rows, rows_account = read_rows(args.input, "input")
+    scores = join_scores(rows, read_rows(args.scores, "scores", SCORE_COLUMNS, ("id",))[0], args.scores, args.input)
     signatures = sorted({s.get("signature") for s in scores if s.get("signature")})
     try:
         report = aggregate.aggregate(rows, scores, metric_signature="; ".join(signatures) or None,
@@ -183,8 +204,12 @@ def handle_report(args: argparse.Namespace) -> int:
                                      self_bleu_method=args.self_bleu)
     except InputError as exc:
         raise InputError(f"{args.input}: {exc}") from None
+    report["rows"] = rows_account.as_dict()
     paths = aggregate.write_report(report, output)
     files = {name: str(path) for name, path in paths.items()}
-    lines = [f"constraints report: {len(rows)} rows -> {output}"] + [f"  {name}: {path}" for name, path in files.items()]
-    common.emit(args, {"ok": True, "command": "constraints report", "output": str(output), "files": files}, lines)
+    lines = [f"constraints report: {len(rows)} rows -> {output}",
+             *RowAccount.lines(rows_account.rows_used, rows_account.left_out, first=rows_account.first),
+             *(f"  {name}: {path}" for name, path in files.items())]
+    common.emit(args, {"ok": True, "command": "constraints report", "output": str(output), "files": files,
+                       "rows": rows_account.as_dict()}, lines)
     return 0

@@ -150,6 +150,12 @@ def _handle(args: argparse.Namespace) -> int:
     lines = [f"splits: {len(result.splits)} {args.protocol} splits, max divergence {shown} -> {output}"]
     summary = {"ok": True, "command": "splits", "protocol": args.protocol, "output": str(output),
                "splits": len(result.splits), "max_divergence": best}
+    if universe.rows is not None:  # a corpus: its rows whose aspect key is not valid UTF-8 went into no split
+        from meta_eval.row_account import RowAccount
+
+        rows = universe.rows
+        lines += RowAccount.lines(rows["rows_used"], rows["rows_left_out"], first=rows.get("rows_left_out_first"))
+        summary["rows"] = rows
     if args.partition_dir:
         from splits.partition import partition_corpus
 

@@ -2,7 +2,10 @@
 when its data does not exist (the report then leaves the plot out and says why).
 
 Every label is plain text (`text_only`: no mathtext), whatever the names in the data are, and
-at most `LABEL_MAX` characters of a name are drawn (`plain`).
+a name is drawn by the one rule of `scoring.display_names` (`plain`): at most `LABEL_MAX`
+characters, a longer name (or one whose typed text reads like an escape) as head, its length and
+SHA-256 digest, tail, so no two names draw alike in a title or label, however far apart their
+difference.
 Titles name the dataset and the human aspect; heatmap cells are annotated in black or white,
 whichever contrasts with the cell colour, and the figure grows with the number of rows so every
 label stays readable.
@@ -16,7 +19,7 @@ from meta_eval.results import ChecklistBlock, GroupResult, SignificanceBlock
 
 DPI = 100
 MAX_ROWS = 40  # most metrics drawn in one plot (all of them stay in the tables and the JSON)
-LABEL_MAX = 80  # longest name drawn in a title, label or legend (`plain`)
+LABEL_MAX = 100  # longest name drawn in a title, label or legend (`plain`): the shortest cut form with a digest
 
 
 def _plt():
@@ -56,20 +59,36 @@ def natural_key(name) -> list:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(name))]
 
 
-def plain(name, width: int = LABEL_MAX) -> str:
-    """A name as one line of drawable text: control characters (NUL, line breaks) show as their
-    escapes (`scoring.tables.visible`), and a name longer than `width` characters is cut there with "…" (drawing a 200,000-character
-    title takes matplotlib minutes; the whole name stays in the JSON)."""
-    from scoring.tables import visible
+def plain(name) -> str:
+    """A name as one line of drawable text, as a table cell shows it
+    (`scoring.display_names.display_name` with `LABEL_MAX`): control characters (NUL, line
+    breaks) show as their escapes, and a name longer than `LABEL_MAX` characters, or holding
+    typed text that reads like an escape (`sys\\nA` beside `sys<newline>A`), shows as head,
+    its length and SHA-256 digest, tail; so two names never draw alike (drawing a
+    200,000-character title takes matplotlib minutes; the whole name stays in the JSON)."""
+    from scoring.display_names import display_name
 
-    text = visible(str(name)[: width + 1])
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return display_name(name, LABEL_MAX)
+
+
+def titled(name, rest: str) -> str:
+    """A plot title naming `name` (`plain`), then `rest`; a name shown cut gets a line of its own,
+    so the title fits the figure."""
+    shown = plain(name)
+    return f"{shown}:\n{rest}" if len(shown) > 60 else f"{shown}: {rest}"
+
+
+def _spaced(name) -> str:
+    """`plain(name)` after a space, or on a line of its own when it is long."""
+    shown = plain(name)
+    return f"\n{shown}" if len(shown) > 40 else f" {shown}"
 
 
 def legend_label(name) -> str:
-    """A label (already cut by `plain` or `short`) as a legend entry: matplotlib leaves out
-    entries whose label starts with `_`, so such a name gets a leading space and stays in the legend."""
-    text = plain(name, width=len(str(name)))
+    """A label (already drawable: `plain`, `short` or `tick_labels`) as a legend entry: matplotlib
+    leaves out entries whose label starts with `_`, so such a name gets a leading space and stays
+    in the legend."""
+    text = str(name)
     return " " + text if text.startswith("_") else text
 
 
@@ -169,7 +188,7 @@ def correlations(group: GroupResult):
     ax.axvline(0, color="grey", lw=0.8)
     ax.set_xlabel(f"{method} correlation ({level} level); {note}")
     ax.legend(fontsize=8, loc="best", title="human aspect", title_fontsize=8)
-    ax.set_title(f"{plain(group.name)}: metric–human correlation, every aspect")
+    ax.set_title(titled(group.name, "metric–human correlation, every aspect"))
     fig.tight_layout()
     return fig
 
@@ -199,7 +218,7 @@ def significance(group: GroupResult, block: SignificanceBlock):
         label = f"share of draws the row wins\n(significant above {1 - block.alpha:g})"
         test = f"BARTScore subsample test, {block.resamples} draws"
     fig.colorbar(image, ax=ax, label=label)
-    ax.set_title(f"{plain(group.name)}: {short(block.human, 40)}\n{block.level} level, {block.method}; {test}",
+    ax.set_title(titled(group.name, f"{plain(block.human)}\n{block.level} level, {block.method}; {test}"),
                  fontsize=10)
     fig.tight_layout()
     return fig
@@ -223,7 +242,7 @@ def checklist_system_ks(group: GroupResult, chk: ChecklistBlock):
     fig, ax = plt.subplots(figsize=(max(8, 0.45 * len(columns) + 3), 5.5))
     _grouped_bars(ax, {f"{kind} pairs": [chk.ks(kind, c) for c in columns] for kind in kinds}, columns)
     ax.set_ylabel("mean system-level KS")
-    ax.set_title(f"{plain(group.name)}: checklist system-level discrimination (KS between the systems of a pair)")
+    ax.set_title(titled(group.name, "checklist system-level discrimination (KS between the systems of a pair)"))
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -239,7 +258,7 @@ def checklist_aspect_ks(group: GroupResult, chk: ChecklistBlock, human: str):
     _grouped_bars(ax, {"Lo-Hi": [a.ks_lo_hi for a in items], "Lo-Mod": [a.ks_lo_mod for a in items],
                        "Hi-Mod": [a.ks_hi_mod for a in items]}, [a.column for a in items])
     ax.set_ylabel("KS between quality groups")
-    ax.set_title(f"{plain(group.name)}: checklist aspect-level KS, quality groups of {short(human, 40)}")
+    ax.set_title(titled(group.name, f"checklist aspect-level KS, quality groups of{_spaced(human)}"))
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -259,7 +278,7 @@ def preference_similarity(group: GroupResult, chk: ChecklistBlock, kind: str = "
     fig, ax = plt.subplots(figsize=_grid_size(len(humans), len(metrics)))
     image = _heatmap(ax, matrix, humans, metrics, "magma", 0.0, 1.0)
     fig.colorbar(image, ax=ax, label="preference similarity S")
-    ax.set_title(f"{plain(group.name)}: system-level preference similarity\nto each human aspect ({kind} pairs)",
+    ax.set_title(titled(group.name, f"system-level preference similarity\nto each human aspect ({kind} pairs)"),
                  fontsize=10)
     fig.tight_layout()
     return fig
@@ -278,7 +297,7 @@ def win_fractions(group: GroupResult, chk: ChecklistBlock, column: str):
     fig, ax = plt.subplots(figsize=_grid_size(n, n))
     image = _heatmap(ax, matrix, systems, systems, "RdBu", 0.0, 1.0)
     fig.colorbar(image, ax=ax, label="share of same-doc_id games\nthe row wins (ties count)")
-    ax.set_title(f"{plain(group.name)}: pairwise win fractions per doc_id\n{short(column, 40)}", fontsize=10)
+    ax.set_title(titled(group.name, f"pairwise win fractions per doc_id\n{plain(column)}"), fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -316,7 +335,7 @@ def leaderboard(comp):
     unit = f" (x 1e{power})" if power else ""
     ax.set_xlabel(f"{plain(comp.column)}{unit}: mean over {comp.n_units} {comp.unit} with 95% interval ({arrow})",
                   fontsize=9)
-    ax.set_title(f"{plain(comp.dataset)}: {plain(comp.column)}, significance clusters", fontsize=11)
+    ax.set_title(titled(comp.dataset, f"{plain(comp.column)}, significance clusters"), fontsize=11)
     ax.grid(axis="x", color="#eee")
     fig.tight_layout()
     return fig
