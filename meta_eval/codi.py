@@ -35,7 +35,7 @@ from scoring.codi import TASKS, rules
 from scoring.errors import InputError
 from scoring.signature import Signature, library_versions
 
-VERSION = "2"
+VERSION = "3"  # 3: rows without a system beside rows with one are left out and counted, no longer a system "default"
 SELF_BLEU_METHODS = ("nltk", "sacrebleu")
 MAX_ORDER = 4
 
@@ -237,7 +237,7 @@ def _records(rows: Sequence[dict[str, Any]], scores: Sequence[dict[str, Any]]) -
             constraint, task = None, None
         records.append(
             {
-                "system": row.get("system") or "default",
+                "system": row.get("system"),
                 "task": {"toxicity": "detoxic"}.get(task, task),
                 "context_id": (constraint or {}).get("context_id") if task else None,
                 "doc_id": row.get("doc_id"),
@@ -277,10 +277,13 @@ def aggregate(
     toxicity_threshold: float = 0.5,
     with_self_bleu: bool = True,
     self_bleu_method: str = "nltk",
+    source: str = "input",
 ) -> dict[str, Any]:
     """The report dict: per system, per task accuracy and Self-BLEU (`self_bleu_method`: "nltk",
-    CoDI-Eval's, or "sacrebleu"), the CoDI score; every number is a record carrying its signature."""
+    CoDI-Eval's, or "sacrebleu"), the CoDI score; every number is a record carrying its signature.
+    `rows` accounts for every input row (`_systems`; `source` names the input there)."""
     records = _records(rows, scores)
+    records, rows_account = _systems(records, rows, source)
     unknown = [(index, r["task"]) for index, r in enumerate(records) if r["task"] not in TASKS]
     if unknown:
         index, task = unknown[0]
@@ -336,8 +339,29 @@ def aggregate(
         "signatures": signatures,
         "systems": systems,
         "tasks": list(TASKS),
+        "rows": rows_account.as_dict(),
         "results": results,
     }
+
+
+def _systems(records: list[dict[str, Any]], rows: Sequence[dict[str, Any]], source: str):
+    """The records that have a system, and the account of every row (docs/meta_eval.md, "Rows
+    left out"): a row whose system is missing (null, blank) is left out, counted under "no
+    system" with its first row named, when other rows have one; when no row has one, all rows
+    are one system, "default"."""
+    from meta_eval.row_account import RowAccount, is_missing, no_key
+
+    missing = [is_missing(record["system"]) for record in records]
+    if all(missing):
+        return [dict(record, system="default") for record in records], RowAccount(len(records), len(records))
+    kept = [record for record, gone in zip(records, missing) if not gone]
+    if len(kept) == len(records):
+        return kept, RowAccount(len(records), len(records))
+    row = missing.index(True)
+    row_id = rows[row].get("id")
+    where = f"{source}: column 'system', row {row}" + (f" (id {row_id!r})" if row_id is not None else "")
+    reason = no_key("system")
+    return kept, RowAccount(len(records), len(kept), {reason: len(records) - len(kept)}, {reason: where})
 
 
 # ----- report files ------------------------------------------------------------------------
@@ -358,7 +382,7 @@ def markdown(report: dict[str, Any], images: Sequence[str] = ()) -> str:
         return _scaled(index.get((system, task, measure), {}).get("value"), scale)
 
     lines = ["# CoDI-Eval report", "", f"Signature: {markdown_code(report['signature'])}", "",
-             "Accuracy in %, Self-BLEU x 100 (mean over tasks).", "",
+             "Accuracy in %, Self-BLEU x 100 (mean over tasks).", "", *_left_out_lines(report),
              markdown_table(["system", *TASKS, "CoDI score", "Self-BLEU"],
                             [[s, *[value(s, t, "accuracy", 100) for t in TASKS], value(s, "all", "codi_score"),
                               value(s, "all", "self_bleu", 100)] for s in report["systems"]], digits=2)]
@@ -380,6 +404,18 @@ def markdown(report: dict[str, Any], images: Sequence[str] = ()) -> str:
         lines += ["", "## Plots", ""] + [f"![{name}]({name})" for name in images]
     text = "\n".join(lines) + "\n"
     return text + cut_note(text, "`results.json`")
+
+
+def _left_out_lines(report: dict[str, Any]) -> list[str]:
+    """The report's line on rows left out (none when none was)."""
+    from meta_eval.row_account import RowAccount
+    from scoring.tables import markdown_text
+
+    rows = report.get("rows")
+    if not rows or not rows.get("rows_left_out"):
+        return []
+    line = RowAccount(rows["rows_in"], rows["rows_used"], rows["rows_left_out"], rows.get("rows_left_out_first", {})).line()
+    return [f"**Rows {markdown_text(line)}.**", ""]
 
 
 def plot_accuracy(report: dict[str, Any], path: pathlib.Path) -> str:

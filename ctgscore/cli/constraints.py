@@ -170,6 +170,7 @@ def read_rows(path: str, what: str) -> list[dict]:
 
 def handle_report(args: argparse.Namespace) -> int:
     from meta_eval import codi as aggregate  # CoDI corpus statistics beside the other statistics
+    from meta_eval.row_account import RowAccount
 
     common.check_input_path(args.input)
     common.check_input_path(args.scores, "scores")
@@ -180,11 +181,13 @@ def handle_report(args: argparse.Namespace) -> int:
     try:
         report = aggregate.aggregate(rows, scores, metric_signature="; ".join(signatures) or None,
                                      toxicity_threshold=args.toxicity_threshold, with_self_bleu=not args.no_self_bleu,
-                                     self_bleu_method=args.self_bleu)
+                                     self_bleu_method=args.self_bleu, source=args.input)
     except InputError as exc:
         raise InputError(f"{args.input}: {exc}") from None
     paths = aggregate.write_report(report, output)
     files = {name: str(path) for name, path in paths.items()}
+    account = report["rows"]  # every row: used, or left out with its reason (docs/meta_eval.md, "Rows left out")
     lines = [f"constraints report: {len(rows)} rows -> {output}"] + [f"  {name}: {path}" for name, path in files.items()]
-    common.emit(args, {"ok": True, "command": "constraints report", "output": str(output), "files": files}, lines)
+    lines += RowAccount.lines(account["rows_used"], account["rows_left_out"], first=account.get("rows_left_out_first"))
+    common.emit(args, {"ok": True, "command": "constraints report", "output": str(output), **account, "files": files}, lines)
     return 0
