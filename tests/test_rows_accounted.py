@@ -367,6 +367,11 @@ def test_convert_a_parquet_folder_whose_shards_differ(tmp_path, cli):
     assert summary["dropped"] == {"no id": 1, "duplicate id (the first row with it is kept)": 1}
     out = pq.read_table(tmp_path / "out.parquet").to_pandas()
     assert out["id"].tolist() == ["a", "b", "c"] and out["system"].tolist() == ["s", "t", "1"]
+    # a row number of a folder names its shard and the row in it
+    assert summary["files"] == [{"file": f"{folder}/a.parquet", "first_row": 1}, {"file": f"{folder}/b.parquet", "first_row": 4}]
+    console = cli(["convert", "-i", folder, "-o", tmp_path / "out2.parquet"]).stdout
+    assert f"duplicate id (the first row with it is kept) (e.g. row 5: {folder}/b.parquet row 2)" in console
+    assert f"no id (e.g. row 3: {folder}/a.parquet row 3)" in console
 
 
 # ----- the job and the leaderboard: one small run on the shared Ray ------------------------------
