@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import ctgscore
+from scoring.errors import InputError
 
 NAN, INF = float("nan"), float("inf")
 
@@ -158,13 +159,30 @@ def test_meta_names_a_human_column_that_one_dataset_lacks(scores, tmp_path, cli)
     extra = frame[frame["dataset"] == "d1"].assign(dataset="d3", human_q=NAN)
     extra["id"] = extra["id"] + "-3"
     path = tmp_path / "s.parquet"
-    pq.write_table(pa.Table.from_pandas(pd.concat([frame, extra]), preserve_index=False), path)
+    both = pd.concat([frame, extra]).assign(note="a string where a score would be")
+    pq.write_table(pa.Table.from_pandas(both, preserve_index=False), path)
     proc = cli(["meta", "-s", path, "-o", tmp_path / "r", "--resamples", "0", "--methods", "spearman",
                 "--no-checklist", "--no-progress", "--json"])
     assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["columns_not_numeric"] == {"note": "str"}  # named, not read as scores
     groups = {g["name"]: g for g in json.loads((tmp_path / "r" / "results.json").read_text())["groups"]}
     assert groups["d3"]["humans"] == [] and "column human_q" in groups["d3"]["omitted"]
     assert groups["d3"]["rows"] == len(extra)  # the rows are counted in their group all the same
+
+
+def test_meta_and_load_scores_name_a_duplicate_id_by_file_and_row(scores, tmp_path, cli):
+    """An id twice in a scores file was named without its file or rows."""
+    frame = scores["frame"]
+    path = tmp_path / "dup.parquet"
+    pq.write_table(pa.Table.from_pandas(pd.concat([frame, frame.iloc[[3]]]), preserve_index=False), path)
+    proc = cli(["meta", "-s", path, "-o", tmp_path / "r", "--resamples", "0", "--no-progress", "--json"])
+    assert proc.returncode == 1
+    assert json.loads(proc.stdout)["error"] == \
+        f"metric run 'dup': id {frame['id'][3]!r} appears twice ({path} row 3, {path} row {len(frame)})"
+    folder = tmp_path / "nulls"
+    write_dump(folder, pa.table({"id": ["a", "b"], "m": [1.0, 2.0]}), pa.table({"id": ["c", None, None], "m": [1.0, 2.0, 3.0]}))
+    with pytest.raises(InputError, match=rf"metric run 'nulls': a null id appears twice \({folder}/b\.parquet row 1, {folder}/b\.parquet row 2\)"):
+        ctgscore.load_scores(str(folder))
 
 
 def test_compare_accounts_for_every_row(scores, tmp_path, cli):
@@ -378,7 +396,8 @@ def test_convert_a_parquet_folder_whose_shards_differ(tmp_path, cli):
 @pytest.fixture(scope="module")
 def refresh(tmp_path_factory, ray_address):
     """`ctgscore leaderboard` (the scoring job, then compare) once over a dump of defective
-    rows: two shards of different columns and a third whose `system` is integers."""
+    rows: two shards of different columns, and three bad shards (integer systems, a null id,
+    an id twice), which the job skips and names."""
     from ctgscore.testing.cli import run_cli
 
     root = tmp_path_factory.mktemp("refresh")
@@ -390,7 +409,9 @@ def refresh(tmp_path_factory, ray_address):
                            ("system", ["sA", "sB", "sA", "sA", None, "", "sA", "sA"]),
                            ("doc_id", ["d0", None, "d0", "d0", "d0", "d0", "", "d0"])):
         defective = defective.set_column(defective.schema.get_field_index(column), column, pa.array(values))
-    write_dump(root / "data", clean, defective, LEAN, pa.table({"id": ["i1"], "text": ["int"], "system": [7]}))
+    write_dump(root / "data", clean, defective, LEAN, pa.table({"id": ["i1"], "text": ["int"], "system": [7]}),
+               pa.table({"id": ["n1", None], "text": ["null id", "here"]}),  # bad shards, each named
+               pa.table({"id": ["u1", "u1"], "text": ["one id", "twice"]}))
     temp = tempfile.mkdtemp(prefix="ctgacc-", dir="/tmp")
     (root / "job.yaml").write_text("input: data\noutput: out\nmetrics:\n  - name: text_stats\nbatch_size: 8\n"
                                    "skip_bad_shards: true\nmax_error_rate: 1\n"
@@ -408,8 +429,10 @@ def test_the_job_gives_every_row_back_and_names_its_bad_shard(refresh):
     proc, root = refresh["proc"], refresh["root"]
     assert proc.returncode == 0, proc.stderr
     manifest = json.loads((root / "out" / "manifest.json").read_text())
-    (bad,) = manifest["bad_shards"]
-    assert "d.parquet" in json.dumps(bad) and "system" in json.dumps(bad)
+    bad = {entry["file"].rsplit("/", 1)[-1]: entry for entry in manifest["bad_shards"]}
+    assert sorted(bad) == ["d.parquet", "e.parquet", "f.parquet"], manifest["bad_shards"]
+    assert "'system'" in json.dumps(bad["d.parquet"]) and "null field 'id'" in json.dumps(bad["e.parquet"])
+    assert "duplicate id 'u1'" in json.dumps(bad["f.parquet"])
     run = manifest["metrics"]["text_stats"]
     assert run["rows_in"] == run["rows_out"] == refresh["rows"]
     frame = ctgscore.load_scores(str(root / "out"))
