@@ -253,6 +253,20 @@ def test_constraints_report_counts_rows_without_a_system(tmp_path, cli):
     assert "3 of 6 rows left out of every group (3 no system)" in (tmp_path / "report" / "report.md").read_text()
 
 
+def test_constraints_report_names_an_infinite_score(tmp_path, cli):
+    """NaN is a row that could not be scored (a failure, counted); an infinite success is no score
+    at all: exit 1 naming the scores row, its id and the column."""
+    constraint = json.dumps({"task": "keyword", "label": ["apple"]})
+    pq.write_table(pa.table({"id": ["k1", "k2"], "text": ["apple", "pear"], "constraint": [constraint] * 2,
+                             "system": ["A", "A"]}), tmp_path / "in.parquet")
+    pq.write_table(pa.table({"id": ["k1", "k2"], "codi_success": [1.0, INF], "error": [None, None]}),
+                   tmp_path / "scores.parquet")
+    proc = cli(["constraints", "report", "-i", tmp_path / "in.parquet", "--scores", tmp_path / "scores.parquet",
+                "-o", tmp_path / "report", "--no-self-bleu", "--json"])
+    assert proc.returncode == 1
+    assert "scores row 1 (id 'k2'): codi_success = inf is not 0 or 1" in json.loads(proc.stdout)["error"]
+
+
 def test_constraints_report_without_any_system_is_one_system(tmp_path, cli):
     constraint = json.dumps({"task": "keyword", "label": ["apple"]})
     pq.write_table(pa.table({"id": ["k1", "k2"], "text": ["apple", "pear"], "constraint": [constraint] * 2,
