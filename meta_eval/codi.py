@@ -35,7 +35,7 @@ from scoring.codi import TASKS, rules
 from scoring.errors import InputError
 from scoring.signature import Signature, library_versions
 
-VERSION = "2"
+VERSION = "3"  # 3: rows without a system beside rows with one are left out and counted, no longer a system "default"
 SELF_BLEU_METHODS = ("nltk", "sacrebleu")
 MAX_ORDER = 4
 
@@ -237,7 +237,7 @@ def _records(rows: Sequence[dict[str, Any]], scores: Sequence[dict[str, Any]]) -
             constraint, task = None, None
         records.append(
             {
-                "system": row.get("system") or "default",
+                "system": row.get("system"),
                 "task": {"toxicity": "detoxic"}.get(task, task),
                 "context_id": (constraint or {}).get("context_id") if task else None,
                 "doc_id": row.get("doc_id"),
@@ -277,17 +277,26 @@ def aggregate(
     toxicity_threshold: float = 0.5,
     with_self_bleu: bool = True,
     self_bleu_method: str = "nltk",
+    source: str = "input",
+    earlier=None,
+    positions: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """The report dict: per system, per task accuracy and Self-BLEU (`self_bleu_method`: "nltk",
-    CoDI-Eval's, or "sacrebleu"), the CoDI score; every number is a record carrying its signature."""
+    CoDI-Eval's, or "sacrebleu"), the CoDI score; every number is a record carrying its signature.
+    `rows` accounts for every input row (`_systems`; `source` names the input there), after
+    `earlier` (a `RowAccount` of rows left out before these, e.g. keys not valid UTF-8) when given;
+    `positions`: each row's position in its file, which messages name (default: its index)."""
     records = _records(rows, scores)
     unknown = [(index, r["task"]) for index, r in enumerate(records) if r["task"] not in TASKS]
     if unknown:
         index, task = unknown[0]
         row_id = rows[index].get("id")
-        where = f"row {index}" + (f" (id {row_id!r})" if row_id is not None else "")
+        where = f"row {positions[index] if positions is not None else index}" + (f" (id {row_id!r})" if row_id is not None else "")
         what = f"unknown constraint task {task!r}" if task is not None else "no constraint task"
         raise InputError(f"{where}: {what} (known: {', '.join(TASKS)}); {len(unknown)} rows like it")
+    records, rows_account = _systems(records, rows, source, positions)
+    if earlier is not None:
+        rows_account = earlier.then(rows_account)
     groups: dict[tuple[str, str], list] = defaultdict(list)
     for r in records:
         groups[(r["system"], r["task"])].append(r)
@@ -336,8 +345,30 @@ def aggregate(
         "signatures": signatures,
         "systems": systems,
         "tasks": list(TASKS),
+        "rows": rows_account.as_dict(),
         "results": results,
     }
+
+
+def _systems(records: list[dict[str, Any]], rows: Sequence[dict[str, Any]], source: str,
+             positions: Sequence[int] | None = None):
+    """The records that have a system, and the account of every row (docs/meta_eval.md, "Rows
+    left out"): a row whose system is missing (null, blank) is left out, counted under "no
+    system" with its first row named, when other rows have one; when no row has one, all rows
+    are one system, "default"."""
+    from meta_eval.row_account import RowAccount, is_missing, no_key
+
+    missing = [is_missing(record["system"]) for record in records]
+    if all(missing):
+        return [dict(record, system="default") for record in records], RowAccount(len(records), len(records))
+    kept = [record for record, gone in zip(records, missing) if not gone]
+    if len(kept) == len(records):
+        return kept, RowAccount(len(records), len(records))
+    row = missing.index(True)
+    row_id = rows[row].get("id")
+    where = f"{source}: column 'system', row {positions[row] if positions is not None else row}" + (f" (id {row_id!r})" if row_id is not None else "")
+    reason = no_key("system")
+    return kept, RowAccount(len(records), len(kept), {reason: len(records) - len(kept)}, {reason: where})
 
 
 # ----- report files ------------------------------------------------------------------------
@@ -350,7 +381,7 @@ def _scaled(value: Any, scale: float = 1.0) -> float | None:
 def markdown(report: dict[str, Any], images: Sequence[str] = ()) -> str:
     """Accuracy (%) per task, the CoDI score and Self-BLEU (x100) per system."""
     from scoring.display_names import cut_note
-    from scoring.tables import markdown_code, markdown_name, markdown_table, markdown_text
+    from scoring.tables import markdown_code, markdown_name, markdown_table
 
     index = {(r["system"], r["task"], r["measure"]): r for r in report["results"]}
 
@@ -358,7 +389,7 @@ def markdown(report: dict[str, Any], images: Sequence[str] = ()) -> str:
         return _scaled(index.get((system, task, measure), {}).get("value"), scale)
 
     lines = ["# CoDI-Eval report", "", f"Signature: {markdown_code(report['signature'])}", "",
-             "Accuracy in %, Self-BLEU x 100 (mean over tasks).", "",
+             "Accuracy in %, Self-BLEU x 100 (mean over tasks).", "", *_left_out_lines(report),
              markdown_table(["system", *TASKS, "CoDI score", "Self-BLEU"],
                             [[s, *[value(s, t, "accuracy", 100) for t in TASKS], value(s, "all", "codi_score"),
                               value(s, "all", "self_bleu", 100)] for s in report["systems"]], digits=2)]
@@ -366,13 +397,6 @@ def markdown(report: dict[str, Any], images: Sequence[str] = ()) -> str:
         lines += ["Self-BLEU x 100 per task:", "",
                   markdown_table(["system", *TASKS], [[s, *[value(s, t, "self_bleu", 100) for t in TASKS]]
                                                       for s in report["systems"]], digits=2)]
-    account = report.get("rows") or {}
-    if account.get("rows_left_out"):  # rows whose key is not valid UTF-8 (the CLI's `read_rows`)
-        from meta_eval.row_account import RowAccount
-
-        (line,) = RowAccount.lines(account["rows_used"], account["rows_left_out"], indent="",
-                                   first=account.get("rows_left_out_first"))
-        lines += [f"**Rows {markdown_text(line.removeprefix('left out: '))}.**", ""]
     errors = [r for r in report["results"] if r.get("n_errors")]
     if errors:
         lines += ["Rows that could not be scored (counted as failures):", ""]
@@ -387,6 +411,18 @@ def markdown(report: dict[str, Any], images: Sequence[str] = ()) -> str:
         lines += ["", "## Plots", ""] + [f"![{name}]({name})" for name in images]
     text = "\n".join(lines) + "\n"
     return text + cut_note(text, "`results.json`")
+
+
+def _left_out_lines(report: dict[str, Any]) -> list[str]:
+    """The report's line on rows left out (none when none was)."""
+    from meta_eval.row_account import RowAccount
+    from scoring.tables import markdown_text
+
+    rows = report.get("rows")
+    if not rows or not rows.get("rows_left_out"):
+        return []
+    line = RowAccount(rows["rows_in"], rows["rows_used"], rows["rows_left_out"], rows.get("rows_left_out_first", {})).line()
+    return [f"**Rows {markdown_text(line)}.**", ""]
 
 
 def plot_accuracy(report: dict[str, Any], path: pathlib.Path) -> str:

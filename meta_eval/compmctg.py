@@ -179,9 +179,12 @@ def averages(rows: Sequence[ProtocolRow]) -> dict[str, float | None]:
     return {"A_avg": _mean(a_values), "P_avg": _mean(p_values), "G_avg": _mean(gaps)}
 
 
-def results_table(frame, splits: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
+def results_table(frame, splits: Sequence[tuple[str, Mapping[str, Any]]], source: str = "the scores",
+                  earlier=None) -> dict[str, Any]:
     """The results table as JSON-ready data: per dataset, its protocol rows, averages and the
-    accuracy per attribute combination.
+    accuracy per attribute combination, and `rows`, where every row of the frame went
+    (`row_account`; `source` names the scores there), after `earlier` (`scored_rows`' account of
+    the rows that never reached the frame) when given.
     `splits` pairs a dataset name (rows with that `dataset`, or all rows when the frame has
     no dataset column) with a splits JSON."""
     datasets: dict[str, list[ProtocolRow]] = {}
@@ -199,7 +202,71 @@ def results_table(frame, splits: Sequence[tuple[str, Mapping[str, Any]]]) -> dic
         out[dataset] = {"protocols": [asdict(r) for r in rows if r.protocol != "fewshot"], "fewshot": few,
                         "average": averages([r for r in rows if r.protocol in AVERAGED]),
                         "per_combination": combinations.get(dataset, [])}
-    return {"datasets": out}
+    rows = row_account(frame, splits, source)
+    return {"datasets": out, "rows": (earlier.then(rows) if earlier is not None else rows).as_dict()}
+
+
+NO_DATASET_SPLITS = "dataset not given --splits"
+NO_ATTRIBUTES = "no attributes in the dump"
+NO_SPLIT = "combination in no split"
+
+
+def row_account(frame, splits: Sequence[tuple[str, Mapping[str, Any]]], source: str = "the scores"):
+    """Every scored row used, or left out under its first reason (docs/meta_eval.md, "Rows left
+    out"; `meta_eval.row_account`): `no dataset` (a missing key, when other rows have one), a
+    dataset no `--splits` names, no attributes in the dump for an aspect of its splits (an id
+    the dump does not have), a combination on no side of any split of its dataset. The first
+    row of each reason is named by its id. A used row is on some side of some split; a null or
+    infinite score then leaves it out of that score's means only (`infinite_left_out`)."""
+    import numpy as np
+
+    from meta_eval.row_account import RowAccount, missing_mask, no_key
+
+    rows = len(frame)
+    by_dataset: dict[str, list] = {}
+    for dataset, splits_json in splits:
+        aspects = _splits_aspects(splits_json)
+        sides = {tuple(str(c[a]) for a in aspects) for split in splits_json["splits"] for side in ("seen", "unseen")
+                 for c in split[side]}
+        by_dataset.setdefault(dataset, []).append((aspects, sides))
+    if "dataset" in frame:
+        no_dataset = missing_mask(frame["dataset"])
+        keys = [None if gone else str(value) for value, gone in zip(frame["dataset"].tolist(), no_dataset)]
+    else:
+        no_dataset = np.zeros(rows, bool)
+        keys = [None] * rows
+    everything = [entry for entries in by_dataset.values() for entry in entries]
+    columns = {a: frame[ATTR_PREFIX + a].tolist() for entries in by_dataset.values() for aspects, _ in entries
+               for a in aspects if ATTR_PREFIX + a in frame}
+    unnamed, no_attributes, no_split = (np.zeros(rows, bool) for _ in range(3))
+    for row, key in enumerate(keys):
+        if no_dataset[row]:
+            continue
+        entries = by_dataset.get(key) if key is not None else everything
+        if not entries:
+            unnamed[row] = True
+            continue
+        combos = []
+        for aspects, sides in entries:
+            values = [columns[a][row] if a in columns else None for a in aspects]
+            if not any(missing_mask(values)):
+                combos.append(tuple(str(v) for v in values) in sides)
+        if not combos:
+            no_attributes[row] = True
+        elif not any(combos):
+            no_split[row] = True
+    checks = [(no_key("dataset"), no_dataset), (NO_DATASET_SPLITS, unnamed), (NO_ATTRIBUTES, no_attributes),
+              (NO_SPLIT, no_split)]
+    left_out, first, taken = {}, {}, np.zeros(rows, bool)
+    ids = frame["id"].tolist() if "id" in frame else None
+    for reason, mask in checks:
+        hit = mask & ~taken
+        if hit.any():
+            left_out[reason] = int(hit.sum())
+            row = int(np.flatnonzero(hit)[0])
+            first[reason] = f"{source}: " + (f"id {quoted(ids[row])}" if ids is not None else f"row {row}")
+            taken |= hit
+    return RowAccount(rows, rows - int(taken.sum()), left_out, first)
 
 
 def per_combination(frame, aspects: Sequence[str]) -> list[dict[str, Any]]:
@@ -331,12 +398,13 @@ def markdown_section(table: Mapping[str, Any]) -> str:
             formats=[None, None, pct, pct, pct, num, num]).rstrip("\n")]
         avg = data["average"]
         lines += ["", f"Average: A_avg {fmt(avg['A_avg'])} %, G_avg {fmt(avg['G_avg'])} %, P_avg {fmt(avg['P_avg'], False)}.", ""]
-    rows = table.get("rows") or {}
-    if rows.get("rows_left_out"):  # score rows whose key is not valid UTF-8 (`scored_rows`)
+    account = table.get("rows")
+    if account and account["rows_left_out"]:
         from meta_eval.row_account import RowAccount
         from scoring.tables import markdown_text
 
-        (line,) = RowAccount.lines(rows["rows_used"], rows["rows_left_out"], indent="", first=rows.get("rows_left_out_first"))
-        lines += [f"**Rows {markdown_text(line.removeprefix('left out: '))}.**", ""]
+        line = RowAccount(account["rows_in"], account["rows_used"], account["rows_left_out"],
+                          account.get("rows_left_out_first", {})).line()
+        lines += [f"**Rows {markdown_text(line)}.**", ""]
     text = "\n".join(lines)
     return text + cut_note(text, "The JSON table beside this file")

@@ -102,6 +102,16 @@ class RowAccount:
         account = cls(rows_used + sum(left_out.values()), rows_used, dict(left_out), dict(first or {}))
         return [f"{indent}left out: {account.line()}"]
 
+    def then(self, later: "RowAccount") -> "RowAccount":
+        """This account followed by `later`, an account of the rows this one used: rows in are
+        this one's, rows used `later`'s, rows left out (and first rows) both, this one's first."""
+        if later.rows_in != self.rows_used:
+            raise ValueError(f"row accounts do not chain: {later.rows_in} in after {self.rows_used} used")
+        left_out = dict(self.left_out)
+        for reason, rows in later.left_out.items():
+            left_out[reason] = left_out.get(reason, 0) + rows
+        return RowAccount(self.rows_in, later.rows_used, left_out, {**later.first, **self.first})
+
     def as_dict(self) -> dict:
         """rows_in, rows_used, rows_left_out (reason -> rows) and, where a reason names its first
         row, rows_left_out_first (reason -> where)."""

@@ -274,8 +274,14 @@ def read_run(fs, run: RunFiles) -> Run:
     duplicated = frame[schema.ID].duplicated()
     by_shard = False
     if duplicated.any():
-        if row_shards is None:
-            raise InputError(f"metric run {run.name!r}: id {frame.loc[duplicated, schema.ID].iloc[0]!r} appears twice")
+        if row_shards is None:  # named by file and row, both times
+            value = frame.loc[duplicated, schema.ID].iloc[0]
+            same = (frame[schema.ID].isna() if pd.isna(value) else frame[schema.ID] == value).to_numpy()
+            starts = np.cumsum([0] + [len(part) for part in parts])
+            at = [(int(np.searchsorted(starts, row, "right")) - 1, int(row)) for row in np.flatnonzero(same)[:2]]
+            where = ", ".join(f"{run.files[k]} row {row - starts[k]}" for k, row in at)
+            what = "a null id" if pd.isna(value) else f"id {value!r}"
+            raise InputError(f"metric run {run.name!r}: {what} appears twice ({where})")
         keys = pd.DataFrame({schema.ID: frame[schema.ID].to_numpy(), SHARD: row_shards})
         twice = keys.duplicated()
         if twice.any():

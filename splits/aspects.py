@@ -398,12 +398,32 @@ def read_corpus_table(path: str | pathlib.Path):
         raise SplitsInputError(f"{path}: cannot read Parquet ({exc})") from None
 
 
+def _in_its_file(error: SplitsInputError, path, aspect_columns) -> SplitsInputError:
+    """For a folder corpus, the same error named by the shard that holds the row and the row's
+    number in it (a row number of the shards joined names no file); `error` itself when the
+    shards read one by one raise none."""
+    import pyarrow.parquet as pq
+
+    if not pathlib.Path(path).is_dir() or getattr(error, "missing_columns", None):
+        return error
+    for file in pq.ParquetDataset(str(path)).files:
+        try:
+            row_combos(pq.read_table(file), aspect_columns, source=file)
+        except SplitsInputError as exc:
+            if str(exc).startswith(f"{file}: row "):  # the row's own error, not one of a shard's columns alone
+                return exc
+    return error
+
+
 def from_corpus(path: str | pathlib.Path, aspect_columns: Sequence[str] | None = None) -> Universe:
     """Universe of the combinations that occur in a corpus (values sorted per aspect)."""
     table = read_corpus_table(path)
     if table.num_rows == 0:
         raise SplitsInputError(f"{path}: corpus has no rows")
-    found = corpus_rows(table, aspect_columns, source=str(path))
+    try:
+        found = corpus_rows(table, aspect_columns, source=str(path))
+    except SplitsInputError as exc:
+        raise _in_its_file(exc, path, aspect_columns) from None
     if not found.rows:
         raise SplitsInputError(f"{path}: no row has aspect values that are valid UTF-8 "
                                f"({found.account['rows_in']} rows left out)")

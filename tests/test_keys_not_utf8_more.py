@@ -19,6 +19,11 @@ from scoring.codi import TASKS
 BAD = b"\xff\xfe"
 
 
+def account_of(summary: dict) -> dict:
+    """The row account a command's --json summary gives, flat as every command gives it."""
+    return {key: value for key, value in summary.items() if key.startswith("rows_")}
+
+
 def text_column(values, bad_rows=(), kind="string"):
     """`values` as an Arrow column of `kind` ("string" or "binary"), the rows in `bad_rows` holding BAD."""
     raw = [None if v is None else str(v).encode() for v in values]
@@ -77,17 +82,35 @@ def test_constraints_report_leaves_the_bad_row_out_and_reports_the_others_alike(
     reason = f"{key} key not valid UTF-8"
     where = f"{dirty_rows}: column '{key}', row {bad_row}"
     summary = json.loads(got.stdout)
-    assert summary["rows"] == {"rows_in": len(rows["id"]), "rows_used": len(rows["id"]) - 1,
+    assert account_of(summary) == {"rows_in": len(rows["id"]), "rows_used": len(rows["id"]) - 1,
                                "rows_left_out": {reason: 1}, "rows_left_out_first": {reason: where}}
     results = json.loads((tmp_path / "dirty" / "results.json").read_text())
     reference = json.loads((tmp_path / "clean" / "results.json").read_text())
     assert results["results"] == reference["results"] and results["systems"] == ["bad", "good"]
-    assert results["rows"] == summary["rows"]
+    assert results["rows"] == account_of(summary)
     report = (tmp_path / "dirty" / "report.md").read_text()
     assert f"1 of {len(rows['id'])} rows left out of every group (1 {reason})" in report and "\ufffd" not in report
     plain = cli(["constraints", "report", "-i", dirty_rows, "-o", tmp_path / "again", *args[:-1]])
     assert f"  left out: 1 of {len(rows['id'])} rows left out of every group (1 {reason}); " \
            f"{len(rows['id']) - 1} used; first {reason}: {where}" in plain.stdout.splitlines()
+
+
+def test_constraints_report_chains_both_accounts_and_names_rows_by_their_place_in_the_file(tmp_path, cli):
+    """A system not valid UTF-8 (row 2) and a missing system (row 5): both counted in one account,
+    the missing one named at its row of the file, not of the rows kept."""
+    rows, scores = codi_rows()
+    rows["system"][5] = None
+    dirty_rows = write_codi(tmp_path / "dirty.parquet", rows, {"system": (2,)})
+    score_file = write_codi(tmp_path / "scores.parquet", scores)
+    got = cli(["constraints", "report", "-i", dirty_rows, "-o", tmp_path / "out", "--scores", score_file,
+               "--no-self-bleu", "--json"])
+    assert got.returncode == 0, got.stderr
+    summary = json.loads(got.stdout)
+    n = len(rows["id"])
+    assert summary["rows_left_out"] == {"system key not valid UTF-8": 1, "no system": 1}
+    assert (summary["rows_in"], summary["rows_used"]) == (n, n - 2)
+    assert summary["rows_left_out_first"]["no system"].startswith(f"{dirty_rows}: column 'system', row 5 ")
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["rows"] == account_of(summary)
 
 
 def test_constraints_report_ignores_columns_it_does_not_read_and_still_refuses_bad_text(tmp_path, cli):
@@ -159,7 +182,7 @@ def test_splits_of_a_corpus_leave_the_bad_row_out_of_splits_partitions_and_repor
             summary = json.loads(got.stdout)
     n = len(cols["id"])
     account = {"rows_in": n, "rows_used": n - 1, "rows_left_out": {reason: 1}, "rows_left_out_first": {reason: where}}
-    assert summary["rows"] == account
+    assert account_of(summary) == account
     splits = [json.loads((tmp_path / f"{name}.json").read_text()) for name in ("dirty", "clean")]
     assert splits[0]["splits"] == splits[1]["splits"]
     manifests = [json.loads((tmp_path / f"{name}-parts" / "manifest.json").read_text()) for name in ("dirty", "clean")]
@@ -188,7 +211,7 @@ def test_splits_data_columns_not_utf8_keep_their_rows(tmp_path, cli):
     got = cli(["splits", "--corpus", dirty, "--protocol", "holdout", "-o", tmp_path / "s.json",
                "--partition-dir", tmp_path / "parts", "--report", "--json"])
     assert got.returncode == 0, got.stderr
-    assert json.loads(got.stdout)["rows"]["rows_left_out"] == {}
+    assert json.loads(got.stdout)["rows_left_out"] == {}
     manifest = json.loads((tmp_path / "parts" / "manifest.json").read_text())
     assert all(sum(s["rows"].values()) == len(cols["id"]) for s in manifest["splits"])
     report = json.loads((tmp_path / "s.report.json").read_text())
@@ -331,7 +354,7 @@ def test_compmctg_leaves_the_bad_row_out_and_tabulates_the_others_alike(tmp_path
     got, want = (json.loads((folder / "table.json").read_text()) for folder in (dirty, clean))
     assert got["datasets"] == want["datasets"]
     assert got["rows"]["rows_left_out"] == {reason: 1} and (got["rows"]["rows_in"], got["rows"]["rows_used"]) == (16, 15)
-    assert summary["rows"] == got["rows"]
+    assert account_of(summary) == got["rows"]
     side = "dump" if where.startswith("dump") else "scores"
     assert next(iter(got["rows"]["rows_left_out_first"].values())).startswith(str(dirty / f"{side}.parquet"))
     assert f"1 of 16 rows left out of every group (1 {reason})" in (dirty / "table.md").read_text()

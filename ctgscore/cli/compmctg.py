@@ -62,18 +62,20 @@ def handle(args: argparse.Namespace) -> int:
                 raise UsageError(f"--splits {quoted(dataset)}=...: scores {args.scores} have no rows of dataset "
                                  f"{quoted(dataset)} (datasets: {quoted_list(present)})")
     try:
-        table = results_table(frame, splits)
+        table = results_table(frame, splits, source=str(args.scores), earlier=rows)
     except ValueError as exc:
         raise InputError(str(exc)) from None
-    table["rows"] = rows.as_dict()
     from meta_eval.results import to_json_dict
 
     # undefined numbers as null: NaN and Infinity are not JSON
     atomic_files.write_text(output, json.dumps(to_json_dict(table), indent=1, default=str, allow_nan=False) + "\n")
     markdown = output.with_suffix(".md")
     atomic_files.write_text(markdown, markdown_section(table))
+
+    account = table["rows"]  # every scored row: used, or left out with its reason (docs/meta_eval.md, "Rows left out")
     summary = {"ok": True, "command": "compmctg", "output": str(output), "markdown": str(markdown),
-               "datasets": {name: data["average"] for name, data in table["datasets"].items()}, "rows": rows.as_dict()}
-    common.emit(args, summary, [f"compmctg: {len(splits)} splits file(s), {len(table['datasets'])} dataset(s) -> {output}, {markdown}",
-                                *RowAccount.lines(rows.rows_used, rows.left_out, first=rows.first)])
+               "datasets": {name: data["average"] for name, data in table["datasets"].items()}, **account}
+    lines = [f"compmctg: {len(splits)} splits file(s), {len(table['datasets'])} dataset(s) -> {output}, {markdown}"]
+    lines += RowAccount.lines(account["rows_used"], account["rows_left_out"], first=account.get("rows_left_out_first"))
+    common.emit(args, summary, lines)
     return 0

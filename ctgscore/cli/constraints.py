@@ -153,8 +153,10 @@ def read_rows(path: str, what: str, columns=INPUT_COLUMNS, keys=KEYS):
     (`meta_eval.row_account.RowAccount`): a row whose key (`keys`: id, system, doc_id; a
     Parquet `binary` key is read as the text it holds) is not valid UTF-8 is left out, counted
     under "<key> key not valid UTF-8" with its first row named, never decoded with replacement
-    characters. A file that is not Parquet, a missing or unusable `id` column, or another value
-    that is not text is an `InputError` naming the file, the column and the row."""
+    characters; the third value gives each returned row's position in the file. A file that is
+    not Parquet, a missing or unusable `id` column, or another value that is not text is an
+    `InputError` naming the file, the column and the row."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -184,32 +186,32 @@ def read_rows(path: str, what: str, columns=INPUT_COLUMNS, keys=KEYS):
         table = table.filter(pa.array(keep))
     found = table_rows(table, lambda row, name: InputError(f"{what} {path}: row {row}: column {quoted(name)} "
                                                            "is not valid UTF-8"))
-    return found, RowAccount(rows.rows_in, rows.rows_used, rows.left_out, first_unreadable_rows(unreadable, str(path)))
+    positions = [int(row) for row in np.flatnonzero(keep)]
+    return found, RowAccount(rows.rows_in, rows.rows_used, rows.left_out, first_unreadable_rows(unreadable, str(path))), positions
 
 
 def handle_report(args: argparse.Namespace) -> int:
     from meta_eval import codi as aggregate  # CoDI corpus statistics beside the other statistics
+    from meta_eval.row_account import RowAccount
 
     common.check_input_path(args.input)
     common.check_input_path(args.scores, "scores")
     output = common.prepare_output_dir(args.output, "report folder")
-    from meta_eval.row_account import RowAccount
 
-    rows, rows_account = read_rows(args.input, "input")
+    rows, rows_account, positions = read_rows(args.input, "input")
     scores = join_scores(rows, read_rows(args.scores, "scores", SCORE_COLUMNS, ("id",))[0], args.scores, args.input)
     signatures = sorted({s.get("signature") for s in scores if s.get("signature")})
     try:
         report = aggregate.aggregate(rows, scores, metric_signature="; ".join(signatures) or None,
                                      toxicity_threshold=args.toxicity_threshold, with_self_bleu=not args.no_self_bleu,
-                                     self_bleu_method=args.self_bleu)
+                                     self_bleu_method=args.self_bleu, source=args.input,
+                                     earlier=rows_account, positions=positions)
     except InputError as exc:
         raise InputError(f"{args.input}: {exc}") from None
-    report["rows"] = rows_account.as_dict()
     paths = aggregate.write_report(report, output)
     files = {name: str(path) for name, path in paths.items()}
-    lines = [f"constraints report: {len(rows)} rows -> {output}",
-             *RowAccount.lines(rows_account.rows_used, rows_account.left_out, first=rows_account.first),
-             *(f"  {name}: {path}" for name, path in files.items())]
-    common.emit(args, {"ok": True, "command": "constraints report", "output": str(output), "files": files,
-                       "rows": rows_account.as_dict()}, lines)
+    account = report["rows"]  # every row: used, or left out with its reason (docs/meta_eval.md, "Rows left out")
+    lines = [f"constraints report: {len(rows)} rows -> {output}"] + [f"  {name}: {path}" for name, path in files.items()]
+    lines += RowAccount.lines(account["rows_used"], account["rows_left_out"], first=account.get("rows_left_out_first"))
+    common.emit(args, {"ok": True, "command": "constraints report", "output": str(output), **account, "files": files}, lines)
     return 0

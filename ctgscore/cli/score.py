@@ -36,25 +36,81 @@ def read_input(path: str):
     """The input Parquet (a file, or a folder's shards in path order) as one Arrow table; an
     unreadable file is an `InputError` naming it (an inflating one is refused before, by
     `check_inflation`). A column of Arrow type null (pandas writes an all-None column so) takes
-    its canonical type, so a shard where it is all null joins the others (`schema.typed_nulls`)."""
+    its canonical type, so a shard where it is all null joins the others (`schema.typed_nulls`).
+    Of a folder, each shard is checked on its own first (`check_shard`), so an error names the
+    shard and its own row, never a row number of the shards joined: a carried column of another
+    type, a bad id, a column whose type differs from the shards before it, an id in two shards."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from scoring.schema import typed_nulls
 
     common.check_input_path(path)
+    files = input_files(path)
     tables = []
-    for file in input_files(path):
+    for file in files:
         try:
             tables.append(typed_nulls(pq.read_table(file)))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise InputError(f"input {file}: cannot read it as Parquet ({exc})") from None
     if not tables:
         raise InputError(f"input {path}: no Parquet shard in it (*.parquet)")
+    if len(tables) > 1:
+        for file, table in zip(files, tables):
+            check_shard(table, file)
     try:
-        return pa.concat_tables(tables, promote_options="permissive")
+        joined = pa.concat_tables(tables, promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-        raise InputError(f"input {path}: its shards' columns do not agree ({exc})") from None
+        raise InputError(_disagreeing_shard(tables, files) or f"input {path}: its shards' columns do not agree ({exc})") from None
+    if len(tables) > 1:
+        _check_ids_across(tables, files)
+    return joined
+
+
+def check_shard(table, file: str) -> None:
+    """One shard of a folder: its `id` column present and usable (`schema.id_problem`, rows
+    counted in this shard) and its carried columns of their canonical types; an `InputError`
+    naming the shard otherwise."""
+    from scoring import schema
+
+    if schema.ID not in table.column_names:
+        raise InputError(f"input {file}: no column 'id' (every shard needs one)")
+    wrong = schema.wrong_type([n for n in table.column_names if n == schema.ID or schema.is_carried(n)], table.schema)
+    if wrong is not None:
+        raise InputError(f"input {file}: column {wrong[0]!r} is {wrong[1]}, expected {wrong[2]}")
+    reason = schema.id_problem(table.column(schema.ID).combine_chunks())
+    if reason is not None:
+        raise InputError(f"input {file}: {reason}")
+
+
+def _disagreeing_shard(tables, files) -> str | None:
+    """The first shard whose columns cannot join those of the shards before it, named with the
+    column and both types (None when each joins: the caller keeps Arrow's own message)."""
+    import pyarrow as pa
+
+    merged = tables[0].schema
+    for file, table in zip(files[1:], tables[1:]):
+        try:
+            merged = pa.unify_schemas([merged, table.schema], promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            clash = [f"{name!r} is {table.schema.field(name).type} here, {merged.field(name).type} in {files[0]}"
+                     + (" or a later shard" if len(files) > 2 else "")
+                     for name in table.schema.names if name in merged.names and table.schema.field(name).type != merged.field(name).type]
+            return f"input {file}: column {clash[0] if clash else exc} (the shards of a folder must agree)"
+    return None
+
+
+def _check_ids_across(tables, files) -> None:
+    """An id in two shards of a folder: an `InputError` naming both shards and rows (one output
+    file holds one row per id; the job keeps both rows, keyed by shard)."""
+    first: dict[str, tuple[str, int]] = {}
+    for file, table in zip(files, tables):
+        for row, value in enumerate(table.column("id").to_pylist()):
+            if value in first:
+                where, at = first[value]
+                raise InputError(f"input {file}: row {row}: duplicate id {value!r}, also row {at} of {where} "
+                                 "(ids must be unique; `ctgscore run` keeps one id in several shards apart)")
+            first[value] = (file, row)
 
 
 def input_files(path: str) -> list[str]:

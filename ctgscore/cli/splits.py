@@ -155,7 +155,7 @@ def _handle(args: argparse.Namespace) -> int:
 
         rows = universe.rows
         lines += RowAccount.lines(rows["rows_used"], rows["rows_left_out"], first=rows.get("rows_left_out_first"))
-        summary["rows"] = rows
+        summary.update(rows)  # flat, as every command's --json gives its account
     if args.partition_dir:
         from splits.partition import partition_corpus
 

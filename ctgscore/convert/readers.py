@@ -287,7 +287,8 @@ def iter_parquet(path: str | pathlib.Path, report: ConversionReport, batch_rows:
     """(row number, record, bytes) for every row of a Parquet file or folder (e.g. a dump with
     its own column names or types, to be mapped onto the canonical ones), read `batch_rows`
     rows at a time (a folder as `pq.read_table` reads it: hive partitions, hidden files left
-    out)."""
+    out). Of a folder, rows are numbered across its shards in order, and `report.files` says
+    where each shard's rows start."""
     import pyarrow as pa
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
@@ -297,19 +298,22 @@ def iter_parquet(path: str | pathlib.Path, report: ConversionReport, batch_rows:
     failures = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OSError)
     try:
         if pathlib.Path(_readable(path)).is_file():
-            batches = pq.ParquetFile(_readable(path)).iter_batches(batch_size=batch_rows)
-        else:
-            batches = ds.dataset(str(path), format="parquet", partitioning="hive").to_batches(batch_size=batch_rows)
+            batches = ((batch, None) for batch in pq.ParquetFile(_readable(path)).iter_batches(batch_size=batch_rows))
+        else:  # each batch with its shard, so that a row number names its file (`ConversionReport.files`)
+            scanner = ds.dataset(str(path), format="parquet", partitioning="hive").scanner(batch_size=batch_rows)
+            batches = ((tagged.record_batch, tagged.fragment.path) for tagged in scanner.scan_batches())
     except failures as exc:
         raise InputError(f"{path}: cannot read it as Parquet ({exc})") from None
     number = 0
     while True:
         try:
-            batch = next(batches)
+            batch, shard = next(batches)
         except StopIteration:
             break
         except failures as exc:
             raise InputError(f"{path}: cannot read it as Parquet ({exc})") from None
+        if shard is not None and (not report.files or report.files[-1]["file"] != shard):
+            report.files.append({"file": shard, "first_row": number + 1})
         table = pa.Table.from_batches([batch])
         size = max(table.nbytes // max(table.num_rows, 1), 1)
         rows, errors = schema.rows_from_table(table)

@@ -22,6 +22,7 @@ class ConversionReport:
     ignored_fields: list[str] = field(default_factory=list)
     columns: list[str] = field(default_factory=list)
     output: str | None = None
+    files: list[dict] = field(default_factory=list)  # a Parquet folder's shards: {"file", "first_row"}, in row order
 
     def drop(self, reason: str, row_number: int) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
@@ -35,16 +36,27 @@ class ConversionReport:
         if len(examples) < MAX_EXAMPLES:
             examples.append(row_number)
 
+    def where(self, row_number: int) -> str:
+        """`row N`, and of a Parquet folder the shard that holds it and the row in it (1-based)."""
+        shards = [shard for shard in self.files if shard["first_row"] <= row_number]
+        if not shards:
+            return f"row {row_number}"
+        shard = shards[-1]
+        return f"row {row_number}: {shard['file']} row {row_number - shard['first_row'] + 1}"
+
+    def _rows(self, numbers: list[int]) -> str:
+        if not self.files:
+            return "row " + ", ".join(map(str, numbers))
+        return ", ".join(map(self.where, numbers))
+
     def lines(self) -> list[str]:
         out = [f"convert: {self.rows_read} rows read from {', '.join(self.inputs)} ({self.format}), "
                f"{self.rows_written} written" + (f" -> {self.output}" if self.output else "")]
         out.append(f"  columns: {', '.join(self.columns)}")
         for reason, count in sorted(self.dropped.items(), key=lambda item: -item[1]):
-            rows = ", ".join(map(str, self.examples.get(reason, [])))
-            out.append(f"  dropped {count}: {reason} (e.g. row {rows})")
+            out.append(f"  dropped {count}: {reason} (e.g. {self._rows(self.examples.get(reason, []))})")
         for reason, count in sorted(self.warnings.items(), key=lambda item: -item[1]):
-            rows = ", ".join(map(str, self.warning_examples.get(reason, [])))
-            out.append(f"  warning, {count} row(s) kept: {reason} (e.g. row {rows})")
+            out.append(f"  warning, {count} row(s) kept: {reason} (e.g. {self._rows(self.warning_examples.get(reason, []))})")
         if self.ignored_fields:
             out.append(f"  fields left out (not canonical, not mapped): {', '.join(self.ignored_fields)}")
         return out
