@@ -25,3 +25,28 @@ def test_stop_group_removes_its_cluster_dir_under_tmp_whatever_tmpdir_says(tmp_p
         assert not marker.exists()
     finally:
         shutil.rmtree(marker, ignore_errors=True)
+
+
+FRESH_CLONE_EXAMPLES = ("demo.yaml", "sample_local.yaml")  # the job configs a newcomer runs locally (README)
+
+
+def test_the_local_examples_fit_the_ray_they_start_on_one_core(repo_root, monkeypatch):
+    """`make demo` and `ctgscore run examples/sample_local.yaml` on one core (or in a container
+    limited to one CPU): the local Ray they start has `ray.num_cpus` logical CPUs, else as many
+    as Ray detects, and their pools must leave half a CPU to Ray Data's reads, or the job
+    refuses to start (`check_pool_fits`; the demo's five pools of 0.2 CPU did on one CPU)."""
+    import types
+
+    import ray
+
+    from ray_jobs.config import load_config, metric_pool
+    from ray_jobs.job.cluster import check_pool_fits
+
+    local = types.SimpleNamespace(local=True)
+    for name in FRESH_CLONE_EXAMPLES:
+        config = load_config(str(repo_root / "examples" / name))
+        assert config.ray.address is None and not config.input.startswith("s3://"), name
+        pools = [metric_pool(config, spec) for spec in config.metrics]
+        cpus = float(config.ray.num_cpus or 1)  # a one-core machine: Ray counts one CPU
+        monkeypatch.setattr(ray, "cluster_resources", lambda cpus=cpus: {"CPU": cpus})
+        check_pool_fits(pools, local)  # raises ConfigError when the pools leave no room to read
