@@ -8,6 +8,8 @@ import shutil
 import subprocess
 import tempfile
 
+import pytest
+
 from tests.job_support import stop_group
 
 
@@ -50,3 +52,17 @@ def test_the_local_examples_fit_the_ray_they_start_on_one_core(repo_root, monkey
         cpus = float(config.ray.num_cpus or 1)  # a one-core machine: Ray counts one CPU
         monkeypatch.setattr(ray, "cluster_resources", lambda cpus=cpus: {"CPU": cpus})
         check_pool_fits(pools, local)  # raises ConfigError when the pools leave no room to read
+
+
+def test_the_browser_starts_under_a_deep_tmpdir(tmp_path, monkeypatch):
+    """Headless Chromium under a $TMPDIR over 120 bytes long, where a Unix socket would pass
+    107 bytes: the report and leaderboard pages still render (Chromium stopped at start with
+    "Socket path too long", and every browser test with it)."""
+    browser = pytest.importorskip("tests.browser")
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setenv("TMPDIR", str(deep))
+    page = tmp_path / "page.html"
+    page.write_text("<!doctype html><title>deep</title><h1 id='top'>ok</h1><a href='#top'>top</a>")
+    rendered, _ = browser.render(page, width=400, height=300)
+    assert rendered.title == "deep" and rendered.anchors == [{"href": "#top", "text": "top", "target_exists": True}]
