@@ -8,6 +8,7 @@ HTML text.
 
 from __future__ import annotations
 
+import os
 import pathlib
 import shutil
 from dataclasses import dataclass, field
@@ -29,6 +30,14 @@ def chromium_path() -> str:
     if not path:
         raise RuntimeError("headless Chromium is missing: run scripts/install_browser.sh (as root)")
     return path
+
+
+def chromium_env() -> dict[str, str]:
+    """The browser's environment: this process's, with TMPDIR at /tmp. Chromium makes its
+    `SingletonSocket` in a folder under $TMPDIR, and a deep one (as some CI runners set) puts
+    that path past the 107 bytes a Unix socket may have: Chromium then stops at start ("Socket
+    path too long"). The tests keep Ray's sockets under /tmp for the same reason."""
+    return {**os.environ, "TMPDIR": "/tmp"}
 
 
 @dataclass
@@ -61,7 +70,7 @@ def render(html_path: pathlib.Path, width: int = 1280, height: int = 900,
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS)
+        browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS, env=chromium_env())
         try:
             page = browser.new_page(viewport={"width": width, "height": height})
             page.goto(pathlib.Path(html_path).resolve().as_uri(), wait_until="load")

@@ -282,7 +282,7 @@ def stop_group(process: subprocess.Popen, marker: str | None = None, grace: floa
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        if marker.startswith(tempfile.gettempdir() + "/"):
+        if marker.startswith((tempfile.gettempdir() + "/", "/tmp/")):  # the clusters' dirs are under /tmp whatever $TMPDIR is
             shutil.rmtree(marker, ignore_errors=True)  # the cluster's own temp dir
 
 

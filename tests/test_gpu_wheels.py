@@ -3,8 +3,12 @@
 import re
 from pathlib import Path
 
-import tomllib
 from packaging.requirements import Requirement
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10 (pyproject's requires-python): pytest's own TOML reader
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 

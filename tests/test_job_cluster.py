@@ -48,7 +48,7 @@ def input_ids(paths) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(360)
 def test_ray_job_submit_to_ray_start_head(ray_head, tmp_path):
     """`ray job submit` to a `ray start --head` (the session's `ray_head`, which also checks that
     nothing of the head outlives it)."""
@@ -59,7 +59,7 @@ def test_ray_job_submit_to_ray_start_head(ray_head, tmp_path):
         [str(VENV_BIN / "ray"), "job", "submit", "--address", ray_head, "--working-dir", ".",
          "--submission-id", f"rescore-test-{os.getpid()}", "--",
          "python", "-m", "ray_jobs.score_corpus", "--config", str(config), "--no-progress"],
-        cwd=REPO_ROOT, env=child_env(), capture_output=True, text=True, timeout=150,
+        cwd=REPO_ROOT, env=child_env(), capture_output=True, text=True, timeout=300,
     )
     assert submit.returncode == 0, submit.stdout[-3000:] + submit.stderr[-3000:]
     assert "succeeded" in submit.stdout
@@ -70,7 +70,7 @@ def test_ray_job_submit_to_ray_start_head(ray_head, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(420)
 def test_killed_actor_on_multi_node_cluster_rows_exactly_once(tmp_path):
     corpus = make_corpus(tmp_path / "in", shards=8, rows=40)
     pid_dir = tmp_path / "pids"
@@ -100,7 +100,7 @@ def test_killed_actor_on_multi_node_cluster_rows_exactly_once(tmp_path):
                 os.kill(killed, signal.SIGKILL)
             time.sleep(0.1)
         assert killed is not None, "no scoring actor started"
-        output, _ = driver.communicate(timeout=150)
+        output, _ = driver.communicate(timeout=240)
     finally:
         stop_group(driver, marker=temp_dir)
     assert driver.returncode == 0, output[-4000:]
@@ -117,7 +117,7 @@ def test_killed_actor_on_multi_node_cluster_rows_exactly_once(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(300)
 def test_killed_driver_resumes_without_duplicates_or_gaps(ray_local, tmp_path):
     from ray_jobs.config import load_config
     from ray_jobs.score_corpus import run_job

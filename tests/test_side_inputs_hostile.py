@@ -593,20 +593,31 @@ def test_cli_side_file_that_is_a_device_is_refused(tmp_path, args, code):
 
 
 @pytest.mark.timeout(120)
-def test_object_store_memory_ray_refuses_is_a_config_error():
+def test_object_store_memory_ray_refuses_is_a_config_error(tmp_path, monkeypatch):
     # a 31-digit `ray.object_store_memory` was "internal error: ValueError: ... (-1e+21 GB)"
+    import shutil
+    import tempfile
+
     import ray
 
     from ray_jobs.session import RaySession
 
     if ray.is_initialized():
         pytest.skip("a Ray is already running in this process")
-    session = RaySession(object_store_memory=10**30, quiet=True)
+    # Ray's temp dir is a short one of this test's own: under $TMPDIR (Ray's default root), a
+    # deep one as some CI runners set puts Ray's socket paths past 107 bytes and fails the start
+    # before the check under test ("validate_socket_filename failed")
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setenv("TMPDIR", str(deep))
+    temp_dir = tempfile.mkdtemp(prefix="rosm", dir="/tmp")
+    session = RaySession(object_store_memory=10**30, temp_dir=temp_dir, quiet=True)
     try:
         with pytest.raises(UsageError, match=r"'ray.object_store_memory' 1e\+30 bytes: Ray cannot start with it"):
             session.ensure()
     finally:
         ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 @pytest.mark.parametrize(("text", "fragment"), [

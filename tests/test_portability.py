@@ -1,0 +1,68 @@
+"""The test suite's own helpers on machines unlike the 2-core one it was written on
+(CONTRIBUTING.md, "Where the tests run")."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+from tests.job_support import stop_group
+
+
+def test_stop_group_removes_its_cluster_dir_under_tmp_whatever_tmpdir_says(tmp_path, monkeypatch):
+    """The clusters the tests start keep their Ray dirs in /tmp (short socket paths), also when
+    $TMPDIR points elsewhere: stopping one removes its dir there too (it was left behind, a Ray
+    session of logs per test, when $TMPDIR was not /tmp)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # what gettempdir() says under another $TMPDIR
+    marker = pathlib.Path(tempfile.mkdtemp(prefix="rport", dir="/tmp"))
+    (marker / "session_latest").mkdir()
+    process = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        stop_group(process, marker=str(marker), grace=5)
+        assert process.returncode is not None  # the group was stopped
+        assert not marker.exists()
+    finally:
+        shutil.rmtree(marker, ignore_errors=True)
+
+
+FRESH_CLONE_EXAMPLES = ("demo.yaml", "sample_local.yaml")  # the job configs a newcomer runs locally (README)
+
+
+def test_the_local_examples_fit_the_ray_they_start_on_one_core(repo_root, monkeypatch):
+    """`make demo` and `ctgscore run examples/sample_local.yaml` on one core (or in a container
+    limited to one CPU): the local Ray they start has `ray.num_cpus` logical CPUs, else as many
+    as Ray detects, and their pools must leave half a CPU to Ray Data's reads, or the job
+    refuses to start (`check_pool_fits`; the demo's five pools of 0.2 CPU did on one CPU)."""
+    import types
+
+    import ray
+
+    from ray_jobs.config import load_config, metric_pool
+    from ray_jobs.job.cluster import check_pool_fits
+
+    local = types.SimpleNamespace(local=True)
+    for name in FRESH_CLONE_EXAMPLES:
+        config = load_config(str(repo_root / "examples" / name))
+        assert config.ray.address is None and not config.input.startswith("s3://"), name
+        pools = [metric_pool(config, spec) for spec in config.metrics]
+        cpus = float(config.ray.num_cpus or 1)  # a one-core machine: Ray counts one CPU
+        monkeypatch.setattr(ray, "cluster_resources", lambda cpus=cpus: {"CPU": cpus})
+        check_pool_fits(pools, local)  # raises ConfigError when the pools leave no room to read
+
+
+def test_the_browser_starts_under_a_deep_tmpdir(tmp_path, monkeypatch):
+    """Headless Chromium under a $TMPDIR over 120 bytes long, where a Unix socket would pass
+    107 bytes: the report and leaderboard pages still render (Chromium stopped at start with
+    "Socket path too long", and every browser test with it)."""
+    browser = pytest.importorskip("tests.browser")
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setenv("TMPDIR", str(deep))
+    page = tmp_path / "page.html"
+    page.write_text("<!doctype html><title>deep</title><h1 id='top'>ok</h1><a href='#top'>top</a>")
+    rendered, _ = browser.render(page, width=400, height=300)
+    assert rendered.title == "deep" and rendered.anchors == [{"href": "#top", "text": "top", "target_exists": True}]
