@@ -22,6 +22,11 @@ Quiet by default: Ray's and Ray Data's own log lines go to Ray's log files (the 
 directory's `logs/`), not the terminal; workers' output is not forwarded to the driver; Ray
 Data's progress bars and progress log lines are off (ctgscore draws its own bars).
 
+A local Ray keeps its Unix sockets under its temp folder (`ray.temp_dir`, else `$RAY_TMPDIR`,
+`$TMPDIR` or /tmp, plus `ray`); a socket path has at most 107 bytes (103 on macOS), so a deep
+folder is refused before Ray starts, naming the folder and the setting that fixes it
+(`check_socket_room`), rather than with Ray's own error mid-start.
+
 Credentials never travel through Ray: no `runtime_env` environment variables are set here.
 Workers of a local Ray inherit this process's environment (so set `AWS_*` before the first
 `ensure()`); workers of a cluster use their own (node environment, instance role, Kubernetes
@@ -35,11 +40,51 @@ import logging
 import os
 import pathlib
 import secrets
+import sys
 from typing import Any, Iterator
 
 from ray_jobs.cluster_token import DEFAULT_OUT as RAY_TOKEN_FILE
 
 QUIET_LOGGERS = ("ray", "ray.train", "ray.tune", "ray.serve")
+
+
+#: the longest path of a Unix socket, in bytes (the kernel's buffer less its NUL)
+SOCKET_PATH_MAX = (104 if sys.platform == "darwin" else 108) - 1
+#: what a local Ray writes below its temp folder, its longest socket: the session folder
+#: (start date and time to the microsecond, the driver's pid) and the object store's socket
+_SESSION_SOCKET = "/session_0000-00-00_00-00-00_000000_{pid}/sockets/plasma_store"
+
+
+def local_ray_temp_dir(temp_dir: str | None) -> str:
+    """The folder a new local Ray keeps its sessions in: `temp_dir`, else Ray's default
+    (`$RAY_TMPDIR`, on Linux `$TMPDIR`, else /tmp; then `ray`)."""
+    if temp_dir:
+        return os.path.expanduser(temp_dir)
+    if "RAY_TMPDIR" in os.environ:
+        base = os.environ["RAY_TMPDIR"]
+    elif sys.platform.startswith("linux") and "TMPDIR" in os.environ:
+        base = os.environ["TMPDIR"]
+    else:
+        base = "/tmp"
+    return os.path.join(base, "ray")
+
+
+def check_socket_room(temp_dir: str | None) -> None:
+    """A `UsageError` when a new local Ray's socket paths under `temp_dir` (module docstring)
+    would pass `SOCKET_PATH_MAX` bytes."""
+    if sys.platform == "win32":  # Ray uses TCP there
+        return
+    root = local_ray_temp_dir(temp_dir)
+    longest = root.rstrip("/") + _SESSION_SOCKET.format(pid=os.getpid())
+    size = len(longest.encode("utf-8", "surrogateescape"))
+    if size > SOCKET_PATH_MAX:
+        from scoring.display_names import quoted
+        from scoring.errors import UsageError
+
+        where = "'ray.temp_dir'" if temp_dir else ("$RAY_TMPDIR" if "RAY_TMPDIR" in os.environ else "$TMPDIR")
+        raise UsageError(f"local Ray temp folder {quoted(root)} (from {where}) is too deep: Ray's sockets there "
+                         f"would take {size} bytes, past the {SOCKET_PATH_MAX}-byte limit of a Unix socket path; "
+                         "set 'ray.temp_dir' in the job config (or $RAY_TMPDIR) to a short folder such as /tmp/ray")
 
 
 class RaySession:
@@ -84,6 +129,7 @@ class RaySession:
                 ray.init(address=address, **kwargs)
             else:
                 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+                check_socket_room(self.temp_dir)
                 ensure_local_token()
                 kwargs["address"] = "local"  # a new Ray of its own, never one found on the machine
                 kwargs["include_dashboard"] = False

@@ -66,3 +66,39 @@ def test_the_browser_starts_under_a_deep_tmpdir(tmp_path, monkeypatch):
     page.write_text("<!doctype html><title>deep</title><h1 id='top'>ok</h1><a href='#top'>top</a>")
     rendered, _ = browser.render(page, width=400, height=300)
     assert rendered.title == "deep" and rendered.anchors == [{"href": "#top", "text": "top", "target_exists": True}]
+
+
+def test_the_socket_room_check_matches_ray_at_the_byte(monkeypatch):
+    """`check_socket_room` refuses exactly the temp folders whose socket paths Ray's own check
+    refuses: 107 bytes pass, 108 do not (probed against Ray 2.60 when written)."""
+    import os
+
+    from ray_jobs.session import _SESSION_SOCKET, SOCKET_PATH_MAX, check_socket_room
+    from scoring.errors import UsageError
+
+    room = SOCKET_PATH_MAX - len(_SESSION_SOCKET.format(pid=os.getpid()))
+    check_socket_room("/" + "d" * (room - 1))  # 107 bytes: Ray starts
+    with pytest.raises(UsageError, match=r"'ray\.temp_dir'.* 108 bytes, past the 107-byte limit"):
+        check_socket_room("/" + "d" * room)
+    monkeypatch.delenv("RAY_TMPDIR", raising=False)
+    monkeypatch.setenv("TMPDIR", "/" + "t" * 60)  # Ray's default under it: $TMPDIR/ray
+    with pytest.raises(UsageError, match=r"\(from \$TMPDIR\) is too deep.*such as /tmp/ray"):
+        check_socket_room(None)
+    monkeypatch.setenv("RAY_TMPDIR", "/tmp")  # Ray's own variable comes first
+    check_socket_room(None)
+
+
+@pytest.mark.timeout(300)
+def test_a_run_under_a_deep_temp_folder_is_refused_before_ray_starts(tmp_path, repo_root):
+    """`ctgscore run` whose local Ray would keep its sockets too deep: exit 2 naming the folder
+    and the fix (it was Ray's own OSError mid-start, exit 1)."""
+    from ctgscore.testing.cli import run_cli
+
+    deep = tmp_path / ("d" * 90)
+    config = tmp_path / "job.yaml"
+    config.write_text(f"input: {repo_root / 'data' / 'sample'}\noutput: {tmp_path / 'out'}\n"
+                      f"metrics: [{{name: text_stats}}]\nray: {{temp_dir: {deep}}}\n")
+    got = run_cli(["run", config], env={"RAY_ADDRESS": ""})
+    assert got.returncode == 2, got.stderr
+    assert "is too deep" in got.stderr and "set 'ray.temp_dir' in the job config" in got.stderr
+    assert not deep.exists()  # Ray never started there
