@@ -249,3 +249,12 @@ def test_aligned_files_are_read_twice(tmp_path, monkeypatch):
     assert report.rows_written == 5 and report.columns == ["id", "doc_id", "source", "text", "references"]
     assert pq.read_table(tmp_path / "o.parquet").to_pylist()[4] == {
         "id": "x:4", "doc_id": "4", "source": "s4", "text": "c4", "references": ["r4"]}
+
+
+@pytest.mark.parametrize("text", ["id,t\r1,a\r2,b", "id,t\r\n1,a\r\r\n2,b\n", "id,t\n1,a\r2,b\r\n",
+                                  'id,t\r1,"q\rq"\r2,b\r', "id,t\r\r\r1,a\r\n\r\n2,b"])
+def test_csv_mixed_line_ends_read_as_the_csv_module_reads_them(tmp_path, text):
+    src = tmp_path / "d.csv"
+    src.write_text(text, newline="")
+    got = [[r["id"], r["t"]] for _, r, _ in convert.iter_csv(src, _report())]
+    assert got == _csv_module_rows(text)[1:] and len(got) == 2

@@ -138,6 +138,12 @@ class _TextLines:
 
     def _raw_line(self) -> bytes:
         """The next line's bytes with its line end (b"" at the end of the file)."""
+        if self.position >= len(self.buffer):  # the common case: one read is the whole line
+            raw = self.handle.readline(_CHUNK)
+            whole = raw.endswith(b"\n") or len(raw) < _CHUNK  # a line feed, or the end of the file
+            if whole and len(raw) <= self.max_bytes and not (self.carriage_returns and self._bare_cr(raw)):
+                return raw
+            self.buffer, self.position = raw, 0  # read on from it below
         if self.carriage_returns and self.position < len(self.buffer):
             end = self._line_end(self.buffer, self.position)
             if end:  # the common case of a file of bare `\r`: the next line is in the buffer
@@ -163,6 +169,12 @@ class _TextLines:
             if end:
                 break
         return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    @staticmethod
+    def _bare_cr(raw: bytes) -> bool:
+        """Whether a read holds a `\r` that is not its own line end (`\r\n`, or a last `\r`)."""
+        cr = raw.find(b"\r")
+        return cr != -1 and cr < len(raw) - (2 if raw.endswith(b"\n") else 1)
 
     def _line_end(self, data: bytes, start: int) -> int:
         """The index just past the first line end in `data` from `start`, or 0 when it has none
