@@ -293,11 +293,7 @@ def iter_csv(path: str | pathlib.Path, report: ConversionReport, delimiter: str 
     path = pathlib.Path(path)
     sizes = [0]
     lines = _CsvLines(path, sizes, max_record_bytes)
-    try:
-        size = path.stat().st_size
-    except OSError:
-        size = 0
-    with _field_limit(min(size, max_record_bytes) + 1):
+    with _field_limit(max_record_bytes + 1):  # no cell is longer than its record (a pipe's size, 0, is no bound)
         yield from _csv_records(path, lines, sizes, report, delimiter)
 
 

@@ -6,11 +6,13 @@
 2. The conversion reads the records again in batches of at most `max_rows` rows and, past
    `max_bytes` of input, ends a batch early (a row larger than that is a batch of its own),
    converts each batch and writes it as one Parquet row group with every column a row can
-   have. The ids seen so far are kept, so a duplicate is found across batches.
+   have. The ids written so far are kept (compactly: `seen_ids.SeenIds`), so a duplicate is
+   found across batches.
 3. A column no written row has a value in is left out, as a whole-file conversion leaves it
    out: the row groups are copied into the output without it.
 
-Peak memory follows the largest batch (or the largest row), not the file.
+Peak memory follows the largest batch (or the largest row, at most the record cap of the text
+readers), not the file.
 """
 
 from __future__ import annotations
