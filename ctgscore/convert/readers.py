@@ -105,7 +105,7 @@ class _TextLines:
         self.handle = _open(path)
         self.number = 0
         self.offset = 0
-        self.buffer = b""  # with `carriage_returns`: the rest of a read that held a bare `\r`
+        self.buffer = b""  # a read not yet returned in full (a line past one read; lines after a bare `\r`)
         self.position = 0
 
     def __iter__(self):
@@ -172,7 +172,7 @@ class _TextLines:
 
     @staticmethod
     def _bare_cr(raw: bytes) -> bool:
-        """Whether a read holds a `\r` that is not its own line end (`\r\n`, or a last `\r`)."""
+        """Whether a read holds a `\\r` that is not its own line end (`\\r\\n`, or a last `\\r`)."""
         cr = raw.find(b"\r")
         return cr != -1 and cr < len(raw) - (2 if raw.endswith(b"\n") else 1)
 
