@@ -1,15 +1,26 @@
-"""`ctgscore convert` peak memory, batches vs the whole file: `python -m benchmarks.bench_convert`.
+"""`ctgscore convert` peak memory, batches vs the whole file, and the bounds on what one hostile
+file can make it hold: `python -m benchmarks.bench_convert [--part batches|bounds]`.
 
-Each conversion runs as `ctgscore convert` in a process of its own; its peak resident memory
-(`ru_maxrss`) less its peak on a one-row file (the interpreter, pyarrow, the CLI) is the
-conversion's own peak. Files of about `--mb` MB (default 200):
+Each conversion runs in a process of its own; its peak resident memory (`ru_maxrss`) less its
+peak on a one-row file (the interpreter, pyarrow, the CLI) is the conversion's own peak.
+
+`batches` (results/convert.md): `ctgscore convert` on files of about `--mb` MB (default 200):
 * JSON Lines and CSV of many rows of about 1 kB (SummEval-sized texts with two references
   and a rating): memory follows the batch, so the ratio is large;
-* JSON Lines and CSV of one 200 MB row: memory follows the largest row, in both.
+* JSON Lines and CSV of one 200 MB row: memory follows the largest row, in both (the record
+  cap is raised past the row for this run).
 "Before" is the same command at `--before` (a git revision of this repository, default the
 last commit that read the whole file), unpacked with `git archive`; without git it is the
 in-tree whole-file path (the list readers, then one table). Both outputs are compared.
-Writes the Markdown table to benchmarks/results/convert.md.
+
+`bounds` (results/convert_bounds.md): `convert.write_file` / `write_aligned` at `--before-bounds`
+(the streamed revision before the bounds) and in this tree, on hostile files of about
+`--bounds-mb` MB (default 40), with the batch budget and the record cap both scaled down to 4 MB
+as the files are (32 MB and 64 MB by default, for files of gigabytes): Parquet rows of 5 MB cells
+in one row group (a page a value); CSV and
+JSON Lines whose lines end in a bare `\r`; a CSV quote never closed; JSON Lines of many short
+rows with distinct ids (the duplicate-id set); line-aligned files (read four times before, twice
+now: CPU time). Outputs, or the failure, are compared.
 """
 
 from __future__ import annotations
@@ -27,10 +38,12 @@ from benchmarks.data import publish
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 BEFORE = "7672c93"  # the last revision whose convert read the whole file
+BEFORE_BOUNDS = "63ddacd"  # the last streamed revision without the bounds (record cap, Parquet bytes, compact ids)
 
 _PEAK = ("import resource, subprocess, sys\n"
          "code = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode\n"
-         "print(code, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+         "usage = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+         "print(code, usage.ru_maxrss, usage.ru_utime + usage.ru_stime)")
 
 _WHOLE = """
 import sys
@@ -45,14 +58,20 @@ common.write_parquet_atomic(table, common.check_output_file(out))
 """
 
 
-def _peak_mb(args: list[str], pythonpath: str) -> float:
+def _measure(args: list[str], pythonpath: str) -> tuple[int, float, float]:
+    """(exit status, peak resident MB, CPU seconds) of `args` run in a process of its own."""
     env = {**os.environ, "PYTHONPATH": pythonpath}
     # run in `pythonpath`: `python -m` puts the working folder first on the path
     line = subprocess.run([sys.executable, "-c", _PEAK, *args], env=env, cwd=pythonpath, check=True, capture_output=True,
                           text=True).stdout.split()
-    if line[0] != "0":
-        raise SystemExit(f"{' '.join(args)} failed with exit status {line[0]}")
-    return int(line[1]) / 1024  # kB on Linux
+    return int(line[0]), int(line[1]) / 1024, float(line[2])  # kB on Linux
+
+
+def _peak_mb(args: list[str], pythonpath: str) -> float:
+    code, peak, _ = _measure(args, pythonpath)
+    if code:
+        raise SystemExit(f"{' '.join(args)} failed with exit status {code}")
+    return peak
 
 
 def _write_rows(folder: pathlib.Path, mb: int) -> tuple[pathlib.Path, pathlib.Path]:
@@ -85,22 +104,36 @@ def _write_one_row(folder: pathlib.Path, mb: int) -> tuple[pathlib.Path, pathlib
     return jsonl, csv_path
 
 
+def _unpack(revision: str, folder: pathlib.Path) -> pathlib.Path:
+    """This repository at `revision`, unpacked into `folder` with `git archive`."""
+    folder.mkdir()
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", revision], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+    return folder
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mb", type=int, default=200, help="size of each input file in MB")
+    parser.add_argument("--part", choices=["batches", "bounds", "all"], default="all")
+    parser.add_argument("--mb", type=int, default=200, help="size of each input file in MB (batches)")
     parser.add_argument("--before", default=BEFORE, help="git revision of the whole-file convert ('' for the in-tree path)")
+    parser.add_argument("--bounds-mb", type=int, default=40, help="size of each hostile file in MB (bounds)")
+    parser.add_argument("--before-bounds", default=BEFORE_BOUNDS, help="git revision of the convert without the bounds")
     parser.add_argument("--no-write", action="store_true", help="print the table only")
     args = parser.parse_args(argv)
+    if args.part in ("bounds", "all"):
+        from benchmarks import bench_convert_bounds
+
+        bench_convert_bounds.run(args.bounds_mb, args.before_bounds, write=not args.no_write)
+    if args.part == "bounds":
+        return 0
     import pyarrow.parquet as pq
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = pathlib.Path(tmp)
         before_tree, before_name = None, "whole file (in-tree list readers)"
         if args.before:
-            before_tree = folder / "before"
-            before_tree.mkdir()
-            archive = subprocess.run(["git", "-C", str(REPO), "archive", args.before], capture_output=True, check=True)
-            subprocess.run(["tar", "-x", "-C", str(before_tree)], input=archive.stdout, check=True)
+            before_tree = _unpack(args.before, folder / "before")
             before_name = f"whole file (revision {args.before})"
         cli = ["-m", "ctgscore", "convert"]
         tiny = folder / "tiny.jsonl"
@@ -117,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
                 old = _peak_mb([sys.executable, *cli, "-i", str(path), "-o", str(old_out)], str(before_tree))
             else:
                 old = _peak_mb([sys.executable, "-c", _WHOLE, str(path), str(old_out)], str(REPO))
-            new = _peak_mb([sys.executable, *cli, "-i", str(path), "-o", str(new_out)], str(REPO))
+            # a row past the record cap (64 MB) is refused unless the cap is raised past it
+            cap = ["--max-record-bytes", str(path.stat().st_size + 1)] if "one row" in name else []
+            new = _peak_mb([sys.executable, *cli, "-i", str(path), "-o", str(new_out), *cap], str(REPO))
             assert pq.read_table(old_out).equals(pq.read_table(new_out)), f"{name}: outputs differ"
             old_out.unlink()
             new_out.unlink()

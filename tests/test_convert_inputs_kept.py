@@ -83,3 +83,12 @@ def test_named_pipes_are_read_once_and_converted_whole(tmp_path):
     table, _ = convert_aligned(str(tmp_path / "cands"), [str(tmp_path / "refs")])
     assert table.column("references").to_pylist() == [["r1"], ["r2"]]
     assert _copies() <= before  # the copies are gone
+
+
+def test_a_long_csv_cell_through_a_pipe_is_kept(tmp_path):
+    """A pipe has no size to lift the csv module's cell cap (131,072 characters) to: the cap is
+    lifted to the record cap instead, so a long cell is read as from a file, not dropped."""
+    long_cell = "x" * 200_000
+    _fifo(tmp_path / "dump.csv", f"id,text\n1,{long_cell}\n2,short\n")
+    table, report = convert_file(str(tmp_path / "dump.csv"))
+    assert table.column("text").to_pylist() == [long_cell, "short"] and not report.dropped

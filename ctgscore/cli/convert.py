@@ -35,6 +35,9 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
     parser.add_argument("--system", help="value of `system` for rows that have none")
     parser.add_argument("--id-prefix", default=None,
                         help="prefix of generated ids (rows without an id; default: SYSTEM: when --system is given)")
+    parser.add_argument("--max-record-bytes", type=int, default=None, metavar="N",
+                        help="longest line (CSV: record) read, in bytes (default 64,000,000); a longer one "
+                             "fails the file naming where it starts")
     parser.add_argument("-o", "--output", required=True, help="output Parquet file (its folder must exist)")
     parser.add_argument("--report", default=None, metavar="FILE", help="also write the conversion report as JSON")
     parser.set_defaults(handler=handle)
@@ -61,10 +64,14 @@ def handle(args: argparse.Namespace) -> int:
             common.check_not_input(args.report, given, "report")
     constants = {k: v for k, v in (("dataset", args.dataset), ("system", args.system)) if v is not None}
     prefix = args.id_prefix if args.id_prefix is not None else (f"{args.system}:" if args.system else "")
+    cap = convert.MAX_RECORD_BYTES if args.max_record_bytes is None else args.max_record_bytes
+    if cap < 1:
+        raise UsageError(f"--max-record-bytes {cap}: expected a positive number of bytes")
     if aligned:
-        report = convert.write_aligned(output, args.candidates, args.references, args.sources, constants, prefix)
+        report = convert.write_aligned(output, args.candidates, args.references, args.sources, constants, prefix,
+                                       max_record_bytes=cap)
     else:
-        report = convert.write_file(args.input, output, args.format, mapping, constants, prefix)
+        report = convert.write_file(args.input, output, args.format, mapping, constants, prefix, max_record_bytes=cap)
     summary = {"ok": True, "command": "convert", **vars(report)}
     if args.report:
         atomic_files.write_text(args.report, json.dumps(vars(report), indent=2, ensure_ascii=False))

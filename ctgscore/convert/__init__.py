@@ -18,6 +18,8 @@ from typing import Mapping, Sequence
 from ctgscore.convert import stream
 from ctgscore.convert.readers import (
     FORMATS,
+    MAX_RECORD_BYTES,
+    count_aligned,
     detect_format,
     iter_aligned,
     iter_csv,
@@ -33,52 +35,76 @@ from ctgscore.convert.report import ConversionReport
 from ctgscore.convert.rows import CANONICAL_COLUMNS, canonical_rows, parse_mapping, rows_to_table
 from scoring.errors import UsageError
 
-__all__ = ["CANONICAL_COLUMNS", "FORMATS", "ConversionReport", "canonical_rows", "convert_aligned", "convert_file",
+__all__ = ["CANONICAL_COLUMNS", "FORMATS", "MAX_RECORD_BYTES", "ConversionReport", "canonical_rows", "convert_aligned", "convert_file",
            "detect_format", "parse_mapping", "read_aligned", "read_csv", "read_jsonl", "read_parquet", "rows_to_table",
            "write_aligned", "write_file"]
 
 
-def _file_source(path: str, fmt: str | None, max_rows: int):
+def _file_source(path: str, fmt: str | None, max_rows: int, max_bytes: int, max_record_bytes: int):
     """(report, source) of a JSONL/CSV/TSV/Parquet dump."""
     fmt = fmt or detect_format(path)
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     report = ConversionReport(inputs=[str(path)], format=fmt)
     if fmt == "jsonl":
-        return report, lambda r: iter_jsonl(path, r)
+        return report, lambda r: iter_jsonl(path, r, max_record_bytes)
     if fmt == "parquet":
-        return report, lambda r: iter_parquet(path, r, batch_rows=max_rows)
-    return report, lambda r: iter_csv(path, r, delimiter="\t" if fmt == "tsv" else ",")
+        return report, lambda r: iter_parquet(path, r, batch_rows=max_rows, max_bytes=max_bytes)
+    return report, lambda r: iter_csv(path, r, delimiter="\t" if fmt == "tsv" else ",", max_record_bytes=max_record_bytes)
 
 
-def _aligned_source(candidates: str, references: Sequence[str], sources: str | None, id_prefix: str):
-    """(report, source) of line-aligned files; row i gets `doc_id` "i" (0-based line index) and,
-    without an id, `id_prefix + i`."""
+class _AlignedSource:
+    """Line-aligned files as a `stream.Source`. Row i gets `doc_id` "i" (0-based line index)
+    and, without an id, `id_prefix + i`. Its `scan` is the line count (`count_aligned`: every
+    file read once, as `iter_aligned` would check it): every row has the same fields, so the
+    scan need not read the rows too, and the passes after it need not count again."""
+
+    def __init__(self, candidates: str, references: Sequence[str], sources: str | None, id_prefix: str,
+                 max_record_bytes: int):
+        self.files = (candidates, list(references), sources)
+        self.id_prefix = id_prefix
+        self.max_record_bytes = max_record_bytes
+        self.counted = False
+
+    def scan(self) -> tuple[set[str], bool]:
+        """(the fields of every row, whether there is a row), as reading every row would find them."""
+        lines = count_aligned(*self.files, self.max_record_bytes)
+        self.counted = True
+        _, references, sources = self.files
+        fields = {"doc_id", "text", "id", *(["references"] if references else []), *(["source"] if sources else [])}
+        return (fields if lines else set()), lines > 0
+
+    def __call__(self, report: ConversionReport):
+        rows = iter_aligned(*self.files, report, max_record_bytes=self.max_record_bytes, counted=self.counted)
+        for number, record, size in rows:
+            yield number, {**record, "id": f"{self.id_prefix}{number - 1}"}, size
+
+
+def _aligned_source(candidates: str, references: Sequence[str], sources: str | None, id_prefix: str,
+                    max_record_bytes: int):
+    """(report, source) of line-aligned files."""
     report = ConversionReport(inputs=[str(candidates), *map(str, references), *([str(sources)] if sources else [])],
                               format="aligned text")
-
-    def source(r):
-        for number, record, size in iter_aligned(candidates, references, sources, r):
-            yield number, {**record, "id": f"{id_prefix}{number - 1}"}, size
-
-    return report, source
+    return report, _AlignedSource(candidates, references, sources, id_prefix, max_record_bytes)
 
 
 def convert_file(path: str, fmt: str | None = None, mapping: Mapping[str, list[str]] | None = None,
                  constants: Mapping[str, str] | None = None, id_prefix: str = "", *,
-                 max_rows: int = stream.MAX_BATCH_ROWS, max_bytes: int = stream.MAX_BATCH_BYTES):
+                 max_rows: int = stream.MAX_BATCH_ROWS, max_bytes: int = stream.MAX_BATCH_BYTES,
+                 max_record_bytes: int = MAX_RECORD_BYTES):
     """A JSONL/CSV/TSV/Parquet dump -> (canonical Arrow table, report), in memory."""
-    report, source = _file_source(path, fmt, max_rows)
+    report, source = _file_source(path, fmt, max_rows, max_bytes, max_record_bytes)
     with readable_twice([path]):
         return stream.to_table(source, report, mapping, constants, id_prefix, max_rows, max_bytes), report
 
 
 def write_file(path: str, output, fmt: str | None = None, mapping: Mapping[str, list[str]] | None = None,
                constants: Mapping[str, str] | None = None, id_prefix: str = "", *,
-               max_rows: int = stream.MAX_BATCH_ROWS, max_bytes: int = stream.MAX_BATCH_BYTES) -> ConversionReport:
+               max_rows: int = stream.MAX_BATCH_ROWS, max_bytes: int = stream.MAX_BATCH_BYTES,
+               max_record_bytes: int = MAX_RECORD_BYTES) -> ConversionReport:
     """A JSONL/CSV/TSV/Parquet dump -> canonical Parquet at `output`, in batches
     (`ctgscore.convert.stream`); returns the report."""
-    report, source = _file_source(path, fmt, max_rows)
+    report, source = _file_source(path, fmt, max_rows, max_bytes, max_record_bytes)
     with readable_twice([path]):
         stream.to_parquet(source, output, report, mapping, constants, id_prefix, max_rows, max_bytes)
     return report
@@ -86,19 +112,21 @@ def write_file(path: str, output, fmt: str | None = None, mapping: Mapping[str, 
 
 def convert_aligned(candidates: str, references: Sequence[str] = (), sources: str | None = None,
                     constants: Mapping[str, str] | None = None, id_prefix: str = "", *,
-                    max_rows: int = stream.MAX_BATCH_ROWS, max_bytes: int = stream.MAX_BATCH_BYTES):
+                    max_rows: int = stream.MAX_BATCH_ROWS, max_bytes: int = stream.MAX_BATCH_BYTES,
+                    max_record_bytes: int = MAX_RECORD_BYTES):
     """Line-aligned candidates / references / sources -> (canonical Arrow table, report).
     Row i gets `doc_id` "i" (0-based line index) and, without an id, `id_prefix + i`."""
-    report, source = _aligned_source(candidates, references, sources, id_prefix)
+    report, source = _aligned_source(candidates, references, sources, id_prefix, max_record_bytes)
     with readable_twice([candidates, *references, sources]):
         return stream.to_table(source, report, None, constants, "", max_rows, max_bytes), report
 
 
 def write_aligned(output, candidates: str, references: Sequence[str] = (), sources: str | None = None,
                   constants: Mapping[str, str] | None = None, id_prefix: str = "", *,
-                  max_rows: int = stream.MAX_BATCH_ROWS, max_bytes: int = stream.MAX_BATCH_BYTES) -> ConversionReport:
+                  max_rows: int = stream.MAX_BATCH_ROWS, max_bytes: int = stream.MAX_BATCH_BYTES,
+                  max_record_bytes: int = MAX_RECORD_BYTES) -> ConversionReport:
     """Line-aligned files -> canonical Parquet at `output`, in batches; returns the report."""
-    report, source = _aligned_source(candidates, references, sources, id_prefix)
+    report, source = _aligned_source(candidates, references, sources, id_prefix, max_record_bytes)
     with readable_twice([candidates, *references, sources]):
         stream.to_parquet(source, output, report, None, constants, "", max_rows, max_bytes)
     return report

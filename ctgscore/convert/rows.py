@@ -8,6 +8,7 @@ import math
 from typing import Any, Iterable, Mapping, Sequence
 
 from ctgscore.convert.report import ConversionReport
+from ctgscore.convert.seen_ids import SeenIds
 from scoring import schema
 from scoring.cell_types import lone_surrogate
 from scoring.errors import UsageError
@@ -186,7 +187,8 @@ class RowConverter:
     """Records -> validated canonical rows, one batch at a time, with what must hold across the
     whole input decided first from `seen_fields` (every field of every readable record: a
     first pass over the input): the `--map` check, the fields left out, whether ids are
-    generated. Duplicate ids are found across batches (the ids seen so far are kept)."""
+    generated. Duplicate ids are found across batches (the ids written so far are kept, compact:
+    `SeenIds`)."""
 
     def __init__(self, seen_fields: set[str], report: ConversionReport, mapping: Mapping[str, list[str]] | None = None,
                  constants: Mapping[str, str] | None = None, id_prefix: str = "", any_records: bool = True):
@@ -207,10 +209,13 @@ class RowConverter:
         candidates = {*seen_fields, *self.mapping, *self.constants, "id", "text"}
         #: every column a row can have, in table order (`rows_to_table`)
         self.columns = _column_order(c for c in candidates if c in CANONICAL_COLUMNS or _is_rating(c))
-        self.ids: set[str] = set()
+        self.ids = SeenIds()  # of the rows written so far
 
     def convert(self, records: Iterable[tuple[int, Mapping[str, Any]]], report: ConversionReport) -> list[dict[str, Any]]:
-        rows = []
+        """The batch's canonical rows; drops and warnings go to `report` in row order. The
+        batch's ids are looked up among earlier batches' at once (`SeenIds`), then each row in
+        turn: the first row with an id is kept."""
+        checked: list[tuple[int, dict[str, Any] | None, str | list[str]]] = []  # (number, row, warnings | drop reason)
         for number, record in records:
             record = dict(record)
             if self.generate_ids:
@@ -220,17 +225,25 @@ class RowConverter:
                     record[column] = value
             warnings: list[str] = []
             try:
-                row = _canonical_row(record, self.mapping, warnings)
+                checked.append((number, _canonical_row(record, self.mapping, warnings), warnings))
             except _Drop as exc:
-                report.drop(str(exc), number)
+                checked.append((number, None, str(exc)))
+            del record
+        earlier = self.ids.seen([row["id"] for _, row, _ in checked if row is not None])
+        rows, kept = [], set()
+        for number, row, notes in checked:
+            if row is None:
+                report.drop(notes, number)
                 continue
-            for warning in warnings:
+            for warning in notes:
                 report.warn(warning, number)
-            if row["id"] in self.ids:
+            if row["id"] in kept or row["id"] in earlier:
                 report.drop("duplicate id (the first row with it is kept)", number)
                 continue
-            self.ids.add(row["id"])
+            kept.add(row["id"])
             rows.append(row)
+        checked.clear()
+        self.ids.add(row["id"] for row in rows)
         return rows
 
 

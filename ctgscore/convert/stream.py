@@ -6,11 +6,13 @@
 2. The conversion reads the records again in batches of at most `max_rows` rows and, past
    `max_bytes` of input, ends a batch early (a row larger than that is a batch of its own),
    converts each batch and writes it as one Parquet row group with every column a row can
-   have. The ids seen so far are kept, so a duplicate is found across batches.
+   have. The ids written so far are kept (compactly: `seen_ids.SeenIds`), so a duplicate is
+   found across batches.
 3. A column no written row has a value in is left out, as a whole-file conversion leaves it
    out: the row groups are copied into the output without it.
 
-Peak memory follows the largest batch (or the largest row), not the file.
+Peak memory follows the largest batch (or the largest row, at most the record cap of the text
+readers), not the file.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ MAX_BATCH_ROWS = 10_000
 MAX_BATCH_BYTES = 32 << 20  # of input text (or Arrow data, for Parquet) per batch
 
 Item = tuple[int, dict[str, Any], int]  # (row number, record, bytes of input it came from)
-Source = Callable[[ConversionReport], Iterator[Item]]  # a fresh pass over the input each call
+# a fresh pass over the input each call; a source may also have `scan() -> (fields, any rows)`,
+# which `plan` then calls instead of reading every record
+Source = Callable[[ConversionReport], Iterator[Item]]
 
 
 def batched(items: Iterable[Item], max_rows: int = MAX_BATCH_ROWS,
@@ -55,8 +59,12 @@ def plan(source: Source, report: ConversionReport, mapping: Mapping[str, list[st
          constants: Mapping[str, str] | None, id_prefix: str) -> RowConverter:
     """The scan (step 1): a converter that knows every field of the input. Errors of the file
     itself (not UTF-8, a quote never closed) surface here, before any row is converted."""
+    fields = getattr(source, "scan", None)
+    if fields is not None:  # a source that knows its fields without reading its rows (line-aligned files)
+        seen, any_records = fields()
+        return RowConverter(seen, report, mapping, constants, id_prefix, any_records=any_records)
     scan = ConversionReport(inputs=report.inputs, format=report.format)
-    seen: set[str] = set()
+    seen = set()
     any_records = False
     for _, record, _ in source(scan):
         seen.update(record)
