@@ -291,7 +291,7 @@ def run_meta(table: Table, opts: Options | None = None, runner: Runner | None = 
     dropped = sum(table.keys_left_out.values())  # keys not valid UTF-8: left out when read
     rows_in = len(table.frame) + dropped
     frame = normalise_keys(table.frame.copy())
-    keep, rows = group_keys(frame, "dataset")
+    keep, rows = group_keys(frame, "dataset", source=table.source, ids=frame["id"].iloc if "id" in frame else None)
     if dropped:
         rows = RowAccount(rows_in, rows.rows_used, {**table.keys_left_out, **rows.left_out},
                           {**table.keys_left_out_first, **rows.first})

@@ -135,6 +135,8 @@ def test_meta_accounts_for_every_row(scores, tmp_path, cli):
     summary = json.loads(proc.stdout)
     assert summary["rows"] == scores["rows"]
     assert summary["rows_left_out"] == {"no dataset": 3}  # None and "" in shard a, None in shard b
+    where = f"{scores['path']}: column 'dataset', id 'bad0'"  # meta joins its runs on id: the first by id
+    assert summary["rows_left_out_first"] == {"no dataset": where}
     results = json.loads((out / "results.json").read_text())
     account = results["input"]
     assert account["rows_in"] == scores["rows"] and adds_up(account) and account["rows_used"] == summary["rows_used"]
@@ -149,7 +151,8 @@ def test_meta_accounts_for_every_row(scores, tmp_path, cli):
     assert sample["n"] == int(finite.sum())
     for name in ("d1", "d2", "d3"):  # a score column all null is named, not dropped in silence
         assert groups[name]["omitted"]["column m_empty"].startswith("0 finite values")
-    line = "3 of 39 rows left out of every group (3 no dataset); 36 used"
+    assert account["rows_left_out_first"] == {"no dataset": where}
+    line = f"3 of 39 rows left out of every group (3 no dataset); 36 used; first no dataset: {where}"
     assert line in (out / "report.md").read_text()
     assert f"  left out: {line}" in cli(args).stdout.splitlines()
 
@@ -194,9 +197,14 @@ def test_compare_accounts_for_every_row(scores, tmp_path, cli):
     assert summary["rows"] == scores["rows"]
     left = summary["rows_left_out"]
     assert left == {"no dataset": 3, "no system": 2, "no doc_id": 2}
+    shard_a = f"{scores['path']}/a.parquet"  # the defects follow the 24 clean rows of shard a
+    first = {"no dataset": f"{shard_a}: column 'dataset', row 24", "no system": f"{shard_a}: column 'system', row 26",
+             "no doc_id": f"{shard_a}: column 'doc_id', row 28"}
+    assert summary["rows_left_out_first"] == first
     assert summary["rows"] == summary["rows_used"] + sum(left.values())
     board = json.loads((tmp_path / "board.json").read_text())
     assert board["rows"]["rows_left_out"] == left and adds_up(board["rows"])
+    assert board["rows"]["rows_left_out_first"] == first
     # a document whose score is NaN or infinite for some system is dropped from that comparison, counted
     d1 = [c for c in board["comparisons"] if c["dataset"] == "d1"]
     assert d1 and all(c["n_units_dropped"] >= 1 for c in d1)
