@@ -14,6 +14,7 @@ import json
 import math
 import shutil
 import tempfile
+import types
 
 import numpy as np
 import pandas as pd
@@ -477,3 +478,87 @@ def test_the_leaderboard_accounts_for_every_scored_row(refresh):
     assert rows["rows_left_out"] == {"no dataset": 5, "no system": 2, "no doc_id": 1}
     assert rows["rows_used"] == 10
     assert {k: summary[k] for k in ("rows_used", "rows_left_out")} == {k: rows[k] for k in ("rows_used", "rows_left_out")}
+
+
+# ----- the first row of every reason, named in its part ----------------------------------------
+@pytest.fixture
+def two_parts(tmp_path):
+    """A scores folder of two parts: a.parquet clean, b.parquet with no dataset at its row 1 and
+    no system at its row 3 (other rows have both)."""
+    folder = tmp_path / "two_parts"
+    folder.mkdir()
+    rng = np.random.default_rng(3)
+    a = [("a", "d", f"x{doc}", s) for doc in range(3) for s in ("s0", "s1")]
+    b = [("b", "d", "x3", "s0"), ("b", None, "x3", "s1"), ("b", "d", "x4", "s0"), ("b", "d", "x4", None),
+         ("b", "d", "x4", "s1")]
+    for name, rows in (("a", a), ("b", b)):
+        pq.write_table(pa.table({"id": [f"{part}{n}" for n, (part, *_) in enumerate(rows)],
+                                 "dataset": [r[1] for r in rows], "doc_id": [r[2] for r in rows],
+                                 "system": [r[3] for r in rows], "m": rng.normal(size=len(rows)),
+                                 "human_q": rng.normal(size=len(rows))}), folder / f"{name}.parquet")
+    part = folder / "b.parquet"
+    return {"path": folder, "first": {"no dataset": f"{part}: column 'dataset', row 1",
+                                      "no system": f"{part}: column 'system', row 3"}}
+
+
+def test_compare_names_the_first_row_of_every_reason_in_its_part(two_parts, tmp_path, cli):
+    args = ["compare", "-s", two_parts["path"], "--columns", "m", "--resamples", "30", "--trials", "30",
+            "--no-progress"]
+    proc = cli(args + ["--json", "-o", tmp_path / "board.json"])
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["rows_left_out"] == {"no dataset": 1, "no system": 1}
+    assert summary["rows_left_out_first"] == two_parts["first"]
+    assert json.loads((tmp_path / "board.json").read_text())["rows"]["rows_left_out_first"] == two_parts["first"]
+    first = "; ".join(f"first {reason}: {where}" for reason, where in two_parts["first"].items())
+    line = f"2 of 11 rows left out of every group (1 no dataset, 1 no system); 9 used; {first}"
+    proc = cli(args + ["-o", tmp_path / "board.md"])
+    assert f"  left out: {line}" in proc.stdout.splitlines()
+    assert line in (tmp_path / "board.md").read_text()
+
+
+def test_leaderboard_names_the_first_row_of_every_reason_in_its_part(two_parts, tmp_path, cli, monkeypatch):
+    from ray_jobs import score_corpus
+
+    manifest = {"output": str(two_parts["path"]), "metrics": {"stub": {"rows_scored": 0, "rows_cached": 11}}}
+    monkeypatch.setattr(score_corpus, "load_config", lambda path, overrides=None: types.SimpleNamespace())
+    monkeypatch.setattr(score_corpus, "run_job", lambda config: manifest)
+    monkeypatch.setattr(score_corpus, "error_rate_exceeded", lambda manifest: [])
+    (tmp_path / "job.yaml").write_text("stub: true\n")
+    board = tmp_path / "board"
+    args = ["leaderboard", tmp_path / "job.yaml", "-o", board, "--columns", "m", "--resamples", "30",
+            "--trials", "30", "--no-progress"]
+    proc = cli(args)
+    assert proc.returncode == 0, proc.stderr
+    first = "; ".join(f"first {reason}: {where}" for reason, where in two_parts["first"].items())
+    line = f"2 of 11 rows left out of every group (1 no dataset, 1 no system); 9 used; {first}"
+    assert f"  left out: {line}" in proc.stdout.splitlines()
+    document = json.loads((board / "leaderboard.json").read_text())
+    assert document["rows"] == {"rows_in": 11, "rows_used": 9, "rows_left_out": {"no dataset": 1, "no system": 1},
+                                "rows_left_out_first": two_parts["first"]}
+    assert json.loads(cli(args + ["--json"]).stdout)["rows_left_out_first"] == two_parts["first"]
+
+
+def test_meta_names_the_first_row_it_leaves_out(two_parts, tmp_path, cli):
+    """meta joins its metric runs on id, so it names the row by its id (as for a key not UTF-8)."""
+    out = tmp_path / "report"
+    args = ["meta", "-s", two_parts["path"], "-o", out, "--resamples", "0", "--methods", "spearman",
+            "--no-checklist", "--metrics", "m", "--no-progress"]
+    proc = cli(args + ["--json"])
+    assert proc.returncode == 0, proc.stderr
+    where = f"{two_parts['path']}: column 'dataset', id 'b1'"
+    assert json.loads(proc.stdout)["rows_left_out_first"] == {"no dataset": where}
+    assert json.loads((out / "results.json").read_text())["input"]["rows_left_out_first"] == {"no dataset": where}
+    line = f"1 of 11 rows left out of every group (1 no dataset); 10 used; first no dataset: {where}"
+    assert line in (out / "report.md").read_text()
+    assert f"  left out: {line}" in cli(args).stdout.splitlines()
+
+
+def test_compare_systems_on_a_frame_names_the_first_row_of_every_reason(two_parts):
+    from meta_eval import compare
+
+    frame = pd.concat([pd.read_parquet(two_parts["path"] / f"{name}.parquet") for name in "ab"], ignore_index=True)
+    got = compare.compare_systems(frame, ["m"], n_resamples=30, trials=30, seed=1)
+    assert got.rows.left_out == {"no dataset": 1, "no system": 1}
+    assert got.rows.first == {"no dataset": "the rows: column 'dataset', row 7",
+                              "no system": "the rows: column 'system', row 9"}
