@@ -121,11 +121,11 @@ class RowAccount:
 
 
 def account(rows_in: int, checks: Sequence[tuple[str, np.ndarray]],
-            where: Callable[[str, int], str] | None = None) -> tuple[np.ndarray, RowAccount]:
+            where: Callable[[str, np.ndarray], str] | None = None) -> tuple[np.ndarray, RowAccount]:
     """Rows to keep and their account: `checks` are (reason, missing mask) in precedence order; a
     row missing several keys is counted once, under the first reason that applies. `where`
-    (reason, row) names the first row of each reason (`RowAccount.first`), found on the rows
-    that reason takes (the mask already built: no other pass over the keys)."""
+    (reason, the rows it takes, in order) names the first row of each reason (`RowAccount.first`),
+    found on the mask that reason takes (no other pass over the keys)."""
     keep = np.ones(rows_in, dtype=bool)
     left_out: dict[str, int] = {}
     first: dict[str, str] = {}
@@ -134,19 +134,19 @@ def account(rows_in: int, checks: Sequence[tuple[str, np.ndarray]],
         if hit.any():
             left_out[reason] = left_out.get(reason, 0) + int(hit.sum())
             if where is not None and reason not in first:
-                first[reason] = where(reason, int(np.flatnonzero(hit)[0]))
+                first[reason] = where(reason, np.flatnonzero(hit))
             keep &= ~hit
     return keep, RowAccount(rows_in, int(keep.sum()), left_out, first)
 
 
 def group_keys(frame, group_col: str, keys: Sequence[str] = (), source: str = "the rows",
-               ids=None) -> tuple[np.ndarray, RowAccount]:
+               ids=None, where: Callable[[str, np.ndarray], str] | None = None) -> tuple[np.ndarray, RowAccount]:
     """The rows of a frame that land in a group and their account. `group_col` (the dataset)
     is checked only when some row has one (no row having one: a single group of all rows);
     `keys` (system, unit) must be present in every kept row. Precedence: a key not valid UTF-8
     (`group_col`, then `keys`), then `group_col` missing, then `keys` missing; the first row of
-    each reason is named as in `source`, with its column and row (its id where `ids` give one:
-    `unreadable_where`)."""
+    each reason is named by `where` (column, the rows of the frame it takes), by default as in
+    `source`, with its column and row (its id where `ids` give one: `unreadable_where`)."""
     rows = len(frame)
     columns = [c for c in [group_col, *keys] if c in frame]  # an absent key column is the caller's error to name
     unreadable, missing = [], {}  # unreadable: (column, rows whose key is not UTF-8)
@@ -167,7 +167,10 @@ def group_keys(frame, group_col: str, keys: Sequence[str] = (), source: str = "t
         column_of[no_key(group_col)] = group_col
     checks += [(no_key(key), missing[key]) for key in keys if key in missing]
     column_of.update({no_key(key): key for key in keys})
-    return account(rows, checks, lambda reason, row: unreadable_where(source, column_of[reason], row, ids))
+    if where is None:
+        def where(column, hit):
+            return unreadable_where(source, column, int(hit[0]), ids)
+    return account(rows, checks, lambda reason, hit: where(column_of[reason], hit))
 
 
 def merge(accounts: Sequence[RowAccount]) -> RowAccount:

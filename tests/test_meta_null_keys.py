@@ -65,8 +65,7 @@ def test_meta_counts_rows_without_a_dataset(tmp_path, cli):
     inp = results["input"]
     assert adds_up(inp["rows_in"], inp["rows_used"], inp["rows_left_out"])
     frame = rows()
-    first_id = sorted(frame.loc[frame["dataset"].isna(), "id"])[0]  # meta joins on id: the first row by id
-    where = f"{scores}: column 'dataset', id {first_id!r}"
+    where = f"{scores}: column 'dataset', row {int(np.flatnonzero(frame['dataset'].isna())[0])}"
     assert summary["rows_left_out_first"] == inp["rows_left_out_first"] == {"no dataset": where}
     line = f"16 of 48 rows left out of every group (16 no dataset); 32 used; first no dataset: {where}"
     assert line in (out / "report.md").read_text()

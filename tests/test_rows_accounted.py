@@ -136,7 +136,7 @@ def test_meta_accounts_for_every_row(scores, tmp_path, cli):
     summary = json.loads(proc.stdout)
     assert summary["rows"] == scores["rows"]
     assert summary["rows_left_out"] == {"no dataset": 3}  # None and "" in shard a, None in shard b
-    where = f"{scores['path']}: column 'dataset', id 'bad0'"  # meta joins its runs on id: the first by id
+    where = f"{scores['path']}/a.parquet: column 'dataset', row 24"  # bad0, after the 24 clean rows
     assert summary["rows_left_out_first"] == {"no dataset": where}
     results = json.loads((out / "results.json").read_text())
     account = results["input"]
@@ -540,13 +540,13 @@ def test_leaderboard_names_the_first_row_of_every_reason_in_its_part(two_parts, 
 
 
 def test_meta_names_the_first_row_it_leaves_out(two_parts, tmp_path, cli):
-    """meta joins its metric runs on id, so it names the row by its id (as for a key not UTF-8)."""
+    """meta names the row in its part too (its runs joined on id, the row found by its id)."""
     out = tmp_path / "report"
     args = ["meta", "-s", two_parts["path"], "-o", out, "--resamples", "0", "--methods", "spearman",
             "--no-checklist", "--metrics", "m", "--no-progress"]
     proc = cli(args + ["--json"])
     assert proc.returncode == 0, proc.stderr
-    where = f"{two_parts['path']}: column 'dataset', id 'b1'"
+    where = two_parts["first"]["no dataset"]
     assert json.loads(proc.stdout)["rows_left_out_first"] == {"no dataset": where}
     assert json.loads((out / "results.json").read_text())["input"]["rows_left_out_first"] == {"no dataset": where}
     line = f"1 of 11 rows left out of every group (1 no dataset); 10 used; first no dataset: {where}"
