@@ -562,3 +562,29 @@ def test_compare_systems_on_a_frame_names_the_first_row_of_every_reason(two_part
     assert got.rows.left_out == {"no dataset": 1, "no system": 1}
     assert got.rows.first == {"no dataset": "the rows: column 'dataset', row 7",
                               "no system": "the rows: column 'system', row 9"}
+
+
+def test_meta_names_the_row_in_the_part_of_its_metric_run(tmp_path, cli):
+    """Two metric runs (r1: two parts, r2: one file) joined on id: the row is named in r1, the
+    first run of those with the most rows, in its part and file order (not by id)."""
+    rng = np.random.default_rng(5)
+    ids = [f"z{n}" for n in range(8)]  # z5 and z7 have no dataset: z7 comes first in r1's files, z5 by id
+    dataset = ["d", "d", "d", "d", "d", None, "d", None]
+    base = dict(system=["s0", "s1"] * 4, doc_id=[f"x{n // 2}" for n in range(8)], human_q=rng.normal(size=8))
+
+    def table(rows, metric):
+        return pa.table({"id": [ids[k] for k in rows], "dataset": [dataset[k] for k in rows],
+                         **{key: [values[k] for k in rows] for key, values in base.items()},
+                         metric: rng.normal(size=len(rows))})
+
+    (tmp_path / "scores" / "r1").mkdir(parents=True)
+    (tmp_path / "scores" / "r2").mkdir()
+    pq.write_table(table([0, 1, 2, 3], "m"), tmp_path / "scores" / "r1" / "a.parquet")
+    pq.write_table(table([7, 5, 4, 6], "m"), tmp_path / "scores" / "r1" / "b.parquet")
+    pq.write_table(table([7, 6, 5, 4, 3, 2, 1, 0], "n"), tmp_path / "scores" / "r2" / "all.parquet")
+    proc = cli(["meta", "-s", tmp_path / "scores", "-o", tmp_path / "report", "--resamples", "0", "--methods",
+                "spearman", "--no-checklist", "--metrics", "m", "n", "--no-progress", "--json"])
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["rows_left_out"] == {"no dataset": 2}
+    assert summary["rows_left_out_first"] == {"no dataset": f"{tmp_path / 'scores' / 'r1' / 'b.parquet'}: column 'dataset', row 0"}
