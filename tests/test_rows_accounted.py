@@ -588,3 +588,26 @@ def test_meta_names_the_row_in_the_part_of_its_metric_run(tmp_path, cli):
     summary = json.loads(proc.stdout)
     assert summary["rows_left_out"] == {"no dataset": 2}
     assert summary["rows_left_out_first"] == {"no dataset": f"{tmp_path / 'scores' / 'r1' / 'b.parquet'}: column 'dataset', row 0"}
+
+
+def test_meta_names_a_row_of_an_id_in_two_shards_in_its_shard(tmp_path, cli):
+    """Where an id repeats across shards the rows join on (id, shard): the one left out is named
+    in its own shard's part, not in the other shard's row of the same id."""
+    from tests.test_job_output_shards import _job_output
+
+    out = _job_output(tmp_path)
+    part = out / "ppl" / "sub" / "b" / "part-0000000000-0000000009-abc.parquet"
+    for label in ("ppl", "words", "only_a"):
+        for shard in ("a", "sub/b"):
+            path = out / label / shard / part.name
+            if path.exists():
+                t = pq.read_table(path)
+                ids = t["id"].to_pylist()
+                dataset = [None if (i, shard) == ("r1", "sub/b") else "d" for i in ids]  # r1 is row 1 of shard a
+                pq.write_table(t.append_column("dataset", pa.array(dataset, pa.string())), path)
+    proc = cli(["--json", "meta", "-s", out, "-o", tmp_path / "report", "--resamples", "0", "--no-checklist",
+                "--no-compare-systems", "--methods", "pearson", "--human-columns", "human_q", "--metrics", "words"])
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["rows_left_out"] == {"no dataset": 1}
+    assert summary["rows_left_out_first"] == {"no dataset": f"{part}: column 'dataset', row 0"}
