@@ -70,6 +70,34 @@ def default_lower_is_better(columns) -> set[str]:
     return set(LOWER_IS_BETTER) | {c for c in columns if str(c).split(".")[-1].startswith(LOWER_IS_BETTER_PREFIXES)}
 
 
+@dataclass(frozen=True)
+class RowFiles:
+    """Where the rows of a frame read from metric runs were stored: the row key (`id`, or `id`
+    and `shard`) of each row of the run with the most rows, in file order, and that run's
+    (file, rows) in order. Looked up only for the rows a reason leaves out."""
+
+    index: pd.Index
+    file_rows: tuple
+
+    def where(self, frame: pd.DataFrame, column: str, rows: np.ndarray, source: str) -> str:
+        """The first of `rows` (rows of `frame`) in file order, as "FILE: column C, row N" (N
+        counted from 0 in that file: `unreadable_where`); a row that run lacks, by its `id`."""
+        from scoring.job_output import SHARD
+        from scoring.utf8_text import unreadable_where
+
+        ids = frame["id"].to_numpy()[rows]
+        keys = pd.MultiIndex.from_arrays([ids, frame[SHARD].to_numpy()[rows]]) if self.index.nlevels == 2 \
+            else pd.Index(ids)
+        positions = self.index.get_indexer(keys)
+        found = positions[positions >= 0]
+        if not len(found):
+            return unreadable_where(source, column, int(rows[0]), frame["id"].iloc)
+        position = int(found.min())
+        starts = np.cumsum([0] + [n for _, n in self.file_rows])
+        k = int(np.searchsorted(starts, position, "right")) - 1
+        return unreadable_where(self.file_rows[k][0], column, position - int(starts[k]))
+
+
 @dataclass
 class Table:
     """Rows ready for meta-evaluation plus what is known about their columns."""
@@ -92,6 +120,7 @@ class Table:
     # rows read but dropped before `frame` because a key is not valid UTF-8 (`drop_unreadable_keys`)
     keys_left_out: dict[str, int] = field(default_factory=dict)  # reason -> rows
     keys_left_out_first: dict[str, str] = field(default_factory=dict)  # reason -> where its first row was
+    row_files: RowFiles | None = None  # where the rows were stored (scores read from metric runs)
 
     @property
     def has_systems(self) -> bool:
@@ -103,14 +132,15 @@ def _score_columns(columns) -> list[str]:
     return [c for c in columns if schema.is_score_column(c) and c not in _INPUT_COLUMNS]
 
 
-def _read_parquet_files(path: str) -> tuple[pd.DataFrame, dict]:
+def _read_parquet_files(path: str) -> tuple[pd.DataFrame, dict, RowFiles]:
     """The metric runs under `path` (`scoring.job_output`: the manifest's current outputs, runs
     kept apart by label, score columns and signature), joined on `id`, one row per id (on `id`
     and `shard`, one row per both, where a job's input held an id in several shards: those
     are separate rows, as the job scored them, and a `shard` column tells them apart). A row's
     `error` only blanks the score columns of its own metric run; a score column several runs
     produce is named `<run>.<column>`. Returns the frame and per-run facts (rows, errors,
-    signatures), keyed by the run's score columns (by run name where those repeat)."""
+    signatures), keyed by the run's score columns (by run name where those repeat), and where the
+    rows were stored (`RowFiles`, from the run with the most rows)."""
     from scoring.job_output import SHARD, output_names, read_runs
 
     runs_read = read_runs(path)
@@ -146,7 +176,8 @@ def _read_parquet_files(path: str) -> tuple[pd.DataFrame, dict]:
     merged["skipped"] = any_skipped.reindex(merged.index, fill_value=False)
     merged.index.names = ["id", SHARD] if merged.index.nlevels == 2 else ["id"]
     merged = merged.reset_index()
-    return merged, runs
+    largest = max(runs_read, key=lambda run: len(run.frame))  # the first of those with the most rows
+    return merged, runs, RowFiles(largest.frame.index, largest.file_rows)
 
 
 def _numeric_columns(frame: pd.DataFrame) -> list[str]:
@@ -160,7 +191,7 @@ def read_scores(path: str, humans: list[str] | None = None, metrics: list[str] |
     Rows with an error keep their human columns but their metric run's scores become NaN, so
     they drop out of every statistic on that metric; `n_error_rows` counts rows with any error.
     """
-    frame, runs = _read_parquet_files(str(path))
+    frame, runs, row_files = _read_parquet_files(str(path))
     n_input = len(frame)
     n_error = int(frame.pop("error").sum())
     n_skipped = int(frame.pop("skipped").sum())
@@ -178,7 +209,7 @@ def read_scores(path: str, humans: list[str] | None = None, metrics: list[str] |
     return Table(frame=frame, humans=list(humans), metrics=list(metrics), source=str(path),
                  n_input_rows=n_input, n_error_rows=n_error, n_skipped_rows=n_skipped, runs=runs,
                  cat_columns={h: None for h in humans}, lower_is_better=default_lower_is_better(metrics),
-                 not_numeric=not_numeric, keys_left_out=left_out, keys_left_out_first=first)
+                 not_numeric=not_numeric, keys_left_out=left_out, keys_left_out_first=first, row_files=row_files)
 
 
 KEY_COLUMNS = ("doc_id", "system", "dataset")

@@ -6,8 +6,8 @@ from partial sums: `file_partial` reads one Parquet file (only the unit, system,
 and wanted score columns), groups its rows by (dataset, unit, system) and returns the sums and
 counts of the finite-or-infinite (non-NaN) scores of the rows without an error, as small arrays.
 Rows without a system or unit (null, NaN, blank: `meta_eval.row_account`), and rows with a key
-that is not valid UTF-8, go into no cell and are counted per (dataset, reason) (the first
-unreadable key named per reason); `GridAccumulator.account` says where every row went.
+that is not valid UTF-8, go into no cell and are counted per (dataset, reason), the first row of
+each reason named (file, column, row in it); `GridAccumulator.account` says where every row went.
 `GridAccumulator` folds partials into one table of cells on the driver; its memory follows the
 number of cells, not the number of rows or the columns a dump carries.
 
@@ -34,11 +34,11 @@ import numpy as np
 
 from meta_eval.row_account import (
     RowAccount,
-    first_unreadable_rows,
     is_missing,
     no_key,
     undecodable_dictionary,
     unreadable_reason,
+    unreadable_where,
 )
 from scoring.errors import InputError
 
@@ -77,6 +77,10 @@ class Partial:
     error_rows: int = 0
     key_rows: dict = field(default_factory=dict)  # (dataset, reason or None when kept) -> rows
     first: dict = field(default_factory=dict)  # reason -> where its first row is (keys not valid UTF-8)
+    # reason -> where its first row is, for a missing key: as counted when some row of the dump
+    # has a dataset (a row without one: "no dataset"), and when none has
+    first_if_named: dict = field(default_factory=dict)
+    first_if_unnamed: dict = field(default_factory=dict)
 
 
 def _open(path: str, storage_options: dict | None):
@@ -186,17 +190,32 @@ def file_partial(spec: PartialSpec, label: str, path: str, storage_options: dict
     reasons = []
     unreadable = [(name, bad) for name, bad in ((spec.dataset, d_bad), (spec.system, s_bad), (spec.unit, u_bad))
                   if bad is not None]
-    first = first_unreadable_rows(unreadable, path)
-    checks = [(unreadable_reason(name), bad) for name, bad in unreadable]
-    checks += [(no_key(spec.system), s_codes == systems.index(None) if None in systems else None),
-               (no_key(spec.unit), u_codes == units.index(None) if None in units else None)]
-    for why, rows_hit in checks:  # unreadable keys first, then missing ones (docs/meta_eval.md)
+    checks = [(unreadable_reason(name), name, bad) for name, bad in unreadable]
+    checks += [(no_key(spec.system), spec.system, s_codes == systems.index(None) if None in systems else None),
+               (no_key(spec.unit), spec.unit, u_codes == units.index(None) if None in units else None)]
+    # the first row of each reason, from the masks below (no other pass): keys not UTF-8 always;
+    # a missing system or unit as counted when no row has a dataset, and when some row has one
+    # (then a row without a dataset counts as "no dataset" first: `GridAccumulator.account`)
+    first, if_named, if_unnamed = {}, {}, {}
+    d_missing = d_codes == datasets.index(None) if None in datasets else None
+    readable = None  # rows no key not valid UTF-8 took
+    for why, column, rows_hit in checks:  # unreadable keys first, then missing ones (docs/meta_eval.md)
+        if readable is None and why.startswith("no "):
+            readable = keep.copy()
         if rows_hit is None:
             continue
         hit = keep & rows_hit
+        if readable is None:
+            _name_first(first, why, hit, path, column)
+        else:
+            _name_first(if_unnamed, why, hit, path, column)
+            _name_first(if_named, why, hit if d_missing is None else hit & ~d_missing, path, column)
         reason[hit] = len(reasons)
         reasons.append(why)
         keep &= ~hit
+    if d_missing is not None:
+        _name_first(if_named, no_key(spec.dataset), d_missing if readable is None else d_missing & readable,
+                    path, spec.dataset)
     n = len(reasons) + 1
     per_key = np.bincount(d_codes * n + reason + 1, minlength=n * len(datasets))  # (dataset, kept / reason)
     key_rows = {(datasets[k // n], None if k % n == 0 else reasons[k % n - 1]): int(per_key[k])
@@ -225,7 +244,14 @@ def file_partial(spec: PartialSpec, label: str, path: str, storage_options: dict
     u, rest = cells % len(units), cells // len(units)
     key_array = np.column_stack([rest // len(systems), u, rest % len(systems)]).astype(np.int64)
     return Partial(label, datasets, units, systems, key_array, sums, counts, scaled, rows, int(failed.sum()), key_rows,
-                   first)
+                   first, if_named, if_unnamed)
+
+
+def _name_first(first: dict, reason: str, hit: np.ndarray, path: str, column: str) -> None:
+    """`first[reason]`: where the first row of `hit` is in file `path` (`unreadable_where`), if any."""
+    rows = np.flatnonzero(hit)
+    if len(rows):
+        first[reason] = unreadable_where(path, column, int(rows[0]))
 
 
 def partials_task(shared: tuple[PartialSpec, dict | None], items: list) -> list[Partial]:
@@ -261,6 +287,8 @@ class GridAccumulator:
     run_rows: dict = field(default_factory=dict)  # run label -> rows read in it
     run_keys: dict = field(default_factory=dict)  # run label -> {(dataset, reason or None): rows}
     run_first: dict = field(default_factory=dict)  # run label -> {reason: where its first row is}
+    run_first_if_named: dict = field(default_factory=dict)  # the same for missing keys (`Partial.first_if_named`)
+    run_first_if_unnamed: dict = field(default_factory=dict)
     _codes: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     _sums: np.ndarray | None = None
     _counts: np.ndarray | None = None
@@ -284,8 +312,10 @@ class GridAccumulator:
         keys = self.run_keys.setdefault(part.label, {})
         for key, n in part.key_rows.items():
             keys[key] = keys.get(key, 0) + n
-        for why, where in part.first.items():  # files in order: the first file's row is named
-            self.run_first.setdefault(part.label, {}).setdefault(why, where)
+        for firsts, found in ((self.run_first, part.first), (self.run_first_if_named, part.first_if_named),
+                              (self.run_first_if_unnamed, part.first_if_unnamed)):
+            for why, where in found.items():  # files in order: the first file's row is named
+                firsts.setdefault(part.label, {}).setdefault(why, where)
         for name in part.datasets:  # a dataset only rows without a system carry still counts as named
             self.datasets.setdefault(name, len(self.datasets))
         if not len(part.keys):
@@ -357,7 +387,9 @@ class GridAccumulator:
                 left_out[reason] = left_out.get(reason, 0) + n
         order = unreadable + [no_key(self.dataset_column), no_key(self.system_column), no_key(self.unit_column)]
         left_out = {reason: left_out[reason] for reason in order if reason in left_out}
-        first = {reason: where for reason, where in self.run_first.get(label, {}).items() if reason in left_out}
+        named_first = (self.run_first_if_named if named else self.run_first_if_unnamed).get(label, {})
+        found = {**self.run_first.get(label, {}), **named_first}
+        first = {reason: found[reason] for reason in left_out if reason in found}
         return RowAccount(self.run_rows[label], used, left_out, first)
 
     @property

@@ -291,13 +291,18 @@ def run_meta(table: Table, opts: Options | None = None, runner: Runner | None = 
     dropped = sum(table.keys_left_out.values())  # keys not valid UTF-8: left out when read
     rows_in = len(table.frame) + dropped
     frame = normalise_keys(table.frame.copy())
-    keep, rows = group_keys(frame, "dataset")
+    where = None
+    if table.row_files is not None and "id" in frame:  # scores read from metric runs: the file and its row
+        def where(column, hit):
+            return table.row_files.where(frame, column, hit, table.source)
+    keep, rows = group_keys(frame, "dataset", source=table.source, ids=frame["id"].iloc if "id" in frame else None,
+                            where=where)
     if dropped:
         rows = RowAccount(rows_in, rows.rows_used, {**table.keys_left_out, **rows.left_out},
                           {**table.keys_left_out_first, **rows.first})
     if rows.rows_left_out:
         frame = frame.loc[keep].reset_index(drop=True)
-    table = _with(table, frame, table.humans, table.metrics)
+    table = dataclasses.replace(_with(table, frame, table.humans, table.metrics), row_files=None)  # named: not carried on
     has_datasets = "dataset" in frame and frame["dataset"].notna().any()
     datasets = sorted(map(str, frame["dataset"].dropna().unique())) if has_datasets else []
     sig = Signature("meta-eval", VERSION, {

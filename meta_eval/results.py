@@ -324,7 +324,7 @@ class InputSummary:
     rows_skipped: int = 0  # rows some metric run does not apply to (their scores there are null, not errors)
     rows_used: int | None = None  # rows in some group; rows_in = rows_used + sum(rows_left_out.values())
     rows_left_out: dict[str, int] = field(default_factory=dict)  # reason ("no dataset") -> rows in no group
-    rows_left_out_first: dict[str, str] = field(default_factory=dict)  # reason (a key not valid UTF-8) -> its first row
+    rows_left_out_first: dict[str, str] = field(default_factory=dict)  # reason -> where its first row is
 
 
 @dataclass

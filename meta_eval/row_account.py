@@ -7,8 +7,9 @@ A key is missing when it is null, a float NaN (a numeric id column) or a string 
 or only white space (`is_missing`). A key that is a string but not valid UTF-8 (Parquet can
 carry one) cannot be shown, compared or written back, and decoding it with replacement
 characters would merge distinct keys, so its row is left out too, under its own reason
-(`unreadable_reason`, found by `unreadable_mask` without decoding it), before any missing key;
-the account names the first such row (`RowAccount.first`). One `RowAccount` per command holds
+(`unreadable_reason`, found by `unreadable_mask` without decoding it), before any missing key.
+The account names the first row of every reason (`RowAccount.first`: file, column, row), found
+on the mask that reason takes. One `RowAccount` per command holds
 rows_in = rows_used + sum(left_out.values()); building one that does not add up is an error.
 `meta`, `compare` (row frames and partial sums alike), `constraints report` and `compmctg` all
 count through this module; the search for keys not UTF-8 lives in `scoring.utf8_text` (the
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -68,7 +69,7 @@ def missing_mask(values) -> np.ndarray:
 @dataclass(frozen=True)
 class RowAccount:
     """rows_in = rows_used + the rows left out, per reason (insertion order is the precedence);
-    `first`: for a reason that names one (a key not valid UTF-8), where its first row is."""
+    `first`: for each reason, where its first row is (file, column, row)."""
 
     rows_in: int
     rows_used: int
@@ -113,31 +114,39 @@ class RowAccount:
         return RowAccount(self.rows_in, later.rows_used, left_out, {**later.first, **self.first})
 
     def as_dict(self) -> dict:
-        """rows_in, rows_used, rows_left_out (reason -> rows) and, where a reason names its first
-        row, rows_left_out_first (reason -> where)."""
+        """rows_in, rows_used, rows_left_out (reason -> rows) and, where some row is left out,
+        rows_left_out_first (reason -> where its first row is)."""
         return {"rows_in": self.rows_in, "rows_used": self.rows_used, "rows_left_out": dict(self.left_out),
                 **({"rows_left_out_first": dict(self.first)} if self.first else {})}
 
 
-def account(rows_in: int, checks: Sequence[tuple[str, np.ndarray]]) -> tuple[np.ndarray, RowAccount]:
+def account(rows_in: int, checks: Sequence[tuple[str, np.ndarray]],
+            where: Callable[[str, np.ndarray], str] | None = None) -> tuple[np.ndarray, RowAccount]:
     """Rows to keep and their account: `checks` are (reason, missing mask) in precedence order; a
-    row missing several keys is counted once, under the first reason that applies."""
+    row missing several keys is counted once, under the first reason that applies. `where`
+    (reason, the rows it takes, in order) names the first row of each reason (`RowAccount.first`),
+    found on the mask that reason takes (no other pass over the keys)."""
     keep = np.ones(rows_in, dtype=bool)
-    left_out = {}
+    left_out: dict[str, int] = {}
+    first: dict[str, str] = {}
     for reason, missing in checks:
         hit = keep & np.asarray(missing, dtype=bool)
         if hit.any():
             left_out[reason] = left_out.get(reason, 0) + int(hit.sum())
+            if where is not None and reason not in first:
+                first[reason] = where(reason, np.flatnonzero(hit))
             keep &= ~hit
-    return keep, RowAccount(rows_in, int(keep.sum()), left_out)
+    return keep, RowAccount(rows_in, int(keep.sum()), left_out, first)
 
 
-def group_keys(frame, group_col: str, keys: Sequence[str] = (), source: str = "the rows") -> tuple[np.ndarray, RowAccount]:
+def group_keys(frame, group_col: str, keys: Sequence[str] = (), source: str = "the rows",
+               ids=None, where: Callable[[str, np.ndarray], str] | None = None) -> tuple[np.ndarray, RowAccount]:
     """The rows of a frame that land in a group and their account. `group_col` (the dataset)
     is checked only when some row has one (no row having one: a single group of all rows);
     `keys` (system, unit) must be present in every kept row. Precedence: a key not valid UTF-8
-    (`group_col`, then `keys`; the first row of each named as in `source`), then `group_col`
-    missing, then `keys` missing."""
+    (`group_col`, then `keys`), then `group_col` missing, then `keys` missing; the first row of
+    each reason is named by `where` (column, the rows of the frame it takes), by default as in
+    `source`, with its column and row (its id where `ids` give one: `unreadable_where`)."""
     rows = len(frame)
     columns = [c for c in [group_col, *keys] if c in frame]  # an absent key column is the caller's error to name
     unreadable, missing = [], {}  # unreadable: (column, rows whose key is not UTF-8)
@@ -150,14 +159,18 @@ def group_keys(frame, group_col: str, keys: Sequence[str] = (), source: str = "t
                 raise
             missing[col] = missing_mask(frame[col].where(~bad, None)) & ~bad
             unreadable.append((col, bad))
-    first = first_unreadable_rows(unreadable, source)
     taken = np.logical_or.reduce([bad for _, bad in unreadable]) if unreadable else np.zeros(rows, bool)
     checks = [(unreadable_reason(col), bad) for col, bad in unreadable]
+    column_of = {unreadable_reason(col): col for col, _ in unreadable}
     if group_col in missing and not (missing[group_col] | taken).all():
         checks.append((no_key(group_col), missing[group_col]))
+        column_of[no_key(group_col)] = group_col
     checks += [(no_key(key), missing[key]) for key in keys if key in missing]
-    keep, rows_account = account(rows, checks)
-    return keep, RowAccount(rows_account.rows_in, rows_account.rows_used, rows_account.left_out, first)
+    column_of.update({no_key(key): key for key in keys})
+    if where is None:
+        def where(column, hit):
+            return unreadable_where(source, column, int(hit[0]), ids)
+    return account(rows, checks, lambda reason, hit: where(column_of[reason], hit))
 
 
 def merge(accounts: Sequence[RowAccount]) -> RowAccount:

@@ -58,6 +58,7 @@ class Run:
     score_columns: list[str]
     signatures: list[str] = field(default_factory=list)
     row_shards: Any = None  # each row's shard (a sequence as long as the frame), None without shards
+    file_rows: tuple = ()  # (file, rows read from it), in the frame's row order
 
     @property
     def label(self) -> str:  # the name `load_scores` and compare always called it
@@ -294,7 +295,8 @@ def read_run(fs, run: RunFiles) -> Run:
         frame = _shard_keyed(frame, row_shards, run.name)
     signatures = sorted(map(str, frame[schema.SIGNATURE].dropna().unique())) if schema.SIGNATURE in frame else []
     return Run(name=run.name, frame=frame, score_columns=[c for c in frame.columns if schema.is_score_column(c)],
-               signatures=signatures, row_shards=row_shards)
+               signatures=signatures, row_shards=row_shards,
+               file_rows=tuple((name, len(part)) for name, part in zip(run.files, parts)))
 
 
 def _text_keys(table):
@@ -332,7 +334,7 @@ def key_by_shard(runs: list[Run]) -> list[Run]:
                 raise InputError(f"metric run {run.name!r}: has no shards to tell apart the ids that repeat "
                                  "across the shards of the others")
             run = Run(run.name, _shard_keyed(run.frame, run.row_shards, run.name), run.score_columns,
-                      run.signatures, run.row_shards)
+                      run.signatures, run.row_shards, run.file_rows)
         keyed.append(run)
     return keyed
 

@@ -87,7 +87,8 @@ def test_a_bad_key_beside_a_missing_one_counts_once_under_the_unreadable_reason(
     spec = PartialSpec({"run": (("m", "m"),)})
     rows = accumulate(spec, [("run", write(data, tmp_path / "s.parquet", {"system": 5}))]).account
     assert rows.left_out == {"system key not valid UTF-8": 1, "no system": 1}
-    assert rows.first == {"system key not valid UTF-8": f"{tmp_path / 's.parquet'}: column 'system', row 5"}
+    assert rows.first == {"system key not valid UTF-8": f"{tmp_path / 's.parquet'}: column 'system', row 5",
+                          "no system": f"{tmp_path / 's.parquet'}: column 'system', row 4"}
 
 
 def test_compare_writes_its_board_and_the_other_rows_compare_as_without_the_bad_ones(tmp_path, cli):

@@ -4,6 +4,7 @@ still read, by the library and by a refresh of `ctgscore leaderboard` (its job s
 
 from __future__ import annotations
 
+import html
 import json
 import types
 
@@ -90,10 +91,11 @@ def test_a_refresh_reads_an_old_history_and_appends_the_new_format(tmp_path, cli
                 "--trials", "50", "--no-progress"])
     assert proc.returncode == 0, proc.stderr
     assert "toy / m: leader sysB 5.5; leader since 2026-01-01T00:00:00+00:00 (2 refreshes)" in proc.stdout
-    line = "2 of 14 rows left out of every group (2 no dataset); 12 used"
-    assert f"  left out: {line}" in proc.stdout.splitlines() and line in (board / "board.html").read_text()
+    where = f"{scores}: column 'dataset', row 12"  # x1, after the twelve rows of toy
+    line = f"2 of 14 rows left out of every group (2 no dataset); 12 used; first no dataset: {where}"
+    assert f"  left out: {line}" in proc.stdout.splitlines() and html.escape(line) in (board / "board.html").read_text()
     assert json.loads((board / "leaderboard.json").read_text())["rows"] == \
-        {"rows_in": 14, "rows_used": 12, "rows_left_out": {"no dataset": 2}}
+        {"rows_in": 14, "rows_used": 12, "rows_left_out": {"no dataset": 2}, "rows_left_out_first": {"no dataset": where}}
     lines = [json.loads(line) for line in (board / "history.jsonl").read_text().splitlines()]
     assert lines[0] == old  # the old line is kept as written
     assert lines[1]["format"] == 2 and lines[1]["leaders"] == [{"dataset": "toy", "column": "m", "system": "sysB"}]

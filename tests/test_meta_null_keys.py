@@ -64,8 +64,12 @@ def test_meta_counts_rows_without_a_dataset(tmp_path, cli):
     assert [g["name"] for g in results["groups"]] == ["a", "b"] and sum(g["rows"] for g in results["groups"]) == 32
     inp = results["input"]
     assert adds_up(inp["rows_in"], inp["rows_used"], inp["rows_left_out"])
-    line = "16 of 48 rows left out of every group (16 no dataset); 32 used"
-    assert line in (out / "report.md").read_text() and line in (out / "report.html").read_text()
+    frame = rows()
+    where = f"{scores}: column 'dataset', row {int(np.flatnonzero(frame['dataset'].isna())[0])}"
+    assert summary["rows_left_out_first"] == inp["rows_left_out_first"] == {"no dataset": where}
+    line = f"16 of 48 rows left out of every group (16 no dataset); 32 used; first no dataset: {where}"
+    assert line in (out / "report.md").read_text()
+    assert line in (out / "report.html").read_text()
     console = cli(args).stdout
     assert f"  left out: {line}" in console.splitlines()
 
@@ -113,13 +117,26 @@ def holes(tmp_path_factory):
 EXPECTED = {"no dataset": 16, "no system": 4, "no doc_id": 2}
 
 
+def first_rows(frame, name) -> dict[str, str]:
+    """Where the first row of each reason is: `name(column, position)` for the first position in
+    `frame` whose dataset, else system, else doc_id is missing (the precedence of the account)."""
+    missing = {col: frame[col].map(is_missing).to_numpy() for col in ("dataset", "system", "doc_id")}
+    no_dataset = missing["dataset"]
+    no_system = missing["system"] & ~no_dataset
+    no_doc = missing["doc_id"] & ~no_dataset & ~missing["system"]
+    return {f"no {col}": name(col, int(np.flatnonzero(mask)[0]))
+            for col, mask in (("dataset", no_dataset), ("system", no_system), ("doc_id", no_doc))}
+
+
 def test_partial_sums_and_the_row_frame_account_for_every_row_alike(holes):
     frame, folder = holes
     comps, skipped, _, acc, datasets = compare_scores(str(folder), ["m"], None, dict(FAST))
     assert datasets == ["a", "b"] and not skipped
-    assert acc.account == RowAccount(48, 26, EXPECTED)
+    shuffled = frame.sample(frac=1, random_state=2)  # as the fixture wrote its parts, 16 rows each
+    in_part = first_rows(shuffled, lambda col, at: f"{folder}/part-{at // 16}.parquet: column '{col}', row {at % 16}")
+    assert acc.account == RowAccount(48, 26, EXPECTED, in_part)
     by_frame = compare.compare_systems(frame, ["m"], **FAST)
-    assert by_frame.rows == acc.account
+    assert by_frame.rows == RowAccount(48, 26, EXPECTED, first_rows(frame, lambda col, at: f"the rows: column '{col}', row {at}"))
     for got, want in zip(comps, by_frame):
         assert (got.dataset, got.n_units, got.n_units_dropped) == (want.dataset, want.n_units, want.n_units_dropped)
         assert [s.system for s in got.systems] == [s.system for s in want.systems]  # no "" or "   " system
@@ -133,9 +150,11 @@ def test_compare_cli_reports_the_rows_left_out(holes, tmp_path, cli):
     assert (summary["rows"], summary["rows_used"], summary["rows_left_out"]) == (48, 26, EXPECTED)
     assert adds_up(summary["rows"], summary["rows_used"], summary["rows_left_out"])
     line = "22 of 48 rows left out of every group (16 no dataset, 4 no system, 2 no doc_id); 26 used"
+    assert set(summary["rows_left_out_first"]) == set(EXPECTED)  # where: test_partial_sums_and_the_row_frame_...
+    first = "".join(f"; first {reason}: {where}" for reason, where in summary["rows_left_out_first"].items())
     proc = cli(args + ["-o", tmp_path / "board.md"])
     assert proc.returncode == 0, proc.stderr
-    assert f"  left out: {line}" in proc.stdout.splitlines()
+    assert f"  left out: {line}{first}" in proc.stdout.splitlines()
     assert line in (tmp_path / "board.md").read_text()
     assert cli(args + ["-o", tmp_path / "board.html"]).returncode == 0
     assert line in (tmp_path / "board.html").read_text()
@@ -143,7 +162,7 @@ def test_compare_cli_reports_the_rows_left_out(holes, tmp_path, cli):
     assert unknown.returncode == 2 and "(systems: s0, s1, s2, s3)" in unknown.stderr
     assert cli(args + ["-o", tmp_path / "board.json"]).returncode == 0
     assert json.loads((tmp_path / "board.json").read_text())["rows"] == \
-        {"rows_in": 48, "rows_used": 26, "rows_left_out": EXPECTED}
+        {"rows_in": 48, "rows_used": 26, "rows_left_out": EXPECTED, "rows_left_out_first": summary["rows_left_out_first"]}
 
 
 def test_a_clean_dump_leaves_nothing_out_and_says_nothing(tmp_path, cli):

@@ -14,6 +14,7 @@ import json
 import math
 import shutil
 import tempfile
+import types
 
 import numpy as np
 import pandas as pd
@@ -135,6 +136,8 @@ def test_meta_accounts_for_every_row(scores, tmp_path, cli):
     summary = json.loads(proc.stdout)
     assert summary["rows"] == scores["rows"]
     assert summary["rows_left_out"] == {"no dataset": 3}  # None and "" in shard a, None in shard b
+    where = f"{scores['path']}/a.parquet: column 'dataset', row 24"  # bad0, after the 24 clean rows
+    assert summary["rows_left_out_first"] == {"no dataset": where}
     results = json.loads((out / "results.json").read_text())
     account = results["input"]
     assert account["rows_in"] == scores["rows"] and adds_up(account) and account["rows_used"] == summary["rows_used"]
@@ -149,7 +152,8 @@ def test_meta_accounts_for_every_row(scores, tmp_path, cli):
     assert sample["n"] == int(finite.sum())
     for name in ("d1", "d2", "d3"):  # a score column all null is named, not dropped in silence
         assert groups[name]["omitted"]["column m_empty"].startswith("0 finite values")
-    line = "3 of 39 rows left out of every group (3 no dataset); 36 used"
+    assert account["rows_left_out_first"] == {"no dataset": where}
+    line = f"3 of 39 rows left out of every group (3 no dataset); 36 used; first no dataset: {where}"
     assert line in (out / "report.md").read_text()
     assert f"  left out: {line}" in cli(args).stdout.splitlines()
 
@@ -194,9 +198,14 @@ def test_compare_accounts_for_every_row(scores, tmp_path, cli):
     assert summary["rows"] == scores["rows"]
     left = summary["rows_left_out"]
     assert left == {"no dataset": 3, "no system": 2, "no doc_id": 2}
+    shard_a = f"{scores['path']}/a.parquet"  # the defects follow the 24 clean rows of shard a
+    first = {"no dataset": f"{shard_a}: column 'dataset', row 24", "no system": f"{shard_a}: column 'system', row 26",
+             "no doc_id": f"{shard_a}: column 'doc_id', row 28"}
+    assert summary["rows_left_out_first"] == first
     assert summary["rows"] == summary["rows_used"] + sum(left.values())
     board = json.loads((tmp_path / "board.json").read_text())
     assert board["rows"]["rows_left_out"] == left and adds_up(board["rows"])
+    assert board["rows"]["rows_left_out_first"] == first
     # a document whose score is NaN or infinite for some system is dropped from that comparison, counted
     d1 = [c for c in board["comparisons"] if c["dataset"] == "d1"]
     assert d1 and all(c["n_units_dropped"] >= 1 for c in d1)
@@ -469,3 +478,136 @@ def test_the_leaderboard_accounts_for_every_scored_row(refresh):
     assert rows["rows_left_out"] == {"no dataset": 5, "no system": 2, "no doc_id": 1}
     assert rows["rows_used"] == 10
     assert {k: summary[k] for k in ("rows_used", "rows_left_out")} == {k: rows[k] for k in ("rows_used", "rows_left_out")}
+
+
+# ----- the first row of every reason, named in its part ----------------------------------------
+@pytest.fixture
+def two_parts(tmp_path):
+    """A scores folder of two parts: a.parquet clean, b.parquet with no dataset at its row 1 and
+    no system at its row 3 (other rows have both)."""
+    folder = tmp_path / "two_parts"
+    folder.mkdir()
+    rng = np.random.default_rng(3)
+    a = [("a", "d", f"x{doc}", s) for doc in range(3) for s in ("s0", "s1")]
+    b = [("b", "d", "x3", "s0"), ("b", None, "x3", "s1"), ("b", "d", "x4", "s0"), ("b", "d", "x4", None),
+         ("b", "d", "x4", "s1")]
+    for name, rows in (("a", a), ("b", b)):
+        pq.write_table(pa.table({"id": [f"{part}{n}" for n, (part, *_) in enumerate(rows)],
+                                 "dataset": [r[1] for r in rows], "doc_id": [r[2] for r in rows],
+                                 "system": [r[3] for r in rows], "m": rng.normal(size=len(rows)),
+                                 "human_q": rng.normal(size=len(rows))}), folder / f"{name}.parquet")
+    part = folder / "b.parquet"
+    return {"path": folder, "first": {"no dataset": f"{part}: column 'dataset', row 1",
+                                      "no system": f"{part}: column 'system', row 3"}}
+
+
+def test_compare_names_the_first_row_of_every_reason_in_its_part(two_parts, tmp_path, cli):
+    args = ["compare", "-s", two_parts["path"], "--columns", "m", "--resamples", "30", "--trials", "30",
+            "--no-progress"]
+    proc = cli(args + ["--json", "-o", tmp_path / "board.json"])
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["rows_left_out"] == {"no dataset": 1, "no system": 1}
+    assert summary["rows_left_out_first"] == two_parts["first"]
+    assert json.loads((tmp_path / "board.json").read_text())["rows"]["rows_left_out_first"] == two_parts["first"]
+    first = "; ".join(f"first {reason}: {where}" for reason, where in two_parts["first"].items())
+    line = f"2 of 11 rows left out of every group (1 no dataset, 1 no system); 9 used; {first}"
+    proc = cli(args + ["-o", tmp_path / "board.md"])
+    assert f"  left out: {line}" in proc.stdout.splitlines()
+    assert line in (tmp_path / "board.md").read_text()
+
+
+def test_leaderboard_names_the_first_row_of_every_reason_in_its_part(two_parts, tmp_path, cli, monkeypatch):
+    from ray_jobs import score_corpus
+
+    manifest = {"output": str(two_parts["path"]), "metrics": {"stub": {"rows_scored": 0, "rows_cached": 11}}}
+    monkeypatch.setattr(score_corpus, "load_config", lambda path, overrides=None: types.SimpleNamespace())
+    monkeypatch.setattr(score_corpus, "run_job", lambda config: manifest)
+    monkeypatch.setattr(score_corpus, "error_rate_exceeded", lambda manifest: [])
+    (tmp_path / "job.yaml").write_text("stub: true\n")
+    board = tmp_path / "board"
+    args = ["leaderboard", tmp_path / "job.yaml", "-o", board, "--columns", "m", "--resamples", "30",
+            "--trials", "30", "--no-progress"]
+    proc = cli(args)
+    assert proc.returncode == 0, proc.stderr
+    first = "; ".join(f"first {reason}: {where}" for reason, where in two_parts["first"].items())
+    line = f"2 of 11 rows left out of every group (1 no dataset, 1 no system); 9 used; {first}"
+    assert f"  left out: {line}" in proc.stdout.splitlines()
+    document = json.loads((board / "leaderboard.json").read_text())
+    assert document["rows"] == {"rows_in": 11, "rows_used": 9, "rows_left_out": {"no dataset": 1, "no system": 1},
+                                "rows_left_out_first": two_parts["first"]}
+    assert json.loads(cli(args + ["--json"]).stdout)["rows_left_out_first"] == two_parts["first"]
+
+
+def test_meta_names_the_first_row_it_leaves_out(two_parts, tmp_path, cli):
+    """meta names the row in its part too (its runs joined on id, the row found by its id)."""
+    out = tmp_path / "report"
+    args = ["meta", "-s", two_parts["path"], "-o", out, "--resamples", "0", "--methods", "spearman",
+            "--no-checklist", "--metrics", "m", "--no-progress"]
+    proc = cli(args + ["--json"])
+    assert proc.returncode == 0, proc.stderr
+    where = two_parts["first"]["no dataset"]
+    assert json.loads(proc.stdout)["rows_left_out_first"] == {"no dataset": where}
+    assert json.loads((out / "results.json").read_text())["input"]["rows_left_out_first"] == {"no dataset": where}
+    line = f"1 of 11 rows left out of every group (1 no dataset); 10 used; first no dataset: {where}"
+    assert line in (out / "report.md").read_text()
+    assert f"  left out: {line}" in cli(args).stdout.splitlines()
+
+
+def test_compare_systems_on_a_frame_names_the_first_row_of_every_reason(two_parts):
+    from meta_eval import compare
+
+    frame = pd.concat([pd.read_parquet(two_parts["path"] / f"{name}.parquet") for name in "ab"], ignore_index=True)
+    got = compare.compare_systems(frame, ["m"], n_resamples=30, trials=30, seed=1)
+    assert got.rows.left_out == {"no dataset": 1, "no system": 1}
+    assert got.rows.first == {"no dataset": "the rows: column 'dataset', row 7",
+                              "no system": "the rows: column 'system', row 9"}
+
+
+def test_meta_names_the_row_in_the_part_of_its_metric_run(tmp_path, cli):
+    """Two metric runs (r1: two parts, r2: one file) joined on id: the row is named in r1, the
+    first run of those with the most rows, in its part and file order (not by id)."""
+    rng = np.random.default_rng(5)
+    ids = [f"z{n}" for n in range(8)]  # z5 and z7 have no dataset: z7 comes first in r1's files, z5 by id
+    dataset = ["d", "d", "d", "d", "d", None, "d", None]
+    base = dict(system=["s0", "s1"] * 4, doc_id=[f"x{n // 2}" for n in range(8)], human_q=rng.normal(size=8))
+
+    def table(rows, metric):
+        return pa.table({"id": [ids[k] for k in rows], "dataset": [dataset[k] for k in rows],
+                         **{key: [values[k] for k in rows] for key, values in base.items()},
+                         metric: rng.normal(size=len(rows))})
+
+    (tmp_path / "scores" / "r1").mkdir(parents=True)
+    (tmp_path / "scores" / "r2").mkdir()
+    pq.write_table(table([0, 1, 2, 3], "m"), tmp_path / "scores" / "r1" / "a.parquet")
+    pq.write_table(table([7, 5, 4, 6], "m"), tmp_path / "scores" / "r1" / "b.parquet")
+    pq.write_table(table([7, 6, 5, 4, 3, 2, 1, 0], "n"), tmp_path / "scores" / "r2" / "all.parquet")
+    proc = cli(["meta", "-s", tmp_path / "scores", "-o", tmp_path / "report", "--resamples", "0", "--methods",
+                "spearman", "--no-checklist", "--metrics", "m", "n", "--no-progress", "--json"])
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["rows_left_out"] == {"no dataset": 2}
+    assert summary["rows_left_out_first"] == {"no dataset": f"{tmp_path / 'scores' / 'r1' / 'b.parquet'}: column 'dataset', row 0"}
+
+
+def test_meta_names_a_row_of_an_id_in_two_shards_in_its_shard(tmp_path, cli):
+    """Where an id repeats across shards the rows join on (id, shard): the one left out is named
+    in its own shard's part, not in the other shard's row of the same id."""
+    from tests.test_job_output_shards import _job_output
+
+    out = _job_output(tmp_path)
+    part = out / "ppl" / "sub" / "b" / "part-0000000000-0000000009-abc.parquet"
+    for label in ("ppl", "words", "only_a"):
+        for shard in ("a", "sub/b"):
+            path = out / label / shard / part.name
+            if path.exists():
+                t = pq.read_table(path)
+                ids = t["id"].to_pylist()
+                dataset = [None if (i, shard) == ("r1", "sub/b") else "d" for i in ids]  # r1 is row 1 of shard a
+                pq.write_table(t.append_column("dataset", pa.array(dataset, pa.string())), path)
+    proc = cli(["--json", "meta", "-s", out, "-o", tmp_path / "report", "--resamples", "0", "--no-checklist",
+                "--no-compare-systems", "--methods", "pearson", "--human-columns", "human_q", "--metrics", "words"])
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["rows_left_out"] == {"no dataset": 1}
+    assert summary["rows_left_out_first"] == {"no dataset": f"{part}: column 'dataset', row 0"}
