@@ -195,7 +195,7 @@ def read_scores(path: str, humans: list[str] | None = None, metrics: list[str] |
     n_input = len(frame)
     n_error = int(frame.pop("error").sum())
     n_skipped = int(frame.pop("skipped").sum())
-    frame, left_out, first = drop_unreadable_keys(frame, str(path))
+    frame, left_out, first = drop_unreadable_keys(frame, str(path), row_files)
     normalise_keys(frame, source=str(path))
     humans = humans or [c for c in frame.columns if c.startswith("human_")]
     not_numeric: dict[str, str] = {}
@@ -215,11 +215,13 @@ def read_scores(path: str, humans: list[str] | None = None, metrics: list[str] |
 KEY_COLUMNS = ("doc_id", "system", "dataset")
 
 
-def drop_unreadable_keys(frame: pd.DataFrame, source: str) -> tuple[pd.DataFrame, dict[str, int], dict[str, str]]:
+def drop_unreadable_keys(frame: pd.DataFrame, source: str,
+                         row_files: RowFiles | None = None) -> tuple[pd.DataFrame, dict[str, int], dict[str, str]]:
     """The frame without the rows whose key (dataset, system, then doc_id: the first that applies
     counts the row) is a string that is not valid UTF-8, their count per reason
     (`meta_eval.row_account.unreadable_reason`) and where the first row of each reason was
-    (`source`, the column and the row's id). The rows left keep their order (index reset)."""
+    (its file and row there by `row_files`, as the other reasons are named; else `source`, the
+    column and the row's id). The rows left keep their order (index reset)."""
     from meta_eval.row_account import account, first_unreadable_rows, unreadable_mask, unreadable_reason
 
     unreadable = []  # (column, rows whose key is not UTF-8), in precedence order
@@ -232,7 +234,11 @@ def drop_unreadable_keys(frame: pd.DataFrame, source: str) -> tuple[pd.DataFrame
             unreadable.append((col, bad))
     if not unreadable:
         return frame, {}, {}
-    first = first_unreadable_rows(unreadable, source, frame["id"].iloc if "id" in frame else None)
+    by_file = None
+    if row_files is not None and "id" in frame:
+        def by_file(column, rows):
+            return row_files.where(frame, column, rows, source)
+    first = first_unreadable_rows(unreadable, source, frame["id"].iloc if "id" in frame else None, where=by_file)
     keep, rows = account(len(frame), [(unreadable_reason(col), bad) for col, bad in unreadable])
     return frame.loc[keep].reset_index(drop=True), dict(rows.left_out), first
 

@@ -154,16 +154,20 @@ def unreadable_where(source: str, column: str, row: int | None, ids=None) -> str
     return f"{source}: column {quoted(column)}, {where}"
 
 
-def first_unreadable_rows(unreadable: Sequence[tuple[str, np.ndarray]], source: str, ids=None) -> dict[str, str]:
+def first_unreadable_rows(unreadable: Sequence[tuple[str, np.ndarray]], source: str, ids=None,
+                          where: Callable[[str, np.ndarray], str] | None = None) -> dict[str, str]:
     """{reason: where its first row is} for the (column, rows whose key is not UTF-8) pairs in
     precedence order: a row counts under the first column that leaves it out, so each column's
-    first row is the first one no earlier column took (`unreadable_where`)."""
+    first row is the first one no earlier column took (`unreadable_where`; `where(column,
+    rows)`, when given, names the first of a column's rows instead, e.g. by its file)."""
     first: dict[str, str] = {}
     taken = None
     for column, bad in unreadable:
         hit = bad if taken is None else bad & ~taken
         if hit.any():
-            first[unreadable_reason(column)] = unreadable_where(source, column, int(np.flatnonzero(hit)[0]), ids)
+            rows = np.flatnonzero(hit)
+            first[unreadable_reason(column)] = (where(column, rows) if where is not None
+                                                else unreadable_where(source, column, int(rows[0]), ids))
         taken = bad if taken is None else taken | bad
     return first
 

@@ -126,7 +126,7 @@ def test_meta_writes_its_report_and_the_other_rows_give_the_same_numbers(tmp_pat
     assert (summary["rows"], summary["rows_used"]) == (36, 33)
     assert summary["rows_left_out"] == {"dataset key not valid UTF-8": 1, "system key not valid UTF-8": 1,
                                         "doc_id key not valid UTF-8": 1}
-    assert summary["rows_left_out_first"]["dataset key not valid UTF-8"] == f"{dirty}: column 'dataset', id 'a-4-1'"  # row 13
+    assert summary["rows_left_out_first"]["dataset key not valid UTF-8"] == f"{dirty}: column 'dataset', row 13"  # id 'a-4-1'; named as every reason is, by file and row
     results = json.loads((tmp_path / "dirty" / "results.json").read_text())
     reference = json.loads((tmp_path / "clean" / "results.json").read_text())
     assert results["input"]["rows_left_out"] == summary["rows_left_out"] and results["input"]["rows_used"] == 33
