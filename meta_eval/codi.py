@@ -279,19 +279,20 @@ def aggregate(
     self_bleu_method: str = "nltk",
     source: str = "input",
     earlier=None,
-    positions: Sequence[int] | None = None,
+    positions: Sequence[tuple[str, int]] | None = None,
 ) -> dict[str, Any]:
     """The report dict: per system, per task accuracy and Self-BLEU (`self_bleu_method`: "nltk",
     CoDI-Eval's, or "sacrebleu"), the CoDI score; every number is a record carrying its signature.
     `rows` accounts for every input row (`_systems`; `source` names the input there), after
     `earlier` (a `RowAccount` of rows left out before these, e.g. keys not valid UTF-8) when given;
-    `positions`: each row's position in its file, which messages name (default: its index)."""
+    `positions`: each row's (file, row in it), which messages name (default: `source` and its index)."""
     records = _records(rows, scores)
     unknown = [(index, r["task"]) for index, r in enumerate(records) if r["task"] not in TASKS]
     if unknown:
         index, task = unknown[0]
         row_id = rows[index].get("id")
-        where = f"row {positions[index] if positions is not None else index}" + (f" (id {row_id!r})" if row_id is not None else "")
+        file, row = positions[index] if positions is not None else (source, index)
+        where = f"row {row}" + (f" of {file}" if file != source else "") + (f" (id {row_id!r})" if row_id is not None else "")
         what = f"unknown constraint task {task!r}" if task is not None else "no constraint task"
         raise InputError(f"{where}: {what} (known: {', '.join(TASKS)}); {len(unknown)} rows like it")
     records, rows_account = _systems(records, rows, source, positions)
@@ -351,7 +352,7 @@ def aggregate(
 
 
 def _systems(records: list[dict[str, Any]], rows: Sequence[dict[str, Any]], source: str,
-             positions: Sequence[int] | None = None):
+             positions: Sequence[tuple[str, int]] | None = None):
     """The records that have a system, and the account of every row (docs/meta_eval.md, "Rows
     left out"): a row whose system is missing (null, blank) is left out, counted under "no
     system" with its first row named, when other rows have one; when no row has one, all rows
@@ -366,7 +367,8 @@ def _systems(records: list[dict[str, Any]], rows: Sequence[dict[str, Any]], sour
         return kept, RowAccount(len(records), len(records))
     row = missing.index(True)
     row_id = rows[row].get("id")
-    where = f"{source}: column 'system', row {positions[row] if positions is not None else row}" + (f" (id {row_id!r})" if row_id is not None else "")
+    file, at = positions[row] if positions is not None else (source, row)
+    where = f"{file}: column 'system', row {at}" + (f" (id {row_id!r})" if row_id is not None else "")
     reason = no_key("system")
     return kept, RowAccount(len(records), len(kept), {reason: len(records) - len(kept)}, {reason: where})
 

@@ -16,7 +16,7 @@ the calling thread and starts no pool thread, so nothing that needs the GIL outl
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -29,3 +29,25 @@ def read_parquet_here(source: Any, columns: Sequence[str] | None = None,
     dictionary-encoded, as with `pq.read_table`."""
     parquet = pq.ParquetFile(source, pre_buffer=False, read_dictionary=read_dictionary)
     return parquet.read(columns=list(columns) if columns is not None else None, use_threads=False)
+
+
+def row_places(path) -> Callable[[int], tuple[str, int]]:
+    """For a local Parquet file or folder read whole as one table (`pq.read_table`): the file
+    and the row in it (from 0) of the table's row `row`, so that a message names a row where it
+    is stored; a file is itself. Only the folder's footers are read (row counts), once."""
+    import bisect
+    import pathlib
+
+    if not pathlib.Path(path).is_dir():
+        return lambda row: (str(path), int(row))
+    files = pq.ParquetDataset(str(path)).files  # the order read_table joins them in
+    starts, total = [], 0
+    for name in files:
+        starts.append(total)
+        total += pq.ParquetFile(name).metadata.num_rows
+
+    def place(row: int) -> tuple[str, int]:
+        k = bisect.bisect_right(starts, int(row)) - 1
+        return files[k], int(row) - starts[k]
+
+    return place

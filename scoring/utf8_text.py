@@ -172,6 +172,15 @@ def first_unreadable_rows(unreadable: Sequence[tuple[str, np.ndarray]], source: 
     return first
 
 
+def where_placed(place: Callable[[int], tuple[str, int]]) -> Callable[[str, np.ndarray], str]:
+    """A `first_unreadable_rows` `where` that names a row where `place(row)` says it is stored:
+    (file, row in it), e.g. `scoring.parquet_read.row_places` of a folder read whole."""
+    def where(column: str, rows: np.ndarray) -> str:
+        file, row = place(int(rows[0]))
+        return unreadable_where(file, column, row)
+    return where
+
+
 def text_or_bytes(values) -> list:
     """The values of a string column (what `unreadable_mask` takes) as Python objects: each
     value that is valid UTF-8 as its text, each other one as the bytes stored (never decoded

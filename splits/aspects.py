@@ -300,16 +300,18 @@ def _unreadable_keys(table, columns: Sequence[str]) -> list[tuple[str, np.ndarra
     return [(name, bad) for name, bad in found if bad is not None]
 
 
-def corpus_rows(table, aspect_columns: Sequence[str] | None = None, source: str = "corpus") -> CorpusRows:
+def corpus_rows(table, aspect_columns: Sequence[str] | None = None, source: str = "corpus",
+                place=None) -> CorpusRows:
     """Per-row attribute dicts of a pyarrow table: from its `attributes` map column, or from
     one column per aspect (`aspect_columns`, else every string column that is not a
     canonical-schema column nor a `pred_*` / `human_*` column). A row whose aspect value (or,
     in `attributes`, aspect name) is not valid UTF-8 is left out and counted under
     "<column> key not valid UTF-8", its first row named (docs/splits.md); it is never decoded
-    with replacement characters, which would merge distinct values."""
+    with replacement characters, which would merge distinct values. `place(row)`: the (file,
+    row in it) of a table row, naming a folder's first such row where it is stored."""
     import pyarrow as pa
 
-    from scoring.utf8_text import binary_as_text, first_unreadable_rows, unreadable_reason
+    from scoring.utf8_text import binary_as_text, first_unreadable_rows, unreadable_reason, where_placed
 
     cols = table.column_names
     if aspect_columns is None and "attributes" in cols:
@@ -343,7 +345,8 @@ def corpus_rows(table, aspect_columns: Sequence[str] | None = None, source: str 
             keep &= ~hit
     kept = np.flatnonzero(keep)
     account = {"rows_in": table.num_rows, "rows_used": int(kept.size), "rows_left_out": left_out,
-               **({"rows_left_out_first": first_unreadable_rows(unreadable, source)} if unreadable else {})}
+               **({"rows_left_out_first": first_unreadable_rows(
+                   unreadable, source, where=None if place is None else where_placed(place))} if unreadable else {})}
     if unreadable:
         table = table.take(kept)
     if key_columns == ["attributes"]:
@@ -417,11 +420,13 @@ def _in_its_file(error: SplitsInputError, path, aspect_columns) -> SplitsInputEr
 
 def from_corpus(path: str | pathlib.Path, aspect_columns: Sequence[str] | None = None) -> Universe:
     """Universe of the combinations that occur in a corpus (values sorted per aspect)."""
+    from scoring.parquet_read import row_places
+
     table = read_corpus_table(path)
     if table.num_rows == 0:
         raise SplitsInputError(f"{path}: corpus has no rows")
     try:
-        found = corpus_rows(table, aspect_columns, source=str(path))
+        found = corpus_rows(table, aspect_columns, source=str(path), place=row_places(path))
     except SplitsInputError as exc:
         raise _in_its_file(exc, path, aspect_columns) from None
     if not found.rows:

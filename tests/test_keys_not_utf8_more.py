@@ -415,3 +415,36 @@ def test_plot_titles_of_names_that_differ_only_past_the_cut_never_read_alike(tmp
     assert plots.plain(alike[0]) != plots.plain(alike[1])
     assert all(plots.plain(a) != plots.plain(b) for a, b in itertools.combinations(datasets + humans + metrics, 2))
     assert all(len(plots.plain(n)) <= plots.LABEL_MAX for n in datasets + ["W" * 200_000])
+
+
+# ----- a folder of shards: the first row named in its own shard ----------------------------------
+def test_constraints_report_of_a_folder_names_the_shard_and_its_row(tmp_path, cli):
+    """A folder input whose second shard holds a system not valid UTF-8 (its row 1) and a missing
+    system (its row 3): both named in that shard, not as rows of the shards joined."""
+    rows, scores = codi_rows()
+    n = len(rows["id"])
+    half = n // 2
+    rows["system"][half + 3] = None
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_codi(folder / "a.parquet", {k: v[:half] for k, v in rows.items()})
+    second = write_codi(folder / "b.parquet", {k: v[half:] for k, v in rows.items()}, {"system": (1,)})
+    score_file = write_codi(tmp_path / "scores.parquet", scores)
+    got = cli(["constraints", "report", "-i", folder, "-o", tmp_path / "out", "--scores", score_file,
+               "--no-self-bleu", "--json"])
+    assert got.returncode == 0, got.stderr
+    first = json.loads(got.stdout)["rows_left_out_first"]
+    assert first["system key not valid UTF-8"] == f"{second}: column 'system', row 1"
+    assert first["no system"].startswith(f"{second}: column 'system', row 3 ")
+
+
+def test_splits_of_a_folder_corpus_name_the_shard_and_its_row(tmp_path, cli):
+    cols = corpus_columns()
+    half = len(cols["id"]) // 2
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    write_corpus(folder / "a.parquet", {k: v[:half] for k, v in cols.items()}, "columns")
+    second = write_corpus(folder / "b.parquet", {k: v[half:] for k, v in cols.items()}, "columns", {"tense": (2,)})
+    got = cli(["splits", "--corpus", folder, "--protocol", "holdout", "-o", tmp_path / "s.json", "--json"])
+    assert got.returncode == 0, got.stderr
+    assert json.loads(got.stdout)["rows_left_out_first"] == {"tense key not valid UTF-8": f"{second}: column 'tense', row 2"}

@@ -153,7 +153,7 @@ def read_rows(path: str, what: str, columns=INPUT_COLUMNS, keys=KEYS):
     (`meta_eval.row_account.RowAccount`): a row whose key (`keys`: id, system, doc_id; a
     Parquet `binary` key is read as the text it holds) is not valid UTF-8 is left out, counted
     under "<key> key not valid UTF-8" with its first row named, never decoded with replacement
-    characters; the third value gives each returned row's position in the file. A file that is
+    characters; the third value gives each returned row's place, (file, row in it). A file that is
     not Parquet, a missing or unusable `id` column, or another value that is not text is an
     `InputError` naming the file, the column and the row."""
     import numpy as np
@@ -162,7 +162,8 @@ def read_rows(path: str, what: str, columns=INPUT_COLUMNS, keys=KEYS):
 
     from meta_eval.row_account import RowAccount, account, first_unreadable_rows, unreadable_mask, unreadable_reason
     from scoring.display_names import quoted
-    from scoring.utf8_text import binary_as_text, table_rows
+    from scoring.parquet_read import row_places
+    from scoring.utf8_text import binary_as_text, table_rows, where_placed
 
     try:
         table = pq.read_table(path)
@@ -186,8 +187,10 @@ def read_rows(path: str, what: str, columns=INPUT_COLUMNS, keys=KEYS):
         table = table.filter(pa.array(keep))
     found = table_rows(table, lambda row, name: InputError(f"{what} {path}: row {row}: column {quoted(name)} "
                                                            "is not valid UTF-8"))
-    positions = [int(row) for row in np.flatnonzero(keep)]
-    return found, RowAccount(rows.rows_in, rows.rows_used, rows.left_out, first_unreadable_rows(unreadable, str(path))), positions
+    place = row_places(path)  # a folder's row: its file and its row there
+    positions = [place(row) for row in np.flatnonzero(keep)]
+    first = first_unreadable_rows(unreadable, str(path), where=where_placed(place))
+    return found, RowAccount(rows.rows_in, rows.rows_used, rows.left_out, first), positions
 
 
 def handle_report(args: argparse.Namespace) -> int:
