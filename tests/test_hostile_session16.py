@@ -134,3 +134,38 @@ def test_local_ray_temp_dir_is_the_folder_ray_is_given(tmp_path, monkeypatch):
     check_socket_room("/tmp/r")
     with pytest.raises(UsageError, match="too deep"):
         check_socket_room("/tmp/" + "\udcff" * 50)  # bytes not UTF-8 (surrogate escapes) count as bytes
+
+
+def test_convert_names_at_most_max_reasons_distinct_drop_reasons(tmp_path, cli):
+    """A reason may name a value of the data (a key named twice, an attribute's aspect): a file
+    whose every line names another made one report line per row (50,000 lines of 200-character
+    keys: 14 MB of console, 25 MB of --json from a 10 MB file), each key whole."""
+    from ctgscore.convert.report import MAX_REASONS, OTHER
+
+    rows = 3 * MAX_REASONS
+    key = "k{}" + "x" * 300
+    lines = ['{"id": "%d", "text": "t", "%s": 1, "%s": 2}' % (i, key.format(i), key.format(i)) for i in range(rows)]
+    lines += [json.dumps({"id": f"a{i}", "text": "t", "attributes": {key.format(i): 1}}) for i in range(rows)]
+    path = tmp_path / "keys.jsonl"
+    path.write_text("\n".join(lines + ['{"id": "ok", "text": "fine"}']) + "\n")
+    proc = cli(["convert", "-i", path, "-o", tmp_path / "o.parquet", "--json"])
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["rows_written"] == 1 and sum(summary["dropped"].values()) == 2 * rows  # every row counted
+    assert len(summary["dropped"]) == MAX_REASONS + 1 and summary["dropped"][OTHER] == 2 * rows - MAX_REASONS
+    assert summary["examples"][OTHER] == [MAX_REASONS + 1, MAX_REASONS + 2, MAX_REASONS + 3]
+    assert all(len(reason) < 200 for reason in summary["dropped"])  # each key quoted and cut
+    assert f"line names the key 'k0{'x' * 78}'…(302 characters) twice in one object" in summary["dropped"]
+    assert len(proc.stdout) < 40_000
+    console = cli(["convert", "-i", path, "-o", tmp_path / "o.parquet"]).stdout.splitlines()
+    assert len(console) == 2 + MAX_REASONS + 1 and f"dropped {2 * rows - MAX_REASONS}: {OTHER}" in console[2]
+
+
+def test_convert_names_a_long_duplicate_header_within_bounds(tmp_path, cli):
+    name = "h" * 100_000
+    path = tmp_path / "twice.csv"
+    path.write_text(f"id,{name},{name}\na,b,c\n")
+    proc = cli(["convert", "-i", path, "-o", tmp_path / "o.parquet", "--json"])
+    assert proc.returncode == 1
+    error = json.loads(proc.stdout)["error"]
+    assert "header names column" in error and "(100,000 characters)" in error and len(error) < 500

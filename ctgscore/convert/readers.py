@@ -18,6 +18,7 @@ from typing import Any, Iterator, Sequence
 
 from ctgscore.convert.report import ConversionReport
 from scoring import schema
+from scoring.display_names import quoted
 from scoring.errors import InputError, UsageError
 from scoring.limits import MAX_CELL_BYTES
 from scoring.local_files import refuse_device
@@ -229,7 +230,7 @@ def iter_jsonl(path: str | pathlib.Path, report: ConversionReport,
             slot = [json.loads(line, object_pairs_hook=unique_keys)]
             del line  # the text of a long line is not kept beside its object
         except DuplicateKey as exc:
-            report.drop(f"line names the key {exc.args[0]!r} twice in one object", number)
+            report.drop(f"line names the key {quoted(exc.args[0])} twice in one object", number)
             continue
         except json.JSONDecodeError:
             report.drop("line is not valid JSON", number)
@@ -334,7 +335,7 @@ def _csv_records(path, lines: _CsvLines, sizes: list[int], report: ConversionRep
         raise _long_record(path, 1, lines) from None
     if len(set(header)) != len(header):
         duplicate = next(h for h in header if header.count(h) > 1)
-        raise InputError(f"{path}: header names column {duplicate!r} twice")
+        raise InputError(f"{path}: header names column {quoted(duplicate)} twice")
     number = 1
     lines_before = 0  # lines read by the readers replaced so far
     while True:

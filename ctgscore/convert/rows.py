@@ -11,6 +11,7 @@ from ctgscore.convert.report import ConversionReport
 from ctgscore.convert.seen_ids import SeenIds
 from scoring import schema
 from scoring.cell_types import lone_surrogate
+from scoring.display_names import quoted
 from scoring.errors import UsageError
 
 CANONICAL_COLUMNS = ("id", "dataset", "doc_id", "system", "source", "prefix", "attribute", "attributes",
@@ -103,7 +104,7 @@ def _as_attributes(value: Any) -> list[tuple[str, str]] | None:
     out = []
     for key, item in value.items():
         if not isinstance(item, str):
-            raise _Drop(f"attributes: value of {key!r} is not a string")
+            raise _Drop(f"attributes: value of {quoted(key)} is not a string")
         out.append((_check_text(str(key), "attributes"), _check_text(item, "attributes")))
     return out
 
