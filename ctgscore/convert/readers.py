@@ -385,7 +385,11 @@ def _row_group_batches(open_group, num_rows: int, guess: float, batch_rows: int,
     stored once in a dictionary). So the first batch is a few rows, and whenever a batch's
     rows turn out much larger than the size they were read at assumed, the group is opened
     again at a size that fits them, skipping the rows already given: a batch overshoots
-    `max_bytes` by the rows of one batch at most before the size is corrected."""
+    `max_bytes` by the rows of one batch at most before the size is corrected. Metadata that
+    overstates the rows (a hostile file can say anything) is trusted half as much after each
+    batch whose rows are less than half the size assumed, so batches grow by doubling to the size
+    the rows fit (a file that said 10^15 bytes a row was read one row a batch, 10x slower), while
+    honest metadata of rows that start small still keeps a batch from jumping past it at once."""
     per_row = max(guess, 1.0)
 
     def fit() -> int:
@@ -406,11 +410,14 @@ def _row_group_batches(open_group, num_rows: int, guess: float, batch_rows: int,
             done += batch.num_rows
             yield batch
             del batch
-            if first or observed > 2 * per_row:
-                first, per_row = False, max(per_row, observed)
-                if fit() != size and done < num_rows:
-                    resized = fit()
-                    break
+            changed, first = first, False
+            if observed > 2 * per_row or (changed and observed > per_row):
+                per_row, changed = observed, True
+            elif 2 * observed < per_row:  # rows smaller than assumed: trust the assumption half as much
+                per_row, changed = max(observed, per_row / 2), True
+            if changed and fit() != size and done < num_rows:
+                resized = fit()
+                break
         if resized is None:
             break
         size = resized
