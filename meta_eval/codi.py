@@ -32,6 +32,7 @@ from collections import Counter, defaultdict
 from typing import Any, Iterable, Sequence
 
 from scoring.codi import TASKS, rules
+from scoring.display_names import quoted
 from scoring.errors import InputError
 from scoring.signature import Signature, library_versions
 
@@ -292,7 +293,7 @@ def aggregate(
         index, task = unknown[0]
         row_id = rows[index].get("id")
         file, row = positions[index] if positions is not None else (source, index)
-        where = f"row {row}" + (f" of {file}" if file != source else "") + (f" (id {row_id!r})" if row_id is not None else "")
+        where = f"row {row}" + (f" of {file}" if file != source else "") + (f" (id {quoted(row_id)})" if row_id is not None else "")
         what = f"unknown constraint task {task!r}" if task is not None else "no constraint task"
         raise InputError(f"{where}: {what} (known: {', '.join(TASKS)}); {len(unknown)} rows like it")
     records, rows_account = _systems(records, rows, source, positions)
@@ -368,7 +369,7 @@ def _systems(records: list[dict[str, Any]], rows: Sequence[dict[str, Any]], sour
     row = missing.index(True)
     row_id = rows[row].get("id")
     file, at = positions[row] if positions is not None else (source, row)
-    where = f"{file}: column 'system', row {at}" + (f" (id {row_id!r})" if row_id is not None else "")
+    where = f"{file}: column 'system', row {at}" + (f" (id {quoted(row_id)})" if row_id is not None else "")
     reason = no_key("system")
     return kept, RowAccount(len(records), len(kept), {reason: len(records) - len(kept)}, {reason: where})
 

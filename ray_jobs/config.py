@@ -354,7 +354,7 @@ def parse_config(data: Any, base_dir: str | pathlib.Path | None = None) -> JobCo
 
     ray_config = config.ray
     if ray_config.temp_dir is not None and base_dir is not None:
-        ray_config = ray_config.model_copy(update={"temp_dir": str(pathlib.Path(base_dir, ray_config.temp_dir).expanduser())})
+        ray_config = ray_config.model_copy(update={"temp_dir": str(pathlib.Path(base_dir, pathlib.Path(ray_config.temp_dir).expanduser()))})
     if base_dir is not None:
         metrics = [m.model_copy(update={"params": _resolve_param_paths(m.params, pathlib.Path(base_dir))}) for m in metrics]
     input_location = resolve(config.input, "input")

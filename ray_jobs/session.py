@@ -56,10 +56,11 @@ _SESSION_SOCKET = "/session_0000-00-00_00-00-00_000000_{pid}/sockets/plasma_stor
 
 
 def local_ray_temp_dir(temp_dir: str | None) -> str:
-    """The folder a new local Ray keeps its sessions in: `temp_dir`, else Ray's default
-    (`$RAY_TMPDIR`, on Linux `$TMPDIR`, else /tmp; then `ray`)."""
+    """The folder a new local Ray keeps its sessions in: `temp_dir` (`~` expanded, made absolute:
+    the folder Ray is given, which must be absolute), else Ray's default (`$RAY_TMPDIR`, on
+    Linux `$TMPDIR`, else /tmp; then `ray`)."""
     if temp_dir:
-        return os.path.expanduser(temp_dir)
+        return os.path.abspath(os.path.expanduser(temp_dir))
     if "RAY_TMPDIR" in os.environ:
         base = os.environ["RAY_TMPDIR"]
     elif sys.platform.startswith("linux") and "TMPDIR" in os.environ:
@@ -137,7 +138,7 @@ class RaySession:
                     ("num_cpus", self.num_cpus),
                     ("num_gpus", self.num_gpus),
                     ("object_store_memory", self.object_store_memory),
-                    ("_temp_dir", self.temp_dir),
+                    ("_temp_dir", local_ray_temp_dir(self.temp_dir) if self.temp_dir else None),
                 ):
                     if value is not None:
                         kwargs[key] = value

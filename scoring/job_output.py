@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from scoring import schema
+from scoring.display_names import quoted
 from scoring.errors import InputError
 
 MANIFEST = "manifest.json"
@@ -281,13 +282,13 @@ def read_run(fs, run: RunFiles) -> Run:
             starts = np.cumsum([0] + [len(part) for part in parts])
             at = [(int(np.searchsorted(starts, row, "right")) - 1, int(row)) for row in np.flatnonzero(same)[:2]]
             where = ", ".join(f"{run.files[k]} row {row - starts[k]}" for k, row in at)
-            what = "a null id" if pd.isna(value) else f"id {value!r}"
+            what = "a null id" if pd.isna(value) else f"id {quoted(value)}"
             raise InputError(f"metric run {run.name!r}: {what} appears twice ({where})")
         keys = pd.DataFrame({schema.ID: frame[schema.ID].to_numpy(), SHARD: row_shards})
         twice = keys.duplicated()
         if twice.any():
             where = keys.loc[twice].iloc[0]
-            raise InputError(f"metric run {run.name!r}: id {where[schema.ID]!r} appears twice in shard "
+            raise InputError(f"metric run {run.name!r}: id {quoted(where[schema.ID])} appears twice in shard "
                              f"{where[SHARD]!r}")
         by_shard = True
     frame = frame.set_index(schema.ID)

@@ -148,9 +148,9 @@ def report_markdown(report: Mapping[str, Any]) -> str:
     if rows.get("rows_left_out"):  # rows whose aspect key is not valid UTF-8: on no side of any split
         reasons = ", ".join(f"{n} {reason}" for reason, n in rows["rows_left_out"].items())
         firsts = "".join(f"; first {reason}: {where}" for reason, where in rows.get("rows_left_out_first", {}).items())
-        text += markdown_text(f"\n{rows['rows_in'] - rows['rows_used']} of {rows['rows_in']} rows left out "
-                              f"({reasons}); {rows['rows_used']} used{firsts}") + "\n"
+        text += "\n" + markdown_text(f"{rows['rows_in'] - rows['rows_used']} of {rows['rows_in']} rows left out "
+                                     f"({reasons}); {rows['rows_used']} used{firsts}") + "\n"
     if report.get("values_not_utf8"):
-        text += markdown_text("\nValues not valid UTF-8 (a prediction counted wrong, a text left out of Dist-3): " +
-                              ", ".join(f"{name} {n}" for name, n in report["values_not_utf8"].items())) + "\n"
+        text += "\n" + markdown_text("Values not valid UTF-8 (a prediction counted wrong, a text left out of Dist-3): " +
+                                     ", ".join(f"{name} {n}" for name, n in report["values_not_utf8"].items())) + "\n"
     return text + cut_note(text, "The `.report.json` beside this file")

@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from ctgscore.cli import common
+from scoring.display_names import quoted
 from scoring.errors import InputError
 
 
@@ -77,7 +78,7 @@ def check_shard(table, file: str) -> None:
         raise InputError(f"input {file}: no column 'id' (every shard needs one)")
     wrong = schema.wrong_type([n for n in table.column_names if n == schema.ID or schema.is_carried(n)], table.schema)
     if wrong is not None:
-        raise InputError(f"input {file}: column {wrong[0]!r} is {wrong[1]}, expected {wrong[2]}")
+        raise InputError(f"input {file}: column {quoted(wrong[0])} is {wrong[1]}, expected {wrong[2]}")
     reason = schema.id_problem(table.column(schema.ID).combine_chunks())
     if reason is not None:
         raise InputError(f"input {file}: {reason}")
@@ -93,7 +94,7 @@ def _disagreeing_shard(tables, files) -> str | None:
         try:
             merged = pa.unify_schemas([merged, table.schema], promote_options="permissive")
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-            clash = [f"{name!r} is {table.schema.field(name).type} here, {merged.field(name).type} in {files[0]}"
+            clash = [f"{quoted(name)} is {table.schema.field(name).type} here, {merged.field(name).type} in {files[0]}"
                      + (" or a later shard" if len(files) > 2 else "")
                      for name in table.schema.names if name in merged.names and table.schema.field(name).type != merged.field(name).type]
             return f"input {file}: column {clash[0] if clash else exc} (the shards of a folder must agree)"
@@ -108,7 +109,7 @@ def _check_ids_across(tables, files) -> None:
         for row, value in enumerate(table.column("id").to_pylist()):
             if value in first:
                 where, at = first[value]
-                raise InputError(f"input {file}: row {row}: duplicate id {value!r}, also row {at} of {where} "
+                raise InputError(f"input {file}: row {row}: duplicate id {quoted(value)}, also row {at} of {where} "
                                  "(ids must be unique; `ctgscore run` keeps one id in several shards apart)")
             first[value] = (file, row)
 
@@ -176,7 +177,7 @@ def check_columns(table, metric, path: str) -> list[str]:
     selected = [n for n in names if n in wanted or schema.is_carried(n)]
     wrong = schema.wrong_type(selected, table.schema)
     if wrong is not None:
-        raise InputError(f"input {path}: column {wrong[0]!r} is {wrong[1]}, expected {wrong[2]}")
+        raise InputError(f"input {path}: column {quoted(wrong[0])} is {wrong[1]}, expected {wrong[2]}")
     reason = schema.id_problem(table.column(schema.ID).combine_chunks())
     if reason is not None:
         raise InputError(f"input {path}: {reason}")

@@ -18,6 +18,7 @@ from typing import Any, Iterator, Sequence
 
 from ctgscore.convert.report import ConversionReport
 from scoring import schema
+from scoring.display_names import quoted
 from scoring.errors import InputError, UsageError
 from scoring.limits import MAX_CELL_BYTES
 from scoring.local_files import refuse_device
@@ -229,7 +230,7 @@ def iter_jsonl(path: str | pathlib.Path, report: ConversionReport,
             slot = [json.loads(line, object_pairs_hook=unique_keys)]
             del line  # the text of a long line is not kept beside its object
         except DuplicateKey as exc:
-            report.drop(f"line names the key {exc.args[0]!r} twice in one object", number)
+            report.drop(f"line names the key {quoted(exc.args[0])} twice in one object", number)
             continue
         except json.JSONDecodeError:
             report.drop("line is not valid JSON", number)
@@ -334,7 +335,7 @@ def _csv_records(path, lines: _CsvLines, sizes: list[int], report: ConversionRep
         raise _long_record(path, 1, lines) from None
     if len(set(header)) != len(header):
         duplicate = next(h for h in header if header.count(h) > 1)
-        raise InputError(f"{path}: header names column {duplicate!r} twice")
+        raise InputError(f"{path}: header names column {quoted(duplicate)} twice")
     number = 1
     lines_before = 0  # lines read by the readers replaced so far
     while True:
@@ -384,7 +385,11 @@ def _row_group_batches(open_group, num_rows: int, guess: float, batch_rows: int,
     stored once in a dictionary). So the first batch is a few rows, and whenever a batch's
     rows turn out much larger than the size they were read at assumed, the group is opened
     again at a size that fits them, skipping the rows already given: a batch overshoots
-    `max_bytes` by the rows of one batch at most before the size is corrected."""
+    `max_bytes` by the rows of one batch at most before the size is corrected. Metadata that
+    overstates the rows (a hostile file can say anything) is trusted half as much after each
+    batch whose rows are less than half the size assumed, so batches grow by doubling to the size
+    the rows fit (a file that said 10^15 bytes a row was read one row a batch, 10x slower), while
+    honest metadata of rows that start small still keeps a batch from jumping past it at once."""
     per_row = max(guess, 1.0)
 
     def fit() -> int:
@@ -405,11 +410,14 @@ def _row_group_batches(open_group, num_rows: int, guess: float, batch_rows: int,
             done += batch.num_rows
             yield batch
             del batch
-            if first or observed > 2 * per_row:
-                first, per_row = False, max(per_row, observed)
-                if fit() != size and done < num_rows:
-                    resized = fit()
-                    break
+            changed, first = first, False
+            if observed > 2 * per_row or (changed and observed > per_row):
+                per_row, changed = observed, True
+            elif 2 * observed < per_row:  # rows smaller than assumed: trust the assumption half as much
+                per_row, changed = max(observed, per_row / 2), True
+            if changed and fit() != size and done < num_rows:
+                resized = fit()
+                break
         if resized is None:
             break
         size = resized

@@ -5,6 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 MAX_EXAMPLES = 3  # row numbers kept per drop reason
+#: distinct drop (and, apart, warning) reasons named; a reason may name a value of the data (a key
+#: named twice), so past these a new one is counted under `OTHER` with its first rows: a file of
+#: distinct keys makes a report of at most this many lines, not one line per row
+MAX_REASONS = 100
+OTHER = f"other reasons (more than {MAX_REASONS} distinct ones; the first {MAX_REASONS} are named)"
 
 
 @dataclass
@@ -25,16 +30,10 @@ class ConversionReport:
     files: list[dict] = field(default_factory=list)  # a Parquet folder's shards: {"file", "first_row"}, in row order
 
     def drop(self, reason: str, row_number: int) -> None:
-        self.dropped[reason] = self.dropped.get(reason, 0) + 1
-        examples = self.examples.setdefault(reason, [])
-        if len(examples) < MAX_EXAMPLES:
-            examples.append(row_number)
+        _count(self.dropped, self.examples, reason, row_number)
 
     def warn(self, reason: str, row_number: int) -> None:
-        self.warnings[reason] = self.warnings.get(reason, 0) + 1
-        examples = self.warning_examples.setdefault(reason, [])
-        if len(examples) < MAX_EXAMPLES:
-            examples.append(row_number)
+        _count(self.warnings, self.warning_examples, reason, row_number)
 
     def where(self, row_number: int) -> str:
         """`row N`, and of a Parquet folder the shard that holds it and the row in it (1-based)."""
@@ -60,3 +59,13 @@ class ConversionReport:
         if self.ignored_fields:
             out.append(f"  fields left out (not canonical, not mapped): {', '.join(self.ignored_fields)}")
         return out
+
+
+def _count(counts: dict[str, int], examples: dict[str, list[int]], reason: str, row_number: int) -> None:
+    """One more row under `reason` (under `OTHER` when `MAX_REASONS` others are named already)."""
+    if reason not in counts and len(counts) >= MAX_REASONS:
+        reason = OTHER
+    counts[reason] = counts.get(reason, 0) + 1
+    rows = examples.setdefault(reason, [])
+    if len(rows) < MAX_EXAMPLES:
+        rows.append(row_number)

@@ -11,7 +11,8 @@ from ctgscore.convert.report import ConversionReport
 from ctgscore.convert.seen_ids import SeenIds
 from scoring import schema
 from scoring.cell_types import lone_surrogate
-from scoring.errors import UsageError
+from scoring.display_names import quoted, quoted_list
+from scoring.errors import InputError, UsageError
 
 CANONICAL_COLUMNS = ("id", "dataset", "doc_id", "system", "source", "prefix", "attribute", "attributes",
                      "constraint", "text", "references")
@@ -103,7 +104,7 @@ def _as_attributes(value: Any) -> list[tuple[str, str]] | None:
     out = []
     for key, item in value.items():
         if not isinstance(item, str):
-            raise _Drop(f"attributes: value of {key!r} is not a string")
+            raise _Drop(f"attributes: value of {quoted(key)} is not a string")
         out.append((_check_text(str(key), "attributes"), _check_text(item, "attributes")))
     return out
 
@@ -183,6 +184,12 @@ def _arrow_type(column: str):
     return pa.string()
 
 
+#: the most `human_<aspect>` columns one conversion writes: each is a column of every row, so a
+#: file whose rows each name another one (`human_<row id>`) would make a table of rows x rows cells
+#: (10,000 rows of 45 bytes: 1 GB and 12 s); real dumps rate a handful of aspects
+MAX_RATING_COLUMNS = 1_000
+
+
 class RowConverter:
     """Records -> validated canonical rows, one batch at a time, with what must hold across the
     whole input decided first from `seen_fields` (every field of every readable record: a
@@ -200,7 +207,7 @@ class RowConverter:
             if absent and any_records:
                 # a field named by `--map` that the data does not have: a usage mistake (exit 2)
                 raise UsageError(f"{', '.join(report.inputs)}: no field {absent[0]!r} (mapped to {target!r} by --map); "
-                                 f"fields: {', '.join(sorted(seen_fields))}")
+                                 f"fields: {quoted_list(sorted(seen_fields), quote=False)}")
         used = {f for fields in self.mapping.values() for f in fields}
         # a field name holding a lone surrogate is listed escaped (`\\ud800`): it cannot be printed or written as is
         report.ignored_fields = sorted(f.encode("utf-8", "backslashreplace").decode("utf-8") for f in seen_fields
@@ -209,6 +216,12 @@ class RowConverter:
         candidates = {*seen_fields, *self.mapping, *self.constants, "id", "text"}
         #: every column a row can have, in table order (`rows_to_table`)
         self.columns = _column_order(c for c in candidates if c in CANONICAL_COLUMNS or _is_rating(c))
+        ratings = [c for c in self.columns if _is_rating(c)]
+        if len(ratings) > MAX_RATING_COLUMNS:
+            raise InputError(f"{', '.join(report.inputs)}: {len(ratings):,} distinct rating fields (human_<aspect>), "
+                             f"more than the {MAX_RATING_COLUMNS:,} a conversion writes as columns: "
+                             f"{quoted_list(ratings, 5)} (a key that varies from row to row, such as human_<row id>, "
+                             "is data rather than an aspect: store the aspect as its value)")
         self.ids = SeenIds()  # of the rows written so far
 
     def convert(self, records: Iterable[tuple[int, Mapping[str, Any]]], report: ConversionReport) -> list[dict[str, Any]]:
