@@ -199,8 +199,8 @@ def file_partial(spec: PartialSpec, label: str, path: str, storage_options: dict
     first, if_named, if_unnamed = {}, {}, {}
     d_missing = d_codes == datasets.index(None) if None in datasets else None
     readable = None  # rows no key not valid UTF-8 took
-    for why, column, rows_hit in checks:  # unreadable keys first, then missing ones (docs/meta_eval.md)
-        if readable is None and why.startswith("no "):
+    for index, (why, column, rows_hit) in enumerate(checks):  # unreadable keys first, then missing ones (docs/meta_eval.md)
+        if readable is None and index >= len(unreadable):  # the first missing-key check (a column may be named "no x")
             readable = keep.copy()
         if rows_hit is None:
             continue
