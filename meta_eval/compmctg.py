@@ -286,9 +286,17 @@ def scored_frame(dump: str, scores, storage_options: Mapping[str, Any] | None = 
     return scored_rows(dump, scores, storage_options)[0]
 
 
-def scored_rows(dump: str, scores, storage_options: Mapping[str, Any] | None = None, source: str = "scores"):
+def splits_aspects(splits: Sequence[tuple[str, Mapping[str, Any]]]) -> set[str]:
+    """The aspects the (dataset, splits JSON) pairs read: the only `attr:` columns the table needs."""
+    return {str(aspect) for _, splits_json in splits for aspect in _splits_aspects(splits_json)}
+
+
+def scored_rows(dump: str, scores, storage_options: Mapping[str, Any] | None = None, source: str = "scores",
+                aspects: set[str] | None = None):
     """Stored scores (a DataFrame in `ctgscore.load_scores` layout, one row per id) joined by
-    id with the dump's attribute combinations, one `attr:<aspect>` column per aspect, and the
+    id with the dump's attribute combinations, one `attr:<aspect>` column per aspect (of
+    `aspects` only, when given: a dump whose rows each name another aspect would otherwise
+    make a column per row, rows x rows cells), and the
     account of the score rows (`meta_eval.row_account.RowAccount`). Where an id repeats across
     the dump's shards the scores have a `shard` column (each row's shard: its path under the
     dump without `.parquet`), and the join is on id and shard.
@@ -331,7 +339,7 @@ def scored_rows(dump: str, scores, storage_options: Mapping[str, Any] | None = N
                 dump_first.setdefault(reason, where)
             table = table.filter(pa.array(~np.logical_or.reduce([bad for _, bad in unreadable])))
         for row in _rows(table, name):
-            found = {ATTR_PREFIX + k: str(v) for k, v in row_attributes(row).items()}
+            found = {ATTR_PREFIX + k: str(v) for k, v in row_attributes(row).items() if aspects is None or k in aspects}
             records.append({"id": row["id"], **shard, **found})
     attributes = pd.DataFrame.from_records(records, columns=None if records else keys)
     if by_shard:

@@ -241,3 +241,43 @@ def test_convert_map_error_lists_fields_within_bounds(tmp_path, cli):
     assert proc.returncode == 2
     error = json.loads(proc.stdout)["error"]
     assert "no field 'nope'" in error and "more" in error and len(error) < 1_000
+
+
+def test_compmctg_keeps_only_the_aspects_its_splits_read(tmp_path, cli):
+    """A dump whose every row names one more aspect of its own: the join built one `attr:`
+    column per such aspect, rows x rows cells (2,000 rows: 2,000 columns); only the aspects of
+    the splits are kept now, and the table is that of the dump without the extra aspects."""
+    import pandas as pd
+
+    from meta_eval.compmctg import scored_rows
+
+    combos = [("Positive", "Present"), ("Positive", "Past"), ("Negative", "Present"), ("Negative", "Past")]
+    n = 2000
+    ids = [f"r{i}" for i in range(n)]
+    scores = pa.table({"id": ids, "dataset": ["toy"] * n, "system": ["s"] * n,
+                       "attribute_accuracy_sentiment": [float(i % 3 != 0) for i in range(n)],
+                       "attribute_accuracy_tense": [float(i % 2) for i in range(n)]})
+    split = {"signature": {"protocol": "holdout"}, "aspects": {"sentiment": ["Positive", "Negative"],
+                                                              "tense": ["Present", "Past"]},
+             "splits": [{"seen": [dict(zip(("sentiment", "tense"), c)) for c in combos[:3]],
+                         "unseen": [dict(zip(("sentiment", "tense"), c)) for c in combos[3:]], "divergence": 0.5}]}
+    tables = {}
+    for name, extra in (("hostile", True), ("plain", False)):
+        folder = tmp_path / name
+        folder.mkdir()
+        attributes = [{"sentiment": combos[i % 4][0], "tense": combos[i % 4][1],
+                       **({f"aspect{i}": "x"} if extra else {})} for i in range(n)]
+        pq.write_table(pa.table({"id": ids, "attributes": pa.array([list(a.items()) for a in attributes],
+                                                                   pa.map_(pa.string(), pa.string()))}),
+                       folder / "dump.parquet")
+        pq.write_table(scores, folder / "scores.parquet")
+        (folder / "split.json").write_text(json.dumps(split))
+        got = cli(["compmctg", "--dump", folder / "dump.parquet", "--scores", folder / "scores.parquet",
+                   "--splits", f"toy={folder / 'split.json'}", "-o", folder / "table.json"])
+        assert got.returncode == 0, got.stderr
+        tables[name] = json.loads((folder / "table.json").read_text())
+    assert tables["hostile"]["datasets"] == tables["plain"]["datasets"]
+    frame, _ = scored_rows(str(tmp_path / "hostile" / "dump.parquet"), scores.to_pandas(),
+                           aspects={"sentiment", "tense"})
+    assert [c for c in frame.columns if c.startswith("attr:")] == ["attr:sentiment", "attr:tense"]
+    assert isinstance(frame, pd.DataFrame) and len(frame) == n

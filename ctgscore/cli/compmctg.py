@@ -33,7 +33,7 @@ def handle(args: argparse.Namespace) -> int:
     import pathlib
 
     import ctgscore
-    from meta_eval.compmctg import check_splits_json, markdown_section, results_table, scored_rows
+    from meta_eval.compmctg import check_splits_json, markdown_section, results_table, scored_rows, splits_aspects
     from meta_eval.row_account import RowAccount
     from scoring.errors import InputError
     from scoring.local_files import refuse_device
@@ -52,7 +52,8 @@ def handle(args: argparse.Namespace) -> int:
             raise InputError(f"--splits {dataset}={path}: cannot read it as a splits JSON (nested too deep)") from None
         except (OSError, ValueError) as exc:
             raise InputError(f"--splits {dataset}={path}: cannot read it as a splits JSON ({exc})") from None
-    frame, rows = scored_rows(args.dump, ctgscore.load_scores(args.scores), source=str(args.scores))
+    frame, rows = scored_rows(args.dump, ctgscore.load_scores(args.scores), source=str(args.scores),
+                              aspects=splits_aspects(splits))
     if "dataset" in frame:  # a dataset the scores do not have would make a table of dashes
         from scoring.display_names import quoted, quoted_list
 
