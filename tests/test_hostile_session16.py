@@ -281,3 +281,29 @@ def test_compmctg_keeps_only_the_aspects_its_splits_read(tmp_path, cli):
                            aspects={"sentiment", "tense"})
     assert [c for c in frame.columns if c.startswith("attr:")] == ["attr:sentiment", "attr:tense"]
     assert isinstance(frame, pd.DataFrame) and len(frame) == n
+
+
+def test_convert_says_why_a_jsonl_file_with_bare_cr_line_ends_is_not_json(tmp_path, cli):
+    """JSONL lines end with \\n; a file ended by bare \\r reads as one line of several records,
+    dropped as "not valid JSON" with no word of the line ends (it now says so)."""
+    path = tmp_path / "mac.jsonl"
+    path.write_bytes(b'{"id": "a", "text": "x"}\r{"id": "b", "text": "y"}\r')
+    got = cli(["convert", "-i", path, "-o", tmp_path / "out.parquet"])
+    assert got.returncode == 1
+    assert "it holds carriage returns: are the file's lines ended by a bare \\r?" in got.stderr
+    clean = tmp_path / "ok.jsonl"
+    clean.write_bytes(b'{"id": "a", "text": "x"}\r\n{"id": "b", "text": "y"}\r\nnot json\r\n')
+    got = cli(["convert", "-i", clean, "-o", tmp_path / "ok.parquet", "--json"])
+    assert got.returncode == 0, got.stderr
+    assert list(json.loads(got.stdout)["dropped"]) == ["line is not valid JSON"]  # \r\n line ends are no hint
+
+
+def test_convert_names_at_most_twenty_fields_it_leaves_out(tmp_path, cli):
+    """An input of 5,000 fields none of which is the text: the error listed every field (and the
+    summary line too); 20 are named now, with how many more there are."""
+    path = tmp_path / "wide.jsonl"
+    path.write_text(json.dumps({f"field{i:05d}": "v" for i in range(5000)}) + "\n")
+    got = cli(["convert", "-i", path, "-o", tmp_path / "out.parquet"])
+    assert got.returncode == 1
+    assert "field00018, field00019 and 4,980 more: name the text and id fields" in got.stderr
+    assert len(got.stderr) < 2000

@@ -228,12 +228,15 @@ def iter_jsonl(path: str | pathlib.Path, report: ConversionReport,
             # in a list, not a local: `yield slot.pop()` leaves this frame no reference to the
             # record while the batch it joins is converted and written
             slot = [json.loads(line, object_pairs_hook=unique_keys)]
-            del line  # the text of a long line is not kept beside its object
         except DuplicateKey as exc:
             report.drop(f"line names the key {quoted(exc.args[0])} twice in one object", number)
             continue
         except json.JSONDecodeError:
-            report.drop("line is not valid JSON", number)
+            if "\r" in line.rstrip("\r\n"):  # lines ended by a bare \r read as one line of several records
+                report.drop("line is not valid JSON (it holds carriage returns: are the file's lines ended by a bare "
+                            "\\r? JSONL lines end with \\n)", number)
+            else:
+                report.drop("line is not valid JSON", number)
             continue
         except ValueError:  # an integer of more than 4,300 digits
             report.drop("line holds a number too long to read", number)
@@ -241,6 +244,7 @@ def iter_jsonl(path: str | pathlib.Path, report: ConversionReport,
         except RecursionError:
             report.drop("line nests arrays or objects too deep to read", number)
             continue
+        del line  # the text of a long line is not kept beside its object
         if not isinstance(slot[0], dict):
             report.drop("line is not a JSON object", number)
             continue

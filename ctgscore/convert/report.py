@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from scoring.display_names import quoted_list
+
 MAX_EXAMPLES = 3  # row numbers kept per drop reason
 #: distinct drop (and, apart, warning) reasons named; a reason may name a value of the data (a key
 #: named twice), so past these a new one is counted under `OTHER` with its first rows: a file of
@@ -57,7 +59,7 @@ class ConversionReport:
         for reason, count in sorted(self.warnings.items(), key=lambda item: -item[1]):
             out.append(f"  warning, {count} row(s) kept: {reason} (e.g. {self._rows(self.warning_examples.get(reason, []))})")
         if self.ignored_fields:
-            out.append(f"  fields left out (not canonical, not mapped): {', '.join(self.ignored_fields)}")
+            out.append(f"  fields left out (not canonical, not mapped): {quoted_list(self.ignored_fields, quote=False)}")
         return out
 
 

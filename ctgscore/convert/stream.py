@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 from ctgscore.convert.report import ConversionReport
 from ctgscore.convert.rows import RowConverter, _column_order, arrow_schema, present_columns, rows_to_table
 from scoring import atomic_files
+from scoring.display_names import quoted_list
 from scoring.errors import InputError
 
 MAX_BATCH_ROWS = 10_000
@@ -92,7 +93,7 @@ def finish(report: ConversionReport, present: set[str]) -> list[str]:
         reasons = "; ".join(f"{n} {r}" for r, n in Counter(report.dropped).most_common(3)) or "the input is empty"
         hint = ""
         if report.ignored_fields:
-            hint = (f"; the input's fields are {', '.join(report.ignored_fields)}: name the text and id fields "
+            hint = (f"; the input's fields are {quoted_list(report.ignored_fields, quote=False)}: name the text and id fields "
                     "with --map, e.g. --map text=FIELD --map id=FIELD")
         raise InputError(f"{', '.join(report.inputs)}: no row could be converted ({reasons}){hint}")
     report.columns = _column_order(present)
