@@ -98,27 +98,33 @@ def start_shared_ray():
 
     from tests.job_support import PLUGINS, VENV_BIN, free_port, wait_port
 
-    temp_dir = tempfile.mkdtemp(prefix="rays", dir="/tmp")
-    ports = {name: free_port() for name in ("port", "ray-client-server-port", "node-manager-port",
-                                            "object-manager-port", "dashboard-agent-listen-port",
-                                            "dashboard-agent-grpc-port", "metrics-export-port", "runtime-env-agent-port")}
     worker_low = 40000 + (os.getpid() % 100) * 100
     env = {**os.environ, **worker_environment(),
            "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(PLUGINS), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
-    head = subprocess.Popen(
-        [str(VENV_BIN / "ray"), "start", "--head", "--block", "--num-cpus=4", "--node-ip-address=127.0.0.1",
-         "--include-dashboard=false", "--include-log-monitor=false", "--disable-usage-stats", f"--temp-dir={temp_dir}",
-         f"--object-store-memory={1 << 30}", f"--system-config={json.dumps(WARM_WORKERS)}",
-         f"--min-worker-port={worker_low}", f"--max-worker-port={worker_low + 99}",
-         *[f"--{name}={port}" for name, port in ports.items()]],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )
-    try:
-        wait_port(ports["port"], timeout=60)
-    except TimeoutError:
-        stop_shared_ray(head, "", temp_dir)
-        raise
-    return head, f"127.0.0.1:{ports['port']}", temp_dir
+    failures = []
+    for _attempt in range(3):  # a free port taken by another process before Ray binds it: again, with new ports
+        temp_dir = tempfile.mkdtemp(prefix="rays", dir="/tmp")
+        ports = {name: free_port() for name in ("port", "ray-client-server-port", "node-manager-port",
+                                                "object-manager-port", "dashboard-agent-listen-port",
+                                                "dashboard-agent-grpc-port", "metrics-export-port", "runtime-env-agent-port")}
+        log = open(pathlib.Path(temp_dir) / "ray-start.log", "wb")  # noqa: SIM115 - the head's whole life
+        head = subprocess.Popen(
+            [str(VENV_BIN / "ray"), "start", "--head", "--block", "--num-cpus=4", "--node-ip-address=127.0.0.1",
+             "--include-dashboard=false", "--include-log-monitor=false", "--disable-usage-stats", f"--temp-dir={temp_dir}",
+             f"--object-store-memory={1 << 30}", f"--system-config={json.dumps(WARM_WORKERS)}",
+             f"--min-worker-port={worker_low}", f"--max-worker-port={worker_low + 99}",
+             *[f"--{name}={port}" for name, port in ports.items()]],
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        log.close()
+        try:
+            wait_port(ports["port"], timeout=180, alive=head)  # a loaded 2-core machine has taken over 60 s
+            return head, f"127.0.0.1:{ports['port']}", temp_dir
+        except (TimeoutError, ChildProcessError) as exc:
+            tail = (pathlib.Path(temp_dir) / "ray-start.log").read_bytes()[-2000:].decode("utf-8", "replace")
+            failures.append(f"{exc}; `ray start` said: {tail.strip() or '(nothing)'}")
+            stop_shared_ray(head, "", temp_dir)
+    raise RuntimeError("the session's Ray did not start, three times:\n" + "\n".join(failures))
 
 
 def stop_shared_ray(head, address: str, temp_dir: str) -> None:

@@ -173,12 +173,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_port(port: int, timeout: float = 30.0) -> None:
+def wait_port(port: int, timeout: float = 30.0, alive: subprocess.Popen | None = None) -> None:
+    """Until something listens on loopback `port`; `TimeoutError` after `timeout` s, and
+    `ChildProcessError` as soon as `alive` (the process that should listen) has ended."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         with socket.socket() as sock:
             if sock.connect_ex(("127.0.0.1", port)) == 0:
                 return
+        if alive is not None and alive.poll() is not None:
+            raise ChildProcessError(f"the process to listen on 127.0.0.1:{port} ended (exit {alive.returncode})")
         time.sleep(0.1)
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
 

@@ -102,3 +102,18 @@ def test_a_run_under_a_deep_temp_folder_is_refused_before_ray_starts(tmp_path, r
     assert got.returncode == 2, got.stderr
     assert "is too deep" in got.stderr and "set 'ray.temp_dir' in the job config" in got.stderr
     assert not deep.exists()  # Ray never started there
+
+
+def test_wait_port_gives_up_as_soon_as_the_process_to_listen_has_ended():
+    """The session's Ray is awaited up to 180 s on a loaded machine; a head that died at once (a
+    port taken before it bound it) is seen at once, so the start is tried again with new ports."""
+    import time
+
+    from tests.job_support import free_port, wait_port
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    started = time.monotonic()
+    with pytest.raises(ChildProcessError, match="ended"):
+        wait_port(free_port(), timeout=60, alive=dead)
+    assert time.monotonic() - started < 5
