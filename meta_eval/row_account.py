@@ -111,7 +111,8 @@ class RowAccount:
         left_out = dict(self.left_out)
         for reason, rows in later.left_out.items():
             left_out[reason] = left_out.get(reason, 0) + rows
-        return RowAccount(self.rows_in, later.rows_used, left_out, {**later.first, **self.first})
+        found = {**later.first, **self.first}
+        return RowAccount(self.rows_in, later.rows_used, left_out, {r: found[r] for r in left_out if r in found})
 
     def as_dict(self) -> dict:
         """rows_in, rows_used, rows_left_out (reason -> rows) and, where some row is left out,

@@ -307,3 +307,30 @@ def test_convert_names_at_most_twenty_fields_it_leaves_out(tmp_path, cli):
     assert got.returncode == 1
     assert "field00018, field00019 and 4,980 more: name the text and id fields" in got.stderr
     assert len(got.stderr) < 2000
+    with path.open("a") as out:  # one row that converts: the summary lists 1,000 and counts all
+        out.write(json.dumps({"id": "a", "text": "x"}) + "\n")
+    got = cli(["convert", "-i", path, "-o", tmp_path / "out.parquet", "--json", "--report", tmp_path / "r.json"])
+    assert got.returncode == 0, got.stderr
+    for data in (json.loads(got.stdout), json.loads((tmp_path / "r.json").read_text())):
+        assert data["ignored_field_count"] == 5000 and len(data["ignored_fields"]) == 1000
+
+
+def test_constraints_report_heads_its_lines_with_the_rows_in_and_names_firsts_in_count_order(tmp_path, cli):
+    """Its first line counted the rows kept after the keys not UTF-8 (3 of 4), and the account's
+    first rows came in another order than its counts."""
+    constraint = json.dumps({"task": "keyword", "label": ["apple"]})
+    ids = ["k1", "k2", "k3", "k4"]
+    systems = pa.array([b"A", b"\xff", None, b"B"], pa.binary()).view(pa.string())
+    pq.write_table(pa.table({"id": ids, "text": ["apple"] * 4, "constraint": [constraint] * 4, "system": systems}),
+                   tmp_path / "in.parquet")
+    pq.write_table(pa.table({"id": ids, "codi_success": [1.0] * 4, "error": [None] * 4}), tmp_path / "scores.parquet")
+    args = ["constraints", "report", "-i", tmp_path / "in.parquet", "--scores", tmp_path / "scores.parquet",
+            "-o", tmp_path / "report", "--no-self-bleu", "--no-progress"]
+    got = cli(args + ["--json"])
+    assert got.returncode == 0, got.stderr
+    summary = json.loads(got.stdout)
+    assert (summary["rows_in"], summary["rows_used"]) == (4, 2)
+    assert list(summary["rows_left_out_first"]) == list(summary["rows_left_out"]) == \
+        ["system key not valid UTF-8", "no system"]
+    plain = cli(args)
+    assert plain.stdout.splitlines()[0].startswith("constraints report: 4 rows -> ")

@@ -134,7 +134,7 @@ def test_meta_accounts_for_every_row(scores, tmp_path, cli):
     proc = cli(args + ["--json"])
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
-    assert summary["rows"] == scores["rows"]
+    assert summary["rows"] == scores["rows"] == summary["rows_in"] and adds_up(summary)
     assert summary["rows_left_out"] == {"no dataset": 3}  # None and "" in shard a, None in shard b
     where = f"{scores['path']}/a.parquet: column 'dataset', row 24"  # bad0, after the 24 clean rows
     assert summary["rows_left_out_first"] == {"no dataset": where}
@@ -195,7 +195,7 @@ def test_compare_accounts_for_every_row(scores, tmp_path, cli):
     proc = cli(args + ["--json", "-o", tmp_path / "board.json"])
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
-    assert summary["rows"] == scores["rows"]
+    assert summary["rows"] == scores["rows"] == summary["rows_in"] and adds_up(summary)
     left = summary["rows_left_out"]
     assert left == {"no dataset": 3, "no system": 2, "no doc_id": 2}
     shard_a = f"{scores['path']}/a.parquet"  # the defects follow the 24 clean rows of shard a
@@ -477,7 +477,8 @@ def test_the_leaderboard_accounts_for_every_scored_row(refresh):
     # no system: a5 (null), a6 (""); no doc_id: a2. Used: the 8 clean rows, a1 and the empty id
     assert rows["rows_left_out"] == {"no dataset": 5, "no system": 2, "no doc_id": 1}
     assert rows["rows_used"] == 10
-    assert {k: summary[k] for k in ("rows_used", "rows_left_out")} == {k: rows[k] for k in ("rows_used", "rows_left_out")}
+    assert {k: summary[k] for k in ("rows_in", "rows_used", "rows_left_out")} == \
+        {k: rows[k] for k in ("rows_in", "rows_used", "rows_left_out")}
 
 
 # ----- the first row of every reason, named in its part ----------------------------------------

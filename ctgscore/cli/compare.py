@@ -232,7 +232,7 @@ def handle(args: argparse.Namespace) -> int:
     board = compare.leaderboard(comparisons)
     summary = {"ok": True, "command": "compare", "output": str(output) if output else None, "format": fmt,
                "rows": acc.input_rows, "rows_read": acc.rows, "error_rows": acc.error_rows, "cells": acc.n_cells,
-               "rows_used": rows.rows_used, "rows_left_out": dict(rows.left_out),
+               "rows_in": rows.rows_in, "rows_used": rows.rows_used, "rows_left_out": dict(rows.left_out),
                **({"rows_left_out_first": dict(rows.first)} if rows.first else {}),
                "leaderboard": to_json_dict(board), "comparisons": to_json_dict(list(comparisons)), "skipped": skipped}
     limit = LINE_LIMIT

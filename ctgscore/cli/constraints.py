@@ -214,7 +214,7 @@ def handle_report(args: argparse.Namespace) -> int:
     paths = aggregate.write_report(report, output)
     files = {name: str(path) for name, path in paths.items()}
     account = report["rows"]  # every row: used, or left out with its reason (docs/meta_eval.md, "Rows left out")
-    lines = [f"constraints report: {len(rows)} rows -> {output}"] + [f"  {name}: {path}" for name, path in files.items()]
+    lines = [f"constraints report: {account['rows_in']} rows -> {output}"] + [f"  {name}: {path}" for name, path in files.items()]
     lines += RowAccount.lines(account["rows_used"], account["rows_left_out"], first=account.get("rows_left_out_first"))
     common.emit(args, {"ok": True, "command": "constraints report", "output": str(output), **account, "files": files}, lines)
     return 0

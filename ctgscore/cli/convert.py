@@ -72,8 +72,8 @@ def handle(args: argparse.Namespace) -> int:
                                        max_record_bytes=cap)
     else:
         report = convert.write_file(args.input, output, args.format, mapping, constants, prefix, max_record_bytes=cap)
-    summary = {"ok": True, "command": "convert", **vars(report)}
+    summary = {"ok": True, "command": "convert", **report.as_dict()}
     if args.report:
-        atomic_files.write_text(args.report, json.dumps(vars(report), indent=2, ensure_ascii=False))
+        atomic_files.write_text(args.report, json.dumps(report.as_dict(), indent=2, ensure_ascii=False))
     common.emit(args, summary, report.lines())
     return 0

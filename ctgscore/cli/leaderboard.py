@@ -134,7 +134,7 @@ def handle(args: argparse.Namespace) -> int:
     rows_cached = sum(v["rows_cached"] or 0 for v in scored.values())
     summary = {"ok": not problems, "command": "leaderboard", "output": str(out), "page": str(out / "board.html"),
                "job": scored, "errors": problems, "previous": previous is not None, "skipped": skipped,
-               "rows_used": rows.rows_used, "rows_left_out": dict(rows.left_out),
+               "rows_in": rows.rows_in, "rows_used": rows.rows_used, "rows_left_out": dict(rows.left_out),
                **({"rows_left_out_first": dict(rows.first)} if rows.first else {}),
                "leaderboard": document["leaderboard"]}
     rows_in = (manifest.get("input") or {}).get("rows")

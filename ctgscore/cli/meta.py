@@ -188,6 +188,7 @@ def handle(args: argparse.Namespace) -> int:
     elapsed = time.time() - started
     summary = {"ok": True, "command": "meta", "output": str(output), "rows": table.n_input_rows,
                "error_rows": table.n_error_rows, "skipped_rows": table.n_skipped_rows, "metrics": list(table.metrics), "humans": list(table.humans),
+               "rows_in": (results.input.rows_used or 0) + sum(results.input.rows_left_out.values()),
                "rows_used": results.input.rows_used, "rows_left_out": dict(results.input.rows_left_out),
                **({"rows_left_out_first": dict(results.input.rows_left_out_first)}
                   if results.input.rows_left_out_first else {}),

@@ -12,6 +12,8 @@ MAX_EXAMPLES = 3  # row numbers kept per drop reason
 #: distinct keys makes a report of at most this many lines, not one line per row
 MAX_REASONS = 100
 OTHER = f"other reasons (more than {MAX_REASONS} distinct ones; the first {MAX_REASONS} are named)"
+#: fields left out that the JSON summary and report list (all are counted: `ignored_field_count`)
+MAX_LISTED_FIELDS = 1000
 
 
 @dataclass
@@ -36,6 +38,15 @@ class ConversionReport:
 
     def warn(self, reason: str, row_number: int) -> None:
         _count(self.warnings, self.warning_examples, reason, row_number)
+
+    def as_dict(self) -> dict:
+        """The report for `--json` and `--report`: every field, the fields left out listed up to
+        `MAX_LISTED_FIELDS` (a file whose rows each name a field of their own would list one per
+        row) and counted in `ignored_field_count`."""
+        data = dict(vars(self))
+        data["ignored_fields"] = self.ignored_fields[:MAX_LISTED_FIELDS]
+        data["ignored_field_count"] = len(self.ignored_fields)
+        return data
 
     def where(self, row_number: int) -> str:
         """`row N`, and of a Parquet folder the shard that holds it and the row in it (1-based)."""

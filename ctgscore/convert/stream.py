@@ -2,7 +2,8 @@
 (docs/convert.md, "Memory").
 
 1. A scan reads every record and keeps only the field names: what the `--map` check, the
-   fields left out and the choice to generate ids need to know of the whole input.
+   fields left out and the choice to generate ids need to know of the whole input (of
+   line-aligned files, whose fields are fixed, the scan is a count of their lines).
 2. The conversion reads the records again in batches of at most `max_rows` rows and, past
    `max_bytes` of input, ends a batch early (a row larger than that is a batch of its own),
    converts each batch and writes it as one Parquet row group with every column a row can
