@@ -57,7 +57,7 @@ def test_meta_leaves_out_a_key_that_is_not_utf8(tmp_path, column):
                                "--metrics", "m", "--human-columns", "human_x"])
     assert proc.returncode == 0, proc.stderr
     line = (f"1 of {N} rows left out of every group (1 {column} key not valid UTF-8); {N - 1} used; "
-            f"first {column} key not valid UTF-8: {path}: column '{column}', id 'r3'")
+            f"first {column} key not valid UTF-8: {path}: column '{column}', row 3")  # named as compare names it
     assert f"  left out: {line}" in proc.stdout.splitlines()
     assert line in (tmp_path / "rep" / "report.md").read_text()
 
