@@ -499,3 +499,13 @@ class DeviceFaultMetric(SlowLengthMetric):
         except FileExistsError:
             return super().score_valid(rows)
         raise RuntimeError("CUDA error: device-side assert triggered\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.")
+
+
+def constraints_report_args(folder: pathlib.Path, rows: dict, scores: dict) -> list:
+    """Writes canonical CoDI `rows` and their `scores` (column -> values, as `pa.table` takes
+    them) to FOLDER/in.parquet and FOLDER/scores.parquet; returns the `ctgscore constraints
+    report` arguments that report them into FOLDER/report (no Self-BLEU, no progress bars)."""
+    pq.write_table(pa.table(rows), folder / "in.parquet")
+    pq.write_table(pa.table(scores), folder / "scores.parquet")
+    return ["constraints", "report", "-i", folder / "in.parquet", "--scores", folder / "scores.parquet",
+            "-o", folder / "report", "--no-self-bleu", "--no-progress"]

@@ -11,6 +11,8 @@ import os
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tests.job_support import constraints_report_args
+
 LONG_ID = "<b>**id**</b>\x1b[31m\u202e" + "A" * 200_000  # markup, an ANSI escape, a bidi control, 200 kB
 
 
@@ -19,12 +21,9 @@ def test_constraints_report_quotes_a_long_id_of_a_row_left_out_within_bounds(tmp
     a 200 kB line in report.md, report.html, results.json and --json."""
     constraint = json.dumps({"task": "keyword", "label": ["apple"]})
     ids = ["k1", LONG_ID, "k3"]
-    pq.write_table(pa.table({"id": ids, "text": ["apple", "pear", "apple"], "constraint": [constraint] * 3,
-                             "system": ["A", None, "B"]}), tmp_path / "in.parquet")
-    pq.write_table(pa.table({"id": ids, "codi_success": [1.0, 0.0, 1.0], "error": [None] * 3}),
-                   tmp_path / "scores.parquet")
-    args = ["constraints", "report", "-i", tmp_path / "in.parquet", "--scores", tmp_path / "scores.parquet",
-            "-o", tmp_path / "report", "--no-self-bleu", "--no-progress"]
+    args = constraints_report_args(tmp_path, {"id": ids, "text": ["apple", "pear", "apple"], "constraint": [constraint] * 3,
+                                              "system": ["A", None, "B"]},
+                                   {"id": ids, "codi_success": [1.0, 0.0, 1.0], "error": [None] * 3})
     proc = cli(args + ["--json"])
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
@@ -44,12 +43,12 @@ def test_constraints_report_quotes_a_long_id_of_a_row_left_out_within_bounds(tmp
 def test_constraints_report_quotes_a_long_id_of_an_unknown_task(tmp_path, cli):
     """The error naming a row whose constraint has no known task quoted its whole id."""
     ids = [LONG_ID, "k2"]
-    pq.write_table(pa.table({"id": ids, "text": ["apple", "pear"],
-                             "constraint": [json.dumps({"task": "nonsense"}), json.dumps({"task": "keyword", "label": ["a"]})],
-                             "system": ["A", "A"]}), tmp_path / "in.parquet")
-    pq.write_table(pa.table({"id": ids, "codi_success": [1.0, 0.0], "error": [None] * 2}), tmp_path / "scores.parquet")
-    proc = cli(["constraints", "report", "-i", tmp_path / "in.parquet", "--scores", tmp_path / "scores.parquet",
-                "-o", tmp_path / "report", "--no-self-bleu", "--json"])
+    args = constraints_report_args(
+        tmp_path, {"id": ids, "text": ["apple", "pear"],
+                   "constraint": [json.dumps({"task": "nonsense"}), json.dumps({"task": "keyword", "label": ["a"]})],
+                   "system": ["A", "A"]},
+        {"id": ids, "codi_success": [1.0, 0.0], "error": [None] * 2})
+    proc = cli(args + ["--json"])
     assert proc.returncode == 1
     error = json.loads(proc.stdout)["error"]
     assert f"({len(LONG_ID):,} characters)" in error and len(error) < 600
@@ -321,11 +320,9 @@ def test_constraints_report_heads_its_lines_with_the_rows_in_and_names_firsts_in
     constraint = json.dumps({"task": "keyword", "label": ["apple"]})
     ids = ["k1", "k2", "k3", "k4"]
     systems = pa.array([b"A", b"\xff", None, b"B"], pa.binary()).view(pa.string())
-    pq.write_table(pa.table({"id": ids, "text": ["apple"] * 4, "constraint": [constraint] * 4, "system": systems}),
-                   tmp_path / "in.parquet")
-    pq.write_table(pa.table({"id": ids, "codi_success": [1.0] * 4, "error": [None] * 4}), tmp_path / "scores.parquet")
-    args = ["constraints", "report", "-i", tmp_path / "in.parquet", "--scores", tmp_path / "scores.parquet",
-            "-o", tmp_path / "report", "--no-self-bleu", "--no-progress"]
+    args = constraints_report_args(tmp_path, {"id": ids, "text": ["apple"] * 4, "constraint": [constraint] * 4,
+                                              "system": systems},
+                                   {"id": ids, "codi_success": [1.0] * 4, "error": [None] * 4})
     got = cli(args + ["--json"])
     assert got.returncode == 0, got.stderr
     summary = json.loads(got.stdout)

@@ -24,6 +24,7 @@ import pytest
 
 import ctgscore
 from scoring.errors import InputError
+from tests.job_support import constraints_report_args
 
 NAN, INF = float("nan"), float("inf")
 
@@ -239,14 +240,11 @@ def test_constraints_report_counts_rows_without_a_system(tmp_path, cli):
     """A null or blank system beside named systems was merged into a system called "default"."""
     constraint = json.dumps({"task": "keyword", "label": ["apple"]})
     ids = ["k1", "k2", "k3", "k4", "k5", "k6"]
-    pq.write_table(pa.table({"id": ids, "text": ["an apple", "pear", "apple pie", "apple", "apple x", "apples"],
-                             "constraint": [constraint] * 6, "system": ["A", "A", None, "", " ", "B"]}),
-                   tmp_path / "in.parquet")
-    pq.write_table(pa.table({"id": ids, "codi_success": [1.0, 0.0, 1.0, NAN, 1.0, 1.0],
-                             "codi_toxicity": pa.array([None] * 6, pa.float64()), "error": [None] * 6}),
-                   tmp_path / "scores.parquet")
-    args = ["constraints", "report", "-i", tmp_path / "in.parquet", "--scores", tmp_path / "scores.parquet",
-            "-o", tmp_path / "report", "--no-self-bleu", "--no-progress"]
+    args = constraints_report_args(
+        tmp_path, {"id": ids, "text": ["an apple", "pear", "apple pie", "apple", "apple x", "apples"],
+                   "constraint": [constraint] * 6, "system": ["A", "A", None, "", " ", "B"]},
+        {"id": ids, "codi_success": [1.0, 0.0, 1.0, NAN, 1.0, 1.0],
+         "codi_toxicity": pa.array([None] * 6, pa.float64()), "error": [None] * 6})
     proc = cli(args + ["--json"])
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
@@ -266,24 +264,20 @@ def test_constraints_report_names_an_infinite_score(tmp_path, cli):
     """NaN is a row that could not be scored (a failure, counted); an infinite success is no score
     at all: exit 1 naming the scores row, its id and the column."""
     constraint = json.dumps({"task": "keyword", "label": ["apple"]})
-    pq.write_table(pa.table({"id": ["k1", "k2"], "text": ["apple", "pear"], "constraint": [constraint] * 2,
-                             "system": ["A", "A"]}), tmp_path / "in.parquet")
-    pq.write_table(pa.table({"id": ["k1", "k2"], "codi_success": [1.0, INF], "error": [None, None]}),
-                   tmp_path / "scores.parquet")
-    proc = cli(["constraints", "report", "-i", tmp_path / "in.parquet", "--scores", tmp_path / "scores.parquet",
-                "-o", tmp_path / "report", "--no-self-bleu", "--json"])
+    args = constraints_report_args(tmp_path, {"id": ["k1", "k2"], "text": ["apple", "pear"],
+                                              "constraint": [constraint] * 2, "system": ["A", "A"]},
+                                   {"id": ["k1", "k2"], "codi_success": [1.0, INF], "error": [None, None]})
+    proc = cli(args + ["--json"])
     assert proc.returncode == 1
     assert "scores row 1 (id 'k2'): codi_success = inf is not 0 or 1" in json.loads(proc.stdout)["error"]
 
 
 def test_constraints_report_without_any_system_is_one_system(tmp_path, cli):
     constraint = json.dumps({"task": "keyword", "label": ["apple"]})
-    pq.write_table(pa.table({"id": ["k1", "k2"], "text": ["apple", "pear"], "constraint": [constraint] * 2,
-                             "system": [None, ""]}), tmp_path / "in.parquet")
-    pq.write_table(pa.table({"id": ["k1", "k2"], "codi_success": [1.0, 0.0], "error": [None, None]}),
-                   tmp_path / "scores.parquet")
-    proc = cli(["constraints", "report", "-i", tmp_path / "in.parquet", "--scores", tmp_path / "scores.parquet",
-                "-o", tmp_path / "report", "--no-self-bleu", "--json"])
+    args = constraints_report_args(tmp_path, {"id": ["k1", "k2"], "text": ["apple", "pear"],
+                                              "constraint": [constraint] * 2, "system": [None, ""]},
+                                   {"id": ["k1", "k2"], "codi_success": [1.0, 0.0], "error": [None, None]})
+    proc = cli(args + ["--json"])
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert (summary["rows_in"], summary["rows_used"], summary["rows_left_out"]) == (2, 2, {})
