@@ -148,12 +148,19 @@ def _compmctg(tmp_path, dump=None, scores=None):
     return args + ["--splits", f"toy={tmp_path / 'split.json'}"]
 
 
-@pytest.mark.parametrize("command", ["meta", "compmctg --dump", "compmctg --scores"])
-def test_meta_and_compmctg_refuse_an_s3_path_with_credentials(tmp_path, command, monkeypatch):
+@pytest.mark.parametrize("command", ["meta", "compmctg --dump", "compmctg --scores", "constraints -i",
+                                     "constraints --scores"])
+def test_meta_compmctg_and_constraints_report_refuse_an_s3_path_with_credentials(tmp_path, command, monkeypatch):
+    """`constraints report` read with pyarrow, which signed its requests with the URL's keys."""
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # a request that slipped through fails fast
     url = f"s3://AKIAEXAMPLE:{SECRET}@mybucket/scores/"
     if command == "meta":
         args = ["meta", "-s", url, "-o", tmp_path / "meta"]
+    elif command.startswith("constraints"):
+        local = tmp_path / "rows.parquet"
+        pq.write_table(pa.table({"id": ["r0"], "codi_success": [1.0]}), local)
+        args = ["constraints", "report", "-i", local, "--scores", local, "-o", tmp_path / "report"]
+        args[args.index(command.split()[1]) + 1] = url
     else:
         args = _compmctg(tmp_path, **{command.split("--")[1]: url})
     proc = run_cli_in_process(args)
