@@ -126,7 +126,7 @@ def test_reports_show_look_alike_letters_and_a_no_break_space_as_they_are(tmp_pa
     rows = [{"id": f"r{i}-{k}", "dataset": "d", "system": system, "doc_id": f"doc{i}", "m": float(rng.random()),
              "error": None} for k, system in enumerate(LOOK_ALIKE) for i in range(6)]
     pd.DataFrame(rows).to_parquet(tmp_path / "s.parquet", index=False)
-    for name in ("board.md", "board.html", "board.csv"):
+    for name in ("board.md", "board.html"):
         proc = run_cli_in_process(["compare", "-s", tmp_path / "s.parquet", "-o", tmp_path / name,
                                    "--resamples", "20", "--trials", "20"])
         assert proc.returncode == 0, proc.stderr
@@ -248,10 +248,11 @@ def side_files(tmp_path):
 
 def _read_side_file(root: pathlib.Path, reader: str, path: pathlib.Path) -> str:
     """The one line the reader gives for `path`."""
-    from scoring.bertscore import BERTScorer
     from scoring.errors import UsageError
 
     if reader == "idf":
+        from scoring.bertscore import BERTScorer
+
         with pytest.raises(UsageError) as refused:
             BERTScorer._load_idf(None, str(path))
         return str(refused.value)
