@@ -27,7 +27,6 @@ references costs that row's time, not a worker's memory.
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any, Sequence
 
@@ -168,10 +167,13 @@ class BERTScorer:
             return None
         if isinstance(idf, (str, bytes)) or hasattr(idf, "__fspath__"):
             refuse_device(idf, "idf: ")
+            from scoring.json_files import UnreadableJson, read_json
+
             try:
-                with open(idf, encoding="utf-8") as handle:
-                    idf = json.load(handle)
-            except (OSError, ValueError, RecursionError) as exc:
+                idf = read_json(idf)
+            except UnreadableJson as exc:
+                raise UsageError(f"idf: cannot read {idf} as a JSON idf table ({exc})") from None
+            except OSError as exc:
                 raise UsageError(f"idf: cannot read {idf} as a JSON idf table ({type(exc).__name__})") from exc
         if not isinstance(idf, dict) or "default" not in idf:
             raise UsageError("idf: expected a table {token id: weight, 'default': weight} (scoring.bertscore.idf_table)")

@@ -42,7 +42,6 @@ another text.
 
 from __future__ import annotations
 
-import json
 import pathlib
 import re
 import statistics
@@ -54,6 +53,7 @@ import numpy as np
 from scoring.chat_frame import ChatFrame
 from scoring.engine import DEFAULT_TOKEN_BUDGET, Ragged
 from scoring.errors import UsageError
+from scoring.json_files import UnreadableJson, read_json
 from scoring.literal_tokens import LiteralTokenizer
 from scoring.local_files import refuse_device
 from scoring.metric import RowError, RowMetric, is_absent
@@ -99,11 +99,12 @@ def load_templates(templates: str | Mapping[str, Any] | None) -> dict[str, dict[
         path = resource_path(templates, TEMPLATE_SETS)
         refuse_device(path, "templates: ")
         try:
-            templates = json.loads(path.read_text(encoding="utf-8"))
+            templates = read_json(path)
         except FileNotFoundError:
             raise UsageError(f"templates: {templates}: no such template set or file (shipped: {', '.join(TEMPLATE_SETS)})") from None
         except (OSError, ValueError, RecursionError) as exc:  # not UTF-8 or JSON, a number past 4,300 digits, too deep
-            raise UsageError(f"templates: {path.name}: not a JSON object of templates ({type(exc).__name__})") from None
+            reason = exc if isinstance(exc, UnreadableJson) else type(exc).__name__
+            raise UsageError(f"templates: {path.name}: not a JSON object of templates ({reason})") from None
     if not isinstance(templates, Mapping) or not templates:
         raise UsageError("templates: expected a non-empty mapping {aspect: template}")
     found: dict[str, dict[str, str]] = {}

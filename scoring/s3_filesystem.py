@@ -42,20 +42,29 @@ def filesystem(storage_options: Mapping[str, Any] | None = None, **overrides: An
     return S3FileSystem(**options)
 
 
+def refuse_credentials(path: str) -> None:
+    """`UsageError` (the path shown redacted) when an `s3://` path carries credentials
+    (`s3://KEY:SECRET@bucket/key`); other paths pass. For readers that open a path themselves
+    (pyarrow would use the credentials of such a URL, s3fs would not)."""
+    if not str(path).startswith(("s3://", "s3a://")):
+        return
+    from scoring.errors import UsageError
+    from scoring.redact import MASK, redact_url
+
+    scheme = str(path).split("://", 1)[0] + "://"
+    shown = redact_url(str(path))
+    if shown.startswith(f"{scheme}{MASK}@"):
+        raise UsageError(f"{shown}: an s3:// path cannot carry credentials; give them as AWS_ACCESS_KEY_ID "
+                         "and AWS_SECRET_ACCESS_KEY (or a profile) instead")
+
+
 def url_to_fs(path: str, storage_options: Mapping[str, Any] | None = None):
     """`fsspec.core.url_to_fs` with ctgscore's S3 filesystem for `s3://` paths. An `s3://` path
     that carries credentials (`s3://KEY:SECRET@bucket/key`) is refused, its secret not shown:
     s3fs would not use them, and botocore would quote `KEY:SECRET@bucket` whole as an invalid
     bucket name in its error."""
     if str(path).startswith(("s3://", "s3a://")):
-        from scoring.errors import UsageError
-        from scoring.redact import MASK, redact_url
-
-        scheme = str(path).split("://", 1)[0] + "://"
-        shown = redact_url(str(path))
-        if shown.startswith(f"{scheme}{MASK}@"):
-            raise UsageError(f"{shown}: an s3:// path cannot carry credentials; give them as AWS_ACCESS_KEY_ID "
-                             "and AWS_SECRET_ACCESS_KEY (or a profile) instead")
+        refuse_credentials(path)
         fs = filesystem(storage_options)
         return fs, fs._strip_protocol(str(path))
     import fsspec

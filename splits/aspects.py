@@ -25,6 +25,7 @@ import numpy as np
 from scoring.cell_types import lone_surrogate
 from scoring.display_names import quoted, quoted_list
 from scoring.errors import InputError
+from scoring.json_files import read_json
 
 Combo = tuple[str, ...]
 
@@ -254,7 +255,7 @@ def parse_aspects_arg(text: str) -> Universe:
     path = pathlib.Path(text)
     if not text.lstrip().startswith("{") and path.is_file():
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = read_json(path)
         except (ValueError, RecursionError) as exc:  # not UTF-8 or JSON, a number past 4,300 digits, too deep
             raise SplitsInputError(f"{path}: not valid JSON ({_reason(exc)})") from None
     else:

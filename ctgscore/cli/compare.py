@@ -263,17 +263,18 @@ def read_previous(path: str, label: str = "--previous") -> dict:
     `leaderboard` list of (dataset, column, system, rank) rows. A file that is not there, or
     not one of these, is a usage error (exit 2): the flag names the wrong file. `label` names
     the file in errors (the `leaderboard` command reads its own folder's board, not a flag)."""
-    import json
     import os
 
     if not os.path.isfile(path):
         raise UsageError(f"{label} {path}: {'not a regular file' if os.path.lexists(path) else 'no such file'}")
+    from scoring.json_files import UnreadableJson, read_json
+
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError, RecursionError) as exc:  # not JSON, not UTF-8 (a Parquet file), nested past the reader
+        data = read_json(path)
+    except (OSError, UnreadableJson) as exc:  # not JSON, not UTF-8 (a Parquet file), nested past the reader
+        reason = exc if isinstance(exc, UnreadableJson) else type(exc).__name__
         raise UsageError(f"{label} {path}: not a leaderboard JSON (cannot read it as JSON: "
-                         f"{type(exc).__name__}); give the leaderboard.json or results.json of an earlier run") from None
+                         f"{reason}); give the leaderboard.json or results.json of an earlier run") from None
     if isinstance(data, dict) and isinstance(data.get("leaderboard"), list):
         return {**data, "leaderboard": _checked_rows(data["leaderboard"], path, "leaderboard", label)}
     rows = _results_leaderboard(data)

@@ -30,12 +30,12 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    import pathlib
 
     import ctgscore
     from meta_eval.compmctg import check_splits_json, markdown_section, results_table, scored_rows, splits_aspects
     from meta_eval.row_account import RowAccount
     from scoring.errors import InputError
+    from scoring.json_files import read_json
     from scoring.local_files import refuse_device
 
     output = common.check_output_file(args.output)
@@ -45,7 +45,7 @@ def handle(args: argparse.Namespace) -> int:
         dataset, path = next(iter(common.parse_assignments([pair], "--splits").items()))
         refuse_device(path, f"--splits {dataset}=", InputError)
         try:
-            data = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
+            data = read_json(path)
             check_splits_json(data)
             splits.append((dataset, data))
         except RecursionError:

@@ -165,6 +165,10 @@ def read_rows(path: str, what: str, columns=INPUT_COLUMNS, keys=KEYS):
     from scoring.parquet_read import row_places
     from scoring.utf8_text import binary_as_text, table_rows, where_placed
 
+    if str(path).startswith(("s3://", "s3a://")):
+        from scoring.s3_filesystem import refuse_credentials
+
+        refuse_credentials(path)  # pyarrow would sign its requests with a URL's credentials
     try:
         table = pq.read_table(path)
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a file that is not Parquet
