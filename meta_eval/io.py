@@ -222,7 +222,7 @@ def drop_unreadable_keys(frame: pd.DataFrame, source: str,
     (`meta_eval.row_account.unreadable_reason`) and where the first row of each reason was
     (its file and row there by `row_files`, as the other reasons are named; else `source`, the
     column and the row's id). The rows left keep their order (index reset)."""
-    from meta_eval.row_account import account, first_unreadable_rows, unreadable_mask, unreadable_reason
+    from scoring.utf8_text import unreadable_counts, unreadable_mask
 
     unreadable = []  # (column, rows whose key is not UTF-8), in precedence order
     for col in [c for c in reversed(KEY_COLUMNS) if c in frame]:
@@ -238,9 +238,8 @@ def drop_unreadable_keys(frame: pd.DataFrame, source: str,
     if row_files is not None and "id" in frame:
         def by_file(column, rows):
             return row_files.where(frame, column, rows, source)
-    first = first_unreadable_rows(unreadable, source, frame["id"].iloc if "id" in frame else None, where=by_file)
-    keep, rows = account(len(frame), [(unreadable_reason(col), bad) for col, bad in unreadable])
-    return frame.loc[keep].reset_index(drop=True), dict(rows.left_out), first
+    found = unreadable_counts(len(frame), unreadable, source, frame["id"].iloc if "id" in frame else None, where=by_file)
+    return frame.loc[found.keep].reset_index(drop=True), dict(found.left_out), dict(found.first)
 
 
 def normalise_keys(frame: pd.DataFrame, columns=KEY_COLUMNS, source: str = "scores") -> pd.DataFrame:
