@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from scoring import schema
-from scoring.job_output import SHARD, output_names, read_runs, run_files
+from scoring.job_output import SHARD, combined, output_names, read_runs, run_files
 
 __all__ = ["load_scores", "run_files"]
 
@@ -41,7 +41,7 @@ def load_scores(path: str, metrics: Iterable[str] | None = None, *,
 
     runs = read_runs(path, metrics, storage_options=storage_options)
     names = output_names((run.name, run.score_columns) for run in runs)
-    carried = None
+    carried = []
     scores, errors, skipped = [], [], []
     for run in runs:
         frame = _keys_as_bytes_where_not_text(run.frame)
@@ -58,7 +58,8 @@ def load_scores(path: str, metrics: Iterable[str] | None = None, *,
             left_out = frame[schema.SKIPPED].notna()
             skipped.append(frame.loc[left_out, schema.SKIPPED].map(lambda reason, label=run.label: f"{label}: {reason}"))
         kept = frame[[c for c in frame.columns if schema.is_carried(c)]]
-        carried = kept if carried is None else carried.combine_first(kept)
+        carried.append(kept)
+    carried = combined(carried)
     wide = carried.join(scores, how="outer") if scores else carried
     wide[schema.ERROR] = _joined_reasons(errors, wide.index)
     wide[schema.SKIPPED] = _joined_reasons(skipped, wide.index)

@@ -141,7 +141,7 @@ def _read_parquet_files(path: str) -> tuple[pd.DataFrame, dict, RowFiles]:
     produce is named `<run>.<column>`. Returns the frame and per-run facts (rows, errors,
     signatures), keyed by the run's score columns (by run name where those repeat), and where the
     rows were stored (`RowFiles`, from the run with the most rows)."""
-    from scoring.job_output import SHARD, output_names, read_runs
+    from scoring.job_output import SHARD, combined, output_names, read_runs
 
     runs_read = read_runs(path)
     names = output_names((run.name, _score_columns(run.frame.columns)) for run in runs_read)
@@ -166,9 +166,7 @@ def _read_parquet_files(path: str) -> tuple[pd.DataFrame, dict, RowFiles]:
         label = key if keys.count(key) == 1 else run.name
         runs[label] = {"rows": int(len(frame)), "rows_error": int(error.sum()), "rows_skipped": int(skipped.sum()),
                        "signatures": run.signatures}
-    carried = carried_parts[0]
-    for part in carried_parts[1:]:
-        carried = carried.combine_first(part)
+    carried = combined(carried_parts)
     merged = carried.join(score_parts, how="outer") if score_parts else carried
     any_error = pd.concat(errors, axis=1).fillna(False).astype(bool).any(axis=1)
     merged["error"] = any_error.reindex(merged.index, fill_value=False)
