@@ -1,4 +1,4 @@
-"""A scoring job's output (runs with a `signature` column, several runs, ids repeated across
+"""A scoring job's output (a file with a `signature` column, several runs, ids repeated across
 shards) where an `id` is not valid UTF-8 reads: `load_scores` gives that id as its bytes and
 `meta` uses its row, without a warning on the console (`scoring.job_output`). Before, pandas
 could not even filter a frame indexed by such an id: `load_scores`, `meta` and `compmctg`
@@ -25,12 +25,17 @@ def spoil_id(part, row_id: str) -> None:
                    part)
 
 
-def job_output(tmp_path, sharded: bool):
-    """Two runs (`ppl`, `words`) as the job writes them, r3 stored not UTF-8; `sharded`: over the
-    shards of tests/test_job_output_shards.py (r1 in both, r3 in `sub/b`), else one folder each."""
+def job_output(tmp_path, layout: str):
+    """Scores as the job writes them, r3 stored not UTF-8: `file`: one Parquet file of run `ppl`;
+    `runs`: two runs (`ppl`, `words`), one folder each; `shards`: those runs over the shards of
+    tests/test_job_output_shards.py (r1 in both, r3 in `sub/b`)."""
     from tests.test_job_output_shards import _job_output, _part
 
-    if sharded:
+    if layout == "file":
+        _part(tmp_path / "out", "ppl", "a", ROWS, "perplexity", name="scores.parquet")
+        spoil_id(tmp_path / "out" / "scores.parquet", "r3")
+        return tmp_path / "out" / "scores.parquet"
+    if layout == "shards":
         out = _job_output(tmp_path)
         parts = [next((out / label / "sub" / "b").glob("*.parquet")) for label in ("ppl", "words")]
     else:
@@ -43,25 +48,28 @@ def job_output(tmp_path, sharded: bool):
     return out
 
 
-@pytest.mark.parametrize("sharded", [False, True])
-def test_load_scores_gives_an_id_not_utf8_as_its_bytes(tmp_path, sharded):
+ROWS_READ = {"file": 4, "runs": 4, "shards": 5}
+
+
+@pytest.mark.parametrize("layout", list(ROWS_READ))
+def test_load_scores_gives_an_id_not_utf8_as_its_bytes(tmp_path, layout):
     import ctgscore
 
-    out = job_output(tmp_path, sharded)
+    out = job_output(tmp_path, layout)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no "values in the array are unorderable" on the console
         frame = ctgscore.load_scores(str(out))
     ids = frame["id"].tolist()
     assert ids[-1] == BAD and sorted(ids[:-1]) == ids[:-1] and "r3" not in ids
-    assert len(frame) == (5 if sharded else 4) and frame.loc[len(frame) - 1, "words"] > 0
+    assert len(frame) == ROWS_READ[layout] and frame.loc[len(frame) - 1, "perplexity"] > 0
 
 
-@pytest.mark.parametrize("sharded", [False, True])
-def test_meta_uses_the_row_of_an_id_not_utf8(tmp_path, cli, sharded):
-    out = job_output(tmp_path, sharded)
-    got = cli(["meta", "-s", out, "-o", tmp_path / "r", "--metrics", "perplexity", "words",
-               "--human-columns", "human_q", "--json"])
+@pytest.mark.parametrize("layout", list(ROWS_READ))
+def test_meta_uses_the_row_of_an_id_not_utf8(tmp_path, cli, layout):
+    out = job_output(tmp_path, layout)
+    metrics = ["perplexity"] + (["words"] if layout != "file" else [])
+    got = cli(["meta", "-s", out, "-o", tmp_path / "r", "--metrics", *metrics, "--human-columns", "human_q", "--json"])
     assert got.returncode == 0, got.stderr
     assert "Warning" not in got.stderr and "internal error" not in got.stderr
     summary = json.loads(got.stdout)
-    assert summary["rows_in"] == summary["rows_used"] == (5 if sharded else 4)
+    assert summary["rows_in"] == summary["rows_used"] == ROWS_READ[layout]
