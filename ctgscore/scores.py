@@ -25,9 +25,9 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from scoring import schema
-from scoring.job_output import SHARD, output_names, read_runs, run_files
+from scoring.job_output import SHARD, combined, output_names, read_runs, run_files
 
-__all__ = ["load_scores", "run_files"]
+__all__ = ["load_scores", "load_scores_placed", "run_files"]
 
 
 def load_scores(path: str, metrics: Iterable[str] | None = None, *,
@@ -36,15 +36,28 @@ def load_scores(path: str, metrics: Iterable[str] | None = None, *,
     shards) into one wide DataFrame (see the module docstring). `metrics` limits the runs read
     (by label, the job's folder names); `storage_options` go to fsspec (e.g.
     `{"client_kwargs": {"endpoint_url": ...}}` for S3)."""
+    return load_scores_placed(path, metrics, storage_options=storage_options)[0]
+
+
+def load_scores_placed(path: str, metrics: Iterable[str] | None = None, *,
+                       storage_options: Mapping[str, Any] | None = None):
+    """`load_scores` and where its rows were stored (`meta_eval.io.RowFiles`: the file and the
+    row in it of each row of the run with the most rows, its keys as `load_scores` gives them, a
+    key that is not UTF-8 as its bytes), so a command can name a row it leaves out by its file."""
     import numpy as np
     import pandas as pd
 
+    from meta_eval.io import RowFiles
+
     runs = read_runs(path, metrics, storage_options=storage_options)
     names = output_names((run.name, run.score_columns) for run in runs)
-    carried = None
+    carried = []
     scores, errors, skipped = [], [], []
+    largest = None  # (run, its frame with its keys as load_scores gives them): the first with the most rows
     for run in runs:
         frame = _keys_as_bytes_where_not_text(run.frame)
+        if largest is None or len(frame) > len(largest[1]):
+            largest = (run, frame)
         failed = frame[schema.ERROR].notna() if schema.ERROR in frame else pd.Series(False, index=frame.index)
         part = frame[run.score_columns].copy()
         for column in run.score_columns:
@@ -58,7 +71,8 @@ def load_scores(path: str, metrics: Iterable[str] | None = None, *,
             left_out = frame[schema.SKIPPED].notna()
             skipped.append(frame.loc[left_out, schema.SKIPPED].map(lambda reason, label=run.label: f"{label}: {reason}"))
         kept = frame[[c for c in frame.columns if schema.is_carried(c)]]
-        carried = kept if carried is None else carried.combine_first(kept)
+        carried.append(kept)
+    carried = combined(carried)
     wide = carried.join(scores, how="outer") if scores else carried
     wide[schema.ERROR] = _joined_reasons(errors, wide.index)
     wide[schema.SKIPPED] = _joined_reasons(skipped, wide.index)
@@ -68,10 +82,11 @@ def load_scores(path: str, metrics: Iterable[str] | None = None, *,
     keys = [schema.ID, SHARD] if wide.index.nlevels == 2 else [schema.ID]
     wide.index.names = keys
     wide = wide.reset_index()
+    places = RowFiles(largest[1].index, largest[0].file_rows)
     if any(isinstance(v, bytes) for v in wide[schema.ID]):  # bytes (an id not UTF-8) sort after every text
         return wide.sort_values(keys, kind="stable", key=lambda column: column.map(
-            lambda v: (isinstance(v, bytes), v)) if column.name == schema.ID else column).reset_index(drop=True)
-    return wide.sort_values(keys, kind="stable").reset_index(drop=True)
+            lambda v: (isinstance(v, bytes), v)) if column.name == schema.ID else column).reset_index(drop=True), places
+    return wide.sort_values(keys, kind="stable").reset_index(drop=True), places
 
 
 def _keys_as_bytes_where_not_text(frame):

@@ -220,7 +220,7 @@ def row_account(frame, splits: Sequence[tuple[str, Mapping[str, Any]]], source: 
     infinite score then leaves it out of that score's means only (`infinite_left_out`)."""
     import numpy as np
 
-    from meta_eval.row_account import RowAccount, missing_mask, no_key
+    from meta_eval.row_account import account, missing_mask, no_key
 
     rows = len(frame)
     by_dataset: dict[str, list] = {}
@@ -257,16 +257,13 @@ def row_account(frame, splits: Sequence[tuple[str, Mapping[str, Any]]], source: 
             no_split[row] = True
     checks = [(no_key("dataset"), no_dataset), (NO_DATASET_SPLITS, unnamed), (NO_ATTRIBUTES, no_attributes),
               (NO_SPLIT, no_split)]
-    left_out, first, taken = {}, {}, np.zeros(rows, bool)
     ids = frame["id"].tolist() if "id" in frame else None
-    for reason, mask in checks:
-        hit = mask & ~taken
-        if hit.any():
-            left_out[reason] = int(hit.sum())
-            row = int(np.flatnonzero(hit)[0])
-            first[reason] = f"{source}: " + (f"id {quoted(ids[row])}" if ids is not None else f"row {row}")
-            taken |= hit
-    return RowAccount(rows, rows - int(taken.sum()), left_out, first)
+
+    def where(reason, hit):
+        row = int(hit[0])
+        return f"{source}: " + (f"id {quoted(ids[row])}" if ids is not None else f"row {row}")
+
+    return account(rows, checks, where)[1]
 
 
 def per_combination(frame, aspects: Sequence[str]) -> list[dict[str, Any]]:
@@ -292,7 +289,7 @@ def splits_aspects(splits: Sequence[tuple[str, Mapping[str, Any]]]) -> set[str]:
 
 
 def scored_rows(dump: str, scores, storage_options: Mapping[str, Any] | None = None, source: str = "scores",
-                aspects: set[str] | None = None):
+                aspects: set[str] | None = None, row_files=None):
     """Stored scores (a DataFrame in `ctgscore.load_scores` layout, one row per id) joined by
     id with the dump's attribute combinations, one `attr:<aspect>` column per aspect (of
     `aspects` only, when given: a dump whose rows each name another aspect would otherwise
@@ -303,18 +300,21 @@ def scored_rows(dump: str, scores, storage_options: Mapping[str, Any] | None = N
 
     A row whose key is not valid UTF-8 is left out, counted and its first row named (docs/
     meta_eval.md, "Rows left out"): a score row whose `dataset` or `id` is (`load_scores` gives
-    such a key as its bytes; `source` names the scores), and the score row of a dump row whose
-    `attributes` (an aspect's name or value) is; a dump row whose id is not UTF-8 matches no
-    score. A Parquet `binary` id reads as the text it holds."""
+    such a key as its bytes), and the score row of a dump row whose `attributes` (an aspect's
+    name or value) is; a dump row whose id is not UTF-8 matches no score. A Parquet `binary` id
+    reads as the text it holds. The first score row of a reason is named by the file it was
+    stored in and its row there when `row_files` (`meta_eval.io.RowFiles`, from
+    `ctgscore.scores.load_scores_placed`) says where the scores were stored, else by `source`
+    and its row in `scores`; the first of the dump's by its dump file and row."""
     import numpy as np
     import pandas as pd
     import pyarrow as pa
 
-    from meta_eval.row_account import RowAccount, account, unreadable_reason, unreadable_where
+    from meta_eval.row_account import account, unreadable_reason, unreadable_where
     from scoring.attribute_accuracy import row_attributes
     from scoring.parquet_read import read_parquet_here
     from scoring.s3_filesystem import url_to_fs
-    from scoring.utf8_text import binary_as_text, first_unreadable_rows, unreadable_mask
+    from scoring.utf8_text import binary_as_text, unreadable_counts, unreadable_mask
 
     fs, root = url_to_fs(str(dump), storage_options)
     files = sorted(p for p in fs.find(root) if is_data_file(p)) if fs.isdir(root) else [root]
@@ -335,7 +335,7 @@ def scored_rows(dump: str, scores, storage_options: Mapping[str, Any] | None = N
             for row_id, bad in zip(ids, dict(unreadable).get("attributes", np.zeros(table.num_rows, bool))[~bad_id]):
                 if bad:  # its score row is left out (a dump row whose id is not UTF-8 names no score row)
                     dump_left_out[(row_id, *shard.values())] = unreadable_reason("attributes")
-            for reason, where in first_unreadable_rows(unreadable, name).items():
+            for reason, where in unreadable_counts(table.num_rows, unreadable, name).first.items():
                 dump_first.setdefault(reason, where)
             table = table.filter(pa.array(~np.logical_or.reduce([bad for _, bad in unreadable])))
         for row in _rows(table, name):
@@ -353,21 +353,27 @@ def scored_rows(dump: str, scores, storage_options: Mapping[str, Any] | None = N
             "in more than one of its rows, and the scores have no 'shard' column to tell them apart "
             "(read all the runs of the job that scored this dump)")
         raise InputError(f"{dump}: id {repeated!r} is {where}")
-    checks, first = [], {}
+    checks, column_of = [], {}
     for column in ("dataset", "id"):  # load_scores gives a key that is not UTF-8 as its bytes
         if column in scores:
-            bad = np.fromiter((isinstance(v, bytes) for v in scores[column]), bool, len(scores))
-            if bad.any():
-                checks.append((unreadable_reason(column), bad))
-                row = int(np.flatnonzero(bad)[0]) if column != "id" else None  # its id; no file row for an id
-                first.setdefault(unreadable_reason(column), unreadable_where(source, column, row, scores["id"].iloc))
+            checks.append((unreadable_reason(column), np.fromiter((isinstance(v, bytes) for v in scores[column]),
+                                                                  bool, len(scores))))
+            column_of[unreadable_reason(column)] = column
     if dump_left_out:
         key_of = zip(*(scores[k] for k in keys))
         checks.append((unreadable_reason("attributes"), np.fromiter((k in dump_left_out for k in key_of), bool, len(scores))))
-    keep, rows = account(len(scores), checks)
-    first.update({reason: where for reason, where in dump_first.items() if reason in rows.left_out and reason not in first})
+
+    def where(reason, hit):  # a score row where it was stored; a dump row's attributes in the dump
+        if reason not in column_of:
+            return dump_first[reason]
+        column = column_of[reason]
+        if row_files is not None:
+            return row_files.where(scores, column, hit, source)
+        return unreadable_where(source, column, int(hit[0]), scores["id"].iloc if column != "id" else None)
+
+    keep, rows = account(len(scores), checks, where)
     frame = scores.loc[keep].reset_index(drop=True) if not keep.all() else scores
-    return frame.merge(attributes, on=keys, how="left"), RowAccount(rows.rows_in, rows.rows_used, rows.left_out, first)
+    return frame.merge(attributes, on=keys, how="left"), rows
 
 
 def _rows(table, name: str) -> list[dict]:

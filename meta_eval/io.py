@@ -79,11 +79,10 @@ class RowFiles:
     index: pd.Index
     file_rows: tuple
 
-    def where(self, frame: pd.DataFrame, column: str, rows: np.ndarray, source: str) -> str:
-        """The first of `rows` (rows of `frame`) in file order, as "FILE: column C, row N" (N
-        counted from 0 in that file: `unreadable_where`); a row that run lacks, by its `id`."""
+    def place(self, frame: pd.DataFrame, rows: np.ndarray) -> tuple[str, int] | None:
+        """The first of `rows` (rows of `frame`) in file order, as (file, row in it from 0), or
+        None when the run lacks them all."""
         from scoring.job_output import SHARD
-        from scoring.utf8_text import unreadable_where
 
         ids = frame["id"].to_numpy()[rows]
         keys = pd.MultiIndex.from_arrays([ids, frame[SHARD].to_numpy()[rows]]) if self.index.nlevels == 2 \
@@ -91,11 +90,21 @@ class RowFiles:
         positions = self.index.get_indexer(keys)
         found = positions[positions >= 0]
         if not len(found):
-            return unreadable_where(source, column, int(rows[0]), frame["id"].iloc)
+            return None
         position = int(found.min())
         starts = np.cumsum([0] + [n for _, n in self.file_rows])
         k = int(np.searchsorted(starts, position, "right")) - 1
-        return unreadable_where(self.file_rows[k][0], column, position - int(starts[k]))
+        return self.file_rows[k][0], position - int(starts[k])
+
+    def where(self, frame: pd.DataFrame, column: str, rows: np.ndarray, source: str) -> str:
+        """The first of `rows` (rows of `frame`) in file order, as "FILE: column C, row N" (N
+        counted from 0 in that file: `unreadable_where`); a row that run lacks, by its `id`."""
+        from scoring.utf8_text import unreadable_where
+
+        found = self.place(frame, rows)
+        if found is None:
+            return unreadable_where(source, column, int(rows[0]), frame["id"].iloc)
+        return unreadable_where(found[0], column, found[1])
 
 
 @dataclass
@@ -132,7 +141,7 @@ def _score_columns(columns) -> list[str]:
     return [c for c in columns if schema.is_score_column(c) and c not in _INPUT_COLUMNS]
 
 
-def _read_parquet_files(path: str) -> tuple[pd.DataFrame, dict, RowFiles]:
+def _read_parquet_files(path: str) -> tuple[pd.DataFrame, dict, RowFiles, dict[str, RowFiles]]:
     """The metric runs under `path` (`scoring.job_output`: the manifest's current outputs, runs
     kept apart by label, score columns and signature), joined on `id`, one row per id (on `id`
     and `shard`, one row per both, where a job's input held an id in several shards: those
@@ -140,13 +149,14 @@ def _read_parquet_files(path: str) -> tuple[pd.DataFrame, dict, RowFiles]:
     `error` only blanks the score columns of its own metric run; a score column several runs
     produce is named `<run>.<column>`. Returns the frame and per-run facts (rows, errors,
     signatures), keyed by the run's score columns (by run name where those repeat), and where the
-    rows were stored (`RowFiles`, from the run with the most rows)."""
-    from scoring.job_output import SHARD, output_names, read_runs
+    rows were stored (`RowFiles`, from the run with the most rows), and, per score column, where
+    the rows of the run that wrote it were stored."""
+    from scoring.job_output import SHARD, combined, output_names, read_runs
 
     runs_read = read_runs(path)
     names = output_names((run.name, _score_columns(run.frame.columns)) for run in runs_read)
     keys = [",".join(_score_columns(run.frame.columns)) or "(no score columns)" for run in runs_read]
-    carried_parts, score_parts, errors, skips, runs = [], [], [], [], {}
+    carried_parts, score_parts, errors, skips, runs, column_files = [], [], [], [], {}, {}
     for run, key in zip(runs_read, keys):
         frame = run.frame
         score_cols = _score_columns(frame.columns)
@@ -158,6 +168,7 @@ def _read_parquet_files(path: str) -> tuple[pd.DataFrame, dict, RowFiles]:
                 scores[col] = scores[col].astype(float).where(~error, np.nan)
         scores.columns = [names[(run.name, c)] for c in score_cols]
         score_parts.append(scores)
+        column_files.update({name: RowFiles(frame.index, run.file_rows) for name in scores.columns})
         carried_parts.append(frame[[c for c in frame.columns if c not in score_cols
                                     and c not in schema.META_COLUMNS]])
         errors.append(error)
@@ -166,9 +177,7 @@ def _read_parquet_files(path: str) -> tuple[pd.DataFrame, dict, RowFiles]:
         label = key if keys.count(key) == 1 else run.name
         runs[label] = {"rows": int(len(frame)), "rows_error": int(error.sum()), "rows_skipped": int(skipped.sum()),
                        "signatures": run.signatures}
-    carried = carried_parts[0]
-    for part in carried_parts[1:]:
-        carried = carried.combine_first(part)
+    carried = combined(carried_parts)
     merged = carried.join(score_parts, how="outer") if score_parts else carried
     any_error = pd.concat(errors, axis=1).fillna(False).astype(bool).any(axis=1)
     merged["error"] = any_error.reindex(merged.index, fill_value=False)
@@ -177,7 +186,7 @@ def _read_parquet_files(path: str) -> tuple[pd.DataFrame, dict, RowFiles]:
     merged.index.names = ["id", SHARD] if merged.index.nlevels == 2 else ["id"]
     merged = merged.reset_index()
     largest = max(runs_read, key=lambda run: len(run.frame))  # the first of those with the most rows
-    return merged, runs, RowFiles(largest.frame.index, largest.file_rows)
+    return merged, runs, RowFiles(largest.frame.index, largest.file_rows), column_files
 
 
 def _numeric_columns(frame: pd.DataFrame) -> list[str]:
@@ -191,7 +200,7 @@ def read_scores(path: str, humans: list[str] | None = None, metrics: list[str] |
     Rows with an error keep their human columns but their metric run's scores become NaN, so
     they drop out of every statistic on that metric; `n_error_rows` counts rows with any error.
     """
-    frame, runs, row_files = _read_parquet_files(str(path))
+    frame, runs, row_files, column_files = _read_parquet_files(str(path))
     n_input = len(frame)
     n_error = int(frame.pop("error").sum())
     n_skipped = int(frame.pop("skipped").sum())
@@ -205,7 +214,7 @@ def read_scores(path: str, humans: list[str] | None = None, metrics: list[str] |
         metrics = _score_columns(_numeric_columns(frame))
         not_numeric = {c: str(frame[c].dtype) for c in _score_columns(frame.columns)
                        if c not in metrics and c != SHARD and not c.startswith("human_")}
-    _check_columns(frame, humans + metrics, str(path))
+    _check_columns(frame, humans + metrics, str(path), {**{h: row_files for h in humans}, **column_files})
     return Table(frame=frame, humans=list(humans), metrics=list(metrics), source=str(path),
                  n_input_rows=n_input, n_error_rows=n_error, n_skipped_rows=n_skipped, runs=runs,
                  cat_columns={h: None for h in humans}, lower_is_better=default_lower_is_better(metrics),
@@ -222,7 +231,7 @@ def drop_unreadable_keys(frame: pd.DataFrame, source: str,
     (`meta_eval.row_account.unreadable_reason`) and where the first row of each reason was
     (its file and row there by `row_files`, as the other reasons are named; else `source`, the
     column and the row's id). The rows left keep their order (index reset)."""
-    from meta_eval.row_account import account, first_unreadable_rows, unreadable_mask, unreadable_reason
+    from scoring.utf8_text import unreadable_counts, unreadable_mask
 
     unreadable = []  # (column, rows whose key is not UTF-8), in precedence order
     for col in [c for c in reversed(KEY_COLUMNS) if c in frame]:
@@ -238,9 +247,8 @@ def drop_unreadable_keys(frame: pd.DataFrame, source: str,
     if row_files is not None and "id" in frame:
         def by_file(column, rows):
             return row_files.where(frame, column, rows, source)
-    first = first_unreadable_rows(unreadable, source, frame["id"].iloc if "id" in frame else None, where=by_file)
-    keep, rows = account(len(frame), [(unreadable_reason(col), bad) for col, bad in unreadable])
-    return frame.loc[keep].reset_index(drop=True), dict(rows.left_out), first
+    found = unreadable_counts(len(frame), unreadable, source, frame["id"].iloc if "id" in frame else None, where=by_file)
+    return frame.loc[found.keep].reset_index(drop=True), dict(found.left_out), dict(found.first)
 
 
 def normalise_keys(frame: pd.DataFrame, columns=KEY_COLUMNS, source: str = "scores") -> pd.DataFrame:
@@ -263,7 +271,14 @@ def normalise_keys(frame: pd.DataFrame, columns=KEY_COLUMNS, source: str = "scor
     return frame
 
 
-def _check_columns(frame: pd.DataFrame, columns: list[str], source: str) -> None:
+def _check_columns(frame: pd.DataFrame, columns: list[str], source: str,
+                   files: dict[str, RowFiles] | None = None) -> None:
+    """Each of `columns` is in `frame` and numeric, else an `InputError` naming `source`, the
+    column and its first value that is no number: its row, in the file that stored it where
+    `files` (column -> `RowFiles`) says (a row of a frame joined from several runs is no row
+    of any file)."""
+    from scoring.display_names import quoted
+
     for col in columns:
         if col not in frame:
             from scoring.display_names import quoted, quoted_list
@@ -275,7 +290,12 @@ def _check_columns(frame: pd.DataFrame, columns: list[str], source: str) -> None
             raise error
         if not pd.api.types.is_numeric_dtype(frame[col]):
             bad = frame[col][pd.to_numeric(frame[col], errors="coerce").isna() & frame[col].notna()]
-            where = f"row {bad.index[0]}: {bad.iloc[0]!r}" if len(bad) else f"dtype {frame[col].dtype}"
+            where = f"dtype {frame[col].dtype}"
+            if len(bad):
+                place = files[col].place(frame, np.array([frame.index.get_loc(bad.index[0])])) \
+                    if files and col in files and "id" in frame else None
+                row = f"row {bad.index[0]}" if place is None else f"row {place[1]} of {place[0]}"
+                where = f"{row}: {quoted(bad.iloc[0])}"
             raise InputError(f"{source}: column {col!r} is not numeric ({where})")
         _check_exact(frame, col, source)
 

@@ -24,9 +24,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from scoring.first_reason import count_by_first_reason
 from scoring.utf8_text import (  # noqa: F401 - the search for keys not UTF-8 lives in scoring (splits use it too)
     first_undecodable,
-    first_unreadable_rows,
     is_utf8,
     undecodable_dictionary,
     unreadable_mask,
@@ -126,18 +126,10 @@ def account(rows_in: int, checks: Sequence[tuple[str, np.ndarray]],
     """Rows to keep and their account: `checks` are (reason, missing mask) in precedence order; a
     row missing several keys is counted once, under the first reason that applies. `where`
     (reason, the rows it takes, in order) names the first row of each reason (`RowAccount.first`),
-    found on the mask that reason takes (no other pass over the keys)."""
-    keep = np.ones(rows_in, dtype=bool)
-    left_out: dict[str, int] = {}
-    first: dict[str, str] = {}
-    for reason, missing in checks:
-        hit = keep & np.asarray(missing, dtype=bool)
-        if hit.any():
-            left_out[reason] = left_out.get(reason, 0) + int(hit.sum())
-            if where is not None and reason not in first:
-                first[reason] = where(reason, np.flatnonzero(hit))
-            keep &= ~hit
-    return keep, RowAccount(rows_in, int(keep.sum()), left_out, first)
+    found on the mask that reason takes (no other pass over the keys). The rule itself:
+    `scoring.first_reason.count_by_first_reason`."""
+    found = count_by_first_reason(rows_in, checks, where)
+    return found.keep, RowAccount(rows_in, found.rows_used, found.left_out, found.first)
 
 
 def group_keys(frame, group_col: str, keys: Sequence[str] = (), source: str = "the rows",

@@ -268,6 +268,7 @@ def read_run(fs, run: RunFiles) -> Run:
     frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     if schema.ID not in frame:
         raise InputError(f"{run.files[0]}: no column 'id'")
+    frame[schema.ID] = _ids_text_or_bytes(frame[schema.ID])
     row_shards = None
     if run.shards is not None:  # one code per row, repeated file by file
         code = {shard: k for k, shard in enumerate(dict.fromkeys(run.shards[name] for name in run.files))}
@@ -298,6 +299,37 @@ def read_run(fs, run: RunFiles) -> Run:
     return Run(name=run.name, frame=frame, score_columns=[c for c in frame.columns if schema.is_score_column(c)],
                signatures=signatures, row_shards=row_shards,
                file_rows=tuple((name, len(part)) for name, part in zip(run.files, parts)))
+
+
+def combined(frames: list):
+    """The frames' rows joined on their index, each cell from the first frame that has one
+    (`DataFrame.combine_first`). An id kept as its bytes (not valid UTF-8) beside text ids makes
+    pandas warn that it cannot sort their union; the readers sort the rows themselves, so that
+    warning would only reach the console as noise and is not shown."""
+    import warnings
+
+    out = frames[0]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "The values in the array are unorderable", RuntimeWarning)
+        for frame in frames[1:]:
+            out = out.combine_first(frame)
+    return out
+
+
+def _ids_text_or_bytes(ids):
+    """The `id` column as read, or, where some id is not valid UTF-8, every id as its text and
+    each of those as the bytes stored (`scoring.utf8_text.text_or_bytes`): pandas cannot index,
+    key by shard or even filter a frame indexed by Arrow strings that are not text."""
+    import pandas as pd
+
+    from scoring.utf8_text import text_or_bytes, unreadable_mask
+
+    try:
+        if unreadable_mask(ids.array) is None:
+            return ids
+    except (TypeError, ValueError):  # not strings (an integer id): nothing to decode
+        return ids
+    return pd.Series(text_or_bytes(ids.array), index=ids.index, dtype=object, name=ids.name)
 
 
 def _text_keys(table):

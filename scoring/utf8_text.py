@@ -3,7 +3,7 @@ Arrow column or table read as Python values, or one error naming the first value
 UTF-8 (Parquet can carry such bytes), never decoded with replacement characters; and, for the
 commands that leave out a row whose key is not UTF-8 instead (`meta_eval.row_account`, the
 splits of a corpus), which rows those are (`unreadable_mask`), their reason and where the first
-one is (`first_unreadable_rows`)."""
+one is (`unreadable_counts`, by the rule of `scoring.first_reason`)."""
 
 from __future__ import annotations
 
@@ -154,26 +154,27 @@ def unreadable_where(source: str, column: str, row: int | None, ids=None) -> str
     return f"{source}: column {quoted(column)}, {where}"
 
 
-def first_unreadable_rows(unreadable: Sequence[tuple[str, np.ndarray]], source: str, ids=None,
-                          where: Callable[[str, np.ndarray], str] | None = None) -> dict[str, str]:
-    """{reason: where its first row is} for the (column, rows whose key is not UTF-8) pairs in
-    precedence order: a row counts under the first column that leaves it out, so each column's
-    first row is the first one no earlier column took (`unreadable_where`; `where(column,
-    rows)`, when given, names the first of a column's rows instead, e.g. by its file)."""
-    first: dict[str, str] = {}
-    taken = None
-    for column, bad in unreadable:
-        hit = bad if taken is None else bad & ~taken
-        if hit.any():
-            rows = np.flatnonzero(hit)
-            first[unreadable_reason(column)] = (where(column, rows) if where is not None
-                                                else unreadable_where(source, column, int(rows[0]), ids))
-        taken = bad if taken is None else taken | bad
-    return first
+def unreadable_counts(rows: int, unreadable: Sequence[tuple[str, np.ndarray]], source: str, ids=None,
+                      where: Callable[[str, np.ndarray], str] | None = None):
+    """The rows kept, the rows left out per reason (`unreadable_reason`) and where the first row
+    of each is (`scoring.first_reason.ReasonCounts`) for the (column, rows whose key is not UTF-8)
+    pairs of `rows` rows, in precedence order: a row counts under the first column that leaves it
+    out, so each column's first row is the first one no earlier column took. It is named by
+    `unreadable_where` (`source`, the column, the row or its id in `ids`), or by `where(column,
+    rows it takes)` when given, e.g. by its file (`where_placed`)."""
+    from scoring.first_reason import count_by_first_reason
+
+    column_of = {unreadable_reason(column): column for column, _ in unreadable}
+
+    def named(reason: str, taken: np.ndarray) -> str:
+        column = column_of[reason]
+        return where(column, taken) if where is not None else unreadable_where(source, column, int(taken[0]), ids)
+
+    return count_by_first_reason(rows, [(unreadable_reason(column), bad) for column, bad in unreadable], named)
 
 
 def where_placed(place: Callable[[int], tuple[str, int]]) -> Callable[[str, np.ndarray], str]:
-    """A `first_unreadable_rows` `where` that names a row where `place(row)` says it is stored:
+    """An `unreadable_counts` `where` that names a row where `place(row)` says it is stored:
     (file, row in it), e.g. `scoring.parquet_read.row_places` of a folder read whole."""
     def where(column: str, rows: np.ndarray) -> str:
         file, row = place(int(rows[0]))

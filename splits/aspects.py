@@ -312,7 +312,7 @@ def corpus_rows(table, aspect_columns: Sequence[str] | None = None, source: str 
     row in it) of a table row, naming a folder's first such row where it is stored."""
     import pyarrow as pa
 
-    from scoring.utf8_text import binary_as_text, first_unreadable_rows, unreadable_reason, where_placed
+    from scoring.utf8_text import binary_as_text, unreadable_counts, where_placed
 
     cols = table.column_names
     if aspect_columns is None and "attributes" in cols:
@@ -337,17 +337,11 @@ def corpus_rows(table, aspect_columns: Sequence[str] | None = None, source: str 
             raise error
         key_columns = list(aspect_columns)
     unreadable = _unreadable_keys(table, key_columns)
-    keep = np.ones(table.num_rows, bool)
-    left_out: dict[str, int] = {}
-    for name, bad in unreadable:  # a row counts under the first column that leaves it out
-        hit = keep & bad
-        if hit.any():
-            left_out[unreadable_reason(name)] = int(hit.sum())
-            keep &= ~hit
-    kept = np.flatnonzero(keep)
-    account = {"rows_in": table.num_rows, "rows_used": int(kept.size), "rows_left_out": left_out,
-               **({"rows_left_out_first": first_unreadable_rows(
-                   unreadable, source, where=None if place is None else where_placed(place))} if unreadable else {})}
+    found = unreadable_counts(table.num_rows, unreadable, source,  # a row counts under the first column that leaves it out
+                              where=where_placed(place) if place is not None else None)
+    kept = np.flatnonzero(found.keep)
+    account = {"rows_in": table.num_rows, "rows_used": int(kept.size), "rows_left_out": found.left_out,
+               **({"rows_left_out_first": found.first} if found.first else {})}
     if unreadable:
         table = table.take(kept)
     if key_columns == ["attributes"]:

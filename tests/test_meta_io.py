@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -70,8 +72,26 @@ def test_non_numeric_score_column_names_file_row_and_value(tmp_path):
     first["m"] = first["m"].astype(str)
     first.loc[3, "m"] = "n/a"
     first.to_parquet(tmp_path / "a.parquet")
-    with pytest.raises(ValueError, match=r"'m' is not numeric \(row 3: 'n/a'\)"):
+    with pytest.raises(ValueError, match=rf"'m' is not numeric \(row 3 of {re.escape(str(tmp_path / 'a.parquet'))}: 'n/a'\)"):
         read_scores(str(tmp_path), metrics=["m"])
+
+
+def test_non_numeric_score_column_of_one_run_names_its_own_file_and_row(tmp_path):
+    """Runs joined on id (sorted: a, b, m, z) put the bad value of run `rb`'s row 0 (id z) at
+    row 3 of the joined frame; the error names rb's file and row 0. Before: "row 3"."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    keys = {"id": ["z", "a", "m", "b"], "system": ["s1", "s2", "s1", "s2"], "doc_id": ["d1", "d1", "d2", "d2"],
+            "human_q": [1.0, 2.0, 3.0, 4.0]}
+    for run, column in (("ra", {"perplexity": [1.0, 2.0, 3.0, 4.0]}), ("rb", {"mine": ["x" * 500, "2", "1", "3"]})):
+        (tmp_path / run).mkdir()
+        pq.write_table(pa.table({**keys, **column}), tmp_path / run / "p.parquet")
+    with pytest.raises(ValueError, match="not numeric") as error:
+        read_scores(str(tmp_path), metrics=["mine"])
+    message = str(error.value)
+    assert f"column 'mine' is not numeric (row 0 of {tmp_path / 'rb' / 'p.parquet'}: 'xxx" in message
+    assert len(message) < 400  # the value quoted, cut
 
 
 def test_perplexity_variants_are_lower_is_better_and_input_columns_are_not_scores(tmp_path):

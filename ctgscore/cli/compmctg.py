@@ -31,7 +31,7 @@ def register(subparsers, parent: argparse.ArgumentParser) -> None:
 
 def handle(args: argparse.Namespace) -> int:
 
-    import ctgscore
+    from ctgscore.scores import load_scores_placed
     from meta_eval.compmctg import check_splits_json, markdown_section, results_table, scored_rows, splits_aspects
     from meta_eval.row_account import RowAccount
     from scoring.errors import InputError
@@ -52,8 +52,9 @@ def handle(args: argparse.Namespace) -> int:
             raise InputError(f"--splits {dataset}={path}: cannot read it as a splits JSON (nested too deep)") from None
         except (OSError, ValueError) as exc:
             raise InputError(f"--splits {dataset}={path}: cannot read it as a splits JSON ({exc})") from None
-    frame, rows = scored_rows(args.dump, ctgscore.load_scores(args.scores), source=str(args.scores),
-                              aspects=splits_aspects(splits))
+    scores, row_files = load_scores_placed(args.scores)  # where each score row was stored names a row left out
+    frame, rows = scored_rows(args.dump, scores, source=str(args.scores), aspects=splits_aspects(splits),
+                              row_files=row_files)
     if "dataset" in frame:  # a dataset the scores do not have would make a table of dashes
         from scoring.display_names import quoted, quoted_list
 

@@ -160,10 +160,10 @@ def read_rows(path: str, what: str, columns=INPUT_COLUMNS, keys=KEYS):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from meta_eval.row_account import RowAccount, account, first_unreadable_rows, unreadable_mask, unreadable_reason
+    from meta_eval.row_account import RowAccount
     from scoring.display_names import quoted
     from scoring.parquet_read import row_places
-    from scoring.utf8_text import binary_as_text, table_rows, where_placed
+    from scoring.utf8_text import binary_as_text, table_rows, unreadable_counts, unreadable_mask, where_placed
 
     if str(path).startswith(("s3://", "s3a://")):
         from scoring.s3_filesystem import refuse_credentials
@@ -186,15 +186,15 @@ def read_rows(path: str, what: str, columns=INPUT_COLUMNS, keys=KEYS):
         raise InputError(f"{what} {path}: column 'id' has type {kind}, expected strings")
     unreadable = [(name, bad) for name in keys if name in table.column_names
                   for bad in [unreadable_mask(table.column(name))] if bad is not None]
-    keep, rows = account(table.num_rows, [(unreadable_reason(name), bad) for name, bad in unreadable])
+    place = row_places(path)  # a folder's row: its file and its row there
+    counts = unreadable_counts(table.num_rows, unreadable, str(path), where=where_placed(place))
+    rows = RowAccount(table.num_rows, counts.rows_used, counts.left_out, counts.first)
     if unreadable:
-        table = table.filter(pa.array(keep))
+        table = table.filter(pa.array(counts.keep))
     found = table_rows(table, lambda row, name: InputError(f"{what} {path}: row {row}: column {quoted(name)} "
                                                            "is not valid UTF-8"))
-    place = row_places(path)  # a folder's row: its file and its row there
-    positions = [place(row) for row in np.flatnonzero(keep)]
-    first = first_unreadable_rows(unreadable, str(path), where=where_placed(place))
-    return found, RowAccount(rows.rows_in, rows.rows_used, rows.left_out, first), positions
+    positions = [place(row) for row in np.flatnonzero(counts.keep)]
+    return found, rows, positions
 
 
 def handle_report(args: argparse.Namespace) -> int:
