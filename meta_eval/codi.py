@@ -219,8 +219,8 @@ def _score(score: dict[str, Any], column: str, index: int, allowed: str) -> floa
         value = float(value)
         ok = value in (0.0, 1.0) if allowed == "0 or 1" else 0.0 <= value <= 1.0
     if not ok:
-        where = f"row {index}" + (f" (id {score['id']!r})" if "id" in score else "")
-        raise InputError(f"scores {where}: {column} = {value!r} is not {allowed}")
+        where = f"row {index}" + (f" (id {quoted(score['id'])})" if "id" in score else "")
+        raise InputError(f"scores {where}: {column} = {quoted(value)} is not {allowed}")
     return value
 
 
@@ -230,7 +230,7 @@ def _records(rows: Sequence[dict[str, Any]], scores: Sequence[dict[str, Any]]) -
     records = []
     for index, (row, score) in enumerate(zip(rows, scores)):
         if "id" in score and "id" in row and score["id"] != row["id"]:
-            raise ValueError(f"row {index}: score id {score['id']!r} does not match row id {row['id']!r}")
+            raise ValueError(f"row {index}: score id {quoted(score['id'])} does not match row id {quoted(row['id'])}")
         try:
             constraint = json.loads(row["constraint"]) if isinstance(row.get("constraint"), str) else row.get("constraint")
             task = constraint["task"]

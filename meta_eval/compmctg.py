@@ -345,14 +345,14 @@ def scored_rows(dump: str, scores, storage_options: Mapping[str, Any] | None = N
     if by_shard:
         unknown = sorted(set(scores[SHARD]) - set(attributes[SHARD]))
         if unknown:
-            raise InputError(f"{dump}: no shard {unknown[0]!r} of the scores under it (give the job's input folder)")
+            raise InputError(f"{dump}: no shard {quoted(unknown[0])} of the scores under it (give the job's input folder)")
     twice = attributes.duplicated(keys)
     if twice.any():  # a merge would give the score row once per dump row: counted twice, or crossed
         repeated = attributes.loc[twice, "id"].iloc[0]
-        where = f"twice in shard {attributes.loc[twice, SHARD].iloc[0]!r} of it" if by_shard else (
+        where = f"twice in shard {quoted(attributes.loc[twice, SHARD].iloc[0])} of it" if by_shard else (
             "in more than one of its rows, and the scores have no 'shard' column to tell them apart "
             "(read all the runs of the job that scored this dump)")
-        raise InputError(f"{dump}: id {repeated!r} is {where}")
+        raise InputError(f"{dump}: id {quoted(repeated)} is {where}")
     checks, column_of = [], {}
     for column in ("dataset", "id"):  # load_scores gives a key that is not UTF-8 as its bytes
         if column in scores:

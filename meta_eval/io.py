@@ -22,6 +22,7 @@ import pandas as pd
 
 from meta_eval.checklist import BINARY, CATEGORIES
 from scoring import schema
+from scoring.display_names import quoted
 from scoring.errors import InputError
 from scoring.utf8_text import decode_utf8
 
@@ -313,7 +314,7 @@ def _check_exact(frame: pd.DataFrame, col: str, source: str) -> None:
     big = (values > EXACT_INTEGER) | (values < -EXACT_INTEGER)
     if big.any():
         row = series.dropna().index[int(np.flatnonzero(big)[0])]
-        where = f"id {frame.at[row, 'id']!r}" if "id" in frame else f"row {row}"
+        where = f"id {quoted(frame.at[row, 'id'])}" if "id" in frame else f"row {row}"
         raise InputError(f"{source}: column {col!r}, {where}: integer {series.at[row]} is beyond float64's exact "
                          f"range (|value| <= 2**53); store the column as float64 if rounding it is acceptable")
 

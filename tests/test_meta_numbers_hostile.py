@@ -232,3 +232,21 @@ def test_a_column_with_too_few_finite_values_in_a_group_is_named_not_dropped_in_
     table = read_scores(write(values, tmp_path / "s.parquet"))
     (group,) = run_meta(table, Options(resamples=0, methods=["spearman"], levels=["sample"])).groups
     assert "m3" not in group.metrics and group.omitted["column m3"] == "2 finite values in this group, fewer than 3"
+
+
+def test_errors_quote_a_huge_id_or_value_cut_with_its_length(tmp_path):
+    """An id or stored value of 100,000 characters is quoted cut, with its length, in the error
+    that names it (the old messages printed its whole repr)."""
+    from meta_eval import codi
+
+    huge = "x" * 100_000
+    ids = [huge] + [f"r{i}" for i in range(1, 24)]
+    path = write(dump(id=ids, m=pa.array([2**53 + 1] + [0] * 23, pa.int64())), tmp_path / "s.parquet")
+    with pytest.raises(InputError) as refused:
+        read_scores(path)
+    assert "…(100,000 characters)" in str(refused.value) and len(str(refused.value)) < 500
+    rows = [{"id": huge, "constraint": "{}"}]
+    for scores in ([{"id": huge, "codi_success": huge}], [{"id": "other", "codi_success": 1.0}]):
+        with pytest.raises((InputError, ValueError)) as refused:
+            codi.aggregate(rows, scores)
+        assert "…(100,000 characters)" in str(refused.value) and len(str(refused.value)) < 500
