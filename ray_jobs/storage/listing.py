@@ -108,7 +108,7 @@ class Shards(list):
     def __init__(self, shards=(), not_read=(), unusable=()):
         super().__init__(shards)
         self.not_read = list(not_read)
-        self.unusable = list(unusable)  # (uri, rel, why): shard names that are no regular file (`_not_a_file`)
+        self.unusable = list(unusable)  # (uri, rel, why): names that are no regular file (`_not_a_file`) or no safe key (`unsafe_key`)
 
 
 def looks_like_parquet(path: str) -> bool:
@@ -147,14 +147,30 @@ def _list_shards(uri: str, fs) -> Shards:
     for path, info in sorted(entries.items()):
         if not is_data_file(path):
             continue
-        rel = path[len(root) :].lstrip("/")
-        why = None if is_s3(uri) or info.get("type") == "file" else _not_a_file(path)
+        rel = path[len(root) :]
+        rel = rel[1:] if rel.startswith("/") else rel  # `root//x.parquet` keeps its empty name: no other shard's rel
+        why = unsafe_key(rel) if is_s3(uri) else None if info.get("type") == "file" else _not_a_file(path)
         if why is not None:
             shards.unusable.append((to_uri(path, uri), rel, why))
             continue
         etag = str(info.get("ETag") or info.get("etag") or "").strip('"') if is_s3(uri) else ""
         shards.append(ShardInfo(uri=to_uri(path, uri), rel=rel, size=int(info.get("size") or 0), etag=etag or _md5(fs, path)))
     return shards
+
+
+def unsafe_key(rel: str) -> str | None:
+    """Why an S3 key (`rel`: its part under the input prefix) is no shard, or None. A key is
+    any string, but Arrow's S3 reader (the workers') resolves `.` and `..` names (`in/../x`
+    reads the object `x`, outside the input; `in/./a` reads `in/a`, another shard) and refuses
+    an empty one (`in//a`), and s3fs and Arrow take a key ending in `/` for a folder: the check
+    would read one object and the workers another, or none. Each such key is one bad shard,
+    named, whatever the output is."""
+    if rel.endswith("/"):
+        return "its key ends in '/' (a folder marker holding bytes), which S3 readers take for a folder: not read; rename it"
+    if any(name in ("", ".", "..") for name in rel.split("/")):
+        return ("its key has an empty, '.' or '..' name between slashes ('a//b', './b', '../b'), which Arrow's S3 "
+                "reader resolves to another key (or refuses): not read; rename it")
+    return None
 
 
 def _not_a_file(path: str) -> str | None:
