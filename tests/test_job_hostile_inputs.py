@@ -139,6 +139,19 @@ def test_a_fifo_a_broken_link_and_a_linked_folder_are_bad_shards(tmp_path):
     }
 
 
+def test_a_local_name_that_is_not_utf8_is_a_bad_shard_naming_itself(tmp_path):
+    """Linux names are bytes: `x\\xff.parquet` was checked and failed as 'unreadable Parquet
+    (UnicodeEncodeError ...)'; its name is what is wrong, and the listing says so."""
+    root = tmp_path / "in"
+    write_rows(root / "good.parquet", make_rows(0, 3))
+    write_rows(root / "tmp.parquet", make_rows(1, 3))
+    os.rename(root / "tmp.parquet", os.fsdecode(os.fsencode(root) + b"/x\xff\x1b.parquet"))
+    found = _shards(root)
+    assert [s.rel for s in found] == ["good.parquet"]
+    assert found.unusable == [(str(root) + "/x\udcff\x1b.parquet", "x\udcff\x1b.parquet",
+                               "its name is not valid UTF-8 (shown with \\udcXX escapes for the bytes): not read; rename it")]
+
+
 @pytest.mark.timeout(60)
 def test_the_plan_counts_a_fifo_as_a_bad_shard(tmp_path):
     from ray_jobs.job.plan import read_shards

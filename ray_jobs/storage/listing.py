@@ -108,7 +108,7 @@ class Shards(list):
     def __init__(self, shards=(), not_read=(), unusable=()):
         super().__init__(shards)
         self.not_read = list(not_read)
-        self.unusable = list(unusable)  # (uri, rel, why): names that are no regular file (`_not_a_file`) or no safe key (`unsafe_key`)
+        self.unusable = list(unusable)  # (uri, rel, why): names that are no regular file (`_not_a_file`), no UTF-8 (`_not_utf8`) or no safe key (`unsafe_key`)
 
 
 def looks_like_parquet(path: str) -> bool:
@@ -149,7 +149,7 @@ def _list_shards(uri: str, fs) -> Shards:
             continue
         rel = path[len(root) :]
         rel = rel[1:] if rel.startswith("/") else rel  # `root//x.parquet` keeps its empty name: no other shard's rel
-        why = unsafe_key(rel) if is_s3(uri) else None if info.get("type") == "file" else _not_a_file(path)
+        why = unsafe_key(rel) if is_s3(uri) else _not_utf8(rel) or (None if info.get("type") == "file" else _not_a_file(path))
         if why is not None:
             shards.unusable.append((to_uri(path, uri), rel, why))
             continue
@@ -170,6 +170,16 @@ def unsafe_key(rel: str) -> str | None:
     if any(name in ("", ".", "..") for name in rel.split("/")):
         return ("its key has an empty, '.' or '..' name between slashes ('a//b', './b', '../b'), which Arrow's S3 "
                 "reader resolves to another key (or refuses): not read; rename it")
+    return None
+
+
+def _not_utf8(rel: str) -> str | None:
+    """Why a local name of bytes that are not UTF-8 (held as lone surrogates) is no shard: its
+    path cannot be written into the parts' footers nor read back as text."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return "its name is not valid UTF-8 (shown with \\udcXX escapes for the bytes): not read; rename it"
     return None
 
 
