@@ -1,7 +1,7 @@
 """Input names a stranger chose, on a shared bucket: one job (S3 input, local output) over keys
 with control characters, bidi marks, URL-like characters, NFC/NFD and case twins, `//`, `./`,
-`../`, a folder marker holding bytes, a zero-byte shard, a 1,000-byte key and a key that is a
-prefix of another, run twice. Every row comes out scored or its shard is a bad shard named with
+`../`, a folder marker holding bytes, a zero-byte shard, a 1,000-byte key, a key that is a
+prefix of another and one whose output folder is named like another shard's part, run twice. Every row comes out scored or its shard is a bad shard named with
 its reason; no name fails the whole job; no two inputs share an output folder; the second run
 reuses every row (`docs/job.md`, "Input names")."""
 
@@ -28,8 +28,14 @@ UNSAFE = ["!\x1b[2J\u202e\r/../evil.parquet", "/lead.parquet", "x//y.parquet", "
 LONG = "L" * 990 + ".parquet"
 
 
-def _upload(endpoint: str, bucket: str) -> None:
+def _upload(endpoint: str, bucket: str) -> str:
+    """Every key above under `dump/`, and one more, returned: a key whose output folder is named
+    like the first part file of `a.parquet` (its version from the listed etag and size)."""
+    import hashlib
+
     import boto3
+
+    from ray_jobs.job import layout
 
     s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
                       region_name="us-east-1")
@@ -41,8 +47,13 @@ def _upload(endpoint: str, bucket: str) -> None:
             data = path.read_bytes()
             path.unlink()
         s3.put_object(Bucket=bucket, Key=f"dump/{key}", Body=data)
+        if key == "a.parquet":
+            version = layout.input_version(hashlib.md5(data).hexdigest(), len(data))
+    aimed = f"a/part-0000000000-0000000002-{version}.parquet.parquet"
+    s3.put_object(Bucket=bucket, Key=f"dump/{aimed}", Body=data)
     # an object outside the input that `dump/../up.parquet` would read through Arrow's S3 reader
     s3.put_object(Bucket=bucket, Key="up.parquet", Body=b"not the shard")
+    return aimed
 
 
 def _run(config: pathlib.Path, capsys, *extra: str) -> tuple[int, str, str]:
@@ -55,7 +66,7 @@ def _run(config: pathlib.Path, capsys, *extra: str) -> tuple[int, str, str]:
 @pytest.mark.timeout(300)
 def test_hostile_input_names_on_s3_lose_no_row_and_fail_no_job(ray_local, moto, s3_bucket, tmp_path, capsys, monkeypatch):
     moto_session(moto, monkeypatch)
-    _upload(moto, s3_bucket)
+    aimed = _upload(moto, s3_bucket)
     out = tmp_path / "out"
     config = tmp_path / "job.yaml"
     config.write_text(yaml.safe_dump({
@@ -77,7 +88,8 @@ def test_hostile_input_names_on_s3_lose_no_row_and_fail_no_job(ray_local, moto, 
     for key in UNSAFE:
         assert "not read; rename it" in bad[key], key
     assert "over a disk's 255" in bad[LONG] and "0 bytes" in bad["zero.parquet"]
-    assert set(bad) == {*TWINS, *UNSAFE, LONG, "zero.parquet"}
+    assert "named like one of the job's part files" in bad[aimed]  # it failed every run: 'File exists'
+    assert set(bad) == {*TWINS, *UNSAFE, LONG, "zero.parquet", aimed}
     assert f"text_stats: {ROWS * len(good)} in -> {ROWS * len(good)} out, {ROWS * len(good)} scored" in stdout
     assert "\x1b" not in stdout + stderr and "\r" not in stdout + stderr
     # each good shard's rows under its own folder, in order; `a.parquet` (a prefix of another key) too

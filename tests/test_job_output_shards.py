@@ -254,10 +254,26 @@ def test_a_shard_whose_output_name_is_too_long_is_set_aside():
     assert "key would be 1062 bytes long, over S3's 1024" in layout.too_long("s3://bucket/scores", "text_stats", long_name)
     assert layout.too_long("s3://bucket/scores", "text_stats", "L" * 900 + ".parquet") is None
     infos = Shards([ShardInfo(uri=f"s3://bucket/in/{rel}", rel=rel, size=1, etag="e") for rel in (long_name, "a.parquet")])
-    kept = layout.set_aside_long_names(_config("/data/out"), infos)
+    kept = layout.set_aside_unwritable_names(_config("/data/out"), infos)
     assert [info.rel for info in kept] == ["a.parquet"]
     assert [(rel, "not scored; rename it" in why) for _, rel, why in kept.unusable] == [(long_name, True)]
-    assert layout.set_aside_long_names(_config("/data/out"), infos[1:]) == infos[1:]
+    assert layout.set_aside_unwritable_names(_config("/data/out"), infos[1:]) == infos[1:]
+
+
+def test_a_shard_whose_folder_is_named_like_a_part_is_set_aside():
+    """`s/part-0000000000-0000000003-<version of s>.parquet.parquet` (the version is computed
+    from a listing) made the folder of a part file `s.parquet` writes: the job failed on every
+    run ('cannot write ...: File exists'), whichever shard wrote first."""
+    part = "part-0000000000-0000000003-b8f6775f2198.parquet"
+    for rel in (f"s/{part}.parquet", f"s/{part}/x.parquet", f"s/_next-{part}/x.parquet",
+                f"s/{part.upper()}.parquet", f"{part}.parquet"):
+        assert "named like one of the job's part files" in (layout.named_like_a_part(rel) or ""), rel
+    for rel in ("s.parquet", f"s/{part}", f"s/x-{part}.parquet", "part-1-2-abc.parquet.parquet"):
+        assert layout.named_like_a_part(rel) is None, rel
+    infos = Shards([ShardInfo(uri=f"/data/in/{rel}", rel=rel, size=1, etag="e") for rel in ("s.parquet", f"s/{part}.parquet")])
+    for output in ("/data/out", "s3://bucket/out"):
+        kept = layout.set_aside_unwritable_names(_config(output), infos)
+        assert [info.rel for info in kept] == ["s.parquet"] and [rel for _, rel, _ in kept.unusable] == [f"s/{part}.parquet"]
 
 
 def _macos(first, second):

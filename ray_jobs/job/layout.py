@@ -188,14 +188,28 @@ def too_long(output: str, label: str, rel: str) -> str | None:
     return f"its output path would be {size} bytes long, over {PATH_MAX_BYTES}" if size > PATH_MAX_BYTES else None
 
 
-def set_aside_long_names(config, shards):
-    """`shards` (a `listing.Shards`) without those whose output no metric can write (`too_long`),
-    each set aside as a bad shard (in `unusable`, named with the reason): one long input name
-    never fails the job."""
+def named_like_a_part(rel: str) -> str | None:
+    """Why a shard's output folder would clash with the job's own files, or None: a folder name
+    of its path that reads as a part's (`part-<start>-<stop>-<version>.parquet`, in any case,
+    staged or not) is the name of a part file its parent folder holds, for the shard of that
+    parent (`s.parquet` writes `s/part-0000000000-0000000003-<version>.parquet`, and
+    `s/part-0000000000-0000000003-<version>.parquet.parquet` would write into a folder of that
+    name; the version comes from a listing, so anyone who can list the input can aim at it). A
+    disk cannot hold both, and on S3 the part's key would be a prefix of the other's keys."""
+    names = shard_stem(rel).split("/")
+    clash = next((name for name in names if parse_part_file(name.lower()) is not None), None)
+    return None if clash is None else f"its output folder {clash!r} would be named like one of the job's part files"
+
+
+def set_aside_unwritable_names(config, shards):
+    """`shards` (a `listing.Shards`) without those whose output no metric can write
+    (`named_like_a_part`, `too_long`), each set aside as a bad shard (in `unusable`, named with
+    the reason): one input name never fails the job."""
     from ray_jobs.storage.listing import Shards
 
     labels = [metric.label or metric.name for metric in config.metrics]
-    why = {shard.rel: next(filter(None, (too_long(config.output, label, shard.rel) for label in labels)), None)
+    why = {shard.rel: named_like_a_part(shard.rel)
+           or next(filter(None, (too_long(config.output, label, shard.rel) for label in labels)), None)
            for shard in shards}
     if not any(why.values()):
         return shards
