@@ -103,7 +103,8 @@ def _md5(fs, path: str) -> str:
 
 class Shards(list):
     """The input shards (`ShardInfo`), and `not_read`: the files under the input named like
-    Parquet that are no shard (`looks_like_parquet`), so the job can say it left them out."""
+    Parquet that are no shard (`looks_like_parquet`, `in_hidden_folder`), so the job can say it
+    left them out."""
 
     def __init__(self, shards=(), not_read=(), unusable=()):
         super().__init__(shards)
@@ -117,13 +118,20 @@ def looks_like_parquet(path: str) -> bool:
     return not is_data_file(path) and path.rsplit("/", 1)[-1].lower().endswith((".parquet", ".parq", ".pq"))
 
 
+def in_hidden_folder(rel: str) -> bool:
+    """Whether a path under the input lies in a folder whose name starts with `.` or `_`: Parquet
+    dataset readers (`pd.read_parquet`, `pyarrow.dataset`) skip such folders, in the input and in
+    the output folder that would mirror it, so its files are no shards (`Shards.not_read`)."""
+    return any(name.startswith((".", "_")) for name in rel.split("/")[:-1])
+
+
 def not_read_note(not_read: list[str]) -> str:
     """The files `Shards.not_read` as a note for a message ('' when none)."""
     if not not_read:
         return ""
     more = f" and {len(not_read) - 3} more" if len(not_read) > 3 else ""
     return (f"{len(not_read)} file(s) named like Parquet not read, as only *.parquet names not starting with '.' "
-            f"or '_' are shards: {', '.join(not_read[:3])}{more}")
+            f"or '_', in folders whose names do not either, are shards: {', '.join(not_read[:3])}{more}")
 
 
 def list_shards(uri: str, fs) -> Shards:
@@ -150,6 +158,9 @@ def _list_shards(uri: str, fs) -> Shards:
         rel = path[len(root) :]
         rel = rel[1:] if rel.startswith("/") else rel  # `root//x.parquet` keeps its empty name: no other shard's rel
         why = unsafe_key(rel) if is_s3(uri) else _not_utf8(rel) or (None if info.get("type") == "file" else _not_a_file(path))
+        if why is None and in_hidden_folder(rel):
+            shards.not_read.append(to_uri(path, uri))
+            continue
         if why is not None:
             shards.unusable.append((to_uri(path, uri), rel, why))
             continue
