@@ -190,16 +190,16 @@ def test_compmctg_refuses_a_dump_id_it_cannot_place(tmp_path):
 
 
 # ----- output folders that clash on case-insensitive disks --------------------------------------
-def test_clashing_shards_by_the_way_macos_and_windows_compare_names():
+def test_clashing_rels_by_the_way_macos_and_windows_compare_names():
     nfc, nfd = unicodedata.normalize("NFC", "Å.parquet"), unicodedata.normalize("NFD", "Å.parquet")
     assert nfc != nfd
-    assert layout.clashing_shards(["a.parquet", "A.parquet", "c.parquet"]) == ("A.parquet", "a.parquet")
-    assert layout.clashing_shards([nfc, nfd]) is not None
-    assert layout.clashing_shards(["x..parquet", "x.parquet"]) == ("x..parquet", "x.parquet")  # Windows drops the dot
-    assert layout.clashing_shards(["Dump/a.parquet", "dump/b.parquet"]) == ("Dump/a.parquet", "dump/b.parquet")
-    assert layout.clashing_shards(["A.parquet", "a/b.parquet"]) == ("A.parquet", "a/b.parquet")  # a folder above
+    assert layout.clashing_rels(["a.parquet", "A.parquet", "c.parquet"]) == {"A.parquet": "a.parquet", "a.parquet": "A.parquet"}
+    assert set(layout.clashing_rels([nfc, nfd])) == {nfc, nfd}
+    assert layout.clashing_rels(["x..parquet", "x.parquet"]) == {"x..parquet": "x.parquet", "x.parquet": "x..parquet"}  # Windows drops the dot
+    assert layout.clashing_rels(["Dump/a.parquet", "dump/b.parquet"]) == {"Dump/a.parquet": "dump/b.parquet", "dump/b.parquet": "Dump/a.parquet"}
+    assert layout.clashing_rels(["A.parquet", "a/b.parquet"]) == {"A.parquet": "a/b.parquet", "a/b.parquet": "A.parquet"}  # a folder above
     # distinct names, and a shard beside a folder of its own name (`a/` holds a's parts and `b/`), are fine
-    assert layout.clashing_shards(["a.parquet", "b.parquet", "a/b.parquet", "dump/a.parquet"]) is None
+    assert layout.clashing_rels(["a.parquet", "b.parquet", "a/b.parquet", "dump/a.parquet"]) == {}
     assert layout.clashing_labels(["ppl", "bleu"]) is None
     assert layout.clashing_labels(["ppl", "PPL"]) == ("ppl", "PPL")
     assert layout.clashing_labels(["Manifest.JSON"]) == ("manifest.json", "Manifest.JSON")

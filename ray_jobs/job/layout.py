@@ -20,8 +20,10 @@ On a case-insensitive, Unicode-normalising disk (macOS, Windows) two names that 
 case, normal form or trailing dots are one folder (`scoring.file_names.collision_key`): for a
 local output, input shards whose folders would meet there (`a.parquet` and `A.parquet`, or
 `A.parquet` and `a/b.parquet`) are bad shards, each named, and two such labels are refused
-(`refuse_clashing_folders`), and so is a folder this run writes that the disk takes for an existing one spelt otherwise
-(`refuse_folded_outputs`: a shard renamed by case only); S3 keys are exact.
+(`refuse_clashing_folders`), and so is a folder this run writes that the disk takes for an
+existing one spelt otherwise (`refuse_folded_outputs`: a shard renamed by case only); S3 keys
+are exact. A shard whose output name is too long, or whose folder would be named like a part
+file, is a bad shard too (`set_aside_unwritable_names`).
 """
 
 from __future__ import annotations
@@ -89,20 +91,6 @@ def shard_stem(rel: str) -> str:
     """The shard's folder name inside a metric folder: its path relative to the input,
     without `.parquet`."""
     return rel[: -len(".parquet")] if rel.endswith(".parquet") else rel
-
-
-def clashing_shards(rels: Iterable[str]) -> tuple[str, str] | None:
-    """The first two shards (by sorted rel) whose output folders, or a folder above them, are
-    two names for one folder on a case-insensitive disk (`collision_key`); None when none are."""
-    seen: dict[tuple[str, ...], tuple[str, str]] = {}  # key of a folder path -> (that path, its first shard)
-    for rel in sorted(rels):
-        names = shard_stem(rel).split("/")
-        for depth in range(1, len(names) + 1):
-            folder = "/".join(names[:depth])
-            first = seen.setdefault(tuple(collision_key(name) for name in names[:depth]), (folder, rel))
-            if first[0] != folder:
-                return first[1], rel
-    return None
 
 
 def clashing_labels(labels: Iterable[str], reserved: Iterable[str] = (MANIFEST,)) -> tuple[str, str] | None:
