@@ -185,8 +185,8 @@ def unsafe_key(rel: str) -> str | None:
 
 
 def _not_utf8(rel: str) -> str | None:
-    """Why a local name of bytes that are not UTF-8 (held as lone surrogates) is no shard: its
-    path cannot be written into the parts' footers nor read back as text."""
+    """Why a local name of bytes that are not UTF-8 (held as lone surrogates) is no shard: the
+    parts' footers, which record the input path, hold UTF-8 only."""
     try:
         rel.encode("utf-8")
     except UnicodeEncodeError:
