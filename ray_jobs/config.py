@@ -363,6 +363,12 @@ def parse_config(data: Any, base_dir: str | pathlib.Path | None = None) -> JobCo
         raise ConfigError(
             f"'output' {output_location!r} is inside 'input' {input_location!r}: its Parquet files would be read as input shards"
         )
+    if input_location.startswith(output_location.rstrip("/") + "/"):
+        raise ConfigError(
+            f"'input' {input_location!r} is inside 'output' {output_location!r}: the job cleans, lists and prunes its "
+            "output, so input files named like its temp files or parts would be removed, and a metric's folder could "
+            "be the input's; put them side by side"
+        )
     return config.model_copy(
         update={"input": input_location, "output": output_location, "metrics": metrics, "ray": ray_config,
                 "max_error_rate": float(config.max_error_rate)}

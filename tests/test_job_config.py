@@ -58,6 +58,9 @@ def test_minimal_config_defaults():
         (config_with(skip_bad_shards="yes"), "'skip_bad_shards' must be bool"),
         (config_with(output="data/sample/scores"), "is inside 'input'"),
         (config_with(input="s3://b/dump", output="s3://b/dump/scores"), "is inside 'input'"),
+        (config_with(input="s3://b/dump/2026", output="s3://b/dump"), "is inside 'output'"),
+        (config_with(input="s3://b/dump", output="s3://b"), "is inside 'output'"),
+        (config_with(input="/data/out/in", output="/data/out/"), "is inside 'output'"),
     ],
 )
 def test_bad_configs_name_the_key(data, message):

@@ -139,6 +139,38 @@ def test_a_fifo_a_broken_link_and_a_linked_folder_are_bad_shards(tmp_path):
     }
 
 
+def test_parquet_files_in_hidden_folders_are_named_not_read(tmp_path):
+    """`in/_under/x.parquet` was scored into `OUT/text_stats/_under/x/`, which
+    `pd.read_parquet(OUT/text_stats)` skips (as it skips `_` and `.` folders of the input): its
+    rows were missing there without a word. It is no shard now, and said to be not read."""
+    import pandas as pd
+
+    root = tmp_path / "in"
+    write_rows(root / "good.parquet", make_rows(0, 3))
+    write_rows(root / "_under" / "x.parquet", make_rows(1, 3))
+    write_rows(root / "sub" / ".dot" / "y.parquet", make_rows(2, 3))
+    write_rows(root / "sub" / "z_" / "_.z.parquet" / "w.parquet", make_rows(3, 3))
+    assert len(pd.read_parquet(root)) == 3  # what a dataset reader sees of the input: good.parquet
+    found = _shards(root)
+    assert [s.rel for s in found] == ["good.parquet"]
+    assert sorted(found.not_read) == sorted(str(root / rel) for rel in ("_under/x.parquet", "sub/.dot/y.parquet",
+                                                                        "sub/z_/_.z.parquet/w.parquet"))
+    assert "in folders whose names do not either" in listing.not_read_note(found.not_read)
+
+
+def test_a_local_name_that_is_not_utf8_is_a_bad_shard_naming_itself(tmp_path):
+    """Linux names are bytes: `x\\xff.parquet` was checked and failed as 'unreadable Parquet
+    (UnicodeEncodeError ...)'; its name is what is wrong, and the listing says so."""
+    root = tmp_path / "in"
+    write_rows(root / "good.parquet", make_rows(0, 3))
+    write_rows(root / "tmp.parquet", make_rows(1, 3))
+    os.rename(root / "tmp.parquet", os.fsdecode(os.fsencode(root) + b"/x\xff\x1b.parquet"))
+    found = _shards(root)
+    assert [s.rel for s in found] == ["good.parquet"]
+    assert found.unusable == [(str(root) + "/x\udcff\x1b.parquet", "x\udcff\x1b.parquet",
+                               "its name is not valid UTF-8 (shown with \\udcXX escapes for the bytes): not read; rename it")]
+
+
 @pytest.mark.timeout(60)
 def test_the_plan_counts_a_fifo_as_a_bad_shard(tmp_path):
     from ray_jobs.job.plan import read_shards

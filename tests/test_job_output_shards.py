@@ -20,7 +20,8 @@ from meta_eval.io import read_scores
 from meta_eval.partials import PartialSpec, accumulate
 from ray_jobs.config import parse_config
 from ray_jobs.job import layout
-from ray_jobs.storage.listing import ShardInfo
+from ray_jobs.storage import listing
+from ray_jobs.storage.listing import ShardInfo, Shards
 from scoring.errors import InputError, UsageError
 from scoring.job_output import read_runs
 from scoring.schema import output_table
@@ -189,16 +190,16 @@ def test_compmctg_refuses_a_dump_id_it_cannot_place(tmp_path):
 
 
 # ----- output folders that clash on case-insensitive disks --------------------------------------
-def test_clashing_shards_by_the_way_macos_and_windows_compare_names():
+def test_clashing_rels_by_the_way_macos_and_windows_compare_names():
     nfc, nfd = unicodedata.normalize("NFC", "Å.parquet"), unicodedata.normalize("NFD", "Å.parquet")
     assert nfc != nfd
-    assert layout.clashing_shards(["a.parquet", "A.parquet", "c.parquet"]) == ("A.parquet", "a.parquet")
-    assert layout.clashing_shards([nfc, nfd]) is not None
-    assert layout.clashing_shards(["x..parquet", "x.parquet"]) == ("x..parquet", "x.parquet")  # Windows drops the dot
-    assert layout.clashing_shards(["Dump/a.parquet", "dump/b.parquet"]) == ("Dump/a.parquet", "dump/b.parquet")
-    assert layout.clashing_shards(["A.parquet", "a/b.parquet"]) == ("A.parquet", "a/b.parquet")  # a folder above
+    assert layout.clashing_rels(["a.parquet", "A.parquet", "c.parquet"]) == {"A.parquet": "a.parquet", "a.parquet": "A.parquet"}
+    assert set(layout.clashing_rels([nfc, nfd])) == {nfc, nfd}
+    assert layout.clashing_rels(["x..parquet", "x.parquet"]) == {"x..parquet": "x.parquet", "x.parquet": "x..parquet"}  # Windows drops the dot
+    assert layout.clashing_rels(["Dump/a.parquet", "dump/b.parquet"]) == {"Dump/a.parquet": "dump/b.parquet", "dump/b.parquet": "Dump/a.parquet"}
+    assert layout.clashing_rels(["A.parquet", "a/b.parquet"]) == {"A.parquet": "a/b.parquet", "a/b.parquet": "A.parquet"}  # a folder above
     # distinct names, and a shard beside a folder of its own name (`a/` holds a's parts and `b/`), are fine
-    assert layout.clashing_shards(["a.parquet", "b.parquet", "a/b.parquet", "dump/a.parquet"]) is None
+    assert layout.clashing_rels(["a.parquet", "b.parquet", "a/b.parquet", "dump/a.parquet"]) == {}
     assert layout.clashing_labels(["ppl", "bleu"]) is None
     assert layout.clashing_labels(["ppl", "PPL"]) == ("ppl", "PPL")
     assert layout.clashing_labels(["Manifest.JSON"]) == ("manifest.json", "Manifest.JSON")
@@ -209,13 +210,20 @@ def _config(output, labels=("text_stats",)):
                          "metrics": [{"name": "text_stats", "label": label} for label in labels]})
 
 
-def test_a_local_output_refuses_clashing_shards_and_labels_s3_does_not():
-    infos = [ShardInfo(uri=f"/data/in/{rel}", rel=rel, size=1, etag="e") for rel in ("A.parquet", "a.parquet")]
-    with pytest.raises(UsageError) as caught:
-        layout.refuse_clashing_folders(_config("/data/out"), infos)
-    message = str(caught.value)
-    assert "'/data/in/A.parquet' and '/data/in/a.parquet'" in message and "\n" not in message
-    assert caught.value.exit_code == 2
+def test_a_local_output_sets_clashing_shards_aside_and_refuses_clashing_labels():
+    """Input names are a stranger's: two that are one folder on macOS or Windows make two bad
+    shards, each naming the other, and the job goes on; labels come from the config: refused."""
+    rels = ("A.parquet", "a.parquet", "Å.parquet", unicodedata.normalize("NFD", "Å.parquet"), "c.parquet",
+            "C/d.parquet", "C/e.parquet", "x.parquet")
+    infos = Shards([ShardInfo(uri=f"/data/in/{rel}", rel=rel, size=1, etag="e") for rel in rels],
+                   not_read=["/data/in/y.PARQUET"], unusable=[("/data/in/f.parquet", "f.parquet", "a FIFO")])
+    kept = layout.refuse_clashing_folders(_config("/data/out"), infos)
+    assert [info.rel for info in kept] == ["x.parquet"] and kept.not_read == ["/data/in/y.PARQUET"]
+    why = {rel: reason for _, rel, reason in kept.unusable}
+    assert why.pop("f.parquet") == "a FIFO" and set(why) == set(rels) - {"x.parquet"}
+    assert "'/data/in/a.parquet'" in why["A.parquet"] and "'/data/in/A.parquet'" in why["a.parquet"]
+    assert "'/data/in/c.parquet'" in why["C/e.parquet"] and "'/data/in/C/d.parquet'" in why["c.parquet"]
+    assert all("case-insensitive disk" in reason and "\n" not in reason for reason in why.values())
     with pytest.raises(UsageError, match="labels 'ppl' and 'PPL'"):
         layout.refuse_clashing_folders(_config("/data/out", ("ppl", "PPL")), infos[:1])
     with pytest.raises(UsageError, match="labels '_id_index.parquet' and '_ID_INDEX.parquet'"):
@@ -225,17 +233,47 @@ def test_a_local_output_refuses_clashing_shards_and_labels_s3_does_not():
     assert layout.refuse_clashing_folders(s3, infos) == infos  # S3 keys are exact: nothing clashes
 
 
-def test_a_local_output_refuses_s3_keys_a_disk_resolves_elsewhere():
-    """S3 keys may hold `..`, `.` and empty names (moto and S3 list them as written): on a
-    local disk `../evil` leaves the metric folder and `a//b` is the folder of `a/b`."""
-    for rel in ("../evil.parquet", "sub/../../up.parquet", "./c.parquet", "a//b.parquet", "a/./b.parquet"):
-        infos = [ShardInfo(uri=f"s3://bucket/in/{rel}", rel=rel, size=1, etag="e"),
-                 ShardInfo(uri="s3://bucket/in/a/b.parquet", rel="a/b.parquet", size=1, etag="e")]
-        with pytest.raises(UsageError, match=r"^input shard 's3://bucket/in/.*' has an empty, '.' or '..' folder name"):
-            layout.refuse_clashing_folders(_config("/data/out"), infos)
-        assert layout.refuse_clashing_folders(_config("s3://bucket/out"), infos) == infos
-    fine = [ShardInfo(uri=f"s3://bucket/in/{rel}", rel=rel, size=1, etag="e") for rel in ("..a.parquet", "a../b.parquet")]
-    assert layout.refuse_clashing_folders(_config("/data/out"), fine) == fine
+def test_s3_keys_a_reader_resolves_elsewhere_are_no_shards():
+    """S3 keys may hold `..`, `.` and empty names and end in `/` (moto and S3 list them as
+    written): Arrow's reader takes `in/../x` for `x` and `in/./a` for `in/a`, refuses `in//a`,
+    and a key ending in `/` is a folder to both readers."""
+    for rel in ("../evil.parquet", "sub/../../up.parquet", "./c.parquet", "a//b.parquet", "a/./b.parquet",
+                "/lead.parquet", "marker.parquet/"):
+        assert "not read; rename it" in listing.unsafe_key(rel), rel
+    assert "ends in '/'" in listing.unsafe_key("marker.parquet/")
+    for rel in ("..a.parquet", "a../b.parquet", "a.parquet/b.parquet", "%2F.parquet", "sp ace/q?x#y+z.parquet"):
+        assert listing.unsafe_key(rel) is None, rel
+
+
+def test_a_shard_whose_output_name_is_too_long_is_set_aside():
+    long_name = "L" * 990 + ".parquet"
+    assert "name of 990 bytes, over a disk's 255" in layout.too_long("/data/out", "m", long_name)
+    assert "name of 256 bytes" in layout.too_long("/data/out", "m", "é" * 128 + ".parquet")  # bytes, not letters
+    assert layout.too_long("/data/out", "m", "L" * 255 + ".parquet") is None
+    assert "over 4095" in layout.too_long("/data/out", "m", "/".join(["d" * 200] * 21) + ".parquet")
+    assert "key would be 1062 bytes long, over S3's 1024" in layout.too_long("s3://bucket/scores", "text_stats", long_name)
+    assert layout.too_long("s3://bucket/scores", "text_stats", "L" * 900 + ".parquet") is None
+    infos = Shards([ShardInfo(uri=f"s3://bucket/in/{rel}", rel=rel, size=1, etag="e") for rel in (long_name, "a.parquet")])
+    kept = layout.set_aside_unwritable_names(_config("/data/out"), infos)
+    assert [info.rel for info in kept] == ["a.parquet"]
+    assert [(rel, "not scored; rename it" in why) for _, rel, why in kept.unusable] == [(long_name, True)]
+    assert layout.set_aside_unwritable_names(_config("/data/out"), infos[1:]) == infos[1:]
+
+
+def test_a_shard_whose_folder_is_named_like_a_part_is_set_aside():
+    """`s/part-0000000000-0000000003-<version of s>.parquet.parquet` (the version is computed
+    from a listing) made the folder of a part file `s.parquet` writes: the job failed on every
+    run ('cannot write ...: File exists'), whichever shard wrote first."""
+    part = "part-0000000000-0000000003-b8f6775f2198.parquet"
+    for rel in (f"s/{part}.parquet", f"s/{part}/x.parquet", f"s/_next-{part}/x.parquet",
+                f"s/{part.upper()}.parquet", f"{part}.parquet"):
+        assert "named like one of the job's part files" in (layout.named_like_a_part(rel) or ""), rel
+    for rel in ("s.parquet", f"s/{part}", f"s/x-{part}.parquet", "part-1-2-abc.parquet.parquet"):
+        assert layout.named_like_a_part(rel) is None, rel
+    infos = Shards([ShardInfo(uri=f"/data/in/{rel}", rel=rel, size=1, etag="e") for rel in ("s.parquet", f"s/{part}.parquet")])
+    for output in ("/data/out", "s3://bucket/out"):
+        kept = layout.set_aside_unwritable_names(_config(output), infos)
+        assert [info.rel for info in kept] == ["s.parquet"] and [rel for _, rel, _ in kept.unusable] == [f"s/{part}.parquet"]
 
 
 def _macos(first, second):
@@ -282,9 +320,10 @@ def test_run_refuses_them_before_any_work(tmp_path, cli, monkeypatch):
     (tmp_path / "job.yaml").write_text(json.dumps({"input": "in", "output": "out", "progress": False,
                                                    "metrics": [{"name": "text_stats"}]}))
     proc = cli(["run", str(tmp_path / "job.yaml")])
-    assert proc.returncode == 2, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # two bad shards, refused as any bad shard (skip_bad_shards: false)
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "A.parquet" in lines[0] and "a.parquet" in lines[0] and "case-insensitive" in lines[0]
+    assert len(lines) == 1 and "2 bad input shard(s)" in lines[0] and "case-insensitive" in lines[0]
+    assert "A.parquet: its output folder is that of input shard" in lines[0] and "a.parquet: its output" in lines[0]
     assert not list((tmp_path / "out").rglob("*.parquet"))
 
     # the input renamed by case only, over the old output, on a disk that folds case: refused too

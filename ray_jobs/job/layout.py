@@ -17,11 +17,13 @@ parts cover it (`staged_filename`, `parse_part_file`, `unstaged_uri`): a shard t
 way keeps its old parts as they were.
 
 On a case-insensitive, Unicode-normalising disk (macOS, Windows) two names that differ only in
-case, normal form or trailing dots are one folder (`scoring.file_names.collision_key`): two input
-shards whose folders would meet there (`a.parquet` and `A.parquet`, or `A.parquet` and
-`a/b.parquet`), or two such labels, are refused for a local output (`refuse_clashing_folders`),
-and so is a folder this run writes that the disk takes for an existing one spelt otherwise
-(`refuse_folded_outputs`: a shard renamed by case only); S3 keys are exact.
+case, normal form or trailing dots are one folder (`scoring.file_names.collision_key`): for a
+local output, input shards whose folders would meet there (`a.parquet` and `A.parquet`, or
+`A.parquet` and `a/b.parquet`) are bad shards, each named, and two such labels are refused
+(`refuse_clashing_folders`), and so is a folder this run writes that the disk takes for an
+existing one spelt otherwise (`refuse_folded_outputs`: a shard renamed by case only); S3 keys
+are exact. A shard whose output name is too long, or whose folder would be named like a part
+file, is a bad shard too (`set_aside_unwritable_names`).
 """
 
 from __future__ import annotations
@@ -91,20 +93,6 @@ def shard_stem(rel: str) -> str:
     return rel[: -len(".parquet")] if rel.endswith(".parquet") else rel
 
 
-def clashing_shards(rels: Iterable[str]) -> tuple[str, str] | None:
-    """The first two shards (by sorted rel) whose output folders, or a folder above them, are
-    two names for one folder on a case-insensitive disk (`collision_key`); None when none are."""
-    seen: dict[tuple[str, ...], tuple[str, str]] = {}  # key of a folder path -> (that path, its first shard)
-    for rel in sorted(rels):
-        names = shard_stem(rel).split("/")
-        for depth in range(1, len(names) + 1):
-            folder = "/".join(names[:depth])
-            first = seen.setdefault(tuple(collision_key(name) for name in names[:depth]), (folder, rel))
-            if first[0] != folder:
-                return first[1], rel
-    return None
-
-
 def clashing_labels(labels: Iterable[str], reserved: Iterable[str] = (MANIFEST,)) -> tuple[str, str] | None:
     """Two metric labels (or a label and a `reserved` name beside them: the manifest, the id
     index) that are one name on a case-insensitive disk; None when there are none."""
@@ -116,15 +104,38 @@ def clashing_labels(labels: Iterable[str], reserved: Iterable[str] = (MANIFEST,)
     return None
 
 
+def clashing_rels(rels: Iterable[str]) -> dict[str, str]:
+    """Every shard (by rel) whose output folder, or a folder above it, is one folder with
+    another shard's on a case-insensitive disk (`collision_key`), mapped to the first such
+    other shard (by sorted rel); {} when none are."""
+    spellings: dict[tuple[str, ...], dict[str, list[str]]] = {}  # folder key -> its spellings -> their shards
+    for rel in sorted(set(rels)):
+        names = shard_stem(rel).split("/")
+        for depth in range(1, len(names) + 1):
+            key = tuple(collision_key(name) for name in names[:depth])
+            spellings.setdefault(key, {}).setdefault("/".join(names[:depth]), []).append(rel)
+    clashing: dict[str, str] = {}
+    for spelt in spellings.values():
+        if len(spelt) < 2:
+            continue
+        for folder, shards in spelt.items():
+            other = min(rel for f, others in spelt.items() if f != folder for rel in others)
+            for rel in shards:
+                clashing.setdefault(rel, other)
+    return clashing
+
+
 def refuse_clashing_folders(config, shards):
-    """`shards` (`listing.ShardInfo`s: rel, uri), once checked: a local output (`config.output`)
-    that would put two metric labels (or a label and the manifest or the id index), or two
-    input shards, in one folder on a case-insensitive disk (macOS, Windows) is refused
-    (`UsageError`, exit 2): a prune or a replacement in one shard's folder would remove the
-    other's parts. So is an input shard (an S3 key) whose path has an empty, `.` or `..` name
-    (`a//b`, `./b`, `../b`): the disk would resolve its folder to another shard's or outside
-    the metric folder. An S3 output is left alone: its keys are exact."""
+    """`shards` (a `listing.Shards` of `ShardInfo`s: rel, uri), once checked for a local output
+    (`config.output`). Two metric labels (or a label and the manifest or the id index) that are
+    one folder on a case-insensitive disk (macOS, Windows) are refused (`UsageError`, exit 2).
+    Input shards whose folders are one there (`A.parquet` and `a.parquet`: a prune or a
+    replacement in one folder would remove the other's parts) are each set aside as a bad shard
+    (in `unusable`, naming the other): input names are a stranger's, so one of them never
+    fails the job (`skip_bad_shards` decides, as for any bad shard). An S3 output is left
+    alone: its keys are exact."""
     from ray_jobs.job.id_index import INDEX_NAME
+    from ray_jobs.storage.listing import Shards
 
     output = config.output
     if uris.is_s3(output):
@@ -133,18 +144,66 @@ def refuse_clashing_folders(config, shards):
     if clash:
         raise UsageError(f"metric labels {clash[0]!r} and {clash[1]!r} name one folder of {output} on a "
                          "case-insensitive disk (macOS, Windows); set another 'label'")
-    for shard in shards:  # S3 keys may hold such names; a disk resolves them to another folder
-        if any(name in ("", ".", "..") for name in shard_stem(shard.rel).split("/")):
-            raise UsageError(f"input shard {shard.uri!r} has an empty, '.' or '..' folder name in its path, so its "
-                             "output folder on a local disk would be another shard's, or outside the metric's "
-                             "folder; rename it")
-    clash = clashing_shards(shard.rel for shard in shards)
-    if clash:
-        uri = {shard.rel: shard.uri for shard in shards}
-        raise UsageError(f"input shards {uri[clash[0]]!r} and {uri[clash[1]]!r} would write to one output folder "
-                         "on a case-insensitive disk (macOS, Windows: names that differ only in case, Unicode "
-                         "normal form or trailing dots); rename one of them")
-    return shards
+    clashing = clashing_rels(shard.rel for shard in shards)
+    if not clashing:
+        return shards
+    uri = {shard.rel: shard.uri for shard in shards}
+    set_aside = [(shard.uri, shard.rel, f"its output folder is that of input shard {uri[clashing[shard.rel]]!r} on a "
+                  "case-insensitive disk (macOS, Windows: names that differ only in case, Unicode normal form or "
+                  "trailing dots): not scored; rename one of them") for shard in shards if shard.rel in clashing]
+    return Shards([shard for shard in shards if shard.rel not in clashing], getattr(shards, "not_read", ()),
+                  [*getattr(shards, "unusable", ()), *set_aside])
+
+
+NAME_MAX_BYTES = 255  # a file or folder name on a local disk (ext4, APFS, NTFS)
+PATH_MAX_BYTES = 4095  # a local path (Linux)
+S3_KEY_MAX_BYTES = 1024
+LONGEST_PART = len(PartName(0, 0, "0" * 12).staged_filename())
+
+
+def too_long(output: str, label: str, rel: str) -> str | None:
+    """Why a shard's output cannot be written where `output` is (a local folder name over 255
+    bytes or a path over 4,095; an S3 key over 1,024 bytes), or None. Input keys may be longer
+    than any local name, and an output key is longer than its input key."""
+    part = uris.fs_path(shard_dir(output, label, rel)) + "/" + "x" * LONGEST_PART
+    if uris.is_s3(output):
+        size = len(part.split("/", 1)[1].encode("utf-8", "surrogateescape"))
+        return f"its output key would be {size} bytes long, over S3's {S3_KEY_MAX_BYTES}" if size > S3_KEY_MAX_BYTES else None
+    longest = max(len(name.encode("utf-8", "surrogateescape")) for name in shard_stem(rel).split("/"))
+    if longest > NAME_MAX_BYTES:
+        return f"its output folder would have a name of {longest} bytes, over a disk's {NAME_MAX_BYTES}"
+    size = len(part.encode("utf-8", "surrogateescape"))
+    return f"its output path would be {size} bytes long, over {PATH_MAX_BYTES}" if size > PATH_MAX_BYTES else None
+
+
+def named_like_a_part(rel: str) -> str | None:
+    """Why a shard's output folder would clash with the job's own files, or None: a folder name
+    of its path that reads as a part's (`part-<start>-<stop>-<version>.parquet`, in any case,
+    staged or not) is the name of a part file its parent folder holds, for the shard of that
+    parent (`s.parquet` writes `s/part-0000000000-0000000003-<version>.parquet`, and
+    `s/part-0000000000-0000000003-<version>.parquet.parquet` would write into a folder of that
+    name; the version comes from a listing, so anyone who can list the input can aim at it). A
+    disk cannot hold both, and on S3 the part's key would be a prefix of the other's keys."""
+    names = shard_stem(rel).split("/")
+    clash = next((name for name in names if parse_part_file(name.lower()) is not None), None)
+    return None if clash is None else f"its output folder {clash!r} would be named like one of the job's part files"
+
+
+def set_aside_unwritable_names(config, shards):
+    """`shards` (a `listing.Shards`) without those whose output no metric can write
+    (`named_like_a_part`, `too_long`), each set aside as a bad shard (in `unusable`, named with
+    the reason): one input name never fails the job."""
+    from ray_jobs.storage.listing import Shards
+
+    labels = [metric.label or metric.name for metric in config.metrics]
+    why = {shard.rel: named_like_a_part(shard.rel)
+           or next(filter(None, (too_long(config.output, label, shard.rel) for label in labels)), None)
+           for shard in shards}
+    if not any(why.values()):
+        return shards
+    return Shards([shard for shard in shards if not why[shard.rel]], getattr(shards, "not_read", ()),
+                  [*getattr(shards, "unusable", ()),
+                   *((shard.uri, shard.rel, f"{why[shard.rel]}: not scored; rename it") for shard in shards if why[shard.rel])])
 
 
 def _same_folder(first: str, second: str) -> bool:

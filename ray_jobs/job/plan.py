@@ -77,6 +77,7 @@ def read_shards(config: JobConfig, in_fs, needed: tuple[str, ...], previous: dic
     """Every input shard, from one listing: rows and column types from the previous manifest where it lists the
     same etag and size, else from its footer (no rows read). Returns (good, bad, `listing.Shards.not_read`)."""
     infos = layout.refuse_clashing_folders(config, listing.list_shards(config.input, in_fs))
+    infos = layout.set_aside_unwritable_names(config, infos)
     if not infos and not infos.unusable:
         note = listing.not_read_note(infos.not_read)
         raise JobError(f"no *.parquet shards under {config.input}" + (f" ({note})" if note else ""))

@@ -103,12 +103,13 @@ def _md5(fs, path: str) -> str:
 
 class Shards(list):
     """The input shards (`ShardInfo`), and `not_read`: the files under the input named like
-    Parquet that are no shard (`looks_like_parquet`), so the job can say it left them out."""
+    Parquet that are no shard (`looks_like_parquet`, `in_hidden_folder`), so the job can say it
+    left them out."""
 
     def __init__(self, shards=(), not_read=(), unusable=()):
         super().__init__(shards)
         self.not_read = list(not_read)
-        self.unusable = list(unusable)  # (uri, rel, why): shard names that are no regular file (`_not_a_file`)
+        self.unusable = list(unusable)  # (uri, rel, why): names that are no regular file (`_not_a_file`), no UTF-8 (`_not_utf8`) or no safe key (`unsafe_key`)
 
 
 def looks_like_parquet(path: str) -> bool:
@@ -117,13 +118,20 @@ def looks_like_parquet(path: str) -> bool:
     return not is_data_file(path) and path.rsplit("/", 1)[-1].lower().endswith((".parquet", ".parq", ".pq"))
 
 
+def in_hidden_folder(rel: str) -> bool:
+    """Whether a path under the input lies in a folder whose name starts with `.` or `_`: Parquet
+    dataset readers (`pd.read_parquet`, `pyarrow.dataset`) skip such folders, in the input and in
+    the output folder that would mirror it, so its files are no shards (`Shards.not_read`)."""
+    return any(name.startswith((".", "_")) for name in rel.split("/")[:-1])
+
+
 def not_read_note(not_read: list[str]) -> str:
     """The files `Shards.not_read` as a note for a message ('' when none)."""
     if not not_read:
         return ""
     more = f" and {len(not_read) - 3} more" if len(not_read) > 3 else ""
     return (f"{len(not_read)} file(s) named like Parquet not read, as only *.parquet names not starting with '.' "
-            f"or '_' are shards: {', '.join(not_read[:3])}{more}")
+            f"or '_', in folders whose names do not either, are shards: {', '.join(not_read[:3])}{more}")
 
 
 def list_shards(uri: str, fs) -> Shards:
@@ -147,14 +155,43 @@ def _list_shards(uri: str, fs) -> Shards:
     for path, info in sorted(entries.items()):
         if not is_data_file(path):
             continue
-        rel = path[len(root) :].lstrip("/")
-        why = None if is_s3(uri) or info.get("type") == "file" else _not_a_file(path)
+        rel = path[len(root) :]
+        rel = rel[1:] if rel.startswith("/") else rel  # `root//x.parquet` keeps its empty name: no other shard's rel
+        why = unsafe_key(rel) if is_s3(uri) else _not_utf8(rel) or (None if info.get("type") == "file" else _not_a_file(path))
+        if why is None and in_hidden_folder(rel):
+            shards.not_read.append(to_uri(path, uri))
+            continue
         if why is not None:
             shards.unusable.append((to_uri(path, uri), rel, why))
             continue
         etag = str(info.get("ETag") or info.get("etag") or "").strip('"') if is_s3(uri) else ""
         shards.append(ShardInfo(uri=to_uri(path, uri), rel=rel, size=int(info.get("size") or 0), etag=etag or _md5(fs, path)))
     return shards
+
+
+def unsafe_key(rel: str) -> str | None:
+    """Why an S3 key (`rel`: its part under the input prefix) is no shard, or None. A key is
+    any string, but Arrow's S3 reader (the workers') resolves `.` and `..` names (`in/../x`
+    reads the object `x`, outside the input; `in/./a` reads `in/a`, another shard) and refuses
+    an empty one (`in//a`), and s3fs and Arrow take a key ending in `/` for a folder: the check
+    would read one object and the workers another, or none. Each such key is one bad shard,
+    named, whatever the output is."""
+    if rel.endswith("/"):
+        return "its key ends in '/' (a folder marker holding bytes), which S3 readers take for a folder: not read; rename it"
+    if any(name in ("", ".", "..") for name in rel.split("/")):
+        return ("its key has an empty, '.' or '..' name between slashes ('a//b', './b', '../b'), which Arrow's S3 "
+                "reader resolves to another key (or refuses): not read; rename it")
+    return None
+
+
+def _not_utf8(rel: str) -> str | None:
+    """Why a local name of bytes that are not UTF-8 (held as lone surrogates) is no shard: the
+    parts' footers, which record the input path, hold UTF-8 only."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return "its name is not valid UTF-8 (shown with \\udcXX escapes for the bytes): not read; rename it"
+    return None
 
 
 def _not_a_file(path: str) -> str | None:

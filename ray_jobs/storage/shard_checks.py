@@ -45,7 +45,9 @@ def check_shard(info: ShardInfo, fs, needed: tuple[str, ...], read_ids: bool = T
     (`transient=True` when storage, not the file, failed after retries)."""
     path = fs_path(info.uri)
     try:
-        with fs.open(path, "rb") as handle:
+        # the listed size: s3fs would look the key up in its listing cache, where a key that is
+        # also a prefix of others (`a.parquet` beside `a.parquet/b.parquet`) is a folder of 0 bytes
+        with fs.open(path, "rb", size=info.size) as handle:
             parquet = pq.ParquetFile(handle, pre_buffer=PYTHON_FILE_READS["pre_buffer"])
             schema = parquet.schema_arrow
             num_rows = parquet.metadata.num_rows
