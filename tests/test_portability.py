@@ -117,3 +117,40 @@ def test_wait_port_gives_up_as_soon_as_the_process_to_listen_has_ended():
     with pytest.raises(ChildProcessError, match="ended"):
         wait_port(free_port(), timeout=60, alive=dead)
     assert time.monotonic() - started < 5
+
+
+def test_a_console_that_cannot_spell_a_character_gets_its_escape_not_an_error():
+    """An ASCII (or Latin-1) console: a character it has no byte for prints as its Python escape;
+    a UTF-8 console is left as it is."""
+    import io
+
+    from ctgscore.cli.main import escape_what_the_console_cannot_encode
+
+    ascii_out = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
+    latin_out = io.TextIOWrapper(io.BytesIO(), encoding="latin-1")
+    utf8_out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="surrogateescape")
+    escape_what_the_console_cannot_encode(ascii_out, latin_out, utf8_out, io.StringIO())
+    for stream in (ascii_out, latin_out, utf8_out):
+        stream.write("café 中文\n")
+        stream.flush()
+    assert ascii_out.buffer.getvalue() == b"caf\\xe9 \\u4e2d\\u6587\n"
+    assert latin_out.buffer.getvalue() == "café \\u4e2d\\u6587\n".encode("latin-1")
+    assert utf8_out.errors == "surrogateescape" and utf8_out.buffer.getvalue() == "café 中文\n".encode()
+
+
+@pytest.mark.timeout(120)
+def test_score_on_an_ascii_console_names_a_non_ascii_output_and_exits_0(tmp_path):
+    """`ctgscore score -o outé` with PYTHONIOENCODING=ascii (or an ASCII locale without UTF-8
+    mode): the summary line names the folder as `out\\xe9` (it was "internal error:
+    UnicodeEncodeError", exit 1, after the scores were written)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ctgscore.testing.cli import run_cli
+
+    pq.write_table(pa.table({"id": ["a", "b"], "text": ["café au lait", "naïve"]}), tmp_path / "dump.parquet")
+    got = run_cli(["score", "-m", "text_stats", "-i", tmp_path / "dump.parquet", "-o", tmp_path / "outé"],
+                  env={"PYTHONIOENCODING": "ascii"})
+    assert got.returncode == 0, got.stderr
+    assert "2 rows, 0 with an error" in got.stdout and "out\\xe9" in got.stdout
+    assert pq.read_table(tmp_path / "outé").num_rows == 2
