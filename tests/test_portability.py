@@ -154,3 +154,25 @@ def test_score_on_an_ascii_console_names_a_non_ascii_output_and_exits_0(tmp_path
     assert got.returncode == 0, got.stderr
     assert "2 rows, 0 with an error" in got.stdout and "out\\xe9" in got.stdout
     assert pq.read_table(tmp_path / "outé").num_rows == 2
+
+
+#: Python without UTF-8 mode in the C locale: ASCII is its locale encoding (LC_ALL=C alone turns UTF-8 mode on)
+ASCII_LOCALE = {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}
+
+
+def test_the_tiny_corpus_reads_the_same_in_an_ascii_locale(repo_root):
+    """The tiny models' corpus (six lines outside ASCII) reads as UTF-8 whatever the locale says
+    (it was read in the locale's encoding: UnicodeDecodeError in an ASCII locale, other words
+    and another IWF table in a Latin-1 one)."""
+    import json
+    import os
+    import sys
+
+    from ctgscore.testing.tiny_models import corpus_lines
+
+    code = "import json; from ctgscore.testing.tiny_models import corpus_lines; print(json.dumps(corpus_lines()))"
+    got = subprocess.run([sys.executable, "-c", code], env={**os.environ, **ASCII_LOCALE, "PYTHONPATH": str(repo_root)},
+                         capture_output=True, timeout=120)
+    assert got.returncode == 0, got.stderr.decode(errors="replace")[-2000:]
+    lines = corpus_lines()
+    assert json.loads(got.stdout) == lines and any(not line.isascii() for line in lines)
