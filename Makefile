@@ -9,6 +9,8 @@ export HF_HUB_OFFLINE := 1
 export HF_HUB_DISABLE_PROGRESS_BARS := 1
 export RAY_USAGE_STATS_ENABLED := 0
 export TOKENIZERS_PARALLELISM := false
+# UTF-8 file names and text in any locale (LC_ALL=C PYTHONUTF8=0, Latin-1): the tests need it (tests/conftest.py)
+export PYTHONUTF8 := 1
 
 .PHONY: install demo test test-quick test-integration test-system lint bench gpu-wheels gpu-check gpu-sweep gpu-rehearsal clean
 

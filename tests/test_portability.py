@@ -176,3 +176,25 @@ def test_the_tiny_corpus_reads_the_same_in_an_ascii_locale(repo_root):
     assert got.returncode == 0, got.stderr.decode(errors="replace")[-2000:]
     lines = corpus_lines()
     assert json.loads(got.stdout) == lines and any(not line.isascii() for line in lines)
+
+
+def test_the_suite_stops_at_once_without_utf8_file_names_and_make_test_gives_them(repo_root):
+    """Without UTF-8 file names (`LC_ALL=C PYTHONUTF8=0`: ASCII) a pytest run stops before any test
+    with one line that says why and what to set (it ran, and some 60 of the hostile-name,
+    multilingual and source-reading tests failed); `make` gives its recipes PYTHONUTF8=1, so
+    `make test` runs in any locale."""
+    import os
+    import sys
+
+    env = {**os.environ, **ASCII_LOCALE, "PYTHONPATH": str(repo_root)}
+    got = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "--collect-only",
+                          str(repo_root / "tests" / "test_tiers.py")], cwd=repo_root, env=env, capture_output=True,
+                         timeout=120)
+    assert got.returncode == pytest.ExitCode.USAGE_ERROR, got.stdout[-2000:]
+    assert b"the tests need UTF-8 file names" in got.stderr and b"set PYTHONUTF8=1" in got.stderr
+    if shutil.which("make") is None:
+        pytest.skip("no make here")
+    probe = 'probe: ; @"$(PY)" -c "import sys; print(sys.getfilesystemencoding())"'
+    made = subprocess.run(["make", "-s", f"--eval={probe}", "probe", f"PY={sys.executable}"], cwd=repo_root, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0 and made.stdout.strip() == "utf-8", made.stderr
