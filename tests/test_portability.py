@@ -198,3 +198,43 @@ def test_the_suite_stops_at_once_without_utf8_file_names_and_make_test_gives_the
     made = subprocess.run(["make", "-s", f"--eval={probe}", "probe", f"PY={sys.executable}"], cwd=repo_root, env=env,
                           capture_output=True, text=True, timeout=60)
     assert made.returncode == 0 and made.stdout.strip() == "utf-8", made.stderr
+
+
+def test_the_readme_lines_keep_a_checkout_path_with_a_space_in_one_argument(repo_root, tmp_path):
+    """The README's command lines that name `$PWD` (`ctgscore run ... --set input=$PWD/...`,
+    `ray job submit`), run from a checkout whose path holds a space: each `--set key=$PWD/...`
+    stays one argument (`$PWD` was unquoted: the path split in two, and the command got
+    `--set output=/home/a` and a stray word)."""
+    checkout = tmp_path / "my checkout é"
+    checkout.mkdir()
+    lines = [ln.split("   #")[0] for ln in (repo_root / "README.md").read_text(encoding="utf-8").splitlines()
+             if "$PWD" in ln]
+    assert any(ln.startswith("ray job submit --address") for ln in lines) and any(ln.startswith("ctgscore run") for ln in lines)
+    for line in lines:
+        echo = "words() { printf '%s\\n' \"$@\"; }; words " + line.split(" ", 1)[1]  # the words the command gets
+        got = subprocess.run(["bash", "-c", echo], cwd=checkout, capture_output=True, text=True, timeout=30)
+        named = [word for word in got.stdout.splitlines() if str(tmp_path) in word]
+        assert got.returncode == 0 and named, (line, got.stdout, got.stderr)
+        assert all(f"={checkout}/" in word for word in named), (line, named)
+
+
+def test_make_gpu_check_and_sweep_run_from_a_checkout_and_python_whose_paths_hold_a_space(repo_root, tmp_path):
+    """`make gpu-check PY=...` (as `tests/test_gpu_check.py` and the GPU machine run it) with the
+    interpreter, the checkout and the output under folders with a space: the command reaches
+    the benchmark (PYTHONPATH=$(CURDIR), $(PY) and $(OUT) were unquoted: `dir: unrecognized
+    option '--out'`). `--help` stands in for the dry run; no wheels are installed (WHEELS
+    names no folder)."""
+    import os
+    import sys
+
+    if shutil.which("make") is None:
+        pytest.skip("no make here")
+    venv = tmp_path / "a venv é"
+    venv.symlink_to(sys.prefix)  # this interpreter's environment, reached through a path with a space
+    python = venv / "bin" / pathlib.Path(sys.executable).name
+    for target, module, flags in (("gpu-check", "gpu_check", "GPU_CHECK_FLAGS"), ("gpu-sweep", "gpu_sweep", "GPU_SWEEP_FLAGS")):
+        made = subprocess.run(["make", "-s", target, f"PY={python}", f"OUT={tmp_path / 'o u t'}",
+                               f"SWEEP_OUT={tmp_path / 'o u t'}", f"{flags}=--help", f"WHEELS={tmp_path / 'none'}"],
+                              cwd=repo_root, env={**os.environ, "PYTHONPATH": ""}, capture_output=True, text=True,
+                              timeout=120)
+        assert made.returncode == 0 and f"usage: {module}.py" in made.stdout, made.stderr[-2000:]
