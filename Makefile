@@ -9,6 +9,8 @@ export HF_HUB_OFFLINE := 1
 export HF_HUB_DISABLE_PROGRESS_BARS := 1
 export RAY_USAGE_STATS_ENABLED := 0
 export TOKENIZERS_PARALLELISM := false
+# UTF-8 file names and text in any locale (LC_ALL=C PYTHONUTF8=0, Latin-1): the tests need it (tests/conftest.py)
+export PYTHONUTF8 := 1
 
 .PHONY: install demo test test-quick test-integration test-system lint bench gpu-wheels gpu-check gpu-sweep gpu-rehearsal clean
 
@@ -63,19 +65,19 @@ GPU_SITE ?= /tmp/ctgscore-site
 gpu-wheels: $(STAMP)
 	rm -rf $(WHEELS) && $(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 	  --platform manylinux_2_28_x86_64 -d $(WHEELS) -r benchmarks/gpu_wheels.txt
-GPU_ENV = if [ -d $(WHEELS) ]; then $(PY) -m pip install -q --no-index --no-deps --no-compile --upgrade --target $(GPU_SITE) $(WHEELS)/*.whl || exit 1; fi; \
-	PYTHONPATH=$(CURDIR)$$([ -d $(WHEELS) ] && echo :$(GPU_SITE))$${PYTHONPATH:+:$$PYTHONPATH}
+GPU_ENV = if [ -d $(WHEELS) ]; then "$(PY)" -m pip install -q --no-index --no-deps --no-compile --upgrade --target $(GPU_SITE) $(WHEELS)/*.whl || exit 1; fi; \
+	PYTHONPATH="$(CURDIR)$$([ -d $(WHEELS) ] && echo :$(GPU_SITE))$${PYTHONPATH:+:$$PYTHONPATH}"
 OUT ?= out/gpu-check
 GPU_CHECK_SECONDS ?= 480
 GPU_CHECK_FLAGS ?=
 gpu-check:
-	$(GPU_ENV) $(PY) -m benchmarks.gpu_check --out $(OUT) --time-limit $(GPU_CHECK_SECONDS) $(GPU_CHECK_FLAGS)
+	$(GPU_ENV) "$(PY)" -m benchmarks.gpu_check --out "$(OUT)" --time-limit $(GPU_CHECK_SECONDS) $(GPU_CHECK_FLAGS)
 
 SWEEP_OUT ?= out/gpu-sweep
 GPU_SWEEP_SECONDS ?= 420
 GPU_SWEEP_FLAGS ?=
 gpu-sweep:
-	$(GPU_ENV) $(PY) -m benchmarks.gpu_sweep --out $(SWEEP_OUT) --time-limit $(GPU_SWEEP_SECONDS) $(GPU_SWEEP_FLAGS)
+	$(GPU_ENV) "$(PY)" -m benchmarks.gpu_sweep --out "$(SWEEP_OUT)" --time-limit $(GPU_SWEEP_SECONDS) $(GPU_SWEEP_FLAGS)
 
 # Before a lease, on a CPU with a registry: a copy of the GPU machines' image (Python 3.12, torch 2.11,
 # transformers 5.17, no Ray: benchmarks/gpu_image.txt) in a venv outside the repository, then gpu-check and

@@ -51,7 +51,22 @@ def real_data_root() -> pathlib.Path:
 SHARED_RAY = "CTGSCORE_TEST_RAY_ADDRESS"  # set by the xdist controller for its workers
 
 
+def require_utf8_file_names() -> None:
+    """The tests name files and write text in every script (hostile names, multilingual data),
+    which Python can only do when its file system encoding is UTF-8: in a UTF-8 locale, under
+    `LC_ALL=C` (Python then turns its UTF-8 mode on) or with `PYTHONUTF8=1` (`make test` sets it).
+    Elsewhere (`LC_ALL=C PYTHONUTF8=0`, a Latin-1 locale) one clear error instead of dozens of
+    failing tests."""
+    encoding = sys.getfilesystemencoding()
+    if encoding.lower().replace("-", "") != "utf8":
+        raise pytest.UsageError(
+            f"the tests need UTF-8 file names, and this Python's file system encoding is {encoding} "
+            f"(locale {os.environ.get('LC_ALL') or os.environ.get('LC_CTYPE') or os.environ.get('LANG') or 'unset'}, "
+            f"PYTHONUTF8={os.environ.get('PYTHONUTF8', 'unset')}): run `make test`, or set PYTHONUTF8=1")
+
+
 def pytest_configure(config):
+    require_utf8_file_names()
     if _starts_the_shared_ray(config):
         config.ctgscore_shared_ray = start_shared_ray()
         os.environ[SHARED_RAY] = config.ctgscore_shared_ray[1]  # inherited by the workers it starts next

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shlex
 import signal
 import subprocess
 import sys
@@ -218,7 +219,7 @@ def test_readme_submit_line_works_against_a_local_head(ray_head, tiny_models, tm
     models = pathlib.Path(tiny_models["gpt2"]).parent
     command = (line.replace("http://127.0.0.1:8265", ray_head)
                .replace("$PWD/out", str(tmp_path / "out")).replace("$PWD/.cache/tiny-models", str(models))
-               .replace("ray job submit", f"{VENV_BIN / 'ray'} job submit", 1))
+               .replace("ray job submit", f"{shlex.quote(str(VENV_BIN / 'ray'))} job submit", 1))
     submit = subprocess.run(command, shell=True, cwd=REPO_ROOT, env=child_env(), capture_output=True, text=True,
                             timeout=240)
     assert submit.returncode == 0, submit.stdout[-3000:] + submit.stderr[-3000:]

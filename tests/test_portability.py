@@ -117,3 +117,124 @@ def test_wait_port_gives_up_as_soon_as_the_process_to_listen_has_ended():
     with pytest.raises(ChildProcessError, match="ended"):
         wait_port(free_port(), timeout=60, alive=dead)
     assert time.monotonic() - started < 5
+
+
+def test_a_console_that_cannot_spell_a_character_gets_its_escape_not_an_error():
+    """An ASCII (or Latin-1) console: a character it has no byte for prints as its Python escape;
+    a UTF-8 console is left as it is."""
+    import io
+
+    from ctgscore.cli.main import escape_what_the_console_cannot_encode
+
+    ascii_out = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
+    latin_out = io.TextIOWrapper(io.BytesIO(), encoding="latin-1")
+    utf8_out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="surrogateescape")
+    escape_what_the_console_cannot_encode(ascii_out, latin_out, utf8_out, io.StringIO())
+    for stream in (ascii_out, latin_out, utf8_out):
+        stream.write("café 中文\n")
+        stream.flush()
+    assert ascii_out.buffer.getvalue() == b"caf\\xe9 \\u4e2d\\u6587\n"
+    assert latin_out.buffer.getvalue() == "café \\u4e2d\\u6587\n".encode("latin-1")
+    assert utf8_out.errors == "surrogateescape" and utf8_out.buffer.getvalue() == "café 中文\n".encode()
+
+
+@pytest.mark.timeout(120)
+def test_score_on_an_ascii_console_names_a_non_ascii_output_and_exits_0(tmp_path):
+    """`ctgscore score -o outé` with PYTHONIOENCODING=ascii (or an ASCII locale without UTF-8
+    mode): the summary line names the folder as `out\\xe9` (it was "internal error:
+    UnicodeEncodeError", exit 1, after the scores were written)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ctgscore.testing.cli import run_cli
+
+    pq.write_table(pa.table({"id": ["a", "b"], "text": ["café au lait", "naïve"]}), tmp_path / "dump.parquet")
+    got = run_cli(["score", "-m", "text_stats", "-i", tmp_path / "dump.parquet", "-o", tmp_path / "outé"],
+                  env={"PYTHONIOENCODING": "ascii"})
+    assert got.returncode == 0, got.stderr
+    assert "2 rows, 0 with an error" in got.stdout and "out\\xe9" in got.stdout
+    assert pq.read_table(tmp_path / "outé").num_rows == 2
+
+
+#: Python without UTF-8 mode in the C locale: ASCII is its locale encoding (LC_ALL=C alone turns UTF-8 mode on)
+ASCII_LOCALE = {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}
+
+
+def test_the_tiny_corpus_reads_the_same_in_an_ascii_locale(repo_root):
+    """The tiny models' corpus (six lines outside ASCII) reads as UTF-8 whatever the locale says
+    (it was read in the locale's encoding: UnicodeDecodeError in an ASCII locale, other words
+    and another IWF table in a Latin-1 one)."""
+    import json
+    import os
+    import sys
+
+    from ctgscore.testing.tiny_models import corpus_lines
+
+    code = "import json; from ctgscore.testing.tiny_models import corpus_lines; print(json.dumps(corpus_lines()))"
+    got = subprocess.run([sys.executable, "-c", code], env={**os.environ, **ASCII_LOCALE, "PYTHONPATH": str(repo_root)},
+                         capture_output=True, timeout=120)
+    assert got.returncode == 0, got.stderr.decode(errors="replace")[-2000:]
+    lines = corpus_lines()
+    assert json.loads(got.stdout) == lines and any(not line.isascii() for line in lines)
+
+
+def test_the_suite_stops_at_once_without_utf8_file_names_and_make_test_gives_them(repo_root):
+    """Without UTF-8 file names (`LC_ALL=C PYTHONUTF8=0`: ASCII) a pytest run stops before any test
+    with one line that says why and what to set (it ran, and some 60 of the hostile-name,
+    multilingual and source-reading tests failed); `make` gives its recipes PYTHONUTF8=1, so
+    `make test` runs in any locale."""
+    import os
+    import sys
+
+    env = {**os.environ, **ASCII_LOCALE, "PYTHONPATH": str(repo_root)}
+    got = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "--collect-only",
+                          str(repo_root / "tests" / "test_tiers.py")], cwd=repo_root, env=env, capture_output=True,
+                         timeout=120)
+    assert got.returncode == pytest.ExitCode.USAGE_ERROR, got.stdout[-2000:]
+    assert b"the tests need UTF-8 file names" in got.stderr and b"set PYTHONUTF8=1" in got.stderr
+    if shutil.which("make") is None:
+        pytest.skip("no make here")
+    probe = 'probe: ; @"$(PY)" -c "import sys; print(sys.getfilesystemencoding())"'
+    made = subprocess.run(["make", "-s", f"--eval={probe}", "probe", f"PY={sys.executable}"], cwd=repo_root, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0 and made.stdout.strip() == "utf-8", made.stderr
+
+
+def test_the_readme_lines_keep_a_checkout_path_with_a_space_in_one_argument(repo_root, tmp_path):
+    """The README's command lines that name `$PWD` (`ctgscore run ... --set input=$PWD/...`,
+    `ray job submit`), run from a checkout whose path holds a space: each `--set key=$PWD/...`
+    stays one argument (`$PWD` was unquoted: the path split in two, and the command got
+    `--set output=/home/a` and a stray word)."""
+    checkout = tmp_path / "my checkout é"
+    checkout.mkdir()
+    lines = [ln.split("   #")[0] for ln in (repo_root / "README.md").read_text(encoding="utf-8").splitlines()
+             if "$PWD" in ln]
+    assert any(ln.startswith("ray job submit --address") for ln in lines) and any(ln.startswith("ctgscore run") for ln in lines)
+    for line in lines:
+        echo = "words() { printf '%s\\n' \"$@\"; }; words " + line.split(" ", 1)[1]  # the words the command gets
+        got = subprocess.run(["bash", "-c", echo], cwd=checkout, capture_output=True, text=True, timeout=30)
+        named = [word for word in got.stdout.splitlines() if str(tmp_path) in word]
+        assert got.returncode == 0 and named, (line, got.stdout, got.stderr)
+        assert all(f"={checkout}/" in word for word in named), (line, named)
+
+
+def test_make_gpu_check_and_sweep_run_from_a_checkout_and_python_whose_paths_hold_a_space(repo_root, tmp_path):
+    """`make gpu-check PY=...` (as `tests/test_gpu_check.py` and the GPU machine run it) with the
+    interpreter, the checkout and the output under folders with a space: the command reaches
+    the benchmark (PYTHONPATH=$(CURDIR), $(PY) and $(OUT) were unquoted: `dir: unrecognized
+    option '--out'`). `--help` stands in for the dry run; no wheels are installed (WHEELS
+    names no folder)."""
+    import os
+    import sys
+
+    if shutil.which("make") is None:
+        pytest.skip("no make here")
+    venv = tmp_path / "a venv é"
+    venv.symlink_to(sys.prefix)  # this interpreter's environment, reached through a path with a space
+    python = venv / "bin" / pathlib.Path(sys.executable).name
+    for target, module, flags in (("gpu-check", "gpu_check", "GPU_CHECK_FLAGS"), ("gpu-sweep", "gpu_sweep", "GPU_SWEEP_FLAGS")):
+        made = subprocess.run(["make", "-s", target, f"PY={python}", f"OUT={tmp_path / 'o u t'}",
+                               f"SWEEP_OUT={tmp_path / 'o u t'}", f"{flags}=--help", f"WHEELS={tmp_path / 'none'}"],
+                              cwd=repo_root, env={**os.environ, "PYTHONPATH": ""}, capture_output=True, text=True,
+                              timeout=120)
+        assert made.returncode == 0 and f"usage: {module}.py" in made.stdout, made.stderr[-2000:]

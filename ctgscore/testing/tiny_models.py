@@ -31,7 +31,9 @@ BART_BASE_SIZES = {"d_model": 768, "layers": 6, "heads": 12, "ffn": 3072}
 
 
 def corpus_lines() -> list[str]:
-    return [line for line in TINY_CORPUS.read_text().splitlines() if line.strip()]
+    """The tiny corpus's lines (UTF-8 in any locale: its IWF table, and so the demo's scores, are
+    the same everywhere)."""
+    return [line for line in TINY_CORPUS.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def _train_sentencepiece(out_dir: pathlib.Path, lines: list[str], vocab_size: int) -> None:
@@ -221,7 +223,7 @@ def build_tiny_models(cache_dir: str | pathlib.Path, force: bool = False) -> dic
         "iwf": str(cache_dir / "tiny-pegasus-iwf.txt"),
     }
     stamp = cache_dir / "tiny.json"
-    if not force and stamp.exists() and json.loads(stamp.read_text()).get("version") == TINY_VERSION:
+    if not force and stamp.exists() and json.loads(stamp.read_text(encoding="utf-8")).get("version") == TINY_VERSION:
         return paths
     staging = pathlib.Path(tempfile.mkdtemp(prefix=".tiny-", dir=cache_dir.parent if cache_dir.parent.exists() else None))
     try:
@@ -230,7 +232,7 @@ def build_tiny_models(cache_dir: str | pathlib.Path, force: bool = False) -> dic
         build_gpt2(staging / "tiny-gpt2", seed=3)
         tokenizer = AutoTokenizer.from_pretrained(str(staging / "tiny-pegasus"))
         save_iwf(compute_iwf(tokenizer, corpus_lines()), staging / "tiny-pegasus-iwf.txt")
-        (staging / "tiny.json").write_text(json.dumps({"version": TINY_VERSION, **paths}, indent=2))
+        (staging / "tiny.json").write_text(json.dumps({"version": TINY_VERSION, **paths}, indent=2), encoding="utf-8")
         cache_dir.mkdir(parents=True, exist_ok=True)
         for name in ("tiny-pegasus", "tiny-bart", "tiny-gpt2", "tiny-pegasus-iwf.txt", "tiny.json"):
             target = cache_dir / name
