@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from ctgscore.cli.main import escape_what_the_console_cannot_encode
+    from scoring.console_text import escape_what_the_console_cannot_encode
 
     escape_what_the_console_cannot_encode(sys.stdout, sys.stderr)
     sys.exit(main())

@@ -22,5 +22,7 @@ __all__ = ["ConfigError", "JobError", "error_rate_exceeded", "load_config", "run
 
 if __name__ == "__main__":  # for `ray job submit`: the flags of `ctgscore run`, without the CLI package
     from ray_jobs.entrypoint import main
+    from scoring.console_text import escape_what_the_console_cannot_encode
 
+    escape_what_the_console_cannot_encode(sys.stdout, sys.stderr)
     sys.exit(main())

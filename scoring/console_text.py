@@ -158,3 +158,18 @@ def console_lines(text: str) -> list[str]:
     """A block of the program's own lines (a traceback, a rendered table) as console lines:
     split at its newlines, each line then passed through `console_line` without a limit."""
     return [console_line(line, None) for line in text.split("\n")]
+
+
+def escape_what_the_console_cannot_encode(*streams) -> None:
+    """A console whose encoding cannot spell every character (an ASCII or Latin-1 locale,
+    `PYTHONIOENCODING=ascii`) gets the Python escape of such a character (`caf\\xe9`), as the
+    console rule shows hidden ones, instead of a UnicodeEncodeError after the work was done.
+    Every entry point calls it first: `ctgscore`, the demo and `python -m ray_jobs.score_corpus`."""
+    import codecs
+
+    for stream in streams:
+        encoding = getattr(stream, "encoding", None)
+        if not hasattr(stream, "reconfigure") or not encoding:
+            continue
+        if not codecs.lookup(encoding).name.startswith("utf"):
+            stream.reconfigure(errors="backslashreplace")

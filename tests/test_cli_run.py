@@ -67,12 +67,15 @@ def test_run_forms_overrides_summary_and_error_rate(job, tmp_path, ray_address):
     assert summary["metrics"]["text_stats"]["error_reasons"] == {"empty field 'text'": 2}
     assert (tmp_path / "out" / "second" / "manifest.json").exists()
 
-    # the ray job submit entry point is the same command
+    # the ray job submit entry point is the same command, on a console that spells only ASCII: the
+    # summary names a file it did not read as `_notes-\xe9.parquet` (was a UnicodeEncodeError, exit 1)
+    (tmp_path / "data" / "_notes-é.parquet").write_bytes(b"")
     proc = run_cli(["--config", job, "--set", "output=out/second", "--set", "max_error_rate=0.5", "--no-progress"],
-                   cwd=tmp_path, module="ray_jobs.score_corpus", env=shared_ray)
+                   cwd=tmp_path, module="ray_jobs.score_corpus", env={**shared_ray, "PYTHONIOENCODING": "ascii"})
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == "" and len(proc.stdout.strip().splitlines()) == 1
     assert "6 reused" in proc.stdout  # unchanged rows are not scored twice
+    assert "_notes-\\xe9.parquet" in proc.stdout
 
 
 def _numbers(node):

@@ -124,7 +124,7 @@ def test_a_console_that_cannot_spell_a_character_gets_its_escape_not_an_error():
     a UTF-8 console is left as it is."""
     import io
 
-    from ctgscore.cli.main import escape_what_the_console_cannot_encode
+    from scoring.console_text import escape_what_the_console_cannot_encode
 
     ascii_out = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
     latin_out = io.TextIOWrapper(io.BytesIO(), encoding="latin-1")

@@ -125,22 +125,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                        as_json)
 
 
-def escape_what_the_console_cannot_encode(*streams) -> None:
-    """A console whose encoding cannot spell every character (an ASCII or Latin-1 locale,
-    `PYTHONIOENCODING=ascii`) gets the Python escape of such a character (`caf\\xe9`), as the
-    console rule shows hidden ones, instead of a UnicodeEncodeError after the work was done."""
-    import codecs
-
-    for stream in streams:
-        encoding = getattr(stream, "encoding", None)
-        if not hasattr(stream, "reconfigure") or not encoding:
-            continue
-        if not codecs.lookup(encoding).name.startswith("utf"):
-            stream.reconfigure(errors="backslashreplace")
-
-
 def entry_point() -> None:
     """The `ctgscore` console script."""
+    from scoring.console_text import escape_what_the_console_cannot_encode
+
     escape_what_the_console_cannot_encode(sys.stdout, sys.stderr)
     sys.exit(main())
 
