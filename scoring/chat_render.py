@@ -8,8 +8,9 @@ same template, with the same globals and filters as transformers gives it (`tojs
 `raise_exception`, `strftime_now`, `namespace`, the `generation` tag), is compiled without
 constant folding in a sandbox that counts its work:
 
-- every loop iteration, call, filter and output piece is one step; a rendering may take
-  `MAX_STEPS` of them;
+- every loop iteration, call, filter and output piece is one step, and every `CHARS_PER_STEP`
+  characters or items of a value a call, filter or operator builds one more; a rendering may
+  take `MAX_STEPS` of them (so it builds at most about 100 million characters in all);
 - no string, list or output it builds may pass `MAX_CHARS` items: `*`, `+` and `%` are checked
   before they run, a call's or filter's result after it; calls that can grow a value far past
   their inputs in one go (`replace`, `join`, `indent`, `wordwrap`, widths and paddings, `**`)
@@ -33,10 +34,12 @@ from jinja2 import nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 MAX_STEPS = 100_000
-MAX_CHARS = 1_000_000
+# far above a prompt (a cell is at most 1,000,000 bytes by default), far below a memory blow-up
+MAX_CHARS = 16_000_000
 MAX_SOURCE_CHARS = 1_000_000
 MAX_INT_BITS = 4_096
 MAX_JSON_INDENT = 64
+CHARS_PER_STEP = 1_024
 # a width or precision of seven digits or more in a format string (`%9999999s`, `{:>9999999}`)
 _WIDE_FORMAT = re.compile(r"\d{7,}")
 _REFUSED_STR_METHODS = frozenset({"translate", "expandtabs", "maketrans"})
@@ -50,20 +53,20 @@ class _Budget:
     def __init__(self) -> None:
         self.steps = 0
 
-    def step(self) -> None:
-        self.steps += 1
+    def step(self, count: int = 1) -> None:
+        self.steps += count
         if self.steps > MAX_STEPS:
             raise ChatTemplateError(f"the chat template takes more than {MAX_STEPS:,} steps (loop iterations, calls, "
-                                    "output pieces) to render one prompt")
+                                    f"output pieces, {CHARS_PER_STEP:,} characters built) to render one prompt")
 
 
 _BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar("ctgscore_chat_budget", default=None)
 
 
-def _step() -> None:
+def _step(count: int = 1) -> None:
     budget = _BUDGET.get()
     if budget is not None:
-        budget.step()
+        budget.step(count)
 
 
 def _too_big(what: str, size: int) -> ChatTemplateError:
@@ -71,8 +74,12 @@ def _too_big(what: str, size: int) -> ChatTemplateError:
 
 
 def _check_size(value, what: str = "a value"):
-    if isinstance(value, (str, list, tuple, dict, bytes)) and len(value) > MAX_CHARS:
-        raise _too_big(what, len(value))
+    """`value` if it is within `MAX_CHARS` (and `MAX_INT_BITS`); a value built costs one step
+    per `CHARS_PER_STEP` of its length, so a loop that builds large values stops sooner."""
+    if isinstance(value, (str, list, tuple, dict, bytes)):
+        if len(value) > MAX_CHARS:
+            raise _too_big(what, len(value))
+        _step(len(value) // CHARS_PER_STEP)
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > MAX_INT_BITS:
         raise ChatTemplateError(f"the chat template builds an integer of {value.bit_length():,} bits (at most {MAX_INT_BITS:,})")
     return value
@@ -95,9 +102,10 @@ def _length(value) -> int:
     return len(value) if isinstance(value, (str, list, tuple)) else 0
 
 
-def _joined_length(items, separator) -> int:
-    items = list(items)
-    return sum(len(str(item)) for item in items) + len(str(separator)) * max(len(items) - 1, 0)
+def _materialised(items):
+    """The items a `join` is given, as a list when they come as an iterator (`map`, `select`),
+    so that their joined length is known before the join."""
+    return items if isinstance(items, (str, list, tuple, dict)) or not hasattr(items, "__iter__") else list(items)
 
 
 def _grown_size(name: str, subject, args, kwargs, method: bool) -> int:
@@ -149,6 +157,9 @@ def _checked_filter(name: str, function):
         # filters get the value first, or the context/environment and then the value
         values = [a for a in args if not isinstance(a, (jinja2.runtime.Context, jinja2.Environment, jinja2.nodes.EvalContext))]
         subject = values[0] if values else None
+        if name == "join" and values:
+            subject = _materialised(subject)
+            args = tuple(subject if a is values[0] else a for a in args)
         return _checked_call(name, lambda: function(*args, **kwargs), subject, values[1:], kwargs, method=False)
 
     return checked
@@ -202,6 +213,8 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         subject = getattr(getattr(__obj, "__wrapped__", __obj), "__self__", None)
         if isinstance(subject, str) and name in _REFUSED_STR_METHODS:
             raise ChatTemplateError(f"the chat template calls str.{name}, which is not allowed")
+        if isinstance(subject, str) and name == "join" and args:
+            args = (_materialised(args[0]), *args[1:])
         return _checked_call(name, lambda: ImmutableSandboxedEnvironment.call(__self, __context, __obj, *args, **kwargs),
                              subject, args, kwargs, method=isinstance(subject, str))
 

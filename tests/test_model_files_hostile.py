@@ -66,9 +66,10 @@ def no_allocation(monkeypatch):
 BOMBS = {
     "nested loops": ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "100,000 steps"),
     "string product": ("{{ 'x' * 10**10 }}", "10,000,000,000 characters or items"),
-    "gigabytes of output": ("{% for i in range(100000) %}{{ 'y' * 100000 }}{% endfor %}", "writes more than 1,000,000 characters"),
+    "join of an iterator": ("{% set s = 'a' * 100000 %}{{ ([s] * 1000)|map('string')|join }}", "(join) of 100,000,000"),
+    "gigabytes of output": ("{% for i in range(100000) %}{{ 'y' * 100000 }}{% endfor %}", "writes more than 16,000,000 characters"),
     "doubling": ("{% set ns = namespace(x='ab') %}{% for i in range(60) %}{% set ns.x = ns.x ~ ns.x %}{% endfor %}{{ ns.x }}",
-                 "1,048,576 characters or items"),
+                 "16,777,216 characters or items"),
     "exponential macro": ("{% macro f(n) %}{% if n > 0 %}{{ f(n-1) }}{{ f(n-1) }}{% endif %}{% endmacro %}{{ f(40) }}", "steps"),
     "padding": ("{{ 'x'|center(1000000000) }}", "the number 1000000000"),
     "str method width": ("{{ 'x'.ljust(1000000000) }}", "the number 1000000000"),
@@ -126,7 +127,7 @@ def test_a_template_that_runs_away_on_one_text_fails_that_row_only(chat_llm, tmp
     out = metric.score_rows([ROWS[0], {**ROWS[1], "source": "urgent: the sea was calm"}])
     assert out[0]["error"] is None and out[0]["gptscore_plain_s_h"] is not None
     assert out[1]["error"] == ("s_h: prompt is refused by the chat template (the chat template takes more than 100,000 "
-                               "steps (loop iterations, calls, output pieces) to render one prompt)")
+                               "steps (loop iterations, calls, output pieces, 1,024 characters built) to render one prompt)")
 
 
 PARITY_TEMPLATES = [
