@@ -299,8 +299,9 @@ def _model_files(source: ModelSource, what: str):
 
 @contextlib.contextmanager
 def _quiet_transformers(quiet: bool):
-    """transformers' warnings (its load report of missing and unexpected weights) held back
-    while a local or `s3://` model loads: `_check_loaded_weights` reports them in one line."""
+    """transformers' warnings (its load report of missing and unexpected weights, its doubts
+    about a config's values) held back while a local or `s3://` model loads: what matters is
+    refused in one line (`_check_loaded_weights`, `scoring.model_files`)."""
     from transformers.utils import logging as hf_logging
 
     if not quiet:
@@ -317,7 +318,7 @@ def _quiet_transformers(quiet: bool):
 def load_config(source: ModelSource):
     from transformers import AutoConfig
 
-    with _model_files(source, "config.json"):
+    with _model_files(source, "config.json"), _quiet_transformers(not source.is_hub):
         return AutoConfig.from_pretrained(source.local_path, revision=source.revision if source.is_hub else None,
                                           trust_remote_code=False)
 
@@ -387,7 +388,7 @@ def load_tokenizer(source: ModelSource):
 
     if not source.is_hub:
         load_config(source)  # the tokenizer reads config.json too: its errors name that file
-    with _model_files(source, "tokenizer"):
+    with _model_files(source, "tokenizer"), _quiet_transformers(not source.is_hub):
         return AutoTokenizer.from_pretrained(
             source.local_path, revision=source.revision if source.is_hub else None, trust_remote_code=False,
             mistral_format=False,

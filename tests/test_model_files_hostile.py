@@ -330,3 +330,13 @@ def test_a_pre_tokenizer_regex_that_backtracks_fails_the_row_it_meets(chat_llm, 
     out = metric.score_rows([{"id": "a", "text": "a" * 40 + "!"}, {"id": "b", "text": "A calm day at sea."}])
     assert out[0]["error"].startswith("PanicException: ") and "retry-limit-in-match" in out[0]["error"]
     assert out[1]["error"] is None and out[1]["perplexity"] > 1
+
+
+def test_ctgscore_score_on_a_hostile_config_exits_2_with_one_line(tiny_models, tmp_path, cli, no_allocation):
+    folder = tampered(tiny_models["gpt2"], tmp_path / "gpt2")
+    edit_json(folder / "config.json", vocab_size=-5)
+    pq.write_table(pa.Table.from_pylist(ROWS), tmp_path / "in.parquet")
+    proc = cli(["score", "-m", "perplexity", "--param", f"model={folder}", "-i", str(tmp_path / "in.parquet"),
+                "-o", str(tmp_path / "out.parquet")])
+    assert_user_error(proc, 2, f"model file {folder / 'config.json'}: describes no model that can be built")
+    assert not (tmp_path / "out.parquet").exists()
