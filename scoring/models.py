@@ -85,12 +85,14 @@ def file_digest(path: str | os.PathLike) -> str:
 
 def weights_digest(folder: str | os.PathLike) -> str:
     """sha256 over the safetensors files of a folder (names and bytes), cached beside them
-    keyed by size and mtime so large checkpoints are hashed once."""
+    keyed by size, mtime and ctime so large checkpoints are hashed once."""
     folder = pathlib.Path(folder)
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise ModelLocationError(f"{folder}: no .safetensors weights (pickled checkpoints are refused)")
-    stamp = [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files]
+    # the change time too: a folder unpacked from an archive can carry a forged sidecar whose
+    # names, sizes and modification times match (tar restores them), never its change times
+    stamp = [(f.name, f.stat().st_size, f.stat().st_mtime_ns, f.stat().st_ctime_ns) for f in files]
     sidecar = folder / ".ctgscore-digest.json"
     try:
         cached = json.loads(sidecar.read_text())

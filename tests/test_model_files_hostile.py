@@ -340,3 +340,18 @@ def test_ctgscore_score_on_a_hostile_config_exits_2_with_one_line(tiny_models, t
                 "-o", str(tmp_path / "out.parquet")])
     assert_user_error(proc, 2, f"model file {folder / 'config.json'}: describes no model that can be built")
     assert not (tmp_path / "out.parquet").exists()
+
+
+def test_a_forged_digest_sidecar_in_the_folder_is_not_believed(tiny_models, tmp_path):
+    """A folder unpacked from an archive keeps the names, sizes and modification times it was
+    packed with, so a `.ctgscore-digest.json` shipped in it could name other weights' digest."""
+    import hashlib
+
+    from scoring.models import resolve_model
+
+    folder = tampered(tiny_models["gpt2"], tmp_path / "gpt2")
+    weights = folder / "model.safetensors"
+    stamp = [["model.safetensors", weights.stat().st_size, weights.stat().st_mtime_ns]]
+    (folder / ".ctgscore-digest.json").write_text(json.dumps({"stamp": stamp, "digest": "0123456789abcdef"}))
+    expected = hashlib.sha256(b"model.safetensors" + weights.read_bytes()).hexdigest()[:16]
+    assert resolve_model(str(folder)).identity()["revision"] == f"sha256:{expected}"
