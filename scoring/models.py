@@ -22,7 +22,7 @@ import pathlib
 import shutil
 from dataclasses import dataclass
 
-from scoring.errors import CtgscoreError, UsageError
+from scoring.errors import CtgscoreError, UsageError, is_accelerator_error, is_out_of_memory
 from scoring.model_files import ModelFileError, check_folder, check_model_size, weights_elements
 
 DEFAULT_CACHE = pathlib.Path(os.environ.get("CTGSCORE_CACHE", pathlib.Path.home() / ".cache" / "ctgscore"))
@@ -293,7 +293,7 @@ def _model_files(source: ModelSource, what: str):
     except CtgscoreError:
         raise
     except Exception as exc:  # noqa: BLE001 - any failure to read a hostile folder names it
-        if source.is_hub:
+        if source.is_hub or is_out_of_memory(exc) or is_accelerator_error(exc):  # the machine's, not the folder's
             raise
         message = " ".join(str(exc).split())[:300]
         raise ModelFileError(f"model {source.local_path}: its {what} cannot be loaded ({type(exc).__name__}: {message})") from None
