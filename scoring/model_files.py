@@ -117,8 +117,9 @@ def safetensors_elements(path: pathlib.Path) -> int:
             raise ModelFileError(f"model file {path}: {size} bytes, too short for a safetensors header")
         declared = int.from_bytes(head, "little")
         if declared > min(size - 8, MAX_HEADER_BYTES):
+            pointer = " (a Git LFS pointer: fetch the file itself)" if head.startswith(b"version ") else ""
             raise ModelFileError(f"model file {path}: the safetensors header declares {declared:,} bytes, more than "
-                                 f"{'the file holds' if declared > size - 8 else f'{MAX_HEADER_BYTES:,}'}")
+                                 f"{'the file holds' if declared > size - 8 else f'{MAX_HEADER_BYTES:,}'}{pointer}")
         raw = handle.read(declared)
     try:
         header = json.loads(raw)
@@ -152,8 +153,8 @@ def _layer_counts(values: dict, path: str = ""):
     for key, value in values.items():
         if isinstance(value, dict):
             yield from _layer_counts(value, f"{path}{key}.")
-        elif isinstance(key, str) and (key.endswith("layers") or key == "n_layer") and not isinstance(value, (list, bool)):
-            yield f"{path}{key}", value
+        elif isinstance(key, str) and (key.endswith("layers") or key == "n_layer") and not isinstance(value, bool):
+            yield f"{path}{key}", value  # numbers are checked; lists of layer indices and names are not counts
 
 
 def check_model_size(model_class, config, folder: str | os.PathLike, held: int) -> None:
@@ -163,8 +164,10 @@ def check_model_size(model_class, config, folder: str | os.PathLike, held: int) 
 
     where = pathlib.Path(folder) / "config.json"
     for key, value in _layer_counts(config.to_dict()):
-        if value is not None and (not isinstance(value, int) or not 0 <= value <= MAX_LAYERS):
-            raise ModelFileError(f"model file {where}: {key} is {value!r}; a whole number from 0 to {MAX_LAYERS} is expected")
+        whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        if isinstance(value, (int, float)) and not (whole and 0 <= value <= MAX_LAYERS):
+            shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:20]}... ({len(repr(value))} characters)"
+            raise ModelFileError(f"model file {where}: {key} is {shown}; a whole number from 0 to {MAX_LAYERS} is expected")
     try:
         with torch.device("meta"):
             model = model_class.from_config(config, trust_remote_code=False)

@@ -355,3 +355,21 @@ def test_a_forged_digest_sidecar_in_the_folder_is_not_believed(tiny_models, tmp_
     (folder / ".ctgscore-digest.json").write_text(json.dumps({"stamp": stamp, "digest": "0123456789abcdef"}))
     expected = hashlib.sha256(b"model.safetensors" + weights.read_bytes()).hexdigest()[:16]
     assert resolve_model(str(folder)).identity()["revision"] == f"sha256:{expected}"
+
+
+@pytest.mark.parametrize("value, message", [
+    (10**400, "config.json: n_layer is 10000000000000000000... (401 characters); a whole number from 0 to 1000"),
+    (2.5, "its config.json cannot be loaded (StrictDataclassFieldValidationError: Validation error for field 'n_layer'"),
+])
+def test_a_layer_count_that_is_no_whole_number_in_range_is_refused(tiny_models, tmp_path, no_allocation, value, message):
+    folder = tampered(tiny_models["gpt2"], tmp_path / "gpt2")
+    (folder / "config.json").write_text((folder / "config.json").read_text().replace('"n_layer": 2', f'"n_layer": {value}'))
+    with pytest.raises(UsageError, match=re.escape(message)):
+        build_metric("perplexity", {"model": str(folder)})
+
+
+def test_an_unfetched_git_lfs_pointer_is_named(tiny_models, tmp_path):
+    folder = tampered(tiny_models["gpt2"], tmp_path / "gpt2")
+    (folder / "model.safetensors").write_text("version https://git-lfs.github.com/spec/v1\noid sha256:0\nsize 789064\n")
+    with pytest.raises(UsageError, match=r"model.safetensors: the safetensors header declares .*\(a Git LFS pointer: fetch the file itself\)"):
+        build_metric("perplexity", {"model": str(folder)})
