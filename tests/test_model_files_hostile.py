@@ -373,3 +373,20 @@ def test_an_unfetched_git_lfs_pointer_is_named(tiny_models, tmp_path):
     (folder / "model.safetensors").write_text("version https://git-lfs.github.com/spec/v1\noid sha256:0\nsize 789064\n")
     with pytest.raises(UsageError, match=r"model.safetensors: the safetensors header declares .*\(a Git LFS pointer: fetch the file itself\)"):
         build_metric("perplexity", {"model": str(folder)})
+
+
+def test_a_hostile_bartscore_state_dict_is_one_error(tiny_models, tmp_path):
+    """`bartscore`'s `state_dict` (a fine-tuned file on top of the model, ParaBank's) is a model
+    file too: a tensor of another shape, a header that lies, a device are one `state_dict:` line."""
+    import torch
+    from safetensors.torch import save_file
+
+    shapes = tmp_path / "shapes.safetensors"
+    save_file({"model.shared.weight": torch.zeros(7, 3)}, str(shapes))
+    lying = tmp_path / "lying.safetensors"
+    lying.write_bytes(struct.pack("<Q", 2**40) + b"{}")
+    os.symlink("/dev/zero", tmp_path / "zero.safetensors")
+    for path, message in ((shapes, "does not fit"), (lying, "the safetensors header declares 1,099,511,627,776 bytes"),
+                          (tmp_path / "zero.safetensors", "not a regular file")):
+        with pytest.raises(UsageError, match=f"state_dict: .*{message}"):
+            build_metric("bartscore", {"model": tiny_models["bart"], "state_dict": str(path), "directions": ["s_h"]})
