@@ -356,16 +356,34 @@ def load_pretrained(model_class, source: ModelSource, dtype: str = "float32", de
 
 def _check_loaded_weights(model, info: dict, location: str, unused: tuple[str, ...]) -> None:
     """The weights and the model of config.json agree: no weight the model needs is missing
-    (transformers would draw it at random), none has another shape, and none is left over (a
-    config that describes fewer layers than the weights hold would score with a truncated model)."""
+    (transformers would draw it at random), none has another shape, and no layer is left over (a
+    config that describes fewer layers than the weights hold would score with a truncated model).
+    A leftover tensor that is no parameter of any layer the model has (a buffer an older
+    transformers saved, such as GPT-2's `attn.masked_bias` or a `rotary_emb.inv_freq`) is let be,
+    as transformers lets it be."""
     problems = [f"lack {key}" for key in sorted(info.get("missing_keys") or ()) if not _computed_or_unused(model, key, unused)]
     problems += [f"hold {key[0]} as {list(key[1])}, the model needs {list(key[2])}" if isinstance(key, tuple) and len(key) == 3
                  else f"hold {key} in another shape" for key in sorted(info.get("mismatched_keys") or (), key=str)]
+    shapes = _parameter_shapes(model)
     problems += [f"hold {key}, which the model has no place for" for key in sorted(info.get("unexpected_keys") or ())
-                 if not key.startswith(unused)]
+                 if not key.startswith(unused) and _layer_shape(key) in shapes]
     if problems:
         raise ModelFileError(f"model {location}: its weights do not match the model its config.json describes: they "
                              f"{problems[0]} ({len(problems)} such tensor(s)); refusing a model that would be partly random or cut")
+
+
+def _layer_shape(name: str) -> str:
+    """A weight's name with its layer numbers as `#` (`transformer.h.#.mlp.c_fc.weight`)."""
+    import re
+
+    return re.sub(r"\.\d+(?=\.)", ".#", name)
+
+
+def _parameter_shapes(model) -> set[str]:
+    """The model's parameter names, layer numbers as `#` (with and without its base prefix)."""
+    names = {_layer_shape(name) for name, _ in model.named_parameters()}
+    prefix = getattr(model, "base_model_prefix", "") or ""
+    return names | {name[len(prefix) + 1:] for name in names if prefix and name.startswith(prefix + ".")}
 
 
 def _computed_or_unused(model, key: str, unused: tuple[str, ...]) -> bool:

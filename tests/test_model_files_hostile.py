@@ -230,6 +230,35 @@ def test_weights_of_another_shape_or_name_are_refused(tiny_models, tmp_path):
         build_metric("perplexity", {"model": str(renamed)})
 
 
+def test_buffers_an_older_transformers_saved_are_let_be(tiny_models, chat_llm, tmp_path):
+    """Published checkpoints carry buffers today's models no longer keep (GPT-2's `attn.bias` and
+    `attn.masked_bias`, Llama's `rotary_emb.inv_freq`, RoBERTa's `position_ids`) and leave out a
+    tied `lm_head`: such a folder loads, and scores as the folder without them."""
+    import torch
+
+    from scoring.models import _check_loaded_weights
+
+    gpt2 = tampered(tiny_models["gpt2"], tmp_path / "gpt2")
+    _rewrite_weights(gpt2, lambda state: {
+        **{k: v for k, v in state.items() if k != "lm_head.weight"},
+        **{f"transformer.h.{i}.attn.bias": torch.tril(torch.ones(1, 1, 8, 8)) for i in range(2)},
+        **{f"transformer.h.{i}.attn.masked_bias": torch.tensor(-1e4) for i in range(2)}})
+    rows = [{"id": "a", "text": "The storm closed the harbour."}]
+    clean = build_metric("perplexity", {"model": tiny_models["gpt2"]}).score_rows(rows)
+    assert build_metric("perplexity", {"model": str(gpt2)}).score_rows(rows) == clean
+    llama = tampered(chat_llm, tmp_path / "llama")
+    _rewrite_weights(llama, lambda state: {**state, "model.layers.0.self_attn.rotary_emb.inv_freq": torch.ones(4)})
+    assert build_metric("perplexity", {"model": str(llama)}).score_rows(rows)[0].get("error") is None
+    # a leftover layer is still refused, in any model and with or without its base prefix
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=10, n_positions=8))
+    for key in ("transformer.h.3.mlp.c_fc.weight", "h.3.mlp.c_fc.weight"):
+        with pytest.raises(UsageError, match="which the model has no place for"):
+            _check_loaded_weights(model, {"unexpected_keys": {key}}, "m", ())
+    _check_loaded_weights(model, {"unexpected_keys": {"h.3.attn.masked_bias", "roberta.embeddings.position_ids"}}, "m", ())
+
+
 @pytest.mark.parametrize("declared, message", [
     (2**62, "declares 4,611,686,018,427,387,904 bytes, more than the file holds"),
     (50_000_000, "declares 50,000,000 bytes, more than the file holds"),
