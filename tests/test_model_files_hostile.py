@@ -138,6 +138,15 @@ PARITY_TEMPLATES = [
     "{% if date_string is not defined %}{% set date_string = strftime_now('%d %b %Y') %}{% endif %}Today: {{ date_string }}\n"
     "{% for m in messages %}{% generation %}{{ m['content'] | upper | replace('A', 'a') }}{% endgeneration %}{% endfor %}"
     "{{ '%s|%5d' % ('x', 3) }}{{ '{} {}'.format(eos_token, unk_token) }}{{ [1, 2] | join(',') }}{{ 'ab' * 3 }}",
+    # the shape of today's templates: a system turn taken apart, loop controls, whitespace control, a guard
+    "{%- if messages[0]['role'] == 'system' %}{%- set system = messages[0]['content'] | trim %}{%- set rest = messages[1:] %}"
+    "{%- else %}{%- set system = 'You rate texts.' %}{%- set rest = messages %}{%- endif %}"
+    "{{- bos_token }}<|system|>\n{{ system }}\n"
+    "{%- for m in rest %}{%- if loop.index > 8 %}{% break %}{%- endif %}"
+    "{%- if m['role'] not in ['user', 'assistant'] %}{{ raise_exception('unknown role ' ~ m['role']) }}{%- endif %}"
+    "{%- if m['content'] is string and m['content'].strip() == '' %}{% continue %}{%- endif %}"
+    "\n<|{{ m['role'] }}|>\n{{ m['content'] | trim }}{{ eos_token if m['role'] == 'assistant' else '' }}"
+    "{%- endfor %}{%- if add_generation_prompt %}\n<|assistant|>\n{%- endif %}",
 ]
 
 
