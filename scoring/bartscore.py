@@ -20,6 +20,8 @@ and then averages over prompts (`prompt_order: references_first`, the original's
 
 from __future__ import annotations
 
+import os
+import pathlib
 import statistics
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -29,6 +31,7 @@ from scoring import preprocess as preprocessing
 from scoring.engine import DEFAULT_TOKEN_BUDGET, Ragged, Seq2SeqLikelihood
 from scoring.errors import UsageError
 from scoring.metric import RowMetric
+from scoring.model_files import safetensors_elements
 from scoring.model_limits import default_max_length, limits_for, raise_row_error
 from scoring.models import file_digest, load_pretrained, load_tokenizer, resolve_model
 from scoring.params import (
@@ -116,11 +119,20 @@ class BARTScorer:
 
         if not str(path).endswith(".safetensors"):
             raise UsageError(f"state_dict: {path}: only .safetensors state dicts are loaded (pickles are refused)")
+        if os.path.exists(path) and not os.path.isfile(path):  # /dev/zero, a FIFO: never opened
+            raise UsageError(f"state_dict: {path}: not a regular file")
         try:
+            if os.path.isfile(path):
+                safetensors_elements(pathlib.Path(path))  # a header that lies about the file, named by tensor
             state = load_file(str(path), device=str(self.engine.device))
         except Exception as exc:  # noqa: BLE001 - missing file or not a safetensors file (SafetensorError)
-            raise UsageError(f"state_dict: {path}: {exc}") from exc
-        missing, unexpected = self.model.load_state_dict(state, strict=False)
+            raise UsageError(f"state_dict: {' '.join(str(exc).split())[:300]}" if isinstance(exc, UsageError)
+                             else f"state_dict: {path}: {exc}") from None
+        try:
+            missing, unexpected = self.model.load_state_dict(state, strict=False)
+        except RuntimeError as exc:  # a tensor of another shape than the model's
+            raise UsageError(f"state_dict: {path}: does not fit {self.source.location} "
+                             f"({' '.join(str(exc).split())[:300]})") from None
         if unexpected:
             raise UsageError(f"state_dict: {path}: keys not in the model: {unexpected[:5]}")
         self.model.tie_weights()

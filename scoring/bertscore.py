@@ -142,7 +142,7 @@ class BERTScorer:
         self.tokenizer = load_tokenizer(self.source)
         self.limits = limits_for(self.source)  # embedding and position sizes, from the config
         self.limits.check_max_length(max_length)
-        loaded = load_pretrained(AutoModel, self.source, dtype=dtype, device=device)
+        loaded = load_pretrained(AutoModel, self.source, dtype=dtype, device=device, unused=("pooler.", "lm_head."))
         encoder = loaded.get_encoder() if getattr(loaded.config, "is_encoder_decoder", False) else loaded
         owner, name = _layer_list(encoder)
         layers = getattr(owner, name)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from scoring.chat_render import ChatTemplateError, render_chat
 from scoring.errors import UsageError
 from scoring.literal_tokens import LiteralTokenizer
 
@@ -48,7 +49,10 @@ class ChatFrame:
     def __init__(self, tokenizer, model: str = "the model"):
         self.tokenizer = tokenizer
         self.model = model
-        frames = [self._frame_parts(placeholder) for placeholder in PLACEHOLDERS]
+        try:
+            frames = [self._frame_parts(placeholder) for placeholder in PLACEHOLDERS]
+        except ChatTemplateError as exc:
+            raise UsageError(f"chat_template: the chat template of {model} cannot be used: {exc}") from None
         if frames[0] is None or frames[0] != frames[1]:
             raise UsageError(f"chat_template: the chat template of {model} does not write a user turn's content "
                              "as it is given, so its markup cannot be kept apart from the data (use chat_template: false)")
@@ -70,13 +74,17 @@ class ChatFrame:
         """The frame as the template renders it now. A template that reads the clock itself
         (`strftime_now` without `date_string`) renders another frame after midnight; a frame
         built the day before would make every later prompt "unlike the others" (a row error)."""
-        parts = self._frame_parts(PLACEHOLDERS[0])
-        if parts is not None and parts != self.parts and parts == self._frame_parts(PLACEHOLDERS[1]):
-            self._set_frame(parts)
+        try:
+            parts = self._frame_parts(PLACEHOLDERS[0])
+            if parts is not None and parts != self.parts and parts == self._frame_parts(PLACEHOLDERS[1]):
+                self._set_frame(parts)
+        except ChatTemplateError:  # a template that fails now fails each row's rendering too (a row error)
+            pass
 
     def render(self, content: str) -> str:
-        return self.tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
-                                                  add_generation_prompt=True, date_string=FIXED_DATE)
+        """The template around one user turn, as `apply_chat_template(..., tokenize=False,
+        add_generation_prompt=True)` renders it, within the bounds of `scoring.chat_render`."""
+        return render_chat(self.tokenizer, [{"role": "user", "content": content}], date_string=FIXED_DATE)
 
     def _frame_parts(self, placeholder: str) -> list[str] | None:
         template = self.tokenizer.chat_template

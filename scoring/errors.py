@@ -40,6 +40,14 @@ class StorageError(CtgscoreError, OSError):
 RETRY_PREFIX = "retry next run: "
 
 
+def is_row_failure(exc: BaseException) -> bool:
+    """An exception that is one row's (or one batch's) failure: any `Exception`, and a panic of
+    a Rust library (pyo3's `PanicException`, a `BaseException`): a model's tokenizer.json whose
+    pre-tokenizer regex backtracks past Oniguruma's retry limit on one text panics inside
+    `tokenizers`, and that text must be one row error, not the end of the run."""
+    return isinstance(exc, Exception) or type(exc).__name__ == "PanicException"
+
+
 def is_out_of_memory(exc: BaseException) -> bool:
     """CUDA (caching allocator, cuBLAS/cudaMalloc) or host out-of-memory, by type or text."""
     return type(exc).__name__ == "OutOfMemoryError" or (isinstance(exc, (RuntimeError, MemoryError)) and "out of memory" in str(exc).lower())

@@ -30,7 +30,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Sequence
 
 from scoring.cell_types import cell_type_problem, writable_value
-from scoring.errors import RETRY_PREFIX, InputError, is_accelerator_error, is_out_of_memory
+from scoring.errors import RETRY_PREFIX, InputError, is_accelerator_error, is_out_of_memory, is_row_failure
 from scoring.limits import RowLimits, cell_problem
 from scoring.schema import ERROR, ID, SKIPPED, TEXT, WARNING, carried_columns
 from scoring.signature import Signature, stable_hash
@@ -108,7 +108,9 @@ class RowMetric(ABC):
             except RowError as exc:
                 reasons[kept.pop(exc.row_index)] = exc.reason
                 continue
-            except Exception:  # noqa: BLE001 - isolate the failing rows, one at a time
+            except BaseException as exc:  # noqa: BLE001 - isolate the failing rows, one at a time
+                if not is_row_failure(exc):
+                    raise
                 break
             return table, reasons
         tables, reasons = [], []
@@ -118,7 +120,9 @@ class RowMetric(ABC):
                 reasons.append(None)
             except RowError as exc:
                 reasons.append(exc.reason)
-            except Exception as exc:  # noqa: BLE001 - that row's error
+            except BaseException as exc:  # noqa: BLE001 - that row's error
+                if not is_row_failure(exc):
+                    raise
                 reasons.append(f"{type(exc).__name__}: {exc}")
         table = pa.concat_tables(tables) if tables else self.prepare([])
         return table, reasons
@@ -354,8 +358,8 @@ class RowMetric(ABC):
                 scored = score(indices)
             except RowError as exc:
                 bad_row, failure = indices[exc.row_index], exc.reason
-            except Exception as exc:  # noqa: BLE001 - any failure is isolated by bisection
-                if is_accelerator_error(exc):
+            except BaseException as exc:  # noqa: BLE001 - any failure is isolated by bisection
+                if not is_row_failure(exc) or is_accelerator_error(exc):
                     raise  # the device is lost, not the row: the process must end (never a row error)
                 failure = f"{type(exc).__name__}: {exc}"
                 if is_out_of_memory(exc):

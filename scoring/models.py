@@ -5,7 +5,9 @@ and copied into a local cache keyed by its content (the name, size and ETag of e
 a model replaced at the same prefix is fetched again and gets a new weight hash in the metric
 signature; a lock file guards concurrent actors on one node. The endpoint and region for
 `s3://` models come from `configure_s3` (the job's `s3` section), else the environment. Only
-safetensors weights are accepted everywhere, and `trust_remote_code` is never set.
+safetensors weights are accepted everywhere, and `trust_remote_code` is never set. A local or
+`s3://` folder's files are checked before transformers reads them (`scoring.model_files`), and
+what transformers cannot load from such a folder is one `ModelFileError` naming the folder.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import pathlib
 import shutil
 from dataclasses import dataclass
 
-from scoring.errors import UsageError
+from scoring.errors import CtgscoreError, UsageError, is_accelerator_error, is_out_of_memory
+from scoring.model_files import ModelFileError, check_folder, check_model_size, weights_elements
 
 DEFAULT_CACHE = pathlib.Path(os.environ.get("CTGSCORE_CACHE", pathlib.Path.home() / ".cache" / "ctgscore"))
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -82,12 +85,14 @@ def file_digest(path: str | os.PathLike) -> str:
 
 def weights_digest(folder: str | os.PathLike) -> str:
     """sha256 over the safetensors files of a folder (names and bytes), cached beside them
-    keyed by size and mtime so large checkpoints are hashed once."""
+    keyed by size, mtime and ctime so large checkpoints are hashed once."""
     folder = pathlib.Path(folder)
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise ModelLocationError(f"{folder}: no .safetensors weights (pickled checkpoints are refused)")
-    stamp = [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files]
+    # the change time too: a folder unpacked from an archive can carry a forged sidecar whose
+    # names, sizes and modification times match (tar restores them), never its change times
+    stamp = [(f.name, f.stat().st_size, f.stat().st_mtime_ns, f.stat().st_ctime_ns) for f in files]
     sidecar = folder / ".ctgscore-digest.json"
     try:
         cached = json.loads(sidecar.read_text())
@@ -223,11 +228,13 @@ def resolve_model(
     cache = pathlib.Path(cache_dir) if cache_dir else DEFAULT_CACHE
     if location.startswith("s3://"):
         local = _copy_from_s3(location, cache, storage_options)
+        check_folder(local)
         return ModelSource(location, str(local), revision, is_hub=False)
     path = pathlib.Path(location).expanduser()
     if path.is_dir():
         if not list(path.glob("*.safetensors")):
             raise ModelLocationError(f"{path}: no .safetensors weights (pickled checkpoints are refused)")
+        check_folder(path)
         return ModelSource(location, str(path.resolve()), revision, is_hub=False)
     if location.startswith((".", "/", "~")):
         raise ModelLocationError(f"model folder '{location}' does not exist")
@@ -277,29 +284,118 @@ def without_weights():
         _WEIGHTS_WANTED.reset(token)
 
 
+@contextlib.contextmanager
+def _model_files(source: ModelSource, what: str):
+    """What transformers raises on a local or `s3://` folder's files as one `ModelFileError`
+    naming the folder (a hub model's errors, network ones included, are left as they are)."""
+    try:
+        yield
+    except CtgscoreError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure to read a hostile folder names it
+        if source.is_hub or is_out_of_memory(exc) or is_accelerator_error(exc):  # the machine's, not the folder's
+            raise
+        message = " ".join(str(exc).split())[:300]
+        raise ModelFileError(f"model {source.local_path}: its {what} cannot be loaded ({type(exc).__name__}: {message})") from None
+
+
+@contextlib.contextmanager
+def _quiet_transformers(quiet: bool):
+    """transformers' warnings (its load report of missing and unexpected weights, its doubts
+    about a config's values) held back while a local or `s3://` model loads: what matters is
+    refused in one line (`_check_loaded_weights`, `scoring.model_files`)."""
+    from transformers.utils import logging as hf_logging
+
+    if not quiet:
+        yield
+        return
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+
+
 def load_config(source: ModelSource):
     from transformers import AutoConfig
 
-    return AutoConfig.from_pretrained(source.local_path, revision=source.revision if source.is_hub else None, trust_remote_code=False)
+    with _model_files(source, "config.json"), _quiet_transformers(not source.is_hub):
+        return AutoConfig.from_pretrained(source.local_path, revision=source.revision if source.is_hub else None,
+                                          trust_remote_code=False)
 
 
-def load_pretrained(model_class, source: ModelSource, dtype: str = "float32", device: str = "cpu"):
+def load_pretrained(model_class, source: ModelSource, dtype: str = "float32", device: str = "cpu", unused: tuple[str, ...] = ()):
     """Load weights (safetensors only, no remote code) in eval mode on `device`; None inside
-    `without_weights()`."""
+    `without_weights()`. A local or `s3://` folder's configuration is checked against its
+    weights before the model is built, and weights that do not match that model are refused
+    (`_check_loaded_weights`); `unused`: name prefixes of weights the metric never reads
+    (BERTScore's pooler and a masked-LM head), which may be absent or left over."""
     if not _WEIGHTS_WANTED.get():
         return None
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    model = model_class.from_pretrained(
-        source.local_path,
-        revision=source.revision if source.is_hub else None,
-        dtype=torch_dtype(dtype),
-        use_safetensors=True,
-        trust_remote_code=False,
-    )
+    if not source.is_hub:
+        check_model_size(model_class, load_config(source), source.local_path, weights_elements(source.local_path))
+    with _model_files(source, "weights"), _quiet_transformers(not source.is_hub):
+        model, info = model_class.from_pretrained(
+            source.local_path,
+            revision=source.revision if source.is_hub else None,
+            dtype=torch_dtype(dtype),
+            use_safetensors=True,
+            trust_remote_code=False,
+            output_loading_info=True,
+            ignore_mismatched_sizes=not source.is_hub,  # reported by `_check_loaded_weights`, naming the tensor
+        )
+    if not source.is_hub:
+        _check_loaded_weights(model, info, source.location, unused)
     model.eval()
     return model.to(resolve_device(device))
+
+
+def _check_loaded_weights(model, info: dict, location: str, unused: tuple[str, ...]) -> None:
+    """The weights and the model of config.json agree: no weight the model needs is missing
+    (transformers would draw it at random), none has another shape, and no layer is left over (a
+    config that describes fewer layers than the weights hold would score with a truncated model).
+    A leftover tensor that is no parameter of any layer the model has (a buffer an older
+    transformers saved, such as GPT-2's `attn.masked_bias` or a `rotary_emb.inv_freq`) is let be,
+    as transformers lets it be."""
+    problems = [f"lack {key}" for key in sorted(info.get("missing_keys") or ()) if not _computed_or_unused(model, key, unused)]
+    problems += [f"hold {key[0]} as {list(key[1])}, the model needs {list(key[2])}" if isinstance(key, tuple) and len(key) == 3
+                 else f"hold {key} in another shape" for key in sorted(info.get("mismatched_keys") or (), key=str)]
+    shapes = _parameter_shapes(model)
+    problems += [f"hold {key}, which the model has no place for" for key in sorted(info.get("unexpected_keys") or ())
+                 if not key.startswith(unused) and _layer_shape(key) in shapes]
+    if problems:
+        raise ModelFileError(f"model {location}: its weights do not match the model its config.json describes: they "
+                             f"{problems[0]} ({len(problems)} such tensor(s)); refusing a model that would be partly random or cut")
+
+
+def _layer_shape(name: str) -> str:
+    """A weight's name with its layer numbers as `#` (`transformer.h.#.mlp.c_fc.weight`)."""
+    import re
+
+    return re.sub(r"\.\d+(?=\.)", ".#", name)
+
+
+def _parameter_shapes(model) -> set[str]:
+    """The model's parameter names, layer numbers as `#` (with and without its base prefix)."""
+    names = {_layer_shape(name) for name, _ in model.named_parameters()}
+    prefix = getattr(model, "base_model_prefix", "") or ""
+    return names | {name[len(prefix) + 1:] for name in names if prefix and name.startswith(prefix + ".")}
+
+
+def _computed_or_unused(model, key: str, unused: tuple[str, ...]) -> bool:
+    """A missing weight that is no loss: one the metric never reads, or a sinusoidal position
+    table (PEGASUS), which the model computes."""
+    if key.startswith(unused):
+        return True
+    try:
+        module = model.get_submodule(key.rsplit(".", 1)[0]) if "." in key else model
+    except AttributeError:
+        return False
+    return "Sinusoidal" in type(module).__name__
 
 
 def load_tokenizer(source: ModelSource):
@@ -310,7 +406,10 @@ def load_tokenizer(source: ModelSource):
     (`scoring.literal_tokens`) that are tested on these backends."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(
-        source.local_path, revision=source.revision if source.is_hub else None, trust_remote_code=False,
-        mistral_format=False,
-    )
+    if not source.is_hub:
+        load_config(source)  # the tokenizer reads config.json too: its errors name that file
+    with _model_files(source, "tokenizer"), _quiet_transformers(not source.is_hub):
+        return AutoTokenizer.from_pretrained(
+            source.local_path, revision=source.revision if source.is_hub else None, trust_remote_code=False,
+            mistral_format=False,
+        )

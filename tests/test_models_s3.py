@@ -153,3 +153,26 @@ def test_job_loads_an_s3_model_through_its_s3_settings_and_rescores_when_it_chan
     again = json.loads((tmp_path / "out" / "manifest.json").read_text())["metrics"]["perplexity"]
     assert sha256_of_safetensors(tmp_path / "gpt2-new") in again["signature"]
     assert again["rows_scored"] == 12 and again["rows_cached"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_a_shard_index_reaching_out_of_its_prefix_is_refused(s3, tiny_models, tmp_path):
+    """The copy of an `s3://` model is one folder of the cache beside other models' copies: an
+    index naming `../<another copy>/model.safetensors` would load weights its signature never
+    hashed. Refused naming the index and the entry (docs/security.md, "Model folders")."""
+    from scoring.model_files import ModelFileError
+
+    s3.mkdir("models-d")
+    upload(s3, tiny_models["gpt2"], "models-d/other")
+    cache = tmp_path / "cache"
+    other = pathlib.Path(models.resolve_model("s3://models-d/other", cache_dir=cache).local_path)
+    upload(s3, tiny_models["gpt2"], "models-d/gpt2")
+    s3.rm("models-d/gpt2/model.safetensors")
+    s3.put_file(str(pathlib.Path(tiny_models["gpt2"]) / "model.safetensors"), "models-d/gpt2/model-00001-of-00001.safetensors")
+    weight_map = {"transformer.wte.weight": f"../{other.name}/model.safetensors",
+                  "transformer.wpe.weight": "model-00001-of-00001.safetensors"}
+    s3.pipe_file("models-d/gpt2/model.safetensors.index.json", json.dumps({"metadata": {}, "weight_map": weight_map}).encode())
+    with pytest.raises(ModelFileError, match=r"model.safetensors.index.json: weight_map\['transformer.wte.weight'\] names "
+                                             rf"'\.\./{other.name}/model.safetensors', not a \.safetensors file of this folder"):
+        models.resolve_model("s3://models-d/gpt2", cache_dir=cache)
