@@ -196,3 +196,23 @@ def test_schema_example_output_row_has_the_keys_a_run_writes(tiny_models):
     stored = written["signature"].split("|")
     assert shown[0] == stored[0]  # metric:bartscore
     assert {part.split(":", 1)[0] for part in shown} <= {part.split(":", 1)[0] for part in stored}, (shown, stored)
+
+
+def test_gpu_md_benchmark_commands_write_the_results_they_cite():
+    """docs/gpu.md: each `python -m benchmarks.bench_decoder_padding ...` writes the results
+    file the doc cites for it (the 32k traffic command wrote the default file instead,
+    overwriting the two-budget counts the doc cites next)."""
+    from benchmarks.bench_decoder_padding import RESULTS
+
+    text = " ".join((REPO / "docs" / "gpu.md").read_text(encoding="utf-8").split())
+    commands = list(re.finditer(r"`(python -m benchmarks\.bench_decoder_padding[^`]*)`", text))
+    assert len(commands) == 2, [m.group(1) for m in commands]
+    for match in commands:
+        args = shlex.split(match.group(1))
+        if "--out" in args:  # the command names its file itself
+            written = cited = args[args.index("--out") + 1]
+        else:  # the default file, and the first results file the doc names after the command
+            written = str((RESULTS / "bench_decoder_padding.json").relative_to(REPO))
+            cited = re.search(r"benchmarks/results/[\w.-]+\.json", text[match.end():]).group(0)
+        assert written == cited, match.group(1)
+        assert (REPO / cited).is_file()
