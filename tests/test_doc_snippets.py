@@ -216,3 +216,26 @@ def test_gpu_md_benchmark_commands_write_the_results_they_cite():
             cited = re.search(r"benchmarks/results/[\w.-]+\.json", text[match.end():]).group(0)
         assert written == cited, match.group(1)
         assert (REPO / cited).is_file()
+
+
+def test_metrics_md_parabank_conversion_runs_on_a_tied_bart_state_dict(tiny_models, tmp_path, monkeypatch):
+    """docs/metrics.md's one-line conversion of `bart_score.pth` to safetensors, on a state dict
+    saved as the original's is (`torch.save(model.state_dict())`: tied embeddings sharing
+    memory), then `BARTScorer.load` of the result (a plain `save_file(torch.load(path))`
+    refused the shared tensors)."""
+    import safetensors.torch
+    import torch
+
+    from scoring.bartscore import BARTScorer
+
+    text = (REPO / "docs" / "metrics.md").read_text(encoding="utf-8")
+    [expression] = re.findall(r"`(safetensors\.torch\.save_file\([^`]*\))`", text)
+    scorer = BARTScorer(tiny_models["bart"])
+    torch.save(scorer.model.state_dict(), tmp_path / "bart_score.pth")
+    monkeypatch.chdir(tmp_path)
+    namespace = {"torch": torch, "safetensors": safetensors, "path": str(tmp_path / "bart_score.pth")}
+    eval(expression, namespace)
+    converted = re.search(r'"([\w.]+\.safetensors)"', expression).group(1)
+    before = scorer.score(["a short source"], ["a target"])
+    scorer.load(str(tmp_path / converted))
+    assert scorer.state_dict_digest and scorer.score(["a short source"], ["a target"]) == before  # the same weights back
