@@ -71,3 +71,14 @@ def test_the_json_summary_names_the_inputs_not_read_as_the_summary_line_does():
     assert "2 file(s) named like Parquet not read" in summary_line(manifest)
     assert run_summary(manifest, "/out", [])["inputs_not_read"] == ["/in/a.PARQUET", "/in/_b.parquet"]
     assert run_summary({"metrics": {}}, "/out", [])["inputs_not_read"] == []
+
+
+def test_the_summary_line_counts_one_shard_as_one():
+    from ray_jobs.job.manifest import summary_line
+
+    def line(files):
+        return summary_line({"metrics": {}, "bad_shards": [], "input": {"files": files}, "wall_s": 1.0, "manifest": "m"})
+
+    assert line(["a.parquet"]).startswith("ctgscore run: 1 shard;")  # was "1 shards"
+    assert line(["a.parquet", "b.parquet"]).startswith("ctgscore run: 2 shards;")
+    assert line([]).startswith("ctgscore run: 0 shards;")

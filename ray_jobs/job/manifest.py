@@ -226,7 +226,8 @@ def summary_line(manifest: dict[str, Any]) -> str:
             f"storage: {driver['total']} requests ({', '.join(f'{k} {v}' for k, v in driver.items() if k.isupper() and v)}), "
             f"{driver.get('storage_wait_s', 0):.1f} s waiting"
         )
+    shards = len(manifest["input"]["files"])
     return (
-        f"ctgscore run: {len(manifest['input']['files'])} shards{extra}; " + "; ".join(parts)
+        f"ctgscore run: {shards} shard{'' if shards == 1 else 's'}{extra}; " + "; ".join(parts)
         + f"; {manifest['wall_s']:.1f} s; manifest {manifest.get('manifest')}"
     )
