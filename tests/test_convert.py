@@ -127,6 +127,21 @@ def test_validation_drops_rows_with_reasons(tmp_path):
     assert report.examples["no text"] == [2] and report.examples["line is not valid JSON"] == [3]
 
 
+def test_a_field_null_in_every_row_written_is_named_as_left_out(tmp_path):
+    """A rating field whose every value is unparsable is kept as null row by row, so the column
+    is left out; the report says so (its warnings alone read as if the column were kept)."""
+    path = tmp_path / "d.jsonl"
+    path.write_text("\n".join(json.dumps({"id": i, "text": "x", "human_q": "high", "human_r": i, "source": None})
+                              for i in range(3)))
+    table, report = convert.convert_file(str(path))
+    assert "human_q" not in table.column_names and table.column("human_r").to_pylist() == [0.0, 1.0, 2.0]
+    assert report.columns_without_values == ["source", "human_q"]
+    assert "  columns left out, no row written has a value in them: source, human_q" in report.lines()
+    assert report.as_dict()["columns_without_values"] == ["source", "human_q"]
+    written = convert.write_file(str(path), tmp_path / "d.parquet")  # the batched writer says the same
+    assert written.columns_without_values == ["source", "human_q"]
+
+
 def test_mapping_errors():
     with pytest.raises(UsageError, match="not a canonical column"):
         convert.parse_mapping(["hypothesis=hyp"])

@@ -30,6 +30,7 @@ class ConversionReport:
     warning_examples: dict[str, list[int]] = field(default_factory=dict)
     ignored_fields: list[str] = field(default_factory=list)
     columns: list[str] = field(default_factory=list)
+    columns_without_values: list[str] = field(default_factory=list)  # fields the input has, null in every row written
     output: str | None = None
     files: list[dict] = field(default_factory=list)  # a Parquet folder's shards: {"file", "first_row"}, in row order
 
@@ -69,6 +70,9 @@ class ConversionReport:
             out.append(f"  dropped {count}: {reason} (e.g. {self._rows(self.examples.get(reason, []))})")
         for reason, count in sorted(self.warnings.items(), key=lambda item: -item[1]):
             out.append(f"  warning, {count} row(s) kept: {reason} (e.g. {self._rows(self.warning_examples.get(reason, []))})")
+        if self.columns_without_values:
+            out.append("  columns left out, no row written has a value in them: "
+                       f"{quoted_list(self.columns_without_values, quote=False)}")
         if self.ignored_fields:
             out.append(f"  fields left out (not canonical, not mapped): {quoted_list(self.ignored_fields, quote=False)}")
         return out

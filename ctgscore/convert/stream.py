@@ -88,8 +88,10 @@ def tables(source: Source, converter: RowConverter, report: ConversionReport, ma
             del table
 
 
-def finish(report: ConversionReport, present: set[str]) -> list[str]:
-    """The columns to write; an input with no convertible row is an error naming why."""
+def finish(report: ConversionReport, present: set[str], candidates: list[str]) -> list[str]:
+    """The columns to write, of the `candidates` the input could fill: those some row written has
+    a value in (the others are named in `report.columns_without_values`, e.g. a rating field whose
+    every value was unparsable); an input with no convertible row is an error naming why."""
     if not report.rows_written:
         reasons = "; ".join(f"{n} {r}" for r, n in Counter(report.dropped).most_common(3)) or "the input is empty"
         hint = ""
@@ -98,6 +100,7 @@ def finish(report: ConversionReport, present: set[str]) -> list[str]:
                     "with --map, e.g. --map text=FIELD --map id=FIELD")
         raise InputError(f"{', '.join(report.inputs)}: no row could be converted ({reasons}){hint}")
     report.columns = _column_order(present)
+    report.columns_without_values = [column for column in candidates if column not in present]
     return report.columns
 
 
@@ -111,7 +114,7 @@ def to_table(source: Source, report: ConversionReport, mapping=None, constants=N
     for table, columns in tables(source, converter, report, max_rows, max_bytes):
         parts.append(table)
         present |= columns
-    columns = finish(report, present)
+    columns = finish(report, present, converter.columns)
     return pa.concat_tables(parts).select(columns).combine_chunks()
 
 
@@ -137,7 +140,7 @@ def to_parquet(source: Source, output: str | pathlib.Path, report: ConversionRep
                     del table
             finally:
                 writer.close()
-            columns = finish(report, present)
+            columns = finish(report, present, converter.columns)
             staging.seek(0)
             if columns == converter.columns:
                 shutil.copyfileobj(staging, handle, 1 << 20)
