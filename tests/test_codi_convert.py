@@ -92,6 +92,29 @@ def test_bad_instruction_rows_name_file_row_field(tmp_path):
         convert.convert_dir(inst, tasks=["topic"])
 
 
+def test_lone_surrogate_escape_is_one_line_naming_file_and_line(tmp_path, cli):
+    # found by fuzzing: a JSON escape "\\ud800" decodes to a lone surrogate, which the Parquet
+    # writer could not encode: `constraints convert` ended in "internal error: UnicodeEncodeError"
+    inst = tmp_path / "inst"
+    inst.mkdir()
+    (inst / "sentiment_lite.jsonl").write_text(
+        '{"instruction": "Write joy.", "label": "joy"}\n{"instruction": "Write \\ud800.", "label": "joy"}\n')
+    proc = cli(["constraints", "convert", "--instructions", str(inst), "--codi-tasks", "sentiment",
+                "-o", str(tmp_path / "out.parquet")])
+    assert proc.returncode == 1, proc.stderr
+    assert "internal error" not in proc.stderr
+    assert "sentiment_lite.jsonl line 2: not valid UTF-8 text (a lone surrogate \\ud800 at character 6)" in proc.stderr
+    assert not (tmp_path / "out.parquet").exists()
+    # a response's text, and a key, are checked the same way
+    (inst / "sentiment_lite.jsonl").write_text('{"instruction": "Write joy.", "label": "joy"}\n')
+    _write(tmp_path / "r" / "sentiment.jsonl", [{"text": "yay \udc80"}])
+    with pytest.raises(convert.ConvertError, match=r"r/sentiment.jsonl line 1: not valid UTF-8 text \(a lone surrogate \\udc80"):
+        convert.convert_dir(inst, tmp_path / "r", "s", tasks=["sentiment"])
+    _write(tmp_path / "k" / "sentiment.jsonl", [{"text": "yay", "x\udbff": 1}])
+    with pytest.raises(convert.ConvertError, match=r"k/sentiment.jsonl line 1: not valid UTF-8 text"):
+        convert.convert_dir(inst, tmp_path / "k", "s", tasks=["sentiment"])
+
+
 def test_limit_trims_instructions_and_responses(tmp_path):
     inst = tmp_path / "inst"
     _write(inst / "topic_lite.jsonl", [{"instruction": f"Write {t}.", "label": t} for t in ("music", "gaming", "family")])

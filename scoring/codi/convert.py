@@ -25,6 +25,7 @@ import math
 import pathlib
 from typing import Any, Iterable, Sequence
 
+from scoring.cell_types import lone_surrogate
 from scoring.codi import TASKS
 from scoring.errors import InputError
 from scoring.local_files import refuse_device
@@ -167,8 +168,9 @@ def instruction_row(row: dict[str, Any]) -> dict[str, Any]:
 def read_jsonl(path: pathlib.Path) -> list[dict[str, Any]]:
     """The JSON objects of a JSONL file, one per non-blank line (a BOM at a line's start
     allowed). A file that is not UTF-8, or a line that is no JSON object, names a key twice
-    (one value would vanish), holds a number past 4,300 digits or nests past the reader fails
-    the conversion naming the file and line: an instruction set is used whole or not at all."""
+    (one value would vanish), holds a number past 4,300 digits, nests past the reader or holds
+    a lone surrogate escape (`"\\ud800"`, which no Parquet string can hold) fails the
+    conversion naming the file and line: an instruction set is used whole or not at all."""
     refuse_device(path, error=ConvertError)
     text = decode_utf8(pathlib.Path(path).read_bytes(), path, ConvertError)
     rows = []
@@ -187,8 +189,29 @@ def read_jsonl(path: pathlib.Path) -> list[dict[str, Any]]:
             raise ConvertError(f"{path} line {number}: not readable JSON ({reason})") from None
         if not isinstance(value, dict):
             raise ConvertError(f"{path} line {number}: expected a JSON object")
+        found = _lone_surrogate_in(value)
+        if found is not None:
+            raise ConvertError(f"{path} line {number}: not valid UTF-8 text ({found})")
         rows.append(value)
     return rows
+
+
+def _lone_surrogate_in(value: Any) -> str | None:
+    """Where a string of the JSON value `value` (keys included) holds a lone surrogate
+    (`scoring.cell_types.lone_surrogate`), or None; walked without recursion."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            found = lone_surrogate(item)
+            if found is not None:
+                return found
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
 
 
 def instruction_file(directory: pathlib.Path, task: str) -> pathlib.Path:
