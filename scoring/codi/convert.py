@@ -27,6 +27,7 @@ from typing import Any, Iterable, Sequence
 
 from scoring.cell_types import lone_surrogate
 from scoring.codi import TASKS
+from scoring.codi.rules import keyword_alternatives
 from scoring.errors import InputError
 from scoring.local_files import refuse_device
 from scoring.strict_json import DuplicateKey, unique_keys
@@ -74,23 +75,35 @@ def _need(row: dict[str, Any], key: str, kind: type | tuple, where: str) -> Any:
     return value
 
 
+def _need_label(row: dict[str, Any], key: str, where: str) -> str:
+    """A class label: a string, not empty (the metric reads an empty one as none)."""
+    value = _need(row, key, str, where)
+    if not value:
+        raise ConvertError(f"{where}: field '{key}' is empty")
+    return value
+
+
 def constraint_from_instruction(row: dict[str, Any], task: str, where: str = "row") -> dict[str, Any]:
-    """The constraint dict of one instruction-set row (see module docstring)."""
+    """The constraint dict of one instruction-set row (see module docstring); a row whose
+    constraint the `codi` metric would refuse (`scoring.codi.metric.parse_constraint`: an empty
+    label, a negative length bound, a keyword item with no word) is refused here already."""
     task = canonical_task(task)
     if task in ("sentiment", "topic"):
-        return {"task": task, "label": _need(row, "label", str, where)}
+        return {"task": task, "label": _need_label(row, "label", where)}
     if task == "multi":
-        return {"task": task, "label1": _need(row, "label1", str, where), "label2": _need(row, "label2", str, where)}
+        return {"task": task, "label1": _need_label(row, "label1", where), "label2": _need_label(row, "label2", where)}
     if task == "length":
         label = _need(row, "label", list, where)
         if len(label) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
                                       for v in label) or label[0] > label[1]:
             raise ConvertError(f"{where}: field 'label' must be [lo, hi], finite numbers with lo <= hi, got {label!r}")
+        if label[0] < 0:
+            raise ConvertError(f"{where}: field 'label' {label!r} has a negative lower bound")
         return {"task": task, "mode": _need(row, "mode", str, where), "label": list(label)}
     if task == "keyword":
         label = _need(row, "label", list, where)
-        if not label or not all(isinstance(v, str) and v.strip() for v in label):
-            raise ConvertError(f"{where}: field 'label' must be a non-empty list of keywords")
+        if not label or not all(isinstance(v, str) and keyword_alternatives(v) for v in label):
+            raise ConvertError(f"{where}: field 'label' must be a non-empty list of keywords (an item holds a word)")
         constraint: dict[str, Any] = {"task": task, "level": "easy", "label": list(label)}
         if "anti_label" in row:
             constraint["level"] = "hard"
