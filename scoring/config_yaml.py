@@ -7,13 +7,19 @@
 - a key written twice keeps the last value without a word (`metrics:` twice runs only the
   second list);
 - an integer of more than 4,300 digits raises a bare `ValueError`, nesting hundreds deep a
-  `RecursionError` in the first walker.
+  `RecursionError` in the first walker;
+- an explicit tag on a scalar it cannot read (`!!int ''`, `!!bool x`, `!!timestamp 1`) raises a
+  bare `IndexError`, `KeyError` or `AttributeError` from PyYAML's constructors;
+- libyaml cannot encode a lone surrogate (what a byte of a command line that is not UTF-8
+  decodes to, `--set x=$'\\xff'`) and raised a bare `UnicodeEncodeError`.
 
 `load` reads the node graph first (libyaml's parser when installed, which also caps nesting
 at 1,000) and refuses, with the file and line, a document whose aliases expand to more than
 `MAX_EXPANDED` values, one that is nested deeper than `MAX_DEPTH`, an alias cycle and a
 mapping that names one key twice (merge keys `<<` may still be overridden, as YAML means);
-only then are the values built. Every refusal is one `UsageError` line (exit 2).
+only then are the values built, a tagged scalar that its tag cannot read refused with its line.
+Text holding a lone surrogate is no YAML (`YamlSyntaxError`, as PyYAML's own reader says of
+it). Every refusal is one `UsageError` line (exit 2).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from scoring.display_names import quoted
 from scoring.errors import UsageError
 
 #: values a document may expand to through its aliases (a plain document of any size is fine)
@@ -55,6 +62,16 @@ class _Loader(_BASE):  # type: ignore[misc, valid-type]
                     raise _Refused(f"key {key!r} is given twice (lines {first.start_mark.line + 1} and "
                                    f"{key_node.start_mark.line + 1}); keep one", key_node)
         return super().construct_mapping(node, deep=deep)
+
+    def construct_object(self, node, deep=False):
+        """The base class's, refusing with its line a scalar its explicit tag cannot read
+        (PyYAML's constructors index, look up or match `!!int ''`, `!!bool x`,
+        `!!timestamp 1` without a check)."""
+        try:
+            return super().construct_object(node, deep=deep)
+        except (IndexError, KeyError, AttributeError):
+            tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+            raise _Refused(f"{quoted(node.value)} is no valid {tag} value", node) from None
 
 
 class _Refused(Exception):
@@ -112,6 +129,11 @@ def load(text: str, source: str) -> Any:
     """The value of one YAML document `text` (JSON included); `source` names it in errors
     (a file path, `--params`, `--set pool.max_size`). Raises `UsageError` (`YamlSyntaxError`
     when the text does not parse)."""
+    surrogate = next((i for i, ch in enumerate(text) if "\ud800" <= ch <= "\udfff"), None) if not text.isascii() else None
+    if surrogate is not None:  # libyaml would raise a bare UnicodeEncodeError
+        line = text.count("\n", 0, surrogate) + 1
+        raise YamlSyntaxError(f"{source}, line {line}: not valid YAML: it holds a byte that is not UTF-8 "
+                              f"(shown as {text[surrogate]!r})")
     loader = _Loader(text)
     try:
         node = loader.get_single_node()

@@ -16,7 +16,10 @@ after a secret may be masked with it):
 `user:password@host` whose host reads as a network host: a dotted name, an IP address,
 localhost, a name with a port, or a name followed by a `/` path: `KEY:SECRET@minio/`, and
 `KEY:SECRET@bucket/key`, which s3fs prints for `s3://KEY:SECRET@bucket/key` with its scheme
-cut off; an id such as `system:model@v2` is kept, so an error still names its row); `scoring.errors.one_line` and `scoring.console_text.console_line` call
+cut off; an id such as `system:model@v2` is kept, so an error still names its row). A token
+starts after whitespace or a control character, also when a JSON text or a repr writes it as
+a backslash escape (`"a\\nKEY:SECRET@host"`, `\\u00a0s3://...`), so a URL is read the same in
+every form of a message; `scoring.errors.one_line` and `scoring.console_text.console_line` call
 it, so every one-line error and console line is redacted. A URL ends at whitespace (a secret
 holding whitespace is not a URL's) or at the quote that closes it (`_url_end`): the quote it
 was opened with (`'...'` of a repr, `"..."`, `<...>`, backticks), at the same escaping depth,
@@ -33,7 +36,8 @@ What stays ambiguous: inside a quoted URL, a secret ending in that quote and clo
 punctuation (`'...?token=ab',`) reads as the URL's end; a secret value holding `&name=` or
 `;name=` reads as a next parameter; a user name holding `/`, `?` or `#` (which a URL would
 percent-encode) is not read as one; outside `s3://`, a password that starts with digits and
-then holds `/`, `?` or `#` (`https://KEY:12/ab@host`) reads as a port and a path; a password
+then holds `/`, `?` or `#` (`https://KEY:12/ab@host`) reads as a port and a path (only ASCII
+digits do: a port is never `²0`); a password
 holding both `@` and then `x://`, or a `user:password@` token without a scheme whose password
 holds `://`, shows what comes before that `x://`.
 """
@@ -55,13 +59,21 @@ _SECRET_PARAMS = re.compile(
 # (`&=`, `&}=`, `&\\=`) is taken for more of that value
 _NAME = re.compile(r"[\w.~%+\-\[\]]+")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)(.*)$", re.S)
+# the backslash escape of a character in a JSON text or a repr (`\n`, `\x1b`, `\u00a0`,
+# `\U0001f600`): the character it stands for may be whitespace or a control, which ends a token
+_ESCAPE = r"""\\(?:[ntrfvab0]|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8})"""
 # where a URL starts in a text: `scheme://`, or a word and a colon at the start of a token
-# (`user:password@host` without a scheme; kept only when an `@` follows). A match starts where
-# a run of scheme characters starts (the scheme is the run from its first letter on), so that
-# no search rescans a long run from each of its characters (quadratic)
+# (`user:password@host` without a scheme; kept only when an `@` follows). A token starts after
+# whitespace, a control character, punctuation that opens or separates, or a backslash escape
+# (`_ESCAPE`), so a URL reads the same in a JSON text or a repr (`"a\ns3://..."`) as in the raw
+# string. A match starts where a run of scheme characters starts (the scheme is the run from its
+# first letter on, after an escape's letters), so that no search rescans a long run from each of
+# its characters (quadratic)
 _START = re.compile(
-    r"""(?<![A-Za-z0-9+.-])[0-9+.-]*(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)"""
-    r"""|(?<![^\s"'`<(\[{=,;|])(?P<bare>[\w.~%+-]+:(?!//))"""
+    r"""(?<![A-Za-z0-9+.-])(?:(?<=\\)""" + _ESCAPE[2:] + r""")?[0-9+.-]*(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)"""
+    r"""|(?:(?<![^\s"'`<(\[{=,;|\x00-\x1f\x7f-\x9f])"""
+    r"""|(?<=\\[ntrfvab0])|(?<=\\x[0-9a-fA-F]{2})|(?<=\\u[0-9a-fA-F]{4})|(?<=\\U[0-9a-fA-F]{8}))"""
+    r"""(?P<bare>[\w.~%+-]+:(?!//))"""
 )
 # what follows the `@` of a `user:password@host` token without a scheme: a network host (a
 # dotted name ending in a letter, an IP address, localhost, any name with a port, or any name
@@ -108,7 +120,10 @@ def _ends_userinfo(text: str, body: int, at: int, portless: bool = False) -> boo
     if stop is None:
         return True
     first = text[body:stop.start()]
-    return ":" in first and (portless or not first.split(":", 1)[1].isdigit())
+    if ":" not in first:
+        return False
+    port = first.split(":", 1)[1]  # a port is ASCII digits (`"²0".isdigit()` is true too)
+    return portless or not (port.isascii() and port.isdigit())
 
 
 def _redact_params(params: str, masking: bool = False) -> tuple[str, bool]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import pyarrow.parquet as pq
@@ -90,6 +91,48 @@ def test_bad_instruction_rows_name_file_row_field(tmp_path):
     (inst / "topic_lite.jsonl").write_text('{"instruction": "x", "label": "music"}\nnot json\n')
     with pytest.raises(convert.ConvertError, match=r"topic_lite.jsonl line 2: not JSON"):
         convert.convert_dir(inst, tasks=["topic"])
+
+
+def test_lone_surrogate_escape_is_one_line_naming_file_and_line(tmp_path, cli):
+    # found by fuzzing: a JSON escape "\\ud800" decodes to a lone surrogate, which the Parquet
+    # writer could not encode: `constraints convert` ended in "internal error: UnicodeEncodeError"
+    inst = tmp_path / "inst"
+    inst.mkdir()
+    (inst / "sentiment_lite.jsonl").write_text(
+        '{"instruction": "Write joy.", "label": "joy"}\n{"instruction": "Write \\ud800.", "label": "joy"}\n')
+    proc = cli(["constraints", "convert", "--instructions", str(inst), "--codi-tasks", "sentiment",
+                "-o", str(tmp_path / "out.parquet")])
+    assert proc.returncode == 1, proc.stderr
+    assert "internal error" not in proc.stderr
+    assert "sentiment_lite.jsonl line 2: not valid UTF-8 text (a lone surrogate \\ud800 at character 6)" in proc.stderr
+    assert not (tmp_path / "out.parquet").exists()
+    # a response's text, and a key, are checked the same way
+    (inst / "sentiment_lite.jsonl").write_text('{"instruction": "Write joy.", "label": "joy"}\n')
+    _write(tmp_path / "r" / "sentiment.jsonl", [{"text": "yay \udc80"}])
+    with pytest.raises(convert.ConvertError, match=r"r/sentiment.jsonl line 1: not valid UTF-8 text \(a lone surrogate \\udc80"):
+        convert.convert_dir(inst, tmp_path / "r", "s", tasks=["sentiment"])
+    _write(tmp_path / "k" / "sentiment.jsonl", [{"text": "yay", "x\udbff": 1}])
+    with pytest.raises(convert.ConvertError, match=r"k/sentiment.jsonl line 1: not valid UTF-8 text"):
+        convert.convert_dir(inst, tmp_path / "k", "s", tasks=["sentiment"])
+
+
+@pytest.mark.parametrize(("task", "row", "refusal"), [
+    ("sentiment", {"label": ""}, "field 'label' is empty"),
+    ("topic", {"label": ""}, "field 'label' is empty"),
+    ("multi", {"label1": "", "label2": "joy"}, "field 'label1' is empty"),
+    ("length", {"mode": "around", "label": [-1, 5]}, "field 'label' [-1, 5] has a negative lower bound"),
+    ("keyword", {"label": ["ball", " or "]}, "field 'label' must be a non-empty list of keywords"),
+])
+def test_instruction_the_metric_would_refuse_is_refused_by_convert(tmp_path, task, row, refusal):
+    # found by fuzzing: convert wrote these constraints, and the codi metric then refused every
+    # such row ("constraint of task 'sentiment' lacks 'label'"); a set is used whole or not at all
+    from scoring.codi.metric import parse_constraint
+
+    _write(tmp_path / f"{task}_lite.jsonl", [{"instruction": "Write.", **row}])
+    with pytest.raises(convert.ConvertError, match=rf"{task}_lite.jsonl row 0: {re.escape(refusal)}"):
+        convert.convert_dir(tmp_path, tasks=[task])
+    with pytest.raises(ValueError):  # the metric's own rule, which convert now applies too
+        parse_constraint({"task": task, **row})
 
 
 def test_limit_trims_instructions_and_responses(tmp_path):

@@ -197,3 +197,38 @@ def test_an_id_with_a_colon_and_an_at_sign_names_no_host_and_stays_readable(text
 def test_a_credential_before_a_network_host_is_masked_without_a_scheme(text, secret):
     shown = redact_text(text)
     assert secret not in shown and "***@" in shown, shown
+
+
+@pytest.mark.parametrize(("value", "secret"), [
+    ("line one\nadmin:escsecret1@db.example.com", "escsecret1"),  # `\n` before a bare credential
+    ("\tKEY:escsecret2@minio:9000/x", "escsecret2"),
+    ("\x1bu:escsecret3@10.0.0.1/x", "escsecret3"),  # a control character ends a token too
+    ("\u00a0u:escsecret4@localhost", "escsecret4"),  # `\u00a0` in ASCII-only JSON
+    ("\u00e9u:escsecret5@host.example", "escsecret5"),
+    ("copy\ns3://AKIA:12/escsecret6@bucket/k", "escsecret6"),  # `\ns3://` read as the scheme `ns3`
+    ("copy\u00a0s3://AKIA:12/escsecret7@bucket/k", "escsecret7"),
+])
+def test_a_credential_after_an_escaped_character_is_masked_in_json_and_repr(value, secret):
+    """Found by fuzzing: in a JSON text or a repr, whitespace or a control character before a
+    `user:password@host` token, or before `s3://`, is a backslash escape (`\\n`, `\\u00a0`), so
+    the token no longer started after whitespace and its password was shown (and `\\ns3://` read
+    as the scheme `ns3`, whose numeric password reads as a port). The raw string was masked."""
+    assert secret not in redact_values(value)
+    for text in (json.dumps(value), json.dumps(value, ensure_ascii=False), repr(value),
+                 json.dumps({"error": value, "n": 1}, indent=2)):
+        shown = redact_text(text)
+        assert secret not in shown and "***@" in shown, (text, shown)
+    document = {"error": value, "systems": [value, "plain"]}
+    assert json.loads(redact_text(json.dumps(document, ensure_ascii=False))) == redact_values(document)
+
+
+@pytest.mark.parametrize(("url", "secret"), [
+    ("https://AKIA:\u00b2731905?@bucket/", "\u00b2731905"),  # a superscript two, then ASCII digits
+    ("https://AKIA:\u0663\u0667\u0669/x@host.example/k", "\u0663\u0667\u0669"),  # Arabic-Indic digits
+])
+def test_a_password_of_unicode_digits_is_no_port(url, secret):
+    """Found by fuzzing: `str.isdigit` is true for `\u00b2731905`, so such a password followed by
+    `?` or `/` was read as a port and shown; a port is ASCII digits."""
+    assert secret not in redact_url(url) and "***@" in redact_url(url)
+    assert secret not in redact_text(f"cannot read {url}: denied")
+    assert redact_url("https://host.example:8080/?a@b") == "https://host.example:8080/?a@b"  # a real port stays

@@ -111,6 +111,27 @@ def test_config_python_tags_stay_refused_with_their_line(tmp_path):
         load_config(_config(tmp_path, BASE + "x: !!python/object/apply:os.system ['echo PWNED']\n"))
 
 
+@pytest.mark.parametrize(("value", "refusal"), [
+    ("!!int ''", "'' is no valid !!int value"),  # was IndexError: string index out of range
+    ("!!float _", "'_' is no valid !!float value"),  # IndexError too
+    ("!!bool x", "'x' is no valid !!bool value"),  # was KeyError: 'x'
+    ("[!!timestamp 1]", "'1' is no valid !!timestamp value"),  # was AttributeError on None.groupdict
+])
+def test_config_tagged_scalar_its_tag_cannot_read_is_one_line(tmp_path, value, refusal):
+    # found by fuzzing scoring.config_yaml.load: PyYAML's constructors raised bare exceptions
+    with pytest.raises(ConfigError, match=rf"job\.yaml, line 4: {re.escape(refusal)}"):
+        load_config(_config(tmp_path, BASE + f"batch_size: {value}\n"))
+
+
+def test_set_override_with_a_byte_that_is_not_utf8_is_one_line(tmp_path):
+    # argv decodes a byte that is not UTF-8 to a lone surrogate (`--set x=$'\xff'`); libyaml
+    # raised a bare UnicodeEncodeError on it (found by fuzzing scoring.config_yaml.load)
+    from scoring import config_yaml
+
+    with pytest.raises(config_yaml.YamlSyntaxError, match=r"--set x, line 2: not valid YAML: it holds a byte that is not UTF-8"):
+        config_yaml.load("a: 1\nb: caf\udce9\n", "--set x")
+
+
 def test_set_override_alias_bomb_is_refused(tmp_path):
     path = _config(tmp_path, BASE)
     with pytest.raises(ConfigError, match=r"--set batch_size, line 1: its aliases expand"):

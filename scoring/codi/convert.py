@@ -25,7 +25,9 @@ import math
 import pathlib
 from typing import Any, Iterable, Sequence
 
+from scoring.cell_types import lone_surrogate
 from scoring.codi import TASKS
+from scoring.codi.rules import keyword_alternatives
 from scoring.errors import InputError
 from scoring.local_files import refuse_device
 from scoring.strict_json import DuplicateKey, unique_keys
@@ -73,23 +75,35 @@ def _need(row: dict[str, Any], key: str, kind: type | tuple, where: str) -> Any:
     return value
 
 
+def _need_label(row: dict[str, Any], key: str, where: str) -> str:
+    """A class label: a string, not empty (the metric reads an empty one as none)."""
+    value = _need(row, key, str, where)
+    if not value:
+        raise ConvertError(f"{where}: field '{key}' is empty")
+    return value
+
+
 def constraint_from_instruction(row: dict[str, Any], task: str, where: str = "row") -> dict[str, Any]:
-    """The constraint dict of one instruction-set row (see module docstring)."""
+    """The constraint dict of one instruction-set row (see module docstring); a row whose
+    constraint the `codi` metric would refuse (`scoring.codi.metric.parse_constraint`: an empty
+    label, a negative length bound, a keyword item with no word) is refused here already."""
     task = canonical_task(task)
     if task in ("sentiment", "topic"):
-        return {"task": task, "label": _need(row, "label", str, where)}
+        return {"task": task, "label": _need_label(row, "label", where)}
     if task == "multi":
-        return {"task": task, "label1": _need(row, "label1", str, where), "label2": _need(row, "label2", str, where)}
+        return {"task": task, "label1": _need_label(row, "label1", where), "label2": _need_label(row, "label2", where)}
     if task == "length":
         label = _need(row, "label", list, where)
         if len(label) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
                                       for v in label) or label[0] > label[1]:
             raise ConvertError(f"{where}: field 'label' must be [lo, hi], finite numbers with lo <= hi, got {label!r}")
+        if label[0] < 0:
+            raise ConvertError(f"{where}: field 'label' {label!r} has a negative lower bound")
         return {"task": task, "mode": _need(row, "mode", str, where), "label": list(label)}
     if task == "keyword":
         label = _need(row, "label", list, where)
-        if not label or not all(isinstance(v, str) and v.strip() for v in label):
-            raise ConvertError(f"{where}: field 'label' must be a non-empty list of keywords")
+        if not label or not all(isinstance(v, str) and keyword_alternatives(v) for v in label):
+            raise ConvertError(f"{where}: field 'label' must be a non-empty list of keywords (an item holds a word)")
         constraint: dict[str, Any] = {"task": task, "level": "easy", "label": list(label)}
         if "anti_label" in row:
             constraint["level"] = "hard"
@@ -167,8 +181,9 @@ def instruction_row(row: dict[str, Any]) -> dict[str, Any]:
 def read_jsonl(path: pathlib.Path) -> list[dict[str, Any]]:
     """The JSON objects of a JSONL file, one per non-blank line (a BOM at a line's start
     allowed). A file that is not UTF-8, or a line that is no JSON object, names a key twice
-    (one value would vanish), holds a number past 4,300 digits or nests past the reader fails
-    the conversion naming the file and line: an instruction set is used whole or not at all."""
+    (one value would vanish), holds a number past 4,300 digits, nests past the reader or holds
+    a lone surrogate escape (`"\\ud800"`, which no Parquet string can hold) fails the
+    conversion naming the file and line: an instruction set is used whole or not at all."""
     refuse_device(path, error=ConvertError)
     text = decode_utf8(pathlib.Path(path).read_bytes(), path, ConvertError)
     rows = []
@@ -187,8 +202,29 @@ def read_jsonl(path: pathlib.Path) -> list[dict[str, Any]]:
             raise ConvertError(f"{path} line {number}: not readable JSON ({reason})") from None
         if not isinstance(value, dict):
             raise ConvertError(f"{path} line {number}: expected a JSON object")
+        found = _lone_surrogate_in(value)
+        if found is not None:
+            raise ConvertError(f"{path} line {number}: not valid UTF-8 text ({found})")
         rows.append(value)
     return rows
+
+
+def _lone_surrogate_in(value: Any) -> str | None:
+    """Where a string of the JSON value `value` (keys included) holds a lone surrogate
+    (`scoring.cell_types.lone_surrogate`), or None; walked without recursion."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            found = lone_surrogate(item)
+            if found is not None:
+                return found
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
 
 
 def instruction_file(directory: pathlib.Path, task: str) -> pathlib.Path:
