@@ -22,15 +22,21 @@ from scoring.schema import LIST_COLUMNS, MAP_COLUMNS, STRING_COLUMNS, is_human
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def lone_surrogate(text: str) -> str | None:
-    """Where `text` holds a lone surrogate, which cannot be written as UTF-8 ("a lone surrogate
-    \\ud800 at character 3"); None when it holds none."""
+def first_lone_surrogate(text: str) -> int | None:
+    """The index of the first lone surrogate in `text`, or None when it holds none."""
     if text.isascii():
         return None
     match = _SURROGATE.search(text)
-    if match is None:
+    return None if match is None else match.start()
+
+
+def lone_surrogate(text: str) -> str | None:
+    """Where `text` holds a lone surrogate, which cannot be written as UTF-8 ("a lone surrogate
+    \\ud800 at character 3"); None when it holds none."""
+    index = first_lone_surrogate(text)
+    if index is None:
         return None
-    return f"a lone surrogate \\u{ord(match.group(0)):04x} at character {match.start()}"
+    return f"a lone surrogate \\u{ord(text[index]):04x} at character {index}"
 
 
 def surrogate_problem(column: str, text: str) -> str | None:

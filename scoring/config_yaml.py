@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from scoring.cell_types import first_lone_surrogate
 from scoring.display_names import quoted
 from scoring.errors import UsageError
 
@@ -129,7 +130,7 @@ def load(text: str, source: str) -> Any:
     """The value of one YAML document `text` (JSON included); `source` names it in errors
     (a file path, `--params`, `--set pool.max_size`). Raises `UsageError` (`YamlSyntaxError`
     when the text does not parse)."""
-    surrogate = next((i for i, ch in enumerate(text) if "\ud800" <= ch <= "\udfff"), None) if not text.isascii() else None
+    surrogate = first_lone_surrogate(text)
     if surrogate is not None:  # libyaml would raise a bare UnicodeEncodeError
         line = text.count("\n", 0, surrogate) + 1
         raise YamlSyntaxError(f"{source}, line {line}: not valid YAML: it holds a byte that is not UTF-8 "
