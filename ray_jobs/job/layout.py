@@ -135,7 +135,6 @@ def refuse_clashing_folders(config, shards):
     fails the job (`skip_bad_shards` decides, as for any bad shard). An S3 output is left
     alone: its keys are exact."""
     from ray_jobs.job.id_index import INDEX_NAME
-    from ray_jobs.storage.listing import Shards
 
     output = config.output
     if uris.is_s3(output):
@@ -148,11 +147,9 @@ def refuse_clashing_folders(config, shards):
     if not clashing:
         return shards
     uri = {shard.rel: shard.uri for shard in shards}
-    set_aside = [(shard.uri, shard.rel, f"its output folder is that of input shard {uri[clashing[shard.rel]]!r} on a "
-                  "case-insensitive disk (macOS, Windows: names that differ only in case, Unicode normal form or "
-                  "trailing dots): not scored; rename one of them") for shard in shards if shard.rel in clashing]
-    return Shards([shard for shard in shards if shard.rel not in clashing], getattr(shards, "not_read", ()),
-                  [*getattr(shards, "unusable", ()), *set_aside])
+    return _set_aside(shards, {rel: f"its output folder is that of input shard {uri[other]!r} on a case-insensitive "
+                                    "disk (macOS, Windows: names that differ only in case, Unicode normal form or "
+                                    "trailing dots): not scored; rename one of them" for rel, other in clashing.items()})
 
 
 NAME_MAX_BYTES = 255  # a file or folder name on a local disk (ext4, APFS, NTFS)
@@ -193,17 +190,23 @@ def set_aside_unwritable_names(config, shards):
     """`shards` (a `listing.Shards`) without those whose output no metric can write
     (`named_like_a_part`, `too_long`), each set aside as a bad shard (in `unusable`, named with
     the reason): one input name never fails the job."""
-    from ray_jobs.storage.listing import Shards
-
     labels = [metric.label or metric.name for metric in config.metrics]
     why = {shard.rel: named_like_a_part(shard.rel)
            or next(filter(None, (too_long(config.output, label, shard.rel) for label in labels)), None)
            for shard in shards}
-    if not any(why.values()):
+    return _set_aside(shards, {rel: f"{reason}: not scored; rename it" for rel, reason in why.items() if reason})
+
+
+def _set_aside(shards, reasons: dict[str, str]):
+    """`shards` (a `listing.Shards`) less those `reasons` names (rel -> why), each added to its
+    `unusable` as a bad shard, in the order of `shards`; `shards` itself when none is named."""
+    from ray_jobs.storage.listing import Shards
+
+    if not reasons:
         return shards
-    return Shards([shard for shard in shards if not why[shard.rel]], getattr(shards, "not_read", ()),
+    return Shards([shard for shard in shards if shard.rel not in reasons], getattr(shards, "not_read", ()),
                   [*getattr(shards, "unusable", ()),
-                   *((shard.uri, shard.rel, f"{why[shard.rel]}: not scored; rename it") for shard in shards if why[shard.rel])])
+                   *((shard.uri, shard.rel, reasons[shard.rel]) for shard in shards if shard.rel in reasons)])
 
 
 def _same_folder(first: str, second: str) -> bool:
