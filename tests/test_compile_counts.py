@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from ctgscore.testing.host_reads import counted_reads
+from ctgscore.testing.host_reads import counted_reads, device_reads, read_site
 from scoring.engine import CausalLikelihood, Ragged, Seq2SeqLikelihood
 from scoring.engine_setup import compile_model_layers
 from tests.test_layer_compile import dynamo_or_skip
@@ -56,18 +56,25 @@ def _assert_no_break_and_no_eager_fallback(counters):
     assert counters["frames"]["total"] == counters["frames"]["ok"] > 0, dict(counters["frames"])
 
 
-def _engine_reads(seen: list[str]) -> list[str]:
-    """The reads of engine code, which lives in source files. Code dynamo generates at run time
-    (a "<...>" file name) calls `.item()` on the CPU scalars it lifts from float attributes
-    (LayerNorm eps, attention scale, dropout p; padded graphs too): host memory, no device
-    read. The traced graphs the counting backend runs are "<eval_with_key>.N"; torch 2.11's
-    guards on those scalars are Python functions of "<string>" (2.13's run in C++)."""
-    return [read for read in seen if not read.split(" at ", 1)[1].startswith("<")]
-
-
 def test_reads_in_code_dynamo_generates_are_not_engine_reads():
-    seen = ["item at <eval_with_key>.3:12", "item at <string>:14", "tolist at ragged.py:80", "item at varlen_attention.py:9"]
-    assert _engine_reads(seen) == ["tolist at ragged.py:80", "item at varlen_attention.py:9"]
+    """Dynamo-generated code ("<eval_with_key>.N" graphs, torch 2.11's "<string>" guards) and
+    inductor's wrappers (in its cache folder) call `.item()` on CPU scalars it lifts from float
+    attributes (LayerNorm eps, attention scale, dropout p): host memory, no device read."""
+    sites = [("<eval_with_key>.3", 12), ("<string>", 14), ("/work/scoring/ragged.py", 80),
+             ("/tmp/torchinductor_root/ab/cab12.py", 40), ("/work/scoring/varlen_attention.py", 9)]
+    seen = [f"item at {read_site(name, line)}" for name, line in sites]
+    assert seen[3] == "item at <inductor:cab12.py>:40"
+    assert device_reads(seen) == ["item at ragged.py:80", "item at varlen_attention.py:9"]
+
+
+def test_cuda_only_leaves_out_reads_of_host_tensors():
+    host = torch.ones(2)
+    with counted_reads(cuda_only=True) as seen:
+        assert host.sum().item() == 2.0 and host.tolist() == [1.0, 1.0]
+    assert seen == []
+    with counted_reads() as seen:
+        host.sum().item()
+    assert len(seen) == 1 and seen[0].startswith("item at test_compile_counts.py:")
 
 
 def _causal_calls(vocabulary):
@@ -97,7 +104,7 @@ def test_a_compiled_causal_block_compiles_once_for_every_chunk_layout(tiny_model
         engine.on_cuda = True
         with counted_reads() as seen:
             engine.ragged_nll(Ragged.from_lists(calls[0] + calls[3]))
-        seen = _engine_reads(seen)
+        seen = device_reads(seen)
         assert len(seen) == 1 and seen[0].startswith("tolist at ragged.py"), seen
 
 
@@ -155,7 +162,7 @@ def test_compiled_encoder_and_decoder_layers_compile_a_bounded_number_of_times(t
     with counted_reads() as seen:
         engine.pair_nll(Ragged.from_lists(sources), Ragged.from_lists([t for group in targets for t in group]),
                         [range(sum(counts[:i]), sum(counts[: i + 1])) for i in range(len(counts))])
-    seen = _engine_reads(seen)
+    seen = device_reads(seen)
     assert len(seen) == 1 and seen[0].startswith("tolist at ragged.py"), seen
 
 
@@ -283,7 +290,7 @@ def test_the_padded_decoder_compiles_as_many_graphs_at_any_depth(fresh_dynamo, n
     engine.pair_nll(*work)  # planned as on CUDA: its new chunk shapes compile (tracing reads fake tensors) first
     with counted_reads() as seen:
         engine.pair_nll(*work)
-    seen = _engine_reads(seen)
+    seen = device_reads(seen)
     assert len(seen) == 1 and seen[0].startswith("tolist at ragged.py"), seen
 
 

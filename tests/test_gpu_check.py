@@ -50,11 +50,11 @@ def test_gpu_check_dry_run_on_cpu(tmp_path):
         arms = {a["variant"]: a for a in workload["arms"]}
         kind = "causal" if workload["case"] == "ctrleval-ppl" else "seq2seq"
         assert list(arms) == ["default"] + [v.name for v in gpu_ab.VARIANTS if kind in v.engines]
-        assert arms["compiled layers"]["status"] == "unavailable"  # compiles on CUDA only
+        assert arms["compiled layers" if kind == "seq2seq" else "compiled blocks"]["status"] == "unavailable"  # CUDA only
         for name, arm in arms.items():
             assert arm["status"] in ("measured", "unavailable", "no effect"), arm
             if arm["status"] == "unavailable":  # only what the engine lacks: the packed decoder until it lands, compiling on CPU
-                assert name in ("packed decoder+encoder flipped", "compiled layers"), arm
+                assert name in ("packed decoder+encoder flipped", "compiled layers", "compiled blocks"), arm
                 continue
             if arm["status"] == "no effect":  # source runs where no decoder chunk mixes sources (CPU: per-batch planning)
                 assert name == "source runs" and arm["engine_stats_per_call"] == arms["default"]["engine_stats_per_call"], arm
