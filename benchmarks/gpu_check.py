@@ -29,9 +29,10 @@ Budget on an H100 / H200 (call times from the first H200 run, scaled to the held
 BART distinct 0.73 s, grouped 0.31 s, PEGASUS prefix 0.13 s, GPT-2 0.47 s per call): the GEMM
 ceiling about 10 s; each core case 5 runs x >= 5 s plus a warm-up, the first call on new
 shapes, a host-read call and a profiled call: about 26-30 s, about 150 s for the four with
-model builds; the A/B about 160 s (six arms on each seq2seq workload, three on GPT-2, about
-4-8 s each, and a model build per workload; compiled layers, about 90 s more per model, do not fit
-and are listed as skipped); extras until 375 s (each skipped when its estimate would not fit);
+model builds; the A/B in the time left (arms of about 4-8 s each, a model build per workload,
+about 90 s more for an arm that compiles; in priority order, what does not fit is listed as
+skipped: a 450 s run on an H200 reached compiled layers on BART distinct, every packing flip
+and the GELU); extras until 375 s (each skipped when its estimate would not fit);
 `pytest -m gpu` (41 s on the H200) and end to end (27 s) in the 105 s kept back.
 
 Logs are written as the steps run (and echoed), so a run cut short keeps what it measured.
