@@ -55,7 +55,7 @@ def load_scores_placed(path: str, metrics: Iterable[str] | None = None, *,
     scores, errors, skipped = [], [], []
     largest = None  # (run, its frame with its keys as load_scores gives them): the first with the most rows
     for run in runs:
-        frame = _keys_as_bytes_where_not_text(run.frame)
+        frame = _carried_keys_as_bytes_where_not_text(run.frame)
         if largest is None or len(frame) > len(largest[1]):
             largest = (run, frame)
         failed = frame[schema.ERROR].notna() if schema.ERROR in frame else pd.Series(False, index=frame.index)
@@ -89,29 +89,19 @@ def load_scores_placed(path: str, metrics: Iterable[str] | None = None, *,
     return wide.sort_values(keys, kind="stable").reset_index(drop=True), places
 
 
-def _keys_as_bytes_where_not_text(frame):
-    """`frame` (one run, indexed by id or by id and shard) with each key (`id`, `dataset`,
-    `system`, `doc_id`) that is not valid UTF-8 as the bytes stored, every other one as its
-    text (`scoring.utf8_text.text_or_bytes`); nothing decoded with replacement characters."""
-    import pandas as pd
+def _carried_keys_as_bytes_where_not_text(frame):
+    """`frame` (one run) with each carried key column (`dataset`, `system`, `doc_id`) that holds a
+    value not valid UTF-8 as `scoring.utf8_text.text_or_bytes_series` gives it: that value as the
+    bytes stored, every other one as its text; nothing decoded with replacement characters. Its
+    ids need nothing: `scoring.job_output.read_run` already gives them so."""
+    from scoring.utf8_text import text_or_bytes_series
 
-    from scoring.utf8_text import text_or_bytes, unreadable_mask
-
-    def readable(values):
-        try:
-            return unreadable_mask(values) is None
-        except (TypeError, ValueError):  # not strings (an integer id): nothing to decode
-            return True
-
-    ids = frame.index.get_level_values(0)
-    if not readable(ids.array):
-        values = pd.Index(text_or_bytes(ids.array), dtype=object, name=schema.ID)
-        index = values if frame.index.nlevels == 1 else pd.MultiIndex.from_arrays(
-            [values, *(frame.index.get_level_values(k) for k in range(1, frame.index.nlevels))], names=frame.index.names)
-        frame = frame.set_axis(index, axis=0)
     for name in schema.CARRIED_COLUMNS:
-        if name in frame.columns and not readable(frame[name].array):
-            frame = frame.assign(**{name: pd.Series(text_or_bytes(frame[name].array), index=frame.index, dtype=object)})
+        if name in frame.columns:
+            stored = frame[name]
+            column = text_or_bytes_series(stored)
+            if column is not stored:
+                frame = frame.assign(**{name: column})
     return frame
 
 

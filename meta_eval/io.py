@@ -22,7 +22,7 @@ import pandas as pd
 
 from meta_eval.checklist import BINARY, CATEGORIES
 from scoring import schema
-from scoring.display_names import quoted
+from scoring.display_names import quoted, quoted_list
 from scoring.errors import InputError
 from scoring.utf8_text import decode_utf8
 
@@ -278,15 +278,10 @@ def _check_columns(frame: pd.DataFrame, columns: list[str], source: str,
     column and its first value that is no number: its row, in the file that stored it where
     `files` (column -> `RowFiles`) says (a row of a frame joined from several runs is no row
     of any file)."""
-    from scoring.display_names import quoted
-
     for col in columns:
         if col not in frame:
-            from scoring.display_names import quoted, quoted_list
-            from scoring.schema import visible_columns
-
             error = InputError(f"{source}: column {quoted(col)} not found "
-                               f"(have: {quoted_list(visible_columns(frame.columns), 50)})")
+                               f"(have: {quoted_list(schema.visible_columns(frame.columns), 50)})")
             error.missing_column = col  # the CLI makes a column the user named a usage error
             raise error
         if not pd.api.types.is_numeric_dtype(frame[col]):

@@ -255,6 +255,7 @@ def read_run(fs, run: RunFiles) -> Run:
     import pandas as pd
 
     from scoring.parquet_read import read_parquet_here
+    from scoring.utf8_text import text_or_bytes_series
 
     if not run.files:
         raise InputError(f"metric run {run.label!r}: no Parquet files")
@@ -268,7 +269,7 @@ def read_run(fs, run: RunFiles) -> Run:
     frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     if schema.ID not in frame:
         raise InputError(f"{run.files[0]}: no column 'id'")
-    frame[schema.ID] = _ids_text_or_bytes(frame[schema.ID])
+    frame[schema.ID] = text_or_bytes_series(frame[schema.ID])  # an id not UTF-8 as its bytes
     row_shards = None
     if run.shards is not None:  # one code per row, repeated file by file
         code = {shard: k for k, shard in enumerate(dict.fromkeys(run.shards[name] for name in run.files))}
@@ -314,22 +315,6 @@ def combined(frames: list):
         for frame in frames[1:]:
             out = out.combine_first(frame)
     return out
-
-
-def _ids_text_or_bytes(ids):
-    """The `id` column as read, or, where some id is not valid UTF-8, every id as its text and
-    each of those as the bytes stored (`scoring.utf8_text.text_or_bytes`): pandas cannot index,
-    key by shard or even filter a frame indexed by Arrow strings that are not text."""
-    import pandas as pd
-
-    from scoring.utf8_text import text_or_bytes, unreadable_mask
-
-    try:
-        if unreadable_mask(ids.array) is None:
-            return ids
-    except (TypeError, ValueError):  # not strings (an integer id): nothing to decode
-        return ids
-    return pd.Series(text_or_bytes(ids.array), index=ids.index, dtype=object, name=ids.name)
 
 
 def _text_keys(table):

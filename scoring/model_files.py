@@ -159,7 +159,10 @@ def _layer_counts(values: dict, path: str = ""):
 
 def check_model_size(model_class, config, folder: str | os.PathLike, held: int) -> None:
     """Refuse a configuration whose model would hold more than the weights do (`held` elements),
-    built on the meta device so that nothing is allocated."""
+    built on the meta device so that nothing is allocated. `config` is left as given (the model
+    is built from a copy: building one settles its attention implementation on the config)."""
+    import copy
+
     import torch
 
     where = pathlib.Path(folder) / "config.json"
@@ -170,7 +173,7 @@ def check_model_size(model_class, config, folder: str | os.PathLike, held: int) 
             raise ModelFileError(f"model file {where}: {key} is {shown}; a whole number from 0 to {MAX_LAYERS} is expected")
     try:
         with torch.device("meta"):
-            model = model_class.from_config(config, trust_remote_code=False)
+            model = model_class.from_config(copy.deepcopy(config), trust_remote_code=False)
     except Exception as exc:  # noqa: BLE001 - any value the model's constructor cannot take
         raise ModelFileError(f"model file {where}: describes no model that can be built "
                              f"({type(exc).__name__}: {' '.join(str(exc).split())[:300]})") from None

@@ -327,20 +327,23 @@ def load_config(source: ModelSource):
 
 def load_pretrained(model_class, source: ModelSource, dtype: str = "float32", device: str = "cpu", unused: tuple[str, ...] = ()):
     """Load weights (safetensors only, no remote code) in eval mode on `device`; None inside
-    `without_weights()`. A local or `s3://` folder's configuration is checked against its
-    weights before the model is built, and weights that do not match that model are refused
-    (`_check_loaded_weights`); `unused`: name prefixes of weights the metric never reads
+    `without_weights()`. A local or `s3://` folder's configuration is read once: checked against
+    its weights before the model is built, then the model built from it; weights that do not
+    match that model are refused (`_check_loaded_weights`); `unused`: name prefixes of weights the metric never reads
     (BERTScore's pooler and a masked-LM head), which may be absent or left over."""
     if not _WEIGHTS_WANTED.get():
         return None
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    if not source.is_hub:
-        check_model_size(model_class, load_config(source), source.local_path, weights_elements(source.local_path))
+    config = None  # a hub model's: transformers reads it
+    if not source.is_hub:  # read once: the model built is the one checked
+        config = load_config(source)
+        check_model_size(model_class, config, source.local_path, weights_elements(source.local_path))
     with _model_files(source, "weights"), _quiet_transformers(not source.is_hub):
         model, info = model_class.from_pretrained(
             source.local_path,
+            config=config,
             revision=source.revision if source.is_hub else None,
             dtype=torch_dtype(dtype),
             use_safetensors=True,

@@ -182,6 +182,21 @@ def where_placed(place: Callable[[int], tuple[str, int]]) -> Callable[[str, np.n
     return where
 
 
+def text_or_bytes_series(series):
+    """A pandas Series of keys as read, or, where some value is not valid UTF-8, every value as
+    `text_or_bytes` gives it (an object Series, same index and name): pandas cannot index, key
+    by shard or even filter a frame holding Arrow strings that are not text. A Series that holds
+    no strings (an integer id) is returned as read."""
+    import pandas as pd
+
+    try:
+        if unreadable_mask(series.array) is None:
+            return series
+    except (TypeError, ValueError):  # not strings (an integer id): nothing to decode
+        return series
+    return pd.Series(text_or_bytes(series.array), index=series.index, dtype=object, name=series.name)
+
+
 def text_or_bytes(values) -> list:
     """The values of a string column (what `unreadable_mask` takes) as Python objects: each
     value that is valid UTF-8 as its text, each other one as the bytes stored (never decoded

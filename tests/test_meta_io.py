@@ -101,3 +101,21 @@ def test_perplexity_variants_are_lower_is_better_and_input_columns_are_not_score
     table = read_scores(str(tmp_path))
     assert "perplexity_gpt2" in table.lower_is_better and "m" not in table.lower_is_better
     assert "text" not in table.metrics and "prefix" not in table.metrics
+
+
+def test_check_columns_names_a_missing_column_with_the_visible_ones_and_a_text_value_by_its_row():
+    """`_check_columns` without `files`: a missing column is named beside at most 50 of the
+    columns a message may list (internal `_` columns left out) and marked `missing_column`; a
+    column that is no number is named with its first text value and that value's row."""
+    from meta_eval.io import _check_columns
+    from scoring.errors import InputError
+
+    frame = pd.DataFrame({"id": ["a", "b"], "_bleu_stat_0": [1, 2], "m": [1.0, 2.0], "t": [0.5, "x"],
+                          **{f"c{k:02d}": [0.0, 0.0] for k in range(49)}})
+    with pytest.raises(InputError) as caught:
+        _check_columns(frame, ["m", "nope"], "src.parquet")
+    shown = ", ".join(["'id'", "'m'", "'t'"] + [f"'c{k:02d}'" for k in range(47)])
+    assert str(caught.value) == f"src.parquet: column 'nope' not found (have: {shown} and 2 more)"
+    assert caught.value.missing_column == "nope"
+    with pytest.raises(InputError, match=r"^src.parquet: column 't' is not numeric \(row 1: 'x'\)$"):
+        _check_columns(frame, ["m", "t"], "src.parquet")
