@@ -218,8 +218,10 @@ def file_partial(spec: PartialSpec, label: str, path: str, storage_options: dict
                     path, spec.dataset)
     n = len(reasons) + 1
     per_key = np.bincount(d_codes * n + reason + 1, minlength=n * len(datasets))  # (dataset, kept / reason)
-    key_rows = {(datasets[k // n], None if k % n == 0 else reasons[k % n - 1]): int(per_key[k])
-                for k in np.flatnonzero(per_key)}
+    key_rows = {}  # added up: two checks can give one reason ("no d key not valid UTF-8" for unit "no d" or system "d key ...")
+    for k in np.flatnonzero(per_key):
+        slot = (datasets[k // n], None if k % n == 0 else reasons[k % n - 1])
+        key_rows[slot] = key_rows.get(slot, 0) + int(per_key[k])
     key = ((d_codes * len(systems) + s_codes) * len(units) + u_codes)[keep]
     space = len(datasets) * len(systems) * len(units)
     if space <= max(4 * len(key), 1 << 16):  # dense key space: no sort needed

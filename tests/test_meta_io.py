@@ -119,3 +119,25 @@ def test_check_columns_names_a_missing_column_with_the_visible_ones_and_a_text_v
     assert caught.value.missing_column == "nope"
     with pytest.raises(InputError, match=r"^src.parquet: column 't' is not numeric \(row 1: 'x'\)$"):
         _check_columns(frame, ["m", "t"], "src.parquet")
+
+
+def test_two_checks_with_one_reason_lose_no_row(tmp_path):
+    """A unit column named "no d" and a system column named "d key not valid UTF-8" give two
+    checks the same reason ("no d key not valid UTF-8"): their rows are added up, not the
+    later count written over the earlier one (4 rows came out as 2 kept and 1 left out)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from meta_eval.partials import PartialSpec, file_partial
+
+    def keys(values):
+        return pa.array(values, pa.binary()).view(pa.string())
+
+    path = tmp_path / "part.parquet"
+    pq.write_table(pa.table({"no d": keys([b"\xff", b"u", b"u", b"u"]),
+                             "d key not valid UTF-8": keys([b"x", None, b"y", b"x"]),
+                             "score": pa.array([1.0, 2.0, 3.0, 4.0])}), path)
+    spec = PartialSpec(runs={"m": (("score", "score"),)}, system="d key not valid UTF-8", unit="no d")
+    part = file_partial(spec, "m", str(path))
+    assert part.key_rows == {(None, None): 2, (None, "no d key not valid UTF-8"): 2}
+    assert sum(part.key_rows.values()) == part.rows == 4
