@@ -71,21 +71,29 @@ def recommend(workload: dict) -> dict:
 
 
 def engine_wide(workloads: list[dict]) -> list[dict]:
-    """Per engine and variant measured: the workloads it wins and loses on; `default_change`
-    when it wins somewhere and loses nowhere."""
+    """Per engine and variant measured: the workloads it wins and loses on, and those of the
+    same engine it was not measured on (skipped by the time limit, unavailable, failed);
+    `default_change` when it wins somewhere, loses nowhere and was measured everywhere (a
+    speed-up on one workload says nothing about a workload never timed)."""
     found: dict[tuple[str, str], dict] = {}
+    cases_of: dict[str, list[str]] = {}
     for workload in workloads:
+        cases_of.setdefault(workload["engine"], []).append(workload["case"])
         for arm in workload["arms"]:
             if arm["variant"] == DEFAULT or arm["status"] != "measured":
                 continue
             entry = found.setdefault((workload["engine"], arm["variant"]), {"engine": workload["engine"], "variant": arm["variant"],
-                                                                            "changes": arm["changes"], "wins": [], "losses": []})
+                                                                            "changes": arm["changes"], "wins": [], "losses": [],
+                                                                            "measured": []})
+            entry["measured"].append(workload["case"])
             if arm["decision"]["win"]:
                 entry["wins"].append(workload["case"])
             elif not arm["agrees"] or arm.get("loses"):
                 entry["losses"].append(workload["case"])
     for entry in found.values():
-        entry["default_change"] = bool(entry["wins"]) and not entry["losses"]
+        measured = entry.pop("measured")
+        entry["not_measured"] = [case for case in cases_of[entry["engine"]] if case not in measured]
+        entry["default_change"] = bool(entry["wins"]) and not entry["losses"] and not entry["not_measured"]
     return list(found.values())
 
 
@@ -135,8 +143,13 @@ def render(ab: dict, heading: str = "##") -> list[str]:
         change = "; ".join(r["changes"]) or "none (keep the current default)"
         out.append(f"| {r['model']} {r['case']} | {r['engine']} | {r['variant']} | {_pct(r['speedup'] - 1)} | {change} |")
     wide = [e for e in rec["engine_wide"] if e["default_change"]]
-    out += ["", "Engine-wide (wins on some workload, loses on none): " + (
+    out += ["", "Engine-wide (wins on some workload, loses on none, measured on all): " + (
         "; ".join(f"{'; '.join(e['changes'])} (wins: {', '.join(e['wins'])})" for e in wide) if wide else "none") + "."]
+    pending = [e for e in rec["engine_wide"] if e["wins"] and not e["losses"] and e["not_measured"]]
+    if pending:
+        out += ["", "Not engine-wide yet (wins, loses on none, but not measured on every workload): " + "; ".join(
+            f"{'; '.join(e['changes'])} (wins: {', '.join(e['wins'])}; not measured: {', '.join(e['not_measured'])})"
+            for e in pending) + "."]
     if ab["skipped"]:
         out += ["", "A/B skipped: " + "; ".join(f"{s['case']} {s['variant']} ({s['reason']})" for s in ab["skipped"]) + "."]
     return out

@@ -69,6 +69,28 @@ def test_an_engine_wide_change_wins_somewhere_and_loses_nowhere():
     assert not wide["z"]["default_change"] and wide["z"]["losses"] == ["b"]  # scores differ on b
 
 
+def test_a_variant_not_measured_on_every_workload_of_its_engine_is_no_engine_wide_change():
+    """The H200 A/B of 2026-11-28 timed compiled layers on BART distinct only (the time limit
+    skipped grouped and PEGASUS), and "engine-wide: wins on some, loses on none" recommended
+    them for the whole seq2seq engine."""
+    workloads = [_workload("a", [_arm(DEFAULT, BASE), _arm("x", [0.9, 0.9, 0.9]), _arm("w", [0.9] * 3)]),
+                 _workload("b", [_arm(DEFAULT, BASE), _arm("w", [1.0] * 3)]),
+                 _workload("c", [_arm(DEFAULT, BASE), {"variant": "x", "status": "unavailable", "reason": "no x"}, _arm("w", [1.0] * 3)])]
+    wide = {e["variant"]: e for e in gpu_decide.engine_wide(workloads)}
+    assert wide["x"]["wins"] == ["a"] and wide["x"]["not_measured"] == ["b", "c"] and not wide["x"]["default_change"]
+    assert wide["w"]["not_measured"] == [] and wide["w"]["default_change"]
+    for workload in workloads:  # what the A/B table beside the decision reads
+        for arm in workload["arms"]:
+            if arm["status"] == "measured":
+                arm.update(score_gap={"max_rel": 0.0}, seconds=sorted(arm["seconds_runs"])[1])
+    ab = {"settings": {"tolerance": {"bfloat16": 2e-3}, "dtype": "bfloat16", "min_runs": 3, "min_gain": 0.03, "rounds": 3,
+                       "min_seconds": 1.0},
+          "workloads": [dict(w, recommendation=gpu_decide.recommend(w)) for w in workloads], "skipped": []}
+    text = "\n".join(gpu_decide.render(ab))
+    assert "Not engine-wide yet" in text and "E.x: on (wins: a; not measured: b, c)" in text
+    assert "measured on all): E.w: on (wins: a)." in text
+
+
 def test_the_plan_keeps_priority_order_and_lists_what_does_not_fit():
     default_cost = {"distinct": 10.0, "grouped": 10.0, "prefix": 10.0, "ppl": 10.0}
     candidates = [(0, "distinct", "p0", 5.0), (0, "grouped", "p0", 5.0), (1, "distinct", "p1", 5.0), (2, "ppl", "p2", 5.0),
