@@ -5,7 +5,10 @@ after a secret may be masked with it):
 - the userinfo (`s3://KEY:SECRET@bucket/key` -> `s3://***@bucket/key`), also when the secret
   holds a `/` (AWS secrets may: `s3://AKIA...:abc/def+ghi@bucket/k`), which a parser that
   ends the authority at the first `/` would miss, or an `@` or a quote (the userinfo ends at
-  the URL's last `@`); `user:password@host` without a scheme loses it too;
+  the URL's last `@`); `user:password@host` without a scheme loses it too; when the text before
+  that `@` also reads as a host and a query ending inside a secret value
+  (`s3://host:9000/?token=ab@cd`), the `@` may be that secret's, and what either reading takes
+  for a secret is masked (`s3://***`, where `s3://***@cd` showed the secret's end);
 - the values of query parameters that carry credentials (`?token=`, `X-Amz-Signature`,
   `X-Amz-Credential`, `X-Amz-Security-Token`, `sig`, `password`, ...; names compared
   percent-decoded), kept by name so the message still says what was there; parameters split
@@ -87,6 +90,7 @@ _HOST_LENGTH, _HOST_TRIES = 253, 64
 # where a parameter's value ends at the latest, and how often a URL that seems to end inside a
 # secret value is extended to the next URL after it (each try reads the URL again)
 _PARAM_END = re.compile(r"[&;#]")
+_PARAM_SEP = re.compile(r"[&;]")
 _RETRIES = 8
 # where the authority of a URL normally ends; schemes whose authority has no port (a bucket)
 _AUTHORITY_END = re.compile(r"[/?#]")
@@ -126,23 +130,73 @@ def _ends_userinfo(text: str, body: int, at: int, portless: bool = False) -> boo
     return portless or not (port.isascii() and port.isdigit())
 
 
-def _redact_params(params: str, masking: bool = False) -> tuple[str, bool]:
-    """`params` (`a=1&token=x`, split at `&` and `;`) with each secret parameter's value masked,
-    and whether the last one was secret. A part without `=`, or whose name is no name (`_NAME`),
-    after a secret value is taken for the rest of that value (a raw `&` or `;` inside it) and
-    masked too; `masking` carries that state in from the query into the fragment."""
-    if not params and not masking:
-        return params, masking
-    parts = re.split(r"([&;])", params)
-    for i in range(0, len(parts), 2):
-        name, sep, _ = parts[i].partition("=")
-        if sep and (not masking or _NAME.fullmatch(name)):
-            masking = bool(_SECRET_PARAMS.search(unquote(name).lower()))
-        else:
-            name, sep = parts[i], ""
+def _value_spans(url: str, lo: int, hi: int, spans: list[tuple[int, int]]) -> bool:
+    """Add to `spans` the secret parameters' values of the parameters `url[lo:hi]` (`a=1&token=x`,
+    split at `&` and `;`); return whether the last one was secret. A part without `=`, or whose
+    name is no name (`_NAME`), after a secret value is taken for the rest of that value (a raw
+    `&` or `;` inside it) and masked too."""
+    if lo >= hi:
+        return False
+    masking, pos = False, lo
+    while True:
+        sep = _PARAM_SEP.search(url, pos, hi)
+        part_end = sep.start() if sep else hi
+        eq = url.find("=", pos, part_end)
+        value = pos
+        if eq >= 0 and (not masking or _NAME.fullmatch(url, pos, eq)):
+            masking, value = bool(_SECRET_PARAMS.search(unquote(url[pos:eq]).lower())), eq + 1
         if masking:
-            parts[i] = f"{name}={MASK}" if sep else MASK
-    return "".join(parts), masking
+            spans.append((value, part_end))
+        if sep is None:
+            return masking
+        pos = sep.end()
+
+
+def _param_spans(url: str, lo: int, hi: int, spans: list[tuple[int, int]]) -> bool:
+    """`_value_spans` for the URL text `url[lo:hi]` after its userinfo (`host/path?query#fragment`):
+    its query's secret values, and its fragment's; a fragment after a query that ends in a
+    secret value is masked whole. Returns whether the text ends inside a secret value."""
+    hash_ = url.find("#", lo, hi)
+    query_end = hi if hash_ < 0 else hash_
+    question = url.find("?", lo, query_end)
+    masking = question >= 0 and _value_spans(url, question + 1, query_end, spans)
+    if hash_ >= 0:
+        if masking and hash_ + 1 < hi:
+            spans.append((hash_ + 1, hi))
+        masking = masking or _value_spans(url, hash_ + 1, hi, spans)
+    return masking
+
+
+def _secret_spans(url: str) -> tuple[list[tuple[int, int]], bool]:
+    """The spans of `url` to mask (its userinfo, its secret parameters' values), and whether it
+    ends inside a secret value. When the userinfo's text, read as a host, path and query, ends
+    inside a secret value (`s3://host:9000/?token=ab@cd`), the `@` may lie inside that secret
+    rather than end a userinfo: what either reading takes for a secret is masked."""
+    match = _SCHEME.match(url)
+    body = match.end(1) if match else 0
+    spans: list[tuple[int, int]] = []
+    at = body + _userinfo_end(url[body:], url[:body].lower() in _PORTLESS)
+    if at < body or not (body or ":" in url[:at]):
+        return spans, _param_spans(url, body, len(url), spans)
+    spans.append((body, at))
+    masking = _param_spans(url, at + 1, len(url), spans)
+    if _param_spans(url, body, at, []):  # the `@` may be a secret value's: read it that way too
+        masking = _param_spans(url, body, len(url), spans) or masking
+    return spans, masking
+
+
+def _masked(url: str, spans: list[tuple[int, int]]) -> str:
+    """`url` with each run of `spans` (overlapping or touching spans are one) replaced by `MASK`;
+    an empty span (`?token=`) becomes a `MASK` too."""
+    out, pos = [], 0
+    for start, stop in sorted(spans):
+        if out and start <= pos:
+            pos = max(pos, stop)
+            continue
+        out += [url[pos:start], MASK]
+        pos = stop
+    out.append(url[pos:])
+    return "".join(out)
 
 
 def redact_url(url: str | None) -> str | None:
@@ -156,17 +210,8 @@ def redact_url(url: str | None) -> str | None:
 def _redact(url: str) -> tuple[str, bool]:
     """`redact_url`, and whether the URL ends inside a secret parameter's value (whose
     masking would run on into any text after it)."""
-    match = _SCHEME.match(url)
-    scheme, rest = (match.group(1), match.group(2)) if match else ("", url)
-    end = _userinfo_end(rest, scheme.lower() in _PORTLESS)
-    if end >= 0 and (scheme or ":" in rest[:end]):
-        rest = f"{MASK}@{rest[end + 1:]}"
-    rest, hash_, fragment = rest.partition("#")
-    base, question, query = rest.partition("?")
-    query, masking = _redact_params(query)
-    if hash_:
-        fragment, masking = (fragment and MASK, True) if masking else _redact_params(fragment)
-    return f"{scheme}{base}{question}{query}{hash_}{fragment}", masking
+    spans, masking = _secret_spans(url)
+    return _masked(url, spans), masking
 
 
 def _depth(backslashes: int) -> int:

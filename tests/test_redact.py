@@ -36,6 +36,11 @@ SECRET_URLS = [
     ("s3://AKIADIGITS18:1234/digsecret18@bucket/k", ["AKIADIGITS18", "digsecret18"], "s3://***@bucket/k"),
     ("S3://AKIADIGITS19:77#digsecret19@bucket/k", ["AKIADIGITS19", "digsecret19"], "S3://***@bucket/k"),
     ('admin16:hunter"2x16@head.example:10001', ["admin16", "2x16"], "***@head.example:10001"),
+    # an `@` inside a secret value whose text before it also reads as a userinfo: both readings masked
+    ("s3://host:9000/?token=ab@atsecret21", ["atsecret21"], "s3://***"),
+    ("s3://host:9000/?token=ab@atsecret22&page=2", ["atsecret22"], "s3://***&page=2"),
+    ("s3://AKIAAT23:pw@bucket/?sig=ab@atsecret23", ["AKIAAT23", "atsecret23"], "s3://***"),
+    ("https://host:abc/?token=ab@atsecret24#f", ["atsecret24"], "https://***#***"),
 ]  # fmt: skip
 
 
