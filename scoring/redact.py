@@ -62,20 +62,23 @@ _SECRET_PARAMS = re.compile(
 # (`&=`, `&}=`, `&\\=`) is taken for more of that value
 _NAME = re.compile(r"[\w.~%+\-\[\]]+")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)(.*)$", re.S)
-# the backslash escape of a character in a JSON text or a repr (`\n`, `\x1b`, `\u00a0`,
-# `\U0001f600`): the character it stands for may be whitespace or a control, which ends a token
-_ESCAPE = r"""\\(?:[ntrfvab0]|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8})"""
+# the backslash escapes of a character in a JSON text or a repr (`\n`, `\x1b`, `\u00a0`,
+# `\U0001f600`), without the backslash: the character one stands for may be whitespace or a
+# control, which ends a token. One pattern per length, as a look-behind must have one width:
+# `_AFTER_ESCAPE` is one look-behind per length, where one over `_ESCAPE_BODY` fails to compile
+_ESCAPE_BODIES = ("[ntrfvab0]", "x[0-9a-fA-F]{2}", "u[0-9a-fA-F]{4}", "U[0-9a-fA-F]{8}")
+_ESCAPE_BODY = "(?:" + "|".join(_ESCAPE_BODIES) + ")"
+_AFTER_ESCAPE = "|".join(rf"(?<=\\{body})" for body in _ESCAPE_BODIES)
 # where a URL starts in a text: `scheme://`, or a word and a colon at the start of a token
 # (`user:password@host` without a scheme; kept only when an `@` follows). A token starts after
 # whitespace, a control character, punctuation that opens or separates, or a backslash escape
-# (`_ESCAPE`), so a URL reads the same in a JSON text or a repr (`"a\ns3://..."`) as in the raw
-# string. A match starts where a run of scheme characters starts (the scheme is the run from its
-# first letter on, after an escape's letters), so that no search rescans a long run from each of
-# its characters (quadratic)
+# (`_AFTER_ESCAPE`), so a URL reads the same in a JSON text or a repr (`"a\ns3://..."`) as in the
+# raw string. A match starts where a run of scheme characters starts (the scheme is the run from
+# its first letter on, after an escape's letters), so that no search rescans a long run from each
+# of its characters (quadratic)
 _START = re.compile(
-    r"""(?<![A-Za-z0-9+.-])(?:(?<=\\)""" + _ESCAPE[2:] + r""")?[0-9+.-]*(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)"""
-    r"""|(?:(?<![^\s"'`<(\[{=,;|\x00-\x1f\x7f-\x9f])"""
-    r"""|(?<=\\[ntrfvab0])|(?<=\\x[0-9a-fA-F]{2})|(?<=\\u[0-9a-fA-F]{4})|(?<=\\U[0-9a-fA-F]{8}))"""
+    r"""(?<![A-Za-z0-9+.-])(?:(?<=\\)""" + _ESCAPE_BODY + r""")?[0-9+.-]*(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)"""
+    r"""|(?:(?<![^\s"'`<(\[{=,;|\x00-\x1f\x7f-\x9f])|""" + _AFTER_ESCAPE + ")"
     r"""(?P<bare>[\w.~%+-]+:(?!//))"""
 )
 # what follows the `@` of a `user:password@host` token without a scheme: a network host (a
