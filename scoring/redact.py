@@ -20,7 +20,8 @@ after a secret may be masked with it):
 localhost, a name with a port, or a name followed by a `/` path: `KEY:SECRET@minio/`, and
 `KEY:SECRET@bucket/key`, which s3fs prints for `s3://KEY:SECRET@bucket/key` with its scheme
 cut off; an id such as `system:model@v2` is kept, so an error still names its row). A token
-starts after whitespace or a control character, also when a JSON text or a repr writes it as
+starts after whitespace, a control character, or a character outside ASCII that is no word
+character (`“KEY:SECRET@host”`, an emoji, a lone surrogate), also when a JSON text or a repr writes it as
 a backslash escape (`"a\\nKEY:SECRET@host"`, `\\u00a0s3://...`), so a URL is read the same in
 every form of a message; `scoring.errors.one_line` and `scoring.console_text.console_line` call
 it, so every one-line error and console line is redacted. A URL ends at whitespace (a secret
@@ -71,14 +72,15 @@ _ESCAPE_BODY = "(?:" + "|".join(_ESCAPE_BODIES) + ")"
 _AFTER_ESCAPE = "|".join(rf"(?<=\\{body})" for body in _ESCAPE_BODIES)
 # where a URL starts in a text: `scheme://`, or a word and a colon at the start of a token
 # (`user:password@host` without a scheme; kept only when an `@` follows). A token starts after
-# whitespace, a control character, punctuation that opens or separates, or a backslash escape
-# (`_AFTER_ESCAPE`), so a URL reads the same in a JSON text or a repr (`"a\ns3://..."`) as in the
-# raw string. A match starts where a run of scheme characters starts (the scheme is the run from
-# its first letter on, after an escape's letters), so that no search rescans a long run from each
-# of its characters (quadratic)
+# whitespace, a control character, punctuation that opens or separates, any character outside
+# ASCII that is no word character (a curly quote, an emoji, a lone surrogate: the class lists
+# what does not start one), or a backslash escape (`_AFTER_ESCAPE`), so a URL reads the same in
+# a JSON text or a repr (`"a\ns3://..."`) as in the raw string. A match starts where a run of
+# scheme characters starts (the scheme is the run from its first letter on, after an escape's
+# letters), so that no search rescans a long run from each of its characters (quadratic)
 _START = re.compile(
     r"""(?<![A-Za-z0-9+.-])(?:(?<=\\)""" + _ESCAPE_BODY + r""")?[0-9+.-]*(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)"""
-    r"""|(?:(?<![^\s"'`<(\[{=,;|\x00-\x1f\x7f-\x9f])|""" + _AFTER_ESCAPE + ")"
+    r"""|(?:(?<![\w!#$%&)*+\-./:>?@\\\]^}~])|""" + _AFTER_ESCAPE + ")"
     r"""(?P<bare>[\w.~%+-]+:(?!//))"""
 )
 # what follows the `@` of a `user:password@host` token without a scheme: a network host (a

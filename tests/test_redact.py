@@ -237,3 +237,17 @@ def test_a_password_of_unicode_digits_is_no_port(url, secret):
     assert secret not in redact_url(url) and "***@" in redact_url(url)
     assert secret not in redact_text(f"cannot read {url}: denied")
     assert redact_url("https://host.example:8080/?a@b") == "https://host.example:8080/?a@b"  # a real port stays
+
+
+@pytest.mark.parametrize("before", ["\u201c", "\u00ab", "\u2192", "\U0001f600", "\ud800", "\u202e", "e\u0301"])
+@pytest.mark.parametrize("token", ["admin:quotesecret1@db.example.com", "KEY:quote@secret2@minio:9000/x",
+                                   "AKIA:quotesecret3@mybucket/k"])
+def test_a_credential_after_a_non_ascii_symbol_is_masked(before, token):
+    """Found by fuzzing: a `user:password@host` token started only after whitespace, ASCII
+    punctuation or a control, so one right after a curly quote (`“KEY:SECRET@host”`), a guillemet,
+    an arrow, an emoji, a lone surrogate, a bidi control or a combining accent was shown whole.
+    Any non-ASCII character that is no word character starts a token now; ASCII is read as before."""
+    for text in (before + token, f"cannot read {before}{token}\u201d: denied"):
+        shown = redact_text(text)
+        assert "secret" not in shown and before + "***@" in shown, (text, shown)
+    assert redact_text("\u201cid system:model@v2\u201d") == "\u201cid system:model@v2\u201d"
