@@ -39,11 +39,12 @@ summaries), and a repr keeps its quotes; a compact one may lose what follows a m
 What stays ambiguous: inside a quoted URL, a secret ending in that quote and closing
 punctuation (`'...?token=ab',`) reads as the URL's end; a secret value holding `&name=` or
 `;name=` reads as a next parameter; a user name holding `/`, `?` or `#` (which a URL would
-percent-encode) is not read as one; outside `s3://`, a password that starts with digits and
-then holds `/`, `?` or `#` (`https://KEY:12/ab@host`) reads as a port and a path (only ASCII
-digits do: a port is never `²0`); a password
-holding both `@` and then `x://`, or a `user:password@` token without a scheme whose password
-holds `://`, shows what comes before that `x://`.
+percent-encode) is not read as one, nor one that starts with `[` as an IPv6 host does
+(`https://[a:b]/x@host`: the authority is `[a:b]`); outside `s3://`, a password that starts
+with digits and then holds `/`, `?` or `#` (`https://KEY:12/ab@host`) reads as a port and a
+path (only ASCII digits do: a port is never `²0`); a password holding both `@` and then `x://`,
+or a `user:password@` token without a scheme whose password holds `://`, shows what comes
+before that `x://`.
 """
 
 from __future__ import annotations
@@ -129,6 +130,8 @@ def _ends_userinfo(text: str, body: int, at: int, portless: bool = False) -> boo
     if stop is None:
         return True
     first = text[body:stop.start()]
+    if first.startswith("[") and "]" in first:  # an IPv6 literal (`[::1]:8080`): its colons are a host's
+        first = first[first.index("]") + 1:]
     if ":" not in first:
         return False
     port = first.split(":", 1)[1]  # a port is ASCII digits (`"²0".isdigit()` is true too)

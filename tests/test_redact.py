@@ -251,3 +251,17 @@ def test_a_credential_after_a_non_ascii_symbol_is_masked(before, token):
         shown = redact_text(text)
         assert "secret" not in shown and before + "***@" in shown, (text, shown)
     assert redact_text("\u201cid system:model@v2\u201d") == "\u201cid system:model@v2\u201d"
+
+
+@pytest.mark.parametrize(("url", "redacted"), [
+    ("https://[::1]:8080/p?a=1&token=ab@v6secret1#frag", "https://[::1]:8080/p?a=1&token=***#***"),
+    ("https://[::1]/p?sig=ab@v6secret2", "https://[::1]/p?sig=***"),
+    ("https://[fe80::1]:9000/p@x", "https://[fe80::1]:9000/p@x"),
+    ("https://u:v6secret3@[::1]:8080/p", "https://***@[::1]:8080/p"),
+])
+def test_an_ipv6_host_is_no_userinfo(url, redacted):
+    """Found by fuzzing: the colons of `[::1]:8080` were read as a userinfo's, so an `@` later in
+    the URL ended a userinfo: the host was masked and the secret's end after the `@` was shown
+    (`https://***@v6secret1#frag`)."""
+    assert redact_url(url) == redacted
+    assert redact_text(f"cannot read {url} - denied") == f"cannot read {redacted} - denied"
