@@ -14,6 +14,9 @@ after a secret may be masked with it):
   percent-decoded), kept by name so the message still says what was there; parameters split
   at `&` and `;`, the fragment's too (`#access_token=`). A value runs to the next parameter:
   a piece without `=` after it (a raw `&`, `;` or `#` inside the secret) is masked with it.
+  A parameter whose value is itself a URL or a query carrying a secret (an OAuth
+  `redirect_uri=https%3A%2F%2Fh%2F%3Ftoken%3D...`, `next=/x?token=...`, percent-decoded up to
+  three times) has its whole value masked (`_holds_secret`).
 
 `redact_text` applies it to every URL inside a message (`scheme://...`, and every token
 `user:password@host` whose host reads as a network host: a dotted name, an IP address,
@@ -97,6 +100,10 @@ _HOST_LENGTH, _HOST_TRIES = 253, 64
 # secret value is extended to the next URL after it (each try reads the URL again)
 _PARAM_END = re.compile(r"[&;#]")
 _PARAM_SEP = re.compile(r"[&;]")
+# inside a parameter's value: the names of a query it holds, and a URL's userinfo it holds
+_INNER_NAME = re.compile(r"[?&;#]([^?&;#=\s]+)=")
+_INNER_USERINFO = re.compile(r"://[^/?#@\s]*:[^/?#\s]*@")
+_DECODINGS = 3
 _RETRIES = 8
 # where the authority of a URL normally ends; schemes whose authority has no port (a bucket)
 _AUTHORITY_END = re.compile(r"[/?#]")
@@ -153,11 +160,28 @@ def _value_spans(url: str, lo: int, hi: int, spans: list[tuple[int, int]]) -> bo
         value = pos
         if eq >= 0 and (not masking or _NAME.fullmatch(url, pos, eq)):
             masking, value = bool(_SECRET_PARAMS.search(unquote(url[pos:eq]).lower())), eq + 1
-        if masking:
+        if masking or (value > pos and _holds_secret(url[value:part_end])):
             spans.append((value, part_end))
         if sep is None:
             return masking
         pos = sep.end()
+
+
+def _holds_secret(value: str) -> bool:
+    """A parameter's value that is itself a URL or a query carrying a secret, as it is or
+    percent-encoded up to `_DECODINGS` times (`next=https%3A%2F%2Fh%2F%3Ftoken%3DSECRET`,
+    `next=/x?token=SECRET`, `url=https://KEY:SECRET@host`): a secret parameter after `?`, `&`,
+    `;` or `#`, or a userinfo after `://`. One pass per decoding, no recursion (linear)."""
+    for _ in range(_DECODINGS):
+        if any(_SECRET_PARAMS.search(unquote(name).lower()) for name in _INNER_NAME.findall(value)):
+            return True
+        if _INNER_USERINFO.search(value):
+            return True
+        decoded = unquote(value)
+        if decoded == value:
+            return False
+        value = decoded
+    return True  # encoded more often than any URL is: masked
 
 
 def _param_spans(url: str, lo: int, hi: int, spans: list[tuple[int, int]]) -> bool:

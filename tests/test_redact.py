@@ -265,3 +265,24 @@ def test_an_ipv6_host_is_no_userinfo(url, redacted):
     (`https://***@v6secret1#frag`)."""
     assert redact_url(url) == redacted
     assert redact_text(f"cannot read {url} - denied") == f"cannot read {redacted} - denied"
+
+
+@pytest.mark.parametrize(("url", "redacted"), [
+    ("https://h.example/p?next=https%3A%2F%2Fi.example%2Fx%3Fclient_secret%3Dnestsecret1&page=2",
+     "https://h.example/p?next=***&page=2"),
+    ("https://h.example/p?next=https://i.example/x?apikey=nestsecret2&page=2", "https://h.example/p?next=***&page=2"),
+    ("https://h.example/p?next=/x?token=nestsecret3", "https://h.example/p?next=***"),
+    ("https://h.example/p?url=https%3A%2F%2FKEY%3Anestsecret4%40h2.example%2F", "https://h.example/p?url=***"),
+    ("https://h.example/p?next=https%253A%252F%252Fi.example%252F%253Ftoken%253Dnestsecret5&a=1",
+     "https://h.example/p?next=***&a=1"),
+    ("https://h.example/cb#state=x&redirect_uri=https%3A%2F%2Fi.example%2F%23access_token%3Dnestsecret6",
+     "https://h.example/cb#state=x&redirect_uri=***"),
+    ("https://h.example/p?next=https%3A%2F%2Fi.example%2Fx%3Fpage%3D2&q=a%3Db",  # nothing secret inside
+     "https://h.example/p?next=https%3A%2F%2Fi.example%2Fx%3Fpage%3D2&q=a%3Db"),
+])  # fmt: skip
+def test_a_parameter_holding_a_url_with_a_secret_is_masked(url, redacted):
+    """Found by fuzzing: a parameter whose value is itself a URL or a query (an OAuth
+    `redirect_uri`, a proxy's `url=`), percent-encoded or not, showed that URL's secrets, since
+    only the outer parameters' names were read (`redact_url`: a config's URL)."""
+    assert redact_url(url) == redacted
+    assert "nestsecret" not in redact_text(f"cannot read {url} - denied")
