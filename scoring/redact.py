@@ -22,7 +22,10 @@ after a secret may be masked with it):
 `user:password@host` whose host reads as a network host: a dotted name, an IP address,
 localhost, a name with a port, or a name followed by a `/` path: `KEY:SECRET@minio/`, and
 `KEY:SECRET@bucket/key`, which s3fs prints for `s3://KEY:SECRET@bucket/key` with its scheme
-cut off; an id such as `system:model@v2` is kept, so an error still names its row). A token
+cut off; an id such as `system:model@v2` is kept, so an error still names its row), and every
+request target without scheme or host (a token starting with `/` that holds a `?` or `#`:
+`Max retries exceeded with url: /p?X-Amz-Signature=...`, as urllib3 writes it; a relative
+`a/b?token=` is not read as one). A token
 starts after whitespace, a control character, or a character outside ASCII that is no word
 character (`“KEY:SECRET@host”`, an emoji, a lone surrogate), also when a JSON text or a repr writes it as
 a backslash escape (`"a\\nKEY:SECRET@host"`, `\\u00a0s3://...`), so a URL is read the same in
@@ -81,11 +84,15 @@ _AFTER_ESCAPE = "|".join(rf"(?<=\\{body})" for body in _ESCAPE_BODIES)
 # what does not start one), or a backslash escape (`_AFTER_ESCAPE`), so a URL reads the same in
 # a JSON text or a repr (`"a\ns3://..."`) as in the raw string. A match starts where a run of
 # scheme characters starts (the scheme is the run from its first letter on, after an escape's
-# letters), so that no search rescans a long run from each of its characters (quadratic)
+# letters), so that no search rescans a long run from each of its characters (quadratic). A
+# request target without scheme or host (`/p?X-Amz-Signature=...`: urllib3's "Max retries
+# exceeded with url: ...", an HTTP request line) starts at a `/` at the start of a token and
+# holds a `?` or `#`; its path is read over characters that start no token (no backslash), so
+# no search rescans it either
 _START = re.compile(
     r"""(?<![A-Za-z0-9+.-])(?:(?<=\\)""" + _ESCAPE_BODY + r""")?[0-9+.-]*(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)"""
     r"""|(?:(?<![\w!#$%&)*+\-./:>?@\\\]^}~])|""" + _AFTER_ESCAPE + ")"
-    r"""(?P<bare>[\w.~%+-]+:(?!//))"""
+    r"""(?:(?P<bare>[\w.~%+-]+:(?!//))|(?P<path>/[\w!$%&)*+\-./:>@\]^}~]*[?#]))"""
 )
 # what follows the `@` of a `user:password@host` token without a scheme: a network host (a
 # dotted name ending in a letter, an IP address, localhost, any name with a port, or any name
@@ -291,7 +298,7 @@ def _url_end(text: str, start: int, body: int, open_dquotes: bool) -> int:
 def redact_text(text: str) -> str:
     """`text` with every URL in it redacted (`redact_url`; where a URL ends: `_url_end`), and
     every token `user:password@...` without a scheme."""
-    if "://" not in text and "@" not in text:
+    if "://" not in text and "@" not in text and not ("/" in text and ("?" in text or "#" in text)):
         return text
     dquotes = [m.start() for m in _DQUOTE.finditer(text) if m.group() == '"'] if '"' in text else []
     ats = [m.start() for m in re.finditer("@", text)]
@@ -302,7 +309,7 @@ def redact_text(text: str) -> str:
     outer_end = -1  # the end of the URL a URL found inside it lies in
     while (match := _START.search(text, pos)) is not None:
         scheme = match.group("scheme") is not None
-        if not scheme and not _at_in_token(text, ats, stops, match.end(), len(text)):
+        if match.group("bare") is not None and not _at_in_token(text, ats, stops, match.end(), len(text)):
             out.append(text[pos:match.end()])  # a word and a colon, no `@` after them in the token
             pos = match.end()
             continue
@@ -347,7 +354,8 @@ def _next_url(text: str, pos: int, end: int, ats: list[int], stops: list[int]) -
     """Where the next URL (`_START`: a scheme, or a `user:password@` token, unless `stops` is
     empty) starts in `text[pos:end]`, or `end`."""
     while (match := _START.search(text, pos, end)) is not None:
-        if match.group("scheme") is not None or (stops and _at_in_token(text, ats, stops, match.end(), end)):
+        if match.group("scheme") is not None or (
+                match.group("bare") is not None and stops and _at_in_token(text, ats, stops, match.end(), end)):
             return match.start()
         pos = match.end()
     return end

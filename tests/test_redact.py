@@ -286,3 +286,26 @@ def test_a_parameter_holding_a_url_with_a_secret_is_masked(url, redacted):
     only the outer parameters' names were read (`redact_url`: a config's URL)."""
     assert redact_url(url) == redacted
     assert "nestsecret" not in redact_text(f"cannot read {url} - denied")
+
+
+@pytest.mark.parametrize(("text", "redacted"), [
+    ("HTTPSConnectionPool(host='h.example', port=443): Max retries exceeded with url: /p?token=pathsecret1&a=1 "
+     "(Caused by X)",
+     "HTTPSConnectionPool(host='h.example', port=443): Max retries exceeded with url: /p?token=***&a=1 (Caused by X)"),
+    ("GET /b/k?X-Amz-Signature=pathsecret2 HTTP/1.1", "GET /b/k?X-Amz-Signature=*** HTTP/1.1"),
+    ("redirected to '/cb#access_token=pathsecret3&state=1'", "redirected to '/cb#access_token=***&state=1'"),
+    ('{"url": "/p/q?sig=pathsecret4", "n": 1}', '{"url": "/p/q?sig=***", "n": 1}'),
+    ("see /data/x.parquet?raw and /a/b#c=1 now", "see /data/x.parquet?raw and /a/b#c=1 now"),
+])  # fmt: skip
+def test_a_request_target_without_a_host_loses_its_secrets(text, redacted):
+    """Found by fuzzing: urllib3 (requests, huggingface_hub) reports `Max retries exceeded with
+    url: /path?query`, the request target without scheme or host, and it was shown whole: a
+    token starting with `/` that holds a `?` or `#` is read as a URL's path and query."""
+    assert redact_text(text) == redacted
+    assert json.loads(redact_text(json.dumps({"e": text}))) == {"e": redacted}
+
+
+@pytest.mark.timeout(60)
+def test_request_targets_cost_linear_time():
+    for text in (" /" * 200_000 + "?", ",/a" * 200_000 + "?token=x", "\\n/a" * 200_000, "(/" + "a/" * 200_000 + "?"):
+        assert redact_text(text).startswith(text[:2])
