@@ -10,7 +10,8 @@ after a secret may be masked with it):
   (`s3://host:9000/?token=ab@cd`), the `@` may be that secret's, and what either reading takes
   for a secret is masked (`s3://***`, where `s3://***@cd` showed the secret's end);
 - the values of query parameters that carry credentials (`?token=`, `X-Amz-Signature`,
-  `X-Amz-Credential`, `X-Amz-Security-Token`, `sig`, `password`, ...; names compared
+  `X-Amz-Credential`, `X-Amz-Security-Token`, `AWSAccessKeyId`, `sig`, `password`,
+  `passphrase`, `private_key`, `jwt`, ...; names compared
   percent-decoded), kept by name so the message still says what was there; parameters split
   at `&` and `;`, the fragment's too (`#access_token=`). A value runs to the next parameter:
   a piece without `=` after it (a raw `&`, `;` or `#` inside the secret) is masked with it.
@@ -64,7 +65,8 @@ MASK = "***"
 
 # query parameter names whose value is a secret (compared lower-case, percent-decoded)
 _SECRET_PARAMS = re.compile(
-    r"(token|secret|signature|credential|password|passwd|pwd|apikey|api[-_]key|auth|session|^sig$|^key$|^code$)"
+    r"(token|secret|signature|credential|password|passwd|passphrase|pwd|apikey|api[-_]key|access[-_]?key"
+    r"|private[-_]?key|jwt|auth|session|^sig$|^key$|^code$)"
 )
 # what a parameter's name looks like: after a secret value, a part `name=...` with another name
 # (`&=`, `&}=`, `&\\=`) is taken for more of that value

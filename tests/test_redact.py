@@ -309,3 +309,13 @@ def test_a_request_target_without_a_host_loses_its_secrets(text, redacted):
 def test_request_targets_cost_linear_time():
     for text in (" /" * 200_000 + "?", ",/a" * 200_000 + "?token=x", "\\n/a" * 200_000, "(/" + "a/" * 200_000 + "?"):
         assert redact_text(text).startswith(text[:2])
+
+
+@pytest.mark.parametrize("name", ["private_key", "privateKey", "passphrase", "jwt", "AWSAccessKeyId", "access_key",
+                                  "accessKey"])
+def test_more_credential_parameter_names_are_masked(name):
+    """Found by probing names beside the fuzzed ones: `?private_key=`, `?passphrase=`, `?jwt=`,
+    and an access key id (`AWSAccessKeyId`, SigV2's form of what `X-Amz-Credential` carries)
+    were shown."""
+    url = f"https://h.example/p?a=1&{name}=namesecret1&page=2"
+    assert redact_url(url) == f"https://h.example/p?a=1&{name}=***&page=2"
