@@ -26,12 +26,12 @@ localhost, a name with a port, or a name followed by a `/` path: `KEY:SECRET@min
 cut off; an id such as `system:model@v2` is kept, so an error still names its row), and every
 request target without scheme or host (a token starting with `/` that holds a `?` or `#`:
 `Max retries exceeded with url: /p?X-Amz-Signature=...`, as urllib3 writes it; a relative
-`a/b?token=` is not read as one). A token
-starts after whitespace, a control character, or a character outside ASCII that is no word
-character (`“KEY:SECRET@host”`, an emoji, a lone surrogate), also when a JSON text or a repr writes it as
-a backslash escape (`"a\\nKEY:SECRET@host"`, `\\u00a0s3://...`), so a URL is read the same in
-every form of a message; `scoring.errors.one_line` and `scoring.console_text.console_line` call
-it, so every one-line error and console line is redacted. A URL ends at whitespace (a secret
+`a/b?token=` is not read as one). A token starts after whitespace, a control character, or a
+character outside ASCII that is no word character (`“KEY:SECRET@host”`, an emoji, a lone
+surrogate), also when a JSON text or a repr writes it as a backslash escape
+(`"a\\nKEY:SECRET@host"`, `\\u00a0s3://...`), so a URL is read the same in every form of a
+message; `scoring.errors.one_line` and `scoring.console_text.console_line` call it, so every
+one-line error and console line is redacted. A URL ends at whitespace (a secret
 holding whitespace is not a URL's) or at the quote that closes it (`_url_end`): the quote it
 was opened with (`'...'` of a repr, `"..."`, `<...>`, backticks), at the same escaping depth,
 or the unescaped `"` that ends the JSON string it lies in, followed by nothing but closing
@@ -108,7 +108,7 @@ _HOST_LENGTH, _HOST_TRIES = 253, 64
 # where a parameter's value ends at the latest, and how often a URL that seems to end inside a
 # secret value is extended to the next URL after it (each try reads the URL again)
 _PARAM_END = re.compile(r"[&;#]")
-_PARAM_SEP = re.compile(r"[&;]")
+_PARAM_SEP = re.compile(r"[&;]")  # what separates two parameters
 # inside a parameter's value: the names of a query it holds, and a URL's userinfo it holds
 _INNER_NAME = re.compile(r"[?&;#]([^?&;#=\s]+)=")
 _INNER_USERINFO = re.compile(r"://[^/?#@\s]*:[^/?#\s]*@")
