@@ -36,6 +36,11 @@ SECRET_URLS = [
     ("s3://AKIADIGITS18:1234/digsecret18@bucket/k", ["AKIADIGITS18", "digsecret18"], "s3://***@bucket/k"),
     ("S3://AKIADIGITS19:77#digsecret19@bucket/k", ["AKIADIGITS19", "digsecret19"], "S3://***@bucket/k"),
     ('admin16:hunter"2x16@head.example:10001', ["admin16", "2x16"], "***@head.example:10001"),
+    # an `@` inside a secret value whose text before it also reads as a userinfo: both readings masked
+    ("s3://host:9000/?token=ab@atsecret21", ["atsecret21"], "s3://***"),
+    ("s3://host:9000/?token=ab@atsecret22&page=2", ["atsecret22"], "s3://***&page=2"),
+    ("s3://AKIAAT23:pw@bucket/?sig=ab@atsecret23", ["AKIAAT23", "atsecret23"], "s3://***"),
+    ("https://host:abc/?token=ab@atsecret24#f", ["atsecret24"], "https://***#***"),
 ]  # fmt: skip
 
 
@@ -232,3 +237,85 @@ def test_a_password_of_unicode_digits_is_no_port(url, secret):
     assert secret not in redact_url(url) and "***@" in redact_url(url)
     assert secret not in redact_text(f"cannot read {url}: denied")
     assert redact_url("https://host.example:8080/?a@b") == "https://host.example:8080/?a@b"  # a real port stays
+
+
+@pytest.mark.parametrize("before", ["\u201c", "\u00ab", "\u2192", "\U0001f600", "\ud800", "\u202e", "e\u0301"])
+@pytest.mark.parametrize("token", ["admin:quotesecret1@db.example.com", "KEY:quote@secret2@minio:9000/x",
+                                   "AKIA:quotesecret3@mybucket/k"])
+def test_a_credential_after_a_non_ascii_symbol_is_masked(before, token):
+    """Found by fuzzing: a `user:password@host` token started only after whitespace, ASCII
+    punctuation or a control, so one right after a curly quote (`“KEY:SECRET@host”`), a guillemet,
+    an arrow, an emoji, a lone surrogate, a bidi control or a combining accent was shown whole.
+    Any non-ASCII character that is no word character starts a token now; ASCII is read as before."""
+    for text in (before + token, f"cannot read {before}{token}\u201d: denied"):
+        shown = redact_text(text)
+        assert "secret" not in shown and before + "***@" in shown, (text, shown)
+    assert redact_text("\u201cid system:model@v2\u201d") == "\u201cid system:model@v2\u201d"
+
+
+@pytest.mark.parametrize(("url", "redacted"), [
+    ("https://[::1]:8080/p?a=1&token=ab@v6secret1#frag", "https://[::1]:8080/p?a=1&token=***#***"),
+    ("https://[::1]/p?sig=ab@v6secret2", "https://[::1]/p?sig=***"),
+    ("https://[fe80::1]:9000/p@x", "https://[fe80::1]:9000/p@x"),
+    ("https://u:v6secret3@[::1]:8080/p", "https://***@[::1]:8080/p"),
+])
+def test_an_ipv6_host_is_no_userinfo(url, redacted):
+    """Found by fuzzing: the colons of `[::1]:8080` were read as a userinfo's, so an `@` later in
+    the URL ended a userinfo: the host was masked and the secret's end after the `@` was shown
+    (`https://***@v6secret1#frag`)."""
+    assert redact_url(url) == redacted
+    assert redact_text(f"cannot read {url} - denied") == f"cannot read {redacted} - denied"
+
+
+@pytest.mark.parametrize(("url", "redacted"), [
+    ("https://h.example/p?next=https%3A%2F%2Fi.example%2Fx%3Fclient_secret%3Dnestsecret1&page=2",
+     "https://h.example/p?next=***&page=2"),
+    ("https://h.example/p?next=https://i.example/x?apikey=nestsecret2&page=2", "https://h.example/p?next=***&page=2"),
+    ("https://h.example/p?next=/x?token=nestsecret3", "https://h.example/p?next=***"),
+    ("https://h.example/p?url=https%3A%2F%2FKEY%3Anestsecret4%40h2.example%2F", "https://h.example/p?url=***"),
+    ("https://h.example/p?next=https%253A%252F%252Fi.example%252F%253Ftoken%253Dnestsecret5&a=1",
+     "https://h.example/p?next=***&a=1"),
+    ("https://h.example/cb#state=x&redirect_uri=https%3A%2F%2Fi.example%2F%23access_token%3Dnestsecret6",
+     "https://h.example/cb#state=x&redirect_uri=***"),
+    ("https://h.example/p?next=https%3A%2F%2Fi.example%2Fx%3Fpage%3D2&q=a%3Db",  # nothing secret inside
+     "https://h.example/p?next=https%3A%2F%2Fi.example%2Fx%3Fpage%3D2&q=a%3Db"),
+])  # fmt: skip
+def test_a_parameter_holding_a_url_with_a_secret_is_masked(url, redacted):
+    """Found by fuzzing: a parameter whose value is itself a URL or a query (an OAuth
+    `redirect_uri`, a proxy's `url=`), percent-encoded or not, showed that URL's secrets, since
+    only the outer parameters' names were read (`redact_url`: a config's URL)."""
+    assert redact_url(url) == redacted
+    assert "nestsecret" not in redact_text(f"cannot read {url} - denied")
+
+
+@pytest.mark.parametrize(("text", "redacted"), [
+    ("HTTPSConnectionPool(host='h.example', port=443): Max retries exceeded with url: /p?token=pathsecret1&a=1 "
+     "(Caused by X)",
+     "HTTPSConnectionPool(host='h.example', port=443): Max retries exceeded with url: /p?token=***&a=1 (Caused by X)"),
+    ("GET /b/k?X-Amz-Signature=pathsecret2 HTTP/1.1", "GET /b/k?X-Amz-Signature=*** HTTP/1.1"),
+    ("redirected to '/cb#access_token=pathsecret3&state=1'", "redirected to '/cb#access_token=***&state=1'"),
+    ('{"url": "/p/q?sig=pathsecret4", "n": 1}', '{"url": "/p/q?sig=***", "n": 1}'),
+    ("see /data/x.parquet?raw and /a/b#c=1 now", "see /data/x.parquet?raw and /a/b#c=1 now"),
+])  # fmt: skip
+def test_a_request_target_without_a_host_loses_its_secrets(text, redacted):
+    """Found by fuzzing: urllib3 (requests, huggingface_hub) reports `Max retries exceeded with
+    url: /path?query`, the request target without scheme or host, and it was shown whole: a
+    token starting with `/` that holds a `?` or `#` is read as a URL's path and query."""
+    assert redact_text(text) == redacted
+    assert json.loads(redact_text(json.dumps({"e": text}))) == {"e": redacted}
+
+
+@pytest.mark.timeout(60)
+def test_request_targets_cost_linear_time():
+    for text in (" /" * 200_000 + "?", ",/a" * 200_000 + "?token=x", "\\n/a" * 200_000, "(/" + "a/" * 200_000 + "?"):
+        assert redact_text(text).startswith(text[:2])
+
+
+@pytest.mark.parametrize("name", ["private_key", "privateKey", "passphrase", "jwt", "AWSAccessKeyId", "access_key",
+                                  "accessKey"])
+def test_more_credential_parameter_names_are_masked(name):
+    """Found by probing names beside the fuzzed ones: `?private_key=`, `?passphrase=`, `?jwt=`,
+    and an access key id (`AWSAccessKeyId`, SigV2's form of what `X-Amz-Credential` carries)
+    were shown."""
+    url = f"https://h.example/p?a=1&{name}=namesecret1&page=2"
+    assert redact_url(url) == f"https://h.example/p?a=1&{name}=***&page=2"
