@@ -238,3 +238,45 @@ def test_the_job_rescores_tampered_parts_with_true_totals(ray_local, tmp_path):
     third = run_job(config)["metrics"]["text_stats"]  # the rewritten parts agree with the new manifest
     assert (third["rows_scored"], third["footers_read"], third["rows_error"]) == (0, 4, 1)
     assert "parts_not_reused" not in third
+
+
+def test_a_renamed_shard_does_not_copy_a_part_its_record_lies_about(tmp_path):
+    """Reuse by content: the parts of a vanished folder of the same bytes are checked before
+    they are copied under the new name; the one whose record lies is scored instead."""
+    from ray_jobs.job import layout
+    from ray_jobs.job.plan import Shard
+
+    config, metric, shard, manifest, paths = _committed(tmp_path)
+    _edit_manifest("errors", 0)(manifest, paths, shard)
+    (tmp_path / "in" / "a.parquet").rename(tmp_path / "in" / "b.parquet")
+    info = listing.list_shards(str(tmp_path / "in"), fsspec.filesystem("file"))[0]
+    renamed = Shard(info, 8, shard.columns, layout.input_version(info.etag, info.size))
+    assert renamed.version == shard.version  # the same bytes
+    planned = _plan(config, metric, renamed, manifest)
+    shard_plan = planned.shards["b.parquet"]
+    assert shard_plan.units == [(0, 4)]
+    assert [pathlib.Path(uri).parent.name for _, uri, _ in shard_plan.kept] == ["b"]  # the good part, copied
+    assert [(item["file"], item["field"]) for item in planned.not_reused] == [(str(paths[0]), "errors")]
+
+
+class _FakeS3:
+    """An fsspec-like store of one object: whole reads and tail reads, counted."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.reads = data, []
+
+    def cat_file(self, path, start=None, end=None):
+        self.reads.append(start)
+        return self.data if start is None else self.data[start:]
+
+
+@pytest.mark.parametrize("etag, whole", [("0123456789abcdef0123456789abcdef", False), ("0123456789abcdef0123456789abcdef-3", True)])
+def test_on_s3_the_md5_is_the_etag_unless_uploaded_in_parts(etag, whole):
+    from ray_jobs.storage.reads import read_footer_and_md5
+
+    data = part_bytes("a.parquet", "e", 1, DIGEST, 0, 4, errors=1)
+    fs = _FakeS3(data)
+    meta, md5 = read_footer_and_md5(fs, "s3://b/out/text_stats/a/part.parquet", len(data), etag)
+    assert meta.num_rows == 4
+    assert md5 == (hashlib.md5(data).hexdigest() if whole else etag)
+    assert fs.reads == ([None] if whole else [0])  # the whole object, or its tail (the part is under 64 KiB)
