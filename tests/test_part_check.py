@@ -280,3 +280,20 @@ def test_on_s3_the_md5_is_the_etag_unless_uploaded_in_parts(etag, whole):
     assert meta.num_rows == 4
     assert md5 == (hashlib.md5(data).hexdigest() if whole else etag)
     assert fs.reads == ([None] if whole else [0])  # the whole object, or its tail (the part is under 64 KiB)
+
+
+def test_unreachable_storage_fails_the_plan_and_a_vanished_part_is_just_missing(tmp_path):
+    """A part that cannot be read now is no false part: storage down is the job's error (as for
+    any footer, `reads.read_footer_metadata`), a part gone since the listing is simply scored."""
+    from ray_jobs.storage.reads import read_footer_and_md5
+    from scoring.errors import StorageError
+
+    class DeadFs:
+        def cat_file(self, *args, **kwargs):
+            raise TimeoutError("Connect timeout on endpoint URL")
+
+    for uri, etag in (("s3://b/x.parquet", "0123456789abcdef0123456789abcdef"), ("s3://b/x.parquet", "ab-2"),
+                      (str(tmp_path / "x.parquet"), "mtime:1")):
+        with pytest.raises(StorageError, match="cannot read footer of .*x.parquet: storage unreachable"):
+            read_footer_and_md5(DeadFs(), uri, 10, etag)
+    assert read_footer_and_md5(fsspec.filesystem("file"), str(tmp_path / "gone.parquet"), 10, "mtime:1") == (None, None)
