@@ -185,7 +185,8 @@ def _reuse_by_content(out_fs, config: JobConfig, plan: MetricPlan, files_by_stem
             part = layout.parse_part(listed.uri.rsplit("/", 1)[-1])
             if part is not None:
                 by_version.setdefault(part.version, []).append((stem, listed, part))
-    same_size = SameSizeFolders(config, plan, files_by_stem, recorded)
+    same_size = SameSizeFolders(config, plan, files_by_stem, recorded,
+                                check=lambda parts: _check_parts(out_fs, plan, parts, recorded))
     for shard_plan in wanting:
         shard = shard_plan.shard
         candidates = by_version.get(shard.version) or []
