@@ -21,9 +21,17 @@ import pytest
 from ray_jobs import incremental
 from ray_jobs.config import parse_config
 from ray_jobs.storage import listing, writes
-from tests.job_support import make_corpus, make_rows, part_bytes, write_rows
+from tests.job_support import CANONICAL_SCHEMA, make_corpus, make_rows, part_bytes, write_rows
 
 DIGEST = "d1"
+
+
+def _write_input(path: pathlib.Path, rows: list[dict]) -> None:
+    """An input shard whose size does not change when a text is reversed (no compression,
+    dictionary or statistics)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=CANONICAL_SCHEMA), path, compression="none", use_dictionary=False,
+                   write_statistics=False)
 
 
 def _committed(tmp_path: pathlib.Path):
@@ -34,7 +42,7 @@ def _committed(tmp_path: pathlib.Path):
     from ray_jobs.job.plan import MetricPlan, Shard, ShardPlan
     from ray_jobs.job.verify import verify_metric
 
-    write_rows(tmp_path / "in" / "a.parquet", make_rows(0, 8))
+    _write_input(tmp_path / "in" / "a.parquet", make_rows(0, 8))
     info = listing.list_shards(str(tmp_path / "in"), fsspec.filesystem("file"))[0]
     shard = Shard(info, 8, {"id": "string", "text": "string"}, layout.input_version(info.etag, info.size))
     config = parse_config({"input": str(tmp_path / "in"), "output": str(tmp_path / "out"),
@@ -297,3 +305,25 @@ def test_unreachable_storage_fails_the_plan_and_a_vanished_part_is_just_missing(
         with pytest.raises(StorageError, match="cannot read footer of .*x.parquet: storage unreachable"):
             read_footer_and_md5(DeadFs(), uri, 10, etag)
     assert read_footer_and_md5(fsspec.filesystem("file"), str(tmp_path / "gone.parquet"), 10, "mtime:1") == (None, None)
+
+
+def test_a_vanished_folder_lends_only_the_parts_that_agree_with_their_record(tmp_path):
+    """Reuse by content under another ETag: a new shard of the same size and rows borrows a
+    vanished folder's parts as its row cache; a part replaced behind the job's back (its
+    modification time kept, the manifest's size edited) is not lent, and is named."""
+    from ray_jobs.job import layout
+    from ray_jobs.job.plan import Shard
+
+    config, metric, shard, manifest, paths = _committed(tmp_path)
+    _replaced_bytes(manifest, paths, shard)
+    rows = pq.read_table(tmp_path / "in" / "a.parquet").to_pylist()
+    rows[5]["text"] = rows[5]["text"][::-1]  # other bytes, the same size
+    (tmp_path / "in" / "a.parquet").unlink()
+    _write_input(tmp_path / "in" / "b.parquet", rows)
+    info = listing.list_shards(str(tmp_path / "in"), fsspec.filesystem("file"))[0]
+    assert info.size == shard.info.size and info.etag != shard.info.etag
+    renamed = Shard(info, 8, shard.columns, layout.input_version(info.etag, info.size))
+    planned = _plan(config, metric, renamed, manifest)
+    shard_plan = planned.shards["b.parquet"]
+    assert shard_plan.units == [(0, 4), (4, 8)] and shard_plan.previous == [str(paths[1])]
+    assert [(item["file"], item["field"]) for item in planned.not_reused] == [(str(paths[0]), "md5")]
