@@ -143,6 +143,20 @@ class SlowLengthMetric(RowMetric):
         return [{"slow_chars": float(len(row["text"])), "slow_pid": float(os.getpid())} for row in rows]
 
 
+def part_bytes(rel: str, etag: str, size: int, digest: str, start: int, stop: int, errors: int = 0, retry: int = 0) -> bytes:
+    """A part as a worker writes it (Parquet with the job's footer metadata) for rows
+    [start, stop) of the input `rel` (etag, size), its first `errors` rows in error (the first
+    `retry` of them marked for the next run), without running a metric."""
+    from ray_jobs import incremental
+    from ray_jobs.storage import writes
+
+    rows = stop - start
+    error = [("retry next run: out of memory" if i < retry else "empty field 'text'") if i < errors else None
+             for i in range(rows)]
+    table = pa.table({"id": [f"r{i}" for i in range(start, stop)], "error": pa.array(error, pa.string())})
+    return writes.table_bytes(table, incremental.part_metadata(rel, etag, size, "", digest, start, stop, errors, 0, retry))
+
+
 def turned_table(table: pa.Table, turn) -> pa.Table:
     """`table` with every string (and every string in a list) passed through `turn`, which keeps
     its length: other content, the same Parquet size when written without compression,

@@ -193,7 +193,8 @@ def test_part_names_sort_by_row_and_parse_back():
 def _write_part(out, label, shard, info, start, stop, digest="d1"):
     from ray_jobs.job import layout as lay
 
-    table = pa.table({"id": [f"r{i}" for i in range(start, stop)]})
+    # as a worker writes it: an `error` column, whose null count the plan checks against the footer's error count
+    table = pa.table({"id": [f"r{i}" for i in range(start, stop)], "error": pa.array([None] * (stop - start), pa.string())})
     uri = lay.part_uri(str(out), label, shard.rel, lay.PartName(start, stop, shard.version))
     meta = incremental.part_metadata(shard.rel, info.etag, info.size, "sig", digest, start, stop, errors=0)
     writes.put_atomic(clients.fsspec_filesystem(str(out), S3Config()), uri, writes.table_bytes(table, meta))

@@ -4,6 +4,7 @@ naming itself and why, and nothing is lost without a word (docs/job.md, docs/sec
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -17,7 +18,7 @@ import pytest
 from ray_jobs.config import S3Config, parse_config
 from ray_jobs.storage import listing
 from ray_jobs.storage.shard_checks import BadShard, check_shard
-from tests.job_support import make_rows, write_rows
+from tests.job_support import make_rows, part_bytes, write_rows
 
 
 def _zigzag(value: int) -> bytes:
@@ -207,11 +208,13 @@ def _one_part_run(tmp_path, retry: int):
     part = layout.PartName(0, 4, shard.version)
     uri = layout.part_uri(config.output, "text_stats", "a.parquet", part)
     pathlib.Path(uri).parent.mkdir(parents=True)
-    pathlib.Path(uri).write_bytes(b"part bytes")
+    data = part_bytes("a.parquet", info.etag, info.size, "d1", 0, 4, errors=retry, retry=retry)
+    pathlib.Path(uri).write_bytes(data)
     listed = {f.uri: f for f in listing.list_outputs(fsspec.filesystem("file"), config.output)}
     plan = MetricPlan(metric=metric, shards={"a.parquet": ShardPlan(shard=shard, units=[(0, 4)])})
     committed = CommitResult(covers=[Cover("a.parquet", info.uri, 4, [(part, uri)], new={uri})])
-    report = {"part": uri, "rows": 4, "size": len(b"part bytes"), "errors": retry, "skipped": 0, "retry": retry}
+    report = {"part": uri, "rows": 4, "size": len(data), "errors": retry, "skipped": 0, "retry": retry,
+              "md5": hashlib.md5(data).hexdigest()}
     verified = verify_metric(plan, committed, [report], listed)
     return config, metric, shard, {"metrics": {"text_stats": {"parts": verified.parts}}}
 
@@ -227,7 +230,7 @@ def test_a_part_with_rows_to_retry_is_scored_again_next_run(tmp_path, retry):
     config, metric, shard, manifest = _one_part_run(tmp_path, retry)
     assert unusable_manifest(manifest) is None
     planned = plan_metric(fsspec.filesystem("file"), config, metric, [shard], previous=manifest)
-    assert planned.footers_read == 0  # planned from the record alone
+    assert planned.footers_read == 1 and planned.not_reused == []  # the part agrees with its record
     assert planned.shards["a.parquet"].units == ([(0, 4)] if retry else [])
 
 

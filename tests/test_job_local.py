@@ -250,9 +250,10 @@ def _outputs(folder: pathlib.Path) -> dict[str, list[dict]]:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_plan_trusts_the_manifest_only_where_storage_agrees(ray_local, tmp_path):
-    """The previous manifest spares footer reads, but a part deleted or overwritten behind the
-    job's back, or a shard replaced by one of the same name and size, is still detected and its
-    rows are scored again; without a manifest the footers give the same result."""
+    """Every part's footer is read and checked against the previous manifest's record: a part
+    deleted or overwritten behind the job's back, or a shard replaced by one of the same name
+    and size, is detected and its rows are scored again; without a manifest the footers give
+    the same result."""
     make_corpus(tmp_path / "in", shards=4, rows=20)
     replaced = tmp_path / "in" / "part-00002.parquet"
     rows = pq.read_table(replaced).to_pylist()
@@ -261,23 +262,25 @@ def test_plan_trusts_the_manifest_only_where_storage_agrees(ray_local, tmp_path)
     out = tmp_path / "out" / "text_stats"
     run_job(job(tmp_path / "in", tmp_path / "out", metrics, part_rows=10))
     unchanged = run_job(job(tmp_path / "in", tmp_path / "out", metrics, part_rows=10))["metrics"]["text_stats"]
-    assert (unchanged["rows_scored"], unchanged["footers_read"], unchanged["parts_kept"]) == (0, 0, 8)
+    assert (unchanged["rows_scored"], unchanged["footers_read"], unchanged["parts_kept"]) == (0, 8, 8)
+    assert "parts_not_reused" not in unchanged
     reference = _outputs(out)
 
     # a part deleted: the manifest still lists it, the listing does not; its rows come back
     deleted = sorted(shard_output(out, "part-00000.parquet").iterdir())[0]
     deleted.unlink()
     report = run_job(job(tmp_path / "in", tmp_path / "out", metrics, part_rows=10))["metrics"]["text_stats"]
-    assert (report["rows_scored"], report["footers_read"], report["rows_out"]) == (10, 0, 80)
+    assert (report["rows_scored"], report["footers_read"], report["rows_out"]) == (10, 7, 80)
     assert _outputs(out) == reference
 
-    # a part overwritten (same name, fewer rows): its etag differs from the record, so its
-    # footer is read, found incomplete, and its range is written again (its 4 rows as cache)
+    # a part overwritten (same name, fewer rows): its bytes differ from the record (md5), so it
+    # is not reused, and its range is written again
     overwritten = sorted(shard_output(out, "part-00001.parquet").iterdir())[1]
     table = pq.read_table(overwritten)
     pq.write_table(table.slice(0, 4), overwritten)
     report = run_job(job(tmp_path / "in", tmp_path / "out", metrics, part_rows=10))["metrics"]["text_stats"]
-    assert (report["parts_written"], report["footers_read"], report["rows_out"]) == (1, 1, 80)
+    assert (report["parts_written"], report["footers_read"], report["rows_out"]) == (1, 8, 80)
+    assert [(item["file"], item["field"]) for item in report["parts_not_reused"]] == [(str(overwritten), "md5")]
     assert _outputs(out) == reference
 
     # a shard replaced by one of the same name and size (one word split in two)

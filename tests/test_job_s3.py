@@ -118,13 +118,17 @@ def test_s3_in_s3_out(moto_endpoint, ray_address, tmp_path):
     got = pq.read_table(io.BytesIO(fs.cat_file(shard_parts[0]))).to_pylist()
     assert got[0]["text_stats_words"] == 3.0 and got[0]["id"] == rows[0]["id"]
 
-    # an unchanged night: planned from the manifest and one listing per prefix, no footer read
+    # an unchanged night: planned from the manifest, one listing per prefix and one ranged GET
+    # of each part's tail (its footer, checked against itself and the manifest; the listing's
+    # ETag is the md5 of its bytes); no shard read
     third = run_cli_job(config_path, ray_address)
     assert "160 reused" in third["stdout"] and "storage: " in third["stdout"]
-    requests = json.loads(fs.cat_file("ctg-output/scores/manifest.json"))["requests"]
-    assert requests["footers_read"] == 0 and requests["worker_part_puts"] == 0
-    assert requests["driver"]["GET"] == 1  # the previous manifest; no footer, no shard read
-    assert requests["driver"]["LIST"] == 3 and requests["driver"]["total"] <= 12  # input, output top, text_stats
+    manifest = json.loads(fs.cat_file("ctg-output/scores/manifest.json"))
+    requests = manifest["requests"]
+    assert requests["footers_read"] == 16 and requests["worker_part_puts"] == 0
+    assert "parts_not_reused" not in manifest["metrics"]["text_stats"]
+    assert requests["driver"]["GET"] == 1 + 16  # the previous manifest, then one tail per part
+    assert requests["driver"]["LIST"] == 3 and requests["driver"]["total"] <= 12 + 16  # input, output top, text_stats
 
 
 def _reuse_config(moto_endpoint, s3_bucket):

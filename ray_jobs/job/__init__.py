@@ -1,7 +1,8 @@
 """The scoring job's stages, in the order `ray_jobs.job.run.run_job` runs them (`docs/job.md`):
 
 0. `metrics`  (driver) each metric resolved once: class, checked params, effective pool, signature;
-1. `plan`     (driver) list shards, read the footers the manifest does not vouch for, decide per
+1. `plan`     (driver) list shards, read the input footers the manifest does not vouch for and
+              every part's footer (`part_check`: against itself and the manifest), decide per
               metric which output parts are committed and which row ranges (units) are still to do;
 2. `check`    (workers) per-shard id checks and the cross-shard duplicate-id note (id index);
 3. score      (workers) `pipeline` declares and runs the steps over the `units`:

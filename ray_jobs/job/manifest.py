@@ -147,6 +147,8 @@ def unusable_manifest(found: Any) -> str | None:
                     return f"'{where}.parts.{name}': 'rows', 'errors' and 'skipped' must be whole numbers >= 0"
                 if not _count(entry.get("retry", 0)):
                     return f"'{where}.parts.{name}': 'retry' must be a whole number >= 0"
+                if not isinstance(entry.get("md5", ""), str):
+                    return f"'{where}.parts.{name}': 'md5' must be a string"
     return None
 
 
@@ -214,6 +216,11 @@ def summary_line(manifest: dict[str, Any]) -> str:
     if reused:
         notes.append(f"{len(reused)} new shard name(s) reused the scores of the same content (renamed or copied): "
                      + ", ".join(f"{rel} from {_folders(folders)}" for rel, folders in sorted(reused.items())[:5]))
+    distrusted = [item for report in manifest["metrics"].values() for item in report.get("parts_not_reused") or []]
+    if distrusted:
+        shown = "; ".join(f"{item['file']} ({item['field']}: {item['why']})" for item in distrusted[:5])
+        more = f"; and {len(distrusted) - 5} more (manifest: parts_not_reused)" if len(distrusted) > 5 else ""
+        notes.append(f"{len(distrusted)} part(s) of earlier runs not reused, their rows scored again: {shown}{more}")
     orphaned = sorted({uri for report in manifest["metrics"].values() for uri in report.get("orphaned_outputs", [])})
     if orphaned:
         shown = ", ".join(orphaned[:5]) + (f" and {len(orphaned) - 5} more" if len(orphaned) > 5 else "")

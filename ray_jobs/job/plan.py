@@ -1,5 +1,6 @@
-"""Stage 1 (driver): what this run has to do, from listings, the previous manifest and the
-Parquet footers the manifest does not vouch for (`docs/job.md`, "Planning from the manifest").
+"""Stage 1 (driver): what this run has to do, from listings, the previous manifest, the input
+footers the manifest does not vouch for and every part's footer (`docs/job.md`, "Planning from
+the manifest").
 
 * `read_shards`: list the input shards; a shard the previous manifest lists with the same
   etag and size keeps its recorded rows and column types, every other footer is checked
@@ -7,9 +8,9 @@ Parquet footers the manifest does not vouch for (`docs/job.md`, "Planning from t
   parallel; no rows are read;
 * `plan_metric`: per metric and shard, the committed parts that can be kept, the row ranges
   (units) still to score, the earlier parts that serve as the row cache, the parts a new
-  cover will supersede, and outputs whose shard is gone or unreadable. A part the manifest
-  records with the listed name, size and etag is known without a read; others' footers are
-  read in parallel;
+  cover will supersede, and outputs whose shard is gone or unreadable. Every part's footer is
+  read, in parallel, and checked against itself and the manifest's record of it
+  (`part_check`): a part that disagrees is not reused, and the report names it;
 * reuse by content: a shard with no output of its own whose bytes (etag and size, so the same
   part names) another shard's complete parts were scored from, by this signature (a renamed
   or copied input), gets those parts copied under its own folder and kept: none of its rows is
@@ -30,9 +31,10 @@ from ray_jobs.config import JobConfig
 from ray_jobs.job import layout
 from ray_jobs.job.errors import JobError
 from ray_jobs.job.metrics import ResolvedMetric
+from ray_jobs.job.part_check import CheckedPart, check_part
 from ray_jobs.job.reuse_cache import SameSizeFolders
 from ray_jobs.job.vouch import known_inputs
-from ray_jobs.storage import listing, parallel, reads, shard_checks, uris, writes
+from ray_jobs.storage import listing, parallel, shard_checks, uris, writes
 
 
 @dataclass
@@ -52,6 +54,7 @@ class ShardPlan:
     shard: Shard
     kept: list[tuple[layout.PartName, str, int]] = field(default_factory=list)  # (part, uri, errors)
     kept_skipped: dict[str, int] = field(default_factory=dict)  # part uri -> rows the metric does not apply to
+    kept_md5: dict[str, str] = field(default_factory=dict)  # part uri -> md5 of its bytes, as read while planning
     units: list[tuple[int, int]] = field(default_factory=list)  # row ranges to score
     previous: list[str] = field(default_factory=list)  # older parts, same signature: the row cache
     superseded: list[str] = field(default_factory=list)  # removed once the shard's new cover is complete
@@ -66,7 +69,9 @@ class MetricPlan:
     metric: ResolvedMetric
     shards: dict[str, ShardPlan] = field(default_factory=dict)  # by shard rel
     outside: dict[str, list[str]] = field(default_factory=dict)  # shard stem -> files of shards not planned
-    footers_read: int = 0  # part footers read while planning (parts the manifest did not vouch for)
+    footers_read: int = 0  # part footers read while planning
+    # parts not reused because they disagree with themselves or the manifest: {file, field, why}
+    not_reused: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def pending_rows(self) -> int:
@@ -117,9 +122,9 @@ def plan_metric(
     """Per shard: keep the committed parts that cover rows from 0 on; schedule the gaps as
     units aligned to multiples of `part_rows` (so a resumed run writes the same names).
 
-    `tree` is one listing of the output prefix (made here when not given). A part the previous manifest records with the
-    same name, size and etag (and the shard's input etag, size and this signature digest) is
-    known without reading it; every other part's footer is read, with bounded concurrency."""
+    `tree` is one listing of the output prefix (made here when not given). Every part's footer
+    is read, with bounded concurrency, and checked (`part_check.check_part`) against itself and
+    the previous manifest's record of it, where that record is of this signature."""
     plan = MetricPlan(metric=metric)
     by_stem = {layout.shard_stem(shard.rel): shard for shard in shards}
     root = layout.metric_root(config.output, metric.label)
@@ -134,33 +139,41 @@ def plan_metric(
         if stem not in by_stem:
             plan.outside[stem] = [listed.uri for listed in files]
     recorded = manifest_parts(previous, metric.label)
-    footers: dict[str, reads.Footer | None] = {}
-    unknown: list[listing.ListedFile] = []
-    for shard in shards:
-        record = recorded.get(shard.rel)
-        for listed in files_by_stem.get(layout.shard_stem(shard.rel), []):
-            footer = _recorded_footer(record, listed, shard.rel, metric.digest)
-            if footer is not None:
-                footers[listed.uri] = footer
-            elif layout.parse_part_file(listed.uri.rsplit("/", 1)[-1]) is not None:
-                unknown.append(listed)
-    read = parallel.map_bounded(lambda listed: reads.read_footer_metadata(out_fs, listed.uri, listed.size), unknown)
-    footers.update(zip((listed.uri for listed in unknown), read))
-    plan.footers_read = len(unknown)
+    ours = [(listed, shard.rel) for shard in shards for listed in files_by_stem.get(layout.shard_stem(shard.rel), [])
+            if layout.parse_part_file(listed.uri.rsplit("/", 1)[-1]) is not None]
+    checked = _check_parts(out_fs, plan, ours, recorded)
     for shard in shards:
         files = [listed.uri for listed in files_by_stem.get(layout.shard_stem(shard.rel), [])]
-        plan.shards[shard.rel] = _plan_shard(config.part_rows, metric.digest, shard, files, footers)
+        plan.shards[shard.rel] = _plan_shard(config.part_rows, metric.digest, shard, files, checked)
         plan.shards[shard.rel].existing = set(files)
-    _reuse_by_content(out_fs, config, plan, files_by_stem, recorded, footers)
+    _reuse_by_content(out_fs, config, plan, files_by_stem, recorded, checked)
     return plan
 
 
-def _reuse_by_content(out_fs, config: JobConfig, plan: MetricPlan, files_by_stem, recorded, known) -> None:
+def _check_parts(out_fs, plan: MetricPlan, parts: list[tuple[listing.ListedFile, str]],
+                 recorded: dict[str, dict[str, Any]]) -> dict[str, CheckedPart]:
+    """Read and check `parts` ((listed part, the shard rel whose record may name it)), in
+    parallel; each disagreement goes to `plan.not_reused`. Returns each part's check by uri."""
+    digest = plan.metric.digest
+
+    def check(item: tuple[listing.ListedFile, str]) -> CheckedPart:
+        listed, rel = item
+        return check_part(out_fs, listed, recorded_entry(recorded.get(rel), listed.uri, digest), digest)
+
+    found = dict(zip((listed.uri for listed, _ in parts), parallel.map_bounded(check, parts)))
+    plan.footers_read += len(parts)
+    plan.not_reused.extend({"file": uri, "field": part.problem[0], "why": part.problem[1]}
+                           for uri, part in found.items() if part.problem is not None)
+    return found
+
+
+def _reuse_by_content(out_fs, config: JobConfig, plan: MetricPlan, files_by_stem, recorded,
+                      known: dict[str, CheckedPart]) -> None:
     """Reuse by content (module docstring): for each shard without output of its own, the
     complete parts of another shard's folder (a vanished one: a renamed input; or a present
     one: a copy) with the same bytes (the same version in their names, footers of the same
     etag, size and signature) are copied under the shard's folder, then planned as its own
-    (kept; only rows no such part covers are scored). `known`: footers already read."""
+    (kept; only rows no such part covers are scored). `known`: the parts already checked."""
     metric = plan.metric
     wanting = [p for p in plan.shards.values()
                if p.shard.num_rows and not files_by_stem.get(layout.shard_stem(p.shard.rel))]
@@ -172,24 +185,17 @@ def _reuse_by_content(out_fs, config: JobConfig, plan: MetricPlan, files_by_stem
             part = layout.parse_part(listed.uri.rsplit("/", 1)[-1])
             if part is not None:
                 by_version.setdefault(part.version, []).append((stem, listed, part))
-    same_size = SameSizeFolders(config, plan, files_by_stem, recorded)
+    same_size = SameSizeFolders(config, plan, files_by_stem, recorded,
+                                check=lambda parts: _check_parts(out_fs, plan, parts, recorded))
     for shard_plan in wanting:
         shard = shard_plan.shard
         candidates = by_version.get(shard.version) or []
         if not candidates:
             same_size.apply(shard_plan)
             continue
-        footers: dict[str, Any] = {}
-        unknown = []
-        for stem, listed, _part in candidates:
-            footer = known.get(listed.uri) or _recorded_footer(recorded.get(stem + ".parquet"), listed, stem + ".parquet", metric.digest)
-            if footer is None:
-                unknown.append(listed)
-            else:
-                footers[listed.uri] = footer
-        read = parallel.map_bounded(lambda listed: reads.read_footer_metadata(out_fs, listed.uri, listed.size), unknown)
-        footers.update(zip((listed.uri for listed in unknown), read))
-        plan.footers_read += len(unknown)
+        unknown = [(listed, stem + ".parquet") for stem, listed, _part in candidates if listed.uri not in known]
+        known.update(_check_parts(out_fs, plan, unknown, recorded))
+        footers = {listed.uri: known[listed.uri] for _, listed, _ in candidates}
         for stem in dict.fromkeys(stem for stem, _, _ in candidates):  # the first folder whose parts cover rows
             files = [listed.uri for s, listed, _ in candidates if s == stem]
             found = _plan_shard(config.part_rows, metric.digest, shard, files, footers)
@@ -198,7 +204,7 @@ def _reuse_by_content(out_fs, config: JobConfig, plan: MetricPlan, files_by_stem
             copies = {uri: layout.part_uri(config.output, metric.label, shard.rel, part) for part, uri, _ in found.kept}
             parallel.map_bounded(lambda pair: writes.copy_atomic(out_fs, *pair), list(copies.items()))
             adopted = _plan_shard(config.part_rows, metric.digest, shard, list(copies.values()),
-                                  {copies[uri]: footers[uri] for uri in copies})
+                                  {copies[uri]: footers[uri] for uri in copies})  # the same bytes: the same check
             adopted.reused_from = [uris.join(layout.metric_root(config.output, metric.label), stem)]
             adopted.existing = set(copies.values())
             plan.shards[shard.rel] = adopted
@@ -216,37 +222,30 @@ def manifest_parts(manifest: dict[str, Any] | None, label: str) -> dict[str, dic
     return records if isinstance(records, dict) else {}
 
 
-def _recorded_footer(record: dict[str, Any] | None, listed, rel: str, digest: str) -> reads.Footer | None:
-    """The footer a part has, rebuilt from the manifest's record of it, when the listing shows
-    the very object the record describes (name, size, etag) and the signature is the same."""
+def recorded_entry(record: dict[str, Any] | None, uri: str, digest: str) -> dict[str, Any] | None:
+    """The manifest's entry for the part at `uri` in a shard's `record`, when that record is of
+    the signature `digest` (a part the plan could reuse); else None."""
     if not record or record.get("digest") != digest:
         return None
-    name = listed.uri.rsplit("/", 1)[-1]
-    part = layout.parse_part(name)
-    entry = (record.get("parts") or {}).get(name)
-    if part is None or not entry or entry.get("size") != listed.size or entry.get("etag") != listed.etag:
-        return None
-    if "skipped" not in entry or "retry" not in entry:
-        return None  # a record from before skipped (or retry) rows were counted: its footer decides
-    meta = incremental.part_metadata(
-        rel, record["input_etag"], int(record["input_size"]), "", digest, part.start, part.stop,
-        int(entry.get("errors", 0)), int(entry["skipped"]), int(entry["retry"]),
-    )
-    return int(entry.get("rows", -1)), meta
+    entry = (record.get("parts") or {}).get(uri.rsplit("/", 1)[-1])
+    return entry if isinstance(entry, dict) else None
 
 
-def _plan_shard(part_rows: int, digest: str, shard: Shard, files: list[str], footers: dict[str, Any]) -> ShardPlan:
+def _plan_shard(part_rows: int, digest: str, shard: Shard, files: list[str], checked: dict[str, CheckedPart]) -> ShardPlan:
     plan = ShardPlan(shard=shard)
     candidates: list[tuple[layout.PartName, str, int]] = []
     for uri in files:
         part = layout.parse_part_file(uri.rsplit("/", 1)[-1])
         if part is None:
             continue  # not ours: left alone
-        footer = footers.get(uri)
+        found = checked.get(uri)
+        footer = found.footer if found is not None else None
         etag, size = shard.info.etag, shard.info.size
         if part.version == shard.version and incremental.part_is_complete(footer, etag, size, digest, part.start, part.stop):
             candidates.append((part, uri, incremental.footer_errors(footer)))  # staged: an interrupted run's, renamed at commit
             plan.kept_skipped[uri] = incremental.footer_skipped(footer)
+            if found.md5:
+                plan.kept_md5[uri] = found.md5
             continue
         if incremental.footer_digest(footer) == digest:
             plan.previous.append(uri)

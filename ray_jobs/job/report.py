@@ -98,6 +98,8 @@ def metric_report(output: str, plan, committed, verified, reports, scored, metri
     retry = sum(r.get("retry", 0) for r in good_reports)
     if retry:  # errors the next run scores again (out of memory on a single row), counted apart
         summary["rows_retry"] = retry
+    if plan.not_reused:  # parts of earlier runs that disagree with themselves or the manifest: scored again
+        summary["parts_not_reused"] = list(plan.not_reused)
     return summary
 
 

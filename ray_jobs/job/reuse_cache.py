@@ -35,8 +35,9 @@ class SameSizeFolders:
     copy (one CopyObject, or a copy in other part sizes) does not keep, so a renamed shard can
     hold the same bytes under another ETag. The complete parts, by this signature, of the other
     folders whose input had this shard's size and row count (a present shard's kept parts, or a
-    vanished shard's parts as the previous manifest records them, name, size and etag: no
-    footer is read) become the shard's row cache, the union of up to `MAX_LENDERS` of them:
+    vanished shard's parts as the previous manifest records them, name, size and etag, those of
+    the chosen lenders read and checked against the record when a `check` is given) become the
+    shard's row cache, the union of up to `MAX_LENDERS` of them:
     the workers read their rows and find each by `row_key` (the content the metric reads), so
     a row of the same content is reused whichever folder holds it, any other scored, and the
     parts are written anew under the shard's own version. Two shards of equal size renamed
@@ -47,12 +48,18 @@ class SameSizeFolders:
 
     One per metric plan: the folders are indexed by input size on the first `apply`, once, not
     again for each new shard. `plan`: the metric's `plan.MetricPlan`; `files_by_stem`: its
-    output files by folder; `recorded`: the previous manifest's part records."""
+    output files by folder; `recorded`: the previous manifest's part records; `check` (when
+    given): reads and checks parts (`plan._check_parts`: [(listed part, shard rel)] -> uri ->
+    `part_check.CheckedPart`), so a vanished folder's part is lent only when it agrees with
+    itself and its record (a present folder lends its kept parts, checked already)."""
 
-    def __init__(self, config, plan, files_by_stem, recorded) -> None:
+    def __init__(self, config, plan, files_by_stem, recorded, check=None) -> None:
         self.config, self.plan, self.files_by_stem, self.recorded = config, plan, files_by_stem, recorded
+        self.check = check
         self._by_size: dict[str, list[_Folder]] | None = None
         self._groups: dict[tuple[str, int], tuple[_Group, _Group]] | None = None
+        self._vanished: dict[str, tuple[object, str]] = {}  # part uri -> (listed part, its shard rel)
+        self._lendable: dict[str, bool] = {}  # part uri -> whether its check found it true
 
     def apply(self, shard_plan) -> None:
         """Sets the shard plan's `previous` (the lent parts) and `reused_from` (the lending
@@ -67,8 +74,17 @@ class SameSizeFolders:
             return
         lenders = heapq.nsmallest(MAX_LENDERS, found, key=lambda f: (f.owner is not None, -_likeness(stem, f.stem)))
         root = layout.metric_root(self.config.output, self.plan.metric.label)
-        shard_plan.previous = [uri for folder in lenders for uri in folder.cache]
+        shard_plan.previous = self._checked([uri for folder in lenders for uri in folder.cache])
         shard_plan.reused_from = [uris.join(root, folder.stem) for folder in lenders]
+
+    def _checked(self, lent: list[str]) -> list[str]:
+        """`lent` without the vanished folders' parts that their check finds false (each read once)."""
+        if self.check is None:
+            return lent
+        unchecked = [self._vanished[uri] for uri in lent if uri in self._vanished and uri not in self._lendable]
+        for uri, part in self.check(unchecked).items():
+            self._lendable[uri] = part.footer is not None
+        return [uri for uri in lent if self._lendable.get(uri, True)]
 
     def _folders(self) -> dict[str, list[_Folder]]:
         """Input size -> the folders of inputs of that size, in listing order."""
@@ -88,6 +104,7 @@ class SameSizeFolders:
                     entries = record["parts"]
                     size, rows = record.get("input_size"), _recorded_rows(entries)
                     cache = [listed.uri for listed in files if _vouched(entries.get(listed.uri.rsplit("/", 1)[-1]), listed)]
+                    self._vanished.update((listed.uri, (listed, stem + ".parquet")) for listed in files)
                 self._by_size.setdefault(str(size), []).append(_Folder(stem, other, rows, cache))
         return self._by_size
 

@@ -49,8 +49,8 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
     out_fs = clients.fsspec_filesystem(config.output, config.s3, meter)
     skip_bad = config.skip_bad_shards
 
-    # 1. plan: shards and parts from listings and the previous manifest; footers only where
-    #    the manifest does not vouch for them
+    # 1. plan: shards and parts from listings and the previous manifest; input footers only
+    #    where the manifest does not vouch for them; every part's footer, checked against it
     needed = tuple(dict.fromkeys(c for metric in metrics for c in metric.read_columns))
     with meter.waiting():
         previous, previous_problem = previous_manifest(out_fs, config)

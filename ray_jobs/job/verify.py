@@ -1,8 +1,8 @@
 """Stage 5 (driver): rows out == rows in, from the workers' reports and one listing of the
 output prefix; no part is read again.
 
-Parts kept from earlier runs were vouched for when planned (by the manifest's record of them
-or by their footers). A part written this run is accepted when its worker reported it for this
+Parts kept from earlier runs were checked when planned (their footers, against themselves and
+the manifest's record of them: `part_check`). A part written this run is accepted when its worker reported it for this
 row range (as many rows as the range), and the listing made after the commit shows an object
 of the size the worker wrote (and, on S3, the etag of the bytes it wrote: an object's ETag is
 the md5 of its bytes for a one-part PUT). The result also gives the record of every committed
@@ -32,6 +32,7 @@ def verify_metric(plan: MetricPlan, committed: CommitResult, reports: list[dict]
     result = Verified()
     kept_errors = {uri: count for shard_plan in plan.shards.values() for _, uri, count in shard_plan.kept}
     kept_skipped = {uri: count for shard_plan in plan.shards.values() for uri, count in shard_plan.kept_skipped.items()}
+    kept_md5 = {uri: md5 for shard_plan in plan.shards.values() for uri, md5 in shard_plan.kept_md5.items()}
     by_part = {report["part"]: report for report in reports if report.get("part")}
     for cover in committed.covers:
         shard = plan.shards[cover.rel].shard
@@ -51,16 +52,21 @@ def verify_metric(plan: MetricPlan, committed: CommitResult, reports: list[dict]
                 errors = int(report.get("errors", 0))
                 skipped = int(report.get("skipped", 0))
                 retry = int(report.get("retry", 0))
+                md5 = report.get("md5")
             else:
                 if found is None:
                     raise JobError(f"metric {label}: kept part {uri} of {cover.uri} vanished during the run")
                 errors = kept_errors.get(origin, 0)
                 skipped = kept_skipped.get(origin, 0)
                 retry = 0  # kept: complete, so none to retry
+                md5 = kept_md5.get(origin)
             result.rows_error += errors
             result.rows_out += part.rows
-            record["parts"][part.filename()] = {"rows": part.rows, "errors": errors, "skipped": skipped,
-                                                "retry": retry, "size": found.size, "etag": found.etag}
+            entry = {"rows": part.rows, "errors": errors, "skipped": skipped, "retry": retry, "size": found.size,
+                     "etag": found.etag}
+            if md5:  # of the bytes as written (or as read while planning): the next plan checks the file against it
+                entry["md5"] = md5
+            record["parts"][part.filename()] = entry
         if sum(part.rows for part, _ in cover.parts) != cover.num_rows:
             raise JobError(f"metric {label}: {cover.uri}: output rows differ from its {cover.num_rows} input rows")
         result.parts[cover.rel] = record

@@ -1,9 +1,12 @@
-"""Reads: a Parquet file's footer in one ranged GET (its tail), whole Parquet files, JSON."""
+"""Reads: a Parquet file's footer in one ranged GET (its tail), a part's footer with the md5 of
+its bytes, whole Parquet files, JSON."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import re
 import struct
 from typing import Any
 
@@ -46,6 +49,34 @@ def read_footer_metadata(fs, uri: str, size: int | None = None) -> Footer | None
         return meta.num_rows, {k.decode(): v.decode() for k, v in raw.items() if not k.startswith(b"ARROW")}
     except UnicodeDecodeError:  # an edited footer: not one this job wrote, so not reused
         return None
+
+
+_MD5 = re.compile(r"[0-9a-f]{32}")
+
+
+def read_footer_and_md5(fs, uri: str, size: int, etag: str) -> tuple[pq.FileMetaData | None, str | None]:
+    """(a Parquet file's footer, the md5 of its bytes), each None when the file is missing or
+    not valid Parquet. On S3 the listing's ETag is the md5 of a one-part upload: one ranged GET
+    of the tail (`read_footer_metadata`); a multipart ETag (`<md5>-<parts>`) is no md5 of the
+    bytes, so then, as on local disk, the whole file is read once, hashed, and its footer parsed
+    from the same bytes. Unreachable storage raises `StorageError`, as `read_footer_metadata`."""
+    path = fs_path(uri)
+    listed_md5 = etag if uri.startswith("s3://") and _MD5.fullmatch(etag or "") else None
+    try:
+        if listed_md5:
+            return _footer(fs, path, size), listed_md5
+        data = fs.cat_file(path)
+    except FileNotFoundError:
+        return None, None  # gone since the listing: its rows are simply scored again
+    except Exception as exc:  # noqa: BLE001 - an unreadable old output is simply not reused
+        if is_transient(exc) or isinstance(exc, PermissionError):
+            raise storage_error(exc, uri, "read footer of") from exc
+        return None, listed_md5
+    digest = hashlib.md5(data).hexdigest()
+    try:
+        return pq.read_metadata(pa.BufferReader(data)), digest
+    except Exception:  # noqa: BLE001 - not Parquet: not reused
+        return None, digest
 
 
 def _footer(fs, path: str, size: int | None):

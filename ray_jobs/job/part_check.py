@@ -1,0 +1,116 @@
+"""Stage 1 (driver), while planning: is a part of an earlier run what it says, and what the
+previous manifest says, before it is reused (`docs/job.md`, "Planning from the manifest")?
+
+An output folder may sit in shared storage: a manifest may have been edited and a part
+replaced, truncated or given another footer. So every part of ours is read (one ranged GET of
+its tail on S3, whose ETag is the md5 of its bytes; on local disk the whole file, hashed) and
+compared, field by field:
+
+* with itself: the rows its footer declares and the rows its row groups hold; the errors its
+  footer counts (`ctgscore.rows_error`) and the rows its `error` column holds (that column's
+  null count, from the Parquet statistics the writer computed);
+* with the manifest's record of it, where the record is of this metric's signature: the md5 of
+  its bytes (what its worker wrote), its rows, errors, rows skipped and rows to retry.
+
+The first disagreement is the part's problem: `(field, why)`. Such a part is neither kept nor
+used as a row cache; its rows are scored again and the report names it (`parts_not_reused`).
+A part the manifest does not record (no manifest: a resumed run) is judged by itself alone.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ray_jobs import incremental
+from ray_jobs.storage import reads
+from scoring.display_names import quoted
+
+PREFIX = incremental.META_PREFIX
+_PLAIN = re.compile(r"[0-9]{1,18}|[0-9a-f]{32}")
+
+
+@dataclass(frozen=True)
+class CheckedPart:
+    footer: reads.Footer | None  # (rows, footer metadata) when the part may be reused, else None
+    md5: str | None  # of its bytes, for the next manifest's record
+    problem: tuple[str, str] | None = None  # (field, why) when it is not what it or its record says
+
+
+def check_part(out_fs, listed, entry: dict[str, Any] | None, digest: str) -> CheckedPart:
+    """Read the part `listed` (`listing.ListedFile`) and compare it with itself and with the
+    manifest's `entry` for it (None when not recorded under this signature `digest`)."""
+    meta, md5 = reads.read_footer_and_md5(out_fs, listed.uri, listed.size, listed.etag)
+    if meta is None:
+        gone = md5 is None and entry is None  # vanished since the listing, or unreadable and unrecorded
+        return CheckedPart(None, md5, None if gone else ("footer", "not a readable Parquet file (truncated or replaced)"))
+    try:
+        kv = {k.decode(): v.decode() for k, v in (meta.metadata or {}).items() if not k.startswith(b"ARROW")}
+    except UnicodeDecodeError:
+        return CheckedPart(None, md5, ("footer", "its footer metadata is not UTF-8"))
+    rows = sum(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
+    ours = kv.get(PREFIX + "signature_digest") == digest
+    problem = _own_problem(meta, kv, rows) if ours or entry is not None else None
+    if problem is None and entry is not None:
+        problem = _record_problem(entry, listed, md5, rows, kv)
+    if problem is not None:
+        return CheckedPart(None, md5, problem)
+    return CheckedPart((rows, kv), md5)
+
+
+def _own_problem(meta, kv: dict[str, str], rows: int) -> tuple[str, str] | None:
+    """Where the part contradicts itself: declared rows, or its error count."""
+    if meta.num_rows != rows:
+        return "rows", f"its footer declares {meta.num_rows} rows, its row groups hold {rows}"
+    held = error_rows(meta)
+    if held is None:
+        return "errors", "its 'error' column has no statistics to count errors from"
+    claimed = kv.get(PREFIX + "rows_error")
+    if claimed != str(held):
+        return "errors", f"its footer counts {_shown(claimed)} errors, its 'error' column holds {held}"
+    return None
+
+
+def _record_problem(entry: dict[str, Any], listed, md5: str | None, rows: int, kv: dict[str, str]) -> tuple[str, str] | None:
+    """Where the part differs from the manifest's record of it."""
+    recorded_md5 = entry.get("md5")
+    if recorded_md5 is not None and recorded_md5 != md5:
+        return "md5", f"the manifest records md5 {_shown(recorded_md5)}, the file's bytes have md5 {md5}"
+    if recorded_md5 is None and entry.get("size") != listed.size:  # a record from before md5 was kept
+        return "size", f"the manifest records {_shown(entry.get('size'))} bytes, the file has {listed.size}"
+    found = {"rows": rows, "errors": kv.get(PREFIX + "rows_error"), "skipped": kv.get(PREFIX + "rows_skipped"),
+             "retry": kv.get(PREFIX + "rows_retry", "0")}
+    for field, value in found.items():
+        if field in entry and str(entry[field]) != str(value):
+            return field, f"the manifest records {_shown(entry[field])} {_NOUN[field]}, the part {_shown(value)}"
+    return None
+
+
+_NOUN = {"rows": "rows", "errors": "errors", "skipped": "rows skipped", "retry": "rows to retry"}
+
+
+def error_rows(meta) -> int | None:
+    """Rows of a part with an error, from its `error` column's null counts (Parquet statistics,
+    per row group), or None when a row group has none to read."""
+    column = next((i for i in range(meta.num_columns) if meta.schema.column(i).path == "error"), None)
+    if column is None:
+        return None
+    total = 0
+    for index in range(meta.num_row_groups):
+        group = meta.row_group(index)
+        statistics = group.column(column).statistics
+        if group.num_rows and (statistics is None or not statistics.has_null_count):
+            return None
+        total += group.num_rows - (statistics.null_count if group.num_rows else 0)
+    return total
+
+
+def _shown(value: Any) -> str:
+    """A value from a file or a manifest for a message: a count as it is, anything else quoted
+    and cut (`scoring.display_names.quoted`)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, str) and _PLAIN.fullmatch(value):  # a count or an md5
+        return value
+    return quoted(value, 40)
