@@ -7,6 +7,7 @@ Ray; one test runs the real job on the session's Ray."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import pathlib
@@ -277,6 +278,10 @@ class _FakeS3:
         self.reads.append(start)
         return self.data if start is None else self.data[start:]
 
+    def open(self, path, mode="rb"):
+        self.reads.append("stream")
+        return io.BytesIO(self.data)
+
 
 @pytest.mark.parametrize("etag, whole", [("0123456789abcdef0123456789abcdef", False), ("0123456789abcdef0123456789abcdef-3", True)])
 def test_on_s3_the_md5_is_the_etag_unless_uploaded_in_parts(etag, whole):
@@ -287,7 +292,7 @@ def test_on_s3_the_md5_is_the_etag_unless_uploaded_in_parts(etag, whole):
     meta, md5 = read_footer_and_md5(fs, "s3://b/out/text_stats/a/part.parquet", len(data), etag)
     assert meta.num_rows == 4
     assert md5 == (hashlib.md5(data).hexdigest() if whole else etag)
-    assert fs.reads == ([None] if whole else [0])  # the whole object, or its tail (the part is under 64 KiB)
+    assert fs.reads == (["stream", 0] if whole else [0])  # the whole object hashed in chunks then its tail, or its tail only
 
 
 def test_unreachable_storage_fails_the_plan_and_a_vanished_part_is_just_missing(tmp_path):
@@ -300,11 +305,47 @@ def test_unreachable_storage_fails_the_plan_and_a_vanished_part_is_just_missing(
         def cat_file(self, *args, **kwargs):
             raise TimeoutError("Connect timeout on endpoint URL")
 
+        open = cat_file
+
     for uri, etag in (("s3://b/x.parquet", "0123456789abcdef0123456789abcdef"), ("s3://b/x.parquet", "ab-2"),
                       (str(tmp_path / "x.parquet"), "mtime:1")):
         with pytest.raises(StorageError, match="cannot read footer of .*x.parquet: storage unreachable"):
             read_footer_and_md5(DeadFs(), uri, 10, etag)
     assert read_footer_and_md5(fsspec.filesystem("file"), str(tmp_path / "gone.parquet"), 10, "mtime:1") == (None, None)
+
+
+def test_a_file_in_a_parts_place_is_hashed_in_chunks_whatever_its_size(tmp_path, monkeypatch):
+    """On local disk a part is hashed whole: a stranger's file of any size put in its place is
+    read in `HASH_CHUNK` pieces, never into memory at once, and is no part."""
+    from ray_jobs.storage import reads
+
+    monkeypatch.setattr(reads, "HASH_CHUNK", 1 << 10)
+    big = tmp_path / "part.parquet"
+    block = bytes(range(256)) * 64  # 16 KiB
+    with big.open("wb") as handle:
+        for _ in range(64):  # 1 MiB
+            handle.write(block)
+    sizes = []
+
+    from fsspec.implementations.local import LocalFileSystem
+
+    class Counting(LocalFileSystem):
+        def open(self, path, mode="rb", **kwargs):
+            handle = super().open(path, mode, **kwargs)
+            original = handle.read
+
+            def read(n=-1):
+                data = original(n)
+                sizes.append(len(data))
+                return data
+
+            handle.read = read
+            return handle
+
+    meta, md5 = reads.read_footer_and_md5(Counting(), str(big), big.stat().st_size, "mtime:1")
+    assert meta is None and md5 == hashlib.md5(big.read_bytes()).hexdigest()
+    # hashed in 1 KiB reads; the footer check reads only the tail (64 KiB) of the 1 MiB file
+    assert sizes.count(1 << 10) == 1024 and max(sizes) <= reads.FOOTER_TAIL < big.stat().st_size
 
 
 def test_a_vanished_folder_lends_only_the_parts_that_agree_with_their_record(tmp_path):

@@ -58,25 +58,39 @@ def read_footer_and_md5(fs, uri: str, size: int, etag: str) -> tuple[pq.FileMeta
     """(a Parquet file's footer, the md5 of its bytes), each None when the file is missing or
     not valid Parquet. On S3 the listing's ETag is the md5 of a one-part upload: one ranged GET
     of the tail (`read_footer_metadata`); a multipart ETag (`<md5>-<parts>`) is no md5 of the
-    bytes, so then, as on local disk, the whole file is read once, hashed, and its footer parsed
-    from the same bytes. Unreachable storage raises `StorageError`, as `read_footer_metadata`."""
+    bytes, so then, as on local disk, the whole file is read once in chunks and hashed, and its
+    footer read from its tail. Unreachable storage raises `StorageError`, as `read_footer_metadata`."""
     path = fs_path(uri)
     listed_md5 = etag if uri.startswith("s3://") and _MD5.fullmatch(etag or "") else None
     try:
         if listed_md5:
             return _footer(fs, path, size), listed_md5
-        data = fs.cat_file(path)
+        digest = _streamed_md5(fs, path)  # in chunks: a file put in a part's place may be of any size
     except FileNotFoundError:
         return None, None  # gone since the listing: its rows are simply scored again
     except Exception as exc:  # noqa: BLE001 - an unreadable old output is simply not reused
         if is_transient(exc) or isinstance(exc, PermissionError):
             raise storage_error(exc, uri, "read footer of") from exc
         return None, listed_md5
-    digest = hashlib.md5(data).hexdigest()
     try:
-        return pq.read_metadata(pa.BufferReader(data)), digest
-    except Exception:  # noqa: BLE001 - not Parquet: not reused
+        return _footer(fs, path, size), digest
+    except FileNotFoundError:
+        return None, None
+    except Exception as exc:  # noqa: BLE001 - not Parquet: not reused
+        if is_transient(exc) or isinstance(exc, PermissionError):
+            raise storage_error(exc, uri, "read footer of") from exc
         return None, digest
+
+
+HASH_CHUNK = 8 << 20  # bytes per read while hashing a part: memory stays bounded whatever its size
+
+
+def _streamed_md5(fs, path: str) -> str:
+    digest = hashlib.md5()
+    with fs.open(path, "rb") as handle:
+        while chunk := handle.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _footer(fs, path: str, size: int | None):
