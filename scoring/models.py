@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from scoring.errors import CtgscoreError, UsageError, is_accelerator_error, is_out_of_memory
 from scoring.model_files import ModelFileError, check_folder, check_model_size, weights_elements
+from scoring.quiet_tokenizer import quiet_tokenizer
 
 DEFAULT_CACHE = pathlib.Path(os.environ.get("CTGSCORE_CACHE", pathlib.Path.home() / ".cache" / "ctgscore"))
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -406,13 +407,14 @@ def load_tokenizer(source: ModelSource):
     mistral-common's: with that package installed (vLLM brings it) transformers would load a
     Mistral checkpoint holding `tekken.json` through it, so the same model would tokenise on
     another backend from one environment to the next, outside the literal-text rules
-    (`scoring.literal_tokens`) that are tested on these backends."""
+    (`scoring.literal_tokens`) that are tested on these backends. Its Rust calls hold stderr
+    back (`scoring.quiet_tokenizer`): a panic in them is the caller's exception, not console text."""
     from transformers import AutoTokenizer
 
     if not source.is_hub:
         load_config(source)  # the tokenizer reads config.json too: its errors name that file
     with _model_files(source, "tokenizer"), _quiet_transformers(not source.is_hub):
-        return AutoTokenizer.from_pretrained(
+        return quiet_tokenizer(AutoTokenizer.from_pretrained(
             source.local_path, revision=source.revision if source.is_hub else None, trust_remote_code=False,
             mistral_format=False,
-        )
+        ))

@@ -370,6 +370,59 @@ def test_a_pre_tokenizer_regex_that_backtracks_fails_the_row_it_meets(chat_llm, 
     assert out[1]["error"] is None and out[1]["perplexity"] > 1
 
 
+def with_backtracking_regex(chat_llm: str, out: pathlib.Path) -> pathlib.Path:
+    """A tiny Llama whose pre-tokenizer panics inside the tokenizers library on `aaa...!`."""
+    folder = tampered(chat_llm, out)
+    tokenizer = json.loads((folder / "tokenizer.json").read_text())
+    tokenizer["pre_tokenizer"] = {"type": "Split", "pattern": {"Regex": "(a|a)+$"}, "behavior": "Isolated", "invert": False}
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    return folder
+
+
+@pytest.mark.timeout(120)
+def test_ctgscore_score_keeps_rust_panic_reports_off_the_console(chat_llm, tmp_path):
+    """Rust's panic hook wrote `thread '<unnamed>' panicked at ...` and a backtrace to stderr
+    once per attempt (the batch, then each bisection step), in the middle of the progress line;
+    the panic now reaches the console only as the row's error, with the panic's location."""
+    from ctgscore.testing.cli import run_cli
+
+    folder = with_backtracking_regex(chat_llm, tmp_path / "llama")
+    pq.write_table(pa.Table.from_pylist([{"id": "a", "text": "a" * 40 + "!"}, {"id": "b", "text": "A calm day at sea."},
+                                         {"id": "c", "text": "Another line."}]), tmp_path / "in.parquet")
+    proc = run_cli(["score", "-m", "perplexity", "--param", f"model={folder}", "-i", tmp_path / "in.parquet",
+                    "-o", tmp_path / "out.parquet", "--max-error-rate", "0.5"], env={"RUST_BACKTRACE": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert "panicked at" not in proc.stderr and "stack backtrace" not in proc.stderr and "RUST_BACKTRACE" not in proc.stderr
+    reason = "PanicException: Onig: Regex search error: retry-limit-in-match over (panicked at onig-"
+    assert reason in proc.stdout and "/src/lib.rs:" in proc.stdout
+    out = pq.read_table(tmp_path / "out.parquet").to_pylist()
+    assert out[0]["error"].startswith(reason) and [row["error"] for row in out[1:]] == [None, None]
+
+
+def test_stderr_written_during_a_panicking_tokenizer_call_still_reaches_stderr(chat_llm, tmp_path, capfd):
+    """A custom pre-tokenizer writes a line to descriptor 2 inside the Rust call, then the regex
+    panics: the line is forwarded once the call ends, the panic report is not."""
+    from tokenizers import pre_tokenizers
+
+    from scoring.models import load_tokenizer, resolve_model
+
+    class WritesToStderr:
+        def pre_tokenize(self, pretokenized):
+            os.write(2, b"an ordinary line from inside the tokenizer call\n")
+
+    tokenizer = load_tokenizer(resolve_model(str(with_backtracking_regex(chat_llm, tmp_path / "llama"))))
+    backend = tokenizer.backend_tokenizer
+    backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.PreTokenizer.custom(WritesToStderr()), backend.pre_tokenizer])
+    capfd.readouterr()
+    with pytest.raises(BaseException, match=r"retry-limit-in-match over \(panicked at onig-[^ ]*/src/lib\.rs:\d+:\d+\)$") as caught:
+        tokenizer(["a" * 40 + "!"], add_special_tokens=False)
+    assert type(caught.value).__name__ == "PanicException"
+    err = capfd.readouterr().err
+    assert err == "an ordinary line from inside the tokenizer call\n"
+    assert tokenizer(["a calm sea"], add_special_tokens=False)["input_ids"][0]  # the same tokenizer still works
+    assert capfd.readouterr().err.count("an ordinary line") == 1
+
+
 def test_ctgscore_score_on_a_hostile_config_exits_2_with_one_line(tiny_models, tmp_path, cli, no_allocation):
     folder = tampered(tiny_models["gpt2"], tmp_path / "gpt2")
     edit_json(folder / "config.json", vocab_size=-5)
