@@ -241,3 +241,29 @@ def test_a_put_through_s3fs_returns_the_etag_s3_gave_it(moto, s3_bucket):
     etag = writes.put_atomic(fs, uri, data)
     assert etag == hashlib.md5(data).hexdigest()
     assert [f.etag for f in listing.list_outputs(fs, f"s3://{s3_bucket}/out")] == [etag]
+
+
+def test_parts_copied_for_a_renamed_shard_are_reused_the_night_after():
+    """A renamed shard gets the vanished shard's parts copied under its folder; on a KMS bucket
+    each copy has a new ETag and the md5 it was copied with. Old code: the vanished shard's
+    parts were already 'not reused' (md5), so nothing was copied and every row scored again."""
+    from ray_jobs.job.commit import CommitResult, Cover
+    from ray_jobs.job.plan import Shard
+    from ray_jobs.job.verify import verify_metric
+
+    bucket = FakeBucket(kms=True)
+    config, metric, shard, reports, manifest = _recorded_manifest(bucket)
+    info = listing.ShardInfo(uri="s3://bucket/in/b.parquet", rel="b.parquet", size=shard.info.size, etag=shard.info.etag)
+    renamed = Shard(info, 8, shard.columns, shard.version)
+    planned = _next_night(bucket, config, metric, renamed, manifest)
+    shard_plan = planned.shards["b.parquet"]
+    assert planned.not_reused == [] and shard_plan.units == [] and len(shard_plan.kept) == 2
+    copies = [uri for _, uri, _ in shard_plan.kept]
+    assert all("/text_stats/b/" in uri and uri[len("s3://"):] in bucket.objects for uri in copies)
+    cover = Cover("b.parquet", info.uri, 8, [(part, uri) for part, uri, _ in shard_plan.kept])
+    verified = verify_metric(planned, CommitResult(covers=[cover]), [], _listed(bucket))
+    records = verified.parts["b.parquet"]["parts"]
+    assert sorted(entry["md5"] for entry in records.values()) == sorted(report["md5"] for report in reports)
+    after = {"metrics": {"text_stats": {"parts": verified.parts}}}
+    again = _next_night(bucket, config, metric, renamed, after)
+    assert again.not_reused == [] and len(again.shards["b.parquet"].kept) == 2
