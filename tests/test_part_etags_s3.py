@@ -230,6 +230,7 @@ def test_a_record_with_an_md5_and_no_etag_has_the_object_hashed():
     assert sorted(str(start) for _, start in bucket.gets) == ["0", "0", "whole", "whole"]
 
 
+@pytest.mark.timeout(60)
 def test_a_put_through_s3fs_returns_the_etag_s3_gave_it(moto, s3_bucket):
     """`put_atomic` on a real S3 API (moto keeps md5 ETags, as SSE-S3 does): the ETag of the
     PUT's answer, the one the listing then shows."""
