@@ -283,16 +283,19 @@ class _FakeS3:
         return io.BytesIO(self.data)
 
 
-@pytest.mark.parametrize("etag, whole", [("0123456789abcdef0123456789abcdef", False), ("0123456789abcdef0123456789abcdef-3", True)])
-def test_on_s3_the_md5_is_the_etag_unless_uploaded_in_parts(etag, whole):
+@pytest.mark.parametrize("hashed", [False, True])
+def test_a_part_is_read_by_its_tail_or_hashed_whole_as_asked(hashed):
+    """Whether the bytes are hashed is the caller's choice (`part_check`): an S3 ETag is the md5
+    of the bytes only for some objects (not multipart uploads, SSE-KMS or SSE-C), so the read
+    never takes it for one."""
     from ray_jobs.storage.reads import read_footer_and_md5
 
     data = part_bytes("a.parquet", "e", 1, DIGEST, 0, 4, errors=1)
     fs = _FakeS3(data)
-    meta, md5 = read_footer_and_md5(fs, "s3://b/out/text_stats/a/part.parquet", len(data), etag)
-    assert meta.num_rows == 4
-    assert md5 == (hashlib.md5(data).hexdigest() if whole else etag)
-    assert fs.reads == (["stream", 0] if whole else [0])  # the whole object hashed in chunks then its tail, or its tail only
+    meta, md5, missing = read_footer_and_md5(fs, "s3://b/out/text_stats/a/part.parquet", len(data), hashed=hashed)
+    assert meta.num_rows == 4 and not missing
+    assert md5 == (hashlib.md5(data).hexdigest() if hashed else None)
+    assert fs.reads == (["stream", 0] if hashed else [0])  # the whole object hashed in chunks then its tail, or its tail only
 
 
 def test_unreachable_storage_fails_the_plan_and_a_vanished_part_is_just_missing(tmp_path):
@@ -307,11 +310,12 @@ def test_unreachable_storage_fails_the_plan_and_a_vanished_part_is_just_missing(
 
         open = cat_file
 
-    for uri, etag in (("s3://b/x.parquet", "0123456789abcdef0123456789abcdef"), ("s3://b/x.parquet", "ab-2"),
-                      (str(tmp_path / "x.parquet"), "mtime:1")):
+    for uri, hashed in (("s3://b/x.parquet", False), ("s3://b/x.parquet", True), (str(tmp_path / "x.parquet"), True)):
         with pytest.raises(StorageError, match="cannot read footer of .*x.parquet: storage unreachable"):
-            read_footer_and_md5(DeadFs(), uri, 10, etag)
-    assert read_footer_and_md5(fsspec.filesystem("file"), str(tmp_path / "gone.parquet"), 10, "mtime:1") == (None, None)
+            read_footer_and_md5(DeadFs(), uri, 10, hashed=hashed)
+    for hashed in (False, True):
+        assert read_footer_and_md5(fsspec.filesystem("file"), str(tmp_path / "gone.parquet"), 10, hashed=hashed) == (
+            None, None, True)
 
 
 def test_a_file_in_a_parts_place_is_hashed_in_chunks_whatever_its_size(tmp_path, monkeypatch):
@@ -342,8 +346,8 @@ def test_a_file_in_a_parts_place_is_hashed_in_chunks_whatever_its_size(tmp_path,
             handle.read = read
             return handle
 
-    meta, md5 = reads.read_footer_and_md5(Counting(), str(big), big.stat().st_size, "mtime:1")
-    assert meta is None and md5 == hashlib.md5(big.read_bytes()).hexdigest()
+    meta, md5, missing = reads.read_footer_and_md5(Counting(), str(big), big.stat().st_size, hashed=True)
+    assert meta is None and not missing and md5 == hashlib.md5(big.read_bytes()).hexdigest()
     # hashed in 1 KiB reads; the footer check reads only the tail (64 KiB) of the 1 MiB file
     assert sizes.count(1 << 10) == 1024 and max(sizes) <= reads.FOOTER_TAIL < big.stat().st_size
 

@@ -2,15 +2,23 @@
 previous manifest says, before it is reused (`docs/job.md`, "Planning from the manifest")?
 
 An output folder may sit in shared storage: a manifest may have been edited and a part
-replaced, truncated or given another footer. So every part of ours is read (one ranged GET of
-its tail on S3, whose ETag is the md5 of its bytes; on local disk the whole file, hashed) and
-compared, field by field:
+replaced, truncated or given another footer. So every part of ours is read and compared,
+field by field:
 
 * with itself: the rows its footer declares and the rows its row groups hold; the errors its
   footer counts (`ctgscore.rows_error`) and the rows its `error` column holds (that column's
   null count, from the Parquet statistics the writer computed);
-* with the manifest's record of it, where the record is of this metric's signature: the md5 of
-  its bytes (what its worker wrote), its rows, errors, rows skipped and rows to retry.
+* with the manifest's record of it, where the record is of this metric's signature: that its
+  bytes are the ones recorded, then its rows, errors, rows skipped and rows to retry.
+
+What vouches for the bytes: on local disk the md5 of the whole file, hashed, against the md5
+its worker reported. On S3 the object's ETag against the ETag the record took from the
+listing when the part was committed (one ranged GET of the tail, for the footer): S3 gives an
+object a new ETag whenever it is written, whatever the encryption, but the ETag is the md5 of
+the bytes only for a one-part upload stored unencrypted or with SSE-S3 (not with SSE-KMS or
+SSE-C, nor for a multipart upload), so it is compared as an identity, never as an md5. The
+same object keeps its recorded md5 for the next record. A record with an md5 but no ETag (not
+one a run writes) has the whole object hashed; with neither, its size is compared.
 
 The first disagreement is the part's problem: `(field, why)`. Such a part is neither kept nor
 used as a row cache; its rows are scored again and the report names it (`parts_not_reused`).
@@ -25,6 +33,7 @@ from typing import Any
 
 from ray_jobs import incremental
 from ray_jobs.storage import reads
+from ray_jobs.storage.uris import is_s3
 from scoring.display_names import quoted
 
 PREFIX = incremental.META_PREFIX
@@ -41,10 +50,14 @@ class CheckedPart:
 def check_part(out_fs, listed, entry: dict[str, Any] | None, digest: str) -> CheckedPart:
     """Read the part `listed` (`listing.ListedFile`) and compare it with itself and with the
     manifest's `entry` for it (None when not recorded under this signature `digest`)."""
-    meta, md5 = reads.read_footer_and_md5(out_fs, listed.uri, listed.size, listed.etag)
+    by_etag = _recorded_etag(entry, listed) is not None  # S3, and the record names the object it saw
+    hashed = not is_s3(listed.uri) or (not by_etag and entry is not None and entry.get("md5") is not None)
+    meta, md5, missing = reads.read_footer_and_md5(out_fs, listed.uri, listed.size, hashed=hashed)
     if meta is None:
-        gone = md5 is None and entry is None  # vanished since the listing, or unreadable and unrecorded
+        gone = missing and entry is None  # vanished since the listing, and unrecorded: simply missing
         return CheckedPart(None, md5, None if gone else ("footer", "not a readable Parquet file (truncated or replaced)"))
+    if by_etag and listed.etag == entry.get("etag"):
+        md5 = entry.get("md5") if isinstance(entry.get("md5"), str) else None  # the same object: the bytes recorded
     try:
         kv = {k.decode(): v.decode() for k, v in (meta.metadata or {}).items() if not k.startswith(b"ARROW")}
     except UnicodeDecodeError:
@@ -74,10 +87,14 @@ def _own_problem(meta, kv: dict[str, str], rows: int) -> tuple[str, str] | None:
 
 def _record_problem(entry: dict[str, Any], listed, md5: str | None, rows: int, kv: dict[str, str]) -> tuple[str, str] | None:
     """Where the part differs from the manifest's record of it."""
-    recorded_md5 = entry.get("md5")
-    if recorded_md5 is not None and recorded_md5 != md5:
+    recorded_etag = _recorded_etag(entry, listed)
+    if recorded_etag is not None:
+        if recorded_etag != listed.etag:
+            return "etag", (f"the manifest records ETag {_shown(recorded_etag)}, the object now has "
+                            f"{_shown(listed.etag)} (written again since it was recorded)")
+    elif (recorded_md5 := entry.get("md5")) is not None and recorded_md5 != md5:
         return "md5", f"the manifest records md5 {_shown(recorded_md5)}, the file's bytes have md5 {md5}"
-    if recorded_md5 is None and entry.get("size") != listed.size:  # a record from before md5 was kept
+    elif recorded_md5 is None and entry.get("size") != listed.size:  # a record from before md5 was kept
         return "size", f"the manifest records {_shown(entry.get('size'))} bytes, the file has {listed.size}"
     found = {"rows": rows, "errors": kv.get(PREFIX + "rows_error"), "skipped": kv.get(PREFIX + "rows_skipped"),
              "retry": kv.get(PREFIX + "rows_retry", "0")}
@@ -85,6 +102,16 @@ def _record_problem(entry: dict[str, Any], listed, md5: str | None, rows: int, k
         if field in entry and str(entry[field]) != str(value):
             return field, f"the manifest records {_shown(entry[field])} {_NOUN[field]}, the part {_shown(value)}"
     return None
+
+
+def _recorded_etag(entry: dict[str, Any] | None, listed) -> str | None:
+    """The S3 ETag the record took from the listing when the part was committed, when it
+    applies: an S3 part and a non-empty string recorded (local etags are modification times,
+    which a copy or an edit can keep)."""
+    if entry is None or not is_s3(listed.uri):
+        return None
+    etag = entry.get("etag")
+    return etag if isinstance(etag, str) and etag else None
 
 
 _NOUN = {"rows": "rows", "errors": "errors", "skipped": "rows skipped", "retry": "rows to retry"}

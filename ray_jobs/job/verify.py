@@ -4,8 +4,7 @@ output prefix; no part is read again.
 Parts kept from earlier runs were checked when planned (their footers, against themselves and
 the manifest's record of them: `part_check`). A part written this run is accepted when its worker reported it for this
 row range (as many rows as the range), and the listing made after the commit shows an object
-of the size the worker wrote (and, on S3, the etag of the bytes it wrote: an object's ETag is
-the md5 of its bytes for a one-part PUT). The result also gives the record of every committed
+of the size the worker wrote and, on S3, the object it wrote (`_matches`). The result also gives the record of every committed
 part that the manifest keeps for the next run's plan.
 """
 
@@ -44,7 +43,7 @@ def verify_metric(plan: MetricPlan, committed: CommitResult, reports: list[dict]
             origin = cover.renamed.get(uri, uri)  # a staged part moved into place by the commit: as written
             if origin in cover.new:
                 report = by_part.get(origin)
-                if report is None or found is None or not _matches(report, part.rows, found):
+                if report is None or found is None or not _matches(report, part.rows, found, moved=origin != uri):
                     raise JobError(
                         f"metric {label}: part {uri} does not hold rows {part.start} to {part.stop} of {cover.uri} "
                         f"as its worker wrote them (missing or overwritten)"
@@ -73,9 +72,22 @@ def verify_metric(plan: MetricPlan, committed: CommitResult, reports: list[dict]
     return result
 
 
-def _matches(report: dict, rows: int, found: ListedFile) -> bool:
+def _matches(report: dict, rows: int, found: ListedFile, moved: bool = False) -> bool:
+    """Whether the listed object is the part as its worker reported it: its rows and size, and
+    on S3 its ETag. The ETag is the md5 of the bytes for a one-part PUT stored unencrypted or
+    with SSE-S3; then it must be the worker's md5. A bucket that encrypts with SSE-KMS or SSE-C
+    gives an ETag that is no md5: the worker's own PUT then got one too (`put_etag`), and the
+    listing must show that same ETag, or, for a staged part the commit copied into place
+    (`moved`: a copy has an ETag of its own), any ETag: size and the report only. A multipart
+    ETag (`<md5>-<parts>`) is no md5 of the bytes either: size only then."""
     if report.get("rows") != rows or report.get("size") != found.size:
         return False
-    uri_is_s3 = found.uri.startswith("s3://")
-    # a multipart upload's ETag is not an md5 of the bytes ("<md5>-<parts>"): size only then
-    return not uri_is_s3 or "-" in found.etag or report.get("md5") == found.etag
+    if not found.uri.startswith("s3://") or "-" in found.etag:
+        return True
+    md5 = report.get("md5")
+    if found.etag == md5:
+        return True
+    put_etag = report.get("put_etag")
+    if not put_etag or put_etag == md5:  # the worker's PUT got the md5 (or said nothing): another object is listed
+        return False
+    return moved or found.etag == put_etag

@@ -18,8 +18,8 @@ def write_part(out_fs, output: str, metric, signature: str, unit: dict[str, Any]
     """Write the unit's part for `metric` (`scoring.schema.output_table`, footer
     `incremental.part_metadata`) and return its report: rows, rows from the cache (`lent`: how
     many from each folder that supplied them, `rows.settle_rows`), errors with
-    a few examples, skipped rows, and the size and md5 of the bytes written (what verification
-    checks against the output listing)."""
+    a few examples, skipped rows, and the size and md5 of the bytes written and the ETag S3 gave
+    them (what verification checks against the output listing)."""
     from ray_jobs import incremental
     from ray_jobs.storage import writes
     from scoring.schema import output_table
@@ -51,10 +51,11 @@ def write_part(out_fs, output: str, metric, signature: str, unit: dict[str, Any]
     where = layout.staged_part_uri if metric.label in unit.get("staged", ()) else layout.part_uri
     uri = where(output, metric.label, unit["rel"], layout.PartName(unit["start"], unit["stop"], unit["version"]))
     data = writes.table_bytes(out, metadata)
-    writes.put_atomic(out_fs, uri, data)
+    put_etag = writes.put_atomic(out_fs, uri, data)
     return {
         "size": len(data),
         "md5": hashlib.md5(data).hexdigest(),
+        "put_etag": put_etag,  # S3's ETag for this PUT: the md5 above unless the bucket encrypts with KMS or SSE-C
         "label": metric.label,
         "rel": unit["rel"],
         "start": unit["start"],

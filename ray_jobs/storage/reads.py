@@ -6,9 +6,8 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import re
 import struct
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -51,35 +50,37 @@ def read_footer_metadata(fs, uri: str, size: int | None = None) -> Footer | None
         return None
 
 
-_MD5 = re.compile(r"[0-9a-f]{32}")
+class PartRead(NamedTuple):
+    footer: pq.FileMetaData | None  # None when the file is missing or not valid Parquet
+    md5: str | None  # of its bytes, when hashed and readable
+    missing: bool = False  # gone since the listing
 
 
-def read_footer_and_md5(fs, uri: str, size: int, etag: str) -> tuple[pq.FileMetaData | None, str | None]:
-    """(a Parquet file's footer, the md5 of its bytes), each None when the file is missing or
-    not valid Parquet. On S3 the listing's ETag is the md5 of a one-part upload: one ranged GET
-    of the tail (`read_footer_metadata`); a multipart ETag (`<md5>-<parts>`) is no md5 of the
-    bytes, so then, as on local disk, the whole file is read once in chunks and hashed, and its
-    footer read from its tail. Unreachable storage raises `StorageError`, as `read_footer_metadata`."""
+def read_footer_and_md5(fs, uri: str, size: int, *, hashed: bool) -> PartRead:
+    """A Parquet file's footer and the md5 of its bytes (`PartRead`). With `hashed` the whole file is read once in chunks and hashed, then its
+    footer read from its tail; without, only the tail is read (one ranged GET, as
+    `read_footer_metadata`) and the md5 is None: an S3 ETag is not always the md5 of the bytes
+    (SSE-KMS, SSE-C, multipart uploads), so the caller decides what vouches for them
+    (`ray_jobs.job.part_check`). Unreachable storage raises `StorageError`, as `read_footer_metadata`."""
     path = fs_path(uri)
-    listed_md5 = etag if uri.startswith("s3://") and _MD5.fullmatch(etag or "") else None
+    digest = None
+    if hashed:
+        try:
+            digest = _streamed_md5(fs, path)  # in chunks: a file put in a part's place may be of any size
+        except FileNotFoundError:
+            return PartRead(None, None, missing=True)  # gone since the listing: its rows are simply scored again
+        except Exception as exc:  # noqa: BLE001 - an unreadable old output is simply not reused
+            if is_transient(exc) or isinstance(exc, PermissionError):
+                raise storage_error(exc, uri, "read footer of") from exc
+            return PartRead(None, None)
     try:
-        if listed_md5:
-            return _footer(fs, path, size), listed_md5
-        digest = _streamed_md5(fs, path)  # in chunks: a file put in a part's place may be of any size
+        return PartRead(_footer(fs, path, size), digest)
     except FileNotFoundError:
-        return None, None  # gone since the listing: its rows are simply scored again
-    except Exception as exc:  # noqa: BLE001 - an unreadable old output is simply not reused
-        if is_transient(exc) or isinstance(exc, PermissionError):
-            raise storage_error(exc, uri, "read footer of") from exc
-        return None, listed_md5
-    try:
-        return _footer(fs, path, size), digest
-    except FileNotFoundError:
-        return None, None
+        return PartRead(None, None, missing=True)
     except Exception as exc:  # noqa: BLE001 - not Parquet: not reused
         if is_transient(exc) or isinstance(exc, PermissionError):
             raise storage_error(exc, uri, "read footer of") from exc
-        return None, digest
+        return PartRead(None, digest)
 
 
 HASH_CHUNK = 8 << 20  # bytes per read while hashing a part: memory stays bounded whatever its size

@@ -31,19 +31,23 @@ def table_bytes(table: pa.Table, metadata: dict[str, str] | None = None) -> byte
     return sink.getvalue().to_pybytes()
 
 
-def put_atomic(fs, uri: str, data: bytes) -> None:
+def put_atomic(fs, uri: str, data: bytes) -> str | None:
     """Write a whole object so readers see the old file or the new one, never a part:
     local files go through a temp file + `os.replace` (`scoring.atomic_files`: fsynced, the
-    temp file removed on any failure); an S3 PUT is atomic by itself. Failures raise `StorageError` naming the path."""
+    temp file removed on any failure); an S3 PUT is atomic by itself. Failures raise `StorageError` naming the path.
+    Returns the ETag S3 gave the object (quotes stripped; None on local disk, or when the
+    response names none): the md5 of `data` only where the bucket stores it so (docs/job.md)."""
     if is_s3(uri):
-        guarded(uri, "write", lambda: fs.pipe_file(fs_path(uri), data))
-        return
+        response = guarded(uri, "write", lambda: fs.pipe_file(fs_path(uri), data))
+        etag = response.get("ETag") if isinstance(response, dict) else None
+        return etag.strip('"') if isinstance(etag, str) and etag.strip('"') else None
     target = pathlib.Path(fs_path(uri))
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         atomic_files.write_bytes(target, data)
     except OSError as exc:
         raise storage_error(exc, uri, "write") from exc
+    return None
 
 
 def put_json_atomic(fs, uri: str, value: Any) -> None:
