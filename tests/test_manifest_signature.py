@@ -127,6 +127,29 @@ def test_an_untrusted_plan_reads_keeps_and_lends_no_earlier_part(tmp_path):
     assert (plan.not_trusted, plan.footers_read, plan.not_reused) == (2, 0, [])
 
 
+def test_under_a_signed_manifest_a_part_it_does_not_record_is_not_reused(tmp_path):
+    """A part added beside the recorded ones, consistent with itself and covering the whole
+    shard, is chosen over them by the plan (the longest cover from row 0); under a signed
+    manifest it is set aside and named, and the recorded parts are kept."""
+    from ray_jobs.job import layout
+    from ray_jobs.job.plan import plan_metric
+    from tests.job_support import part_bytes
+    from tests.test_part_check import DIGEST, _committed
+
+    config, metric, shard, manifest, paths = _committed(tmp_path)
+    whole = layout.PartName(0, 8, shard.version)
+    added = pathlib.Path(layout.part_uri(config.output, "text_stats", "a.parquet", whole))
+    added.write_bytes(part_bytes("a.parquet", shard.info.etag, shard.info.size, DIGEST, 0, 8))
+    fs = fsspec.filesystem("file")
+    unsigned = plan_metric(fs, config, metric, [shard], previous=manifest).shards["a.parquet"]
+    assert [uri for _, uri, _ in unsigned.kept] == [str(added)]  # what a job without the key reuses
+    plan = plan_metric(fs, config, metric, [shard], previous=manifest, signed=True)
+    assert [uri for _, uri, _ in plan.shards["a.parquet"].kept] == [str(p) for p in paths]
+    assert plan.not_reused == [{"file": str(added), "field": "record",
+                                "why": "the signed manifest does not record it (added since)"}]
+    assert str(added) in plan.shards["a.parquet"].superseded
+
+
 # ----- the real job ---------------------------------------------------------------------------
 
 def _forge(out: pathlib.Path) -> tuple[pathlib.Path, float]:

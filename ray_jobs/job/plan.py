@@ -74,6 +74,8 @@ class MetricPlan:
     not_reused: list[dict[str, str]] = field(default_factory=list)
     # parts of earlier runs set aside unread because no signed manifest vouches for them (`trusted=False`)
     not_trusted: int = 0
+    # a signed manifest vouches (`signed=True`): a part of this signature it does not record is not reused
+    recorded_only: bool = False
 
     @property
     def pending_rows(self) -> int:
@@ -121,6 +123,7 @@ def plan_metric(
     tree: dict[str, dict] | None = None,
     previous: dict[str, Any] | None = None,
     trusted: bool = True,
+    signed: bool = False,
 ) -> MetricPlan:
     """Per shard: keep the committed parts that cover rows from 0 on; schedule the gaps as
     units aligned to multiples of `part_rows` (so a resumed run writes the same names).
@@ -131,8 +134,10 @@ def plan_metric(
 
     `trusted=False` (a signing key is set and no manifest it signed vouches for the folder,
     `manifest_key`): no part of an earlier run is read, kept, copied or lent as the row cache;
-    every row is scored again and the new parts replace the old ones (`not_trusted` counts them)."""
-    plan = MetricPlan(metric=metric)
+    every row is scored again and the new parts replace the old ones (`not_trusted` counts them).
+    `signed=True` (`previous` is a manifest the key signed): a part of this signature that the
+    manifest does not record (added to the folder since) is not reused, and is named."""
+    plan = MetricPlan(metric=metric, recorded_only=signed)
     by_stem = {layout.shard_stem(shard.rel): shard for shard in shards}
     root = layout.metric_root(config.output, metric.label)
     if tree is None:
@@ -170,7 +175,11 @@ def _check_parts(out_fs, plan: MetricPlan, parts: list[tuple[listing.ListedFile,
 
     def check(item: tuple[listing.ListedFile, str]) -> CheckedPart:
         listed, rel = item
-        return check_part(out_fs, listed, recorded_entry(recorded.get(rel), listed.uri, digest), digest)
+        entry = recorded_entry(recorded.get(rel), listed.uri, digest)
+        found = check_part(out_fs, listed, entry, digest)
+        if plan.recorded_only and entry is None and incremental.footer_digest(found.footer) == digest:
+            return CheckedPart(None, found.md5, ("record", "the signed manifest does not record it (added since)"))
+        return found
 
     found = dict(zip((listed.uri for listed, _ in parts), parallel.map_bounded(check, parts)))
     plan.footers_read += len(parts)

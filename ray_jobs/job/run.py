@@ -71,7 +71,8 @@ def _run(config: JobConfig, session: RaySession, key: manifest_key.ManifestKey |
             writes.remove(out_fs, manifest_uri)  # no manifest while outputs may change
         # with a key, earlier parts are reused only under a manifest it signed (a forged part can agree with itself)
         trusted = key is None or previous is not None
-        plans = [plan_metric(out_fs, config, metric, shards, tree, previous, trusted) for metric in metrics]
+        signed = key is not None and previous is not None  # only the parts it records are reused
+        plans = [plan_metric(out_fs, config, metric, shards, tree, previous, trusted, signed) for metric in metrics]
 
     # 2. check: ids per shard and across shards, in the workers; only the shards the id index
     #    does not know are read (all of them without a usable index)
