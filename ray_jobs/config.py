@@ -23,6 +23,7 @@ required key or a value of the wrong type is a `ConfigError` naming the key path
     max_error_rate: 0.1                # error_rate_exceeded() reports metrics above this fraction
     s3: {endpoint_url: null, region: us-east-1}
     limits: {max_cell_bytes: 1000000, max_references: 1000, max_json_depth: 64, max_inflation: 100}
+    manifest_key_env: CTGSCORE_MANIFEST_KEY   # optional: sign the manifest with the key this variable holds
 
 Relative local paths (`input`, `output`, `ray.temp_dir`, and string metric params that name an
 existing file or folder beside the YAML) resolve against the YAML file's folder, not the
@@ -47,6 +48,7 @@ from scoring.redact import redact_url
 from scoring.utf8_text import decode_utf8
 
 LABEL_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
+ENV_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
 class ConfigError(UsageError):
@@ -131,6 +133,7 @@ class JobConfig(_Section):
     ray: RayConfig = Field(default_factory=RayConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     progress: bool = True
+    manifest_key_env: str | None = None  # names the driver's variable holding the manifest signing key
 
     def as_dict(self) -> dict[str, Any]:
         data = self.model_dump()
@@ -143,6 +146,8 @@ class JobConfig(_Section):
         data["input"], data["output"] = redact_url(self.input), redact_url(self.output)
         data["s3"]["endpoint_url"] = redact_url(self.s3.endpoint_url)
         data["ray"]["address"] = redact_url(self.ray.address)
+        if data["manifest_key_env"] is None:  # unset: the manifest's config as before the key existed
+            del data["manifest_key_env"]
         return data
 
 
@@ -332,6 +337,9 @@ def parse_config(data: Any, base_dir: str | pathlib.Path | None = None) -> JobCo
         check_device(config, spec, index)
     if config.s3.endpoint_url is not None and not re.match(r"^https?://", config.s3.endpoint_url):
         raise ConfigError(f"'s3.endpoint_url' must start with http:// or https://, got {config.s3.endpoint_url!r}")
+    if config.manifest_key_env is not None and not ENV_NAME_PATTERN.match(config.manifest_key_env):
+        raise ConfigError(f"'manifest_key_env' must name an environment variable (letters, digits and _, "
+                          f"not starting with a digit), got {config.manifest_key_env!r}")
     if not is_fraction(config.max_error_rate):
         raise ConfigError(f"'max_error_rate' must be a fraction between 0 and 1, got {config.max_error_rate}")
 

@@ -65,12 +65,15 @@ def build_manifest(
     }
 
 
-def write_manifest(out_fs, config: JobConfig, manifest: dict[str, Any], meter=None) -> dict[str, Any]:
+def write_manifest(out_fs, config: JobConfig, manifest: dict[str, Any], meter=None, key=None) -> dict[str, Any]:
     """Write the manifest last, atomically. `meter`'s counts (`requests`) include the
-    manifest's own PUT: they are what the whole run asked of storage from the driver."""
+    manifest's own PUT: they are what the whole run asked of storage from the driver. `key`
+    (`manifest_key.ManifestKey`, when `manifest_key_env` is set) signs it: `manifest_hmac`."""
     uri = layout.manifest_uri(config.output)
     if meter is not None:
         manifest = {**manifest, "requests": _requests(manifest, meter, uris.is_s3(uri))}
+    if key is not None:
+        manifest = key.signed(manifest)
     writes.put_json_atomic(out_fs, uri, manifest)
     return {**manifest, "manifest": uri}
 
@@ -85,17 +88,18 @@ def _requests(manifest: dict[str, Any], meter, s3: bool) -> dict[str, Any]:
     return {"driver": driver, "footers_read": footers, "worker_part_puts": parts_written if s3 else 0}
 
 
-def previous_manifest(out_fs, config: JobConfig) -> tuple[dict[str, Any] | None, str | None]:
+def previous_manifest(out_fs, config: JobConfig, key=None) -> tuple[dict[str, Any] | None, str | None]:
     """(the last complete run's manifest, why a manifest that is there was not used), each None
     when not applicable: the plan trusts the manifest's record of inputs and parts where the
     listings agree with it. Missing or unreadable: (None, None), and footers are read. A
     manifest edited into other types (a string where a size was, a list for a part record)
     would otherwise fail the plan with a bare exception; it is set aside as a whole and the
-    job reads the footers instead, which only costs time."""
+    job reads the footers instead, which only costs time. With a signing `key`
+    (`manifest_key.ManifestKey`) a manifest it did not sign is set aside the same way, first."""
     found = reads.read_json(out_fs, layout.manifest_uri(config.output))
     if found is None:
         return None, None
-    problem = unusable_manifest(found)
+    problem = (key.problem(found) if key is not None else None) or unusable_manifest(found)
     return (None, problem) if problem else (found, None)
 
 
@@ -221,6 +225,10 @@ def summary_line(manifest: dict[str, Any]) -> str:
         shown = "; ".join(f"{item['file']} ({item['field']}: {item['why']})" for item in distrusted[:5])
         more = f"; and {len(distrusted) - 5} more (manifest: parts_not_reused)" if len(distrusted) > 5 else ""
         notes.append(f"{len(distrusted)} part(s) of earlier runs not reused, their rows scored again: {shown}{more}")
+    untrusted = manifest.get("earlier_output_not_trusted")
+    if isinstance(untrusted, dict):
+        notes.append(f"earlier output not trusted ({untrusted.get('why')}): none of its {untrusted.get('parts')} "
+                     f"part(s) reused, every row scored again")
     orphaned = sorted({uri for report in manifest["metrics"].values() for uri in report.get("orphaned_outputs", [])})
     if orphaned:
         shown = ", ".join(orphaned[:5]) + (f" and {len(orphaned) - 5} more" if len(orphaned) > 5 else "")

@@ -72,6 +72,10 @@ class MetricPlan:
     footers_read: int = 0  # part footers read while planning
     # parts not reused because they disagree with themselves or the manifest: {file, field, why}
     not_reused: list[dict[str, str]] = field(default_factory=list)
+    # parts of earlier runs set aside unread because no signed manifest vouches for them (`trusted=False`)
+    not_trusted: int = 0
+    # a signed manifest vouches (`signed=True`): a part of this signature it does not record is not reused
+    recorded_only: bool = False
 
     @property
     def pending_rows(self) -> int:
@@ -118,14 +122,22 @@ def plan_metric(
     shards: list[Shard],
     tree: dict[str, dict] | None = None,
     previous: dict[str, Any] | None = None,
+    trusted: bool = True,
+    signed: bool = False,
 ) -> MetricPlan:
     """Per shard: keep the committed parts that cover rows from 0 on; schedule the gaps as
     units aligned to multiples of `part_rows` (so a resumed run writes the same names).
 
     `tree` is one listing of the output prefix (made here when not given). Every part's footer
     is read, with bounded concurrency, and checked (`part_check.check_part`) against itself and
-    the previous manifest's record of it, where that record is of this signature."""
-    plan = MetricPlan(metric=metric)
+    the previous manifest's record of it, where that record is of this signature.
+
+    `trusted=False` (a signing key is set and no manifest it signed vouches for the folder,
+    `manifest_key`): no part of an earlier run is read, kept, copied or lent as the row cache;
+    every row is scored again and the new parts replace the old ones (`not_trusted` counts them).
+    `signed=True` (`previous` is a manifest the key signed): a part of this signature that the
+    manifest does not record (added to the folder since) is not reused, and is named."""
+    plan = MetricPlan(metric=metric, recorded_only=signed)
     by_stem = {layout.shard_stem(shard.rel): shard for shard in shards}
     root = layout.metric_root(config.output, metric.label)
     if tree is None:
@@ -141,12 +153,17 @@ def plan_metric(
     recorded = manifest_parts(previous, metric.label)
     ours = [(listed, shard.rel) for shard in shards for listed in files_by_stem.get(layout.shard_stem(shard.rel), [])
             if layout.parse_part_file(listed.uri.rsplit("/", 1)[-1]) is not None]
-    checked = _check_parts(out_fs, plan, ours, recorded)
+    if trusted:
+        checked = _check_parts(out_fs, plan, ours, recorded)
+    else:  # unread, so no footer: each part is superseded by the new cover, none kept or lent
+        checked = {}
+        plan.not_trusted = len(ours)
     for shard in shards:
         files = [listed.uri for listed in files_by_stem.get(layout.shard_stem(shard.rel), [])]
         plan.shards[shard.rel] = _plan_shard(config.part_rows, metric.digest, shard, files, checked)
         plan.shards[shard.rel].existing = set(files)
-    _reuse_by_content(out_fs, config, plan, files_by_stem, recorded, checked)
+    if trusted:
+        _reuse_by_content(out_fs, config, plan, files_by_stem, recorded, checked)
     return plan
 
 
@@ -158,7 +175,11 @@ def _check_parts(out_fs, plan: MetricPlan, parts: list[tuple[listing.ListedFile,
 
     def check(item: tuple[listing.ListedFile, str]) -> CheckedPart:
         listed, rel = item
-        return check_part(out_fs, listed, recorded_entry(recorded.get(rel), listed.uri, digest), digest)
+        entry = recorded_entry(recorded.get(rel), listed.uri, digest)
+        found = check_part(out_fs, listed, entry, digest)
+        if plan.recorded_only and entry is None and incremental.footer_digest(found.footer) == digest:
+            return CheckedPart(None, found.md5, ("record", "the signed manifest does not record it (added since)"))
+        return found
 
     found = dict(zip((listed.uri for listed, _ in parts), parallel.map_bounded(check, parts)))
     plan.footers_read += len(parts)

@@ -13,7 +13,7 @@ from typing import Any
 
 from ray_jobs.config import JobConfig
 from ray_jobs.job import check as check_stage
-from ray_jobs.job import cluster, id_index, layout, vouch
+from ray_jobs.job import cluster, id_index, layout, manifest_key, vouch
 from ray_jobs.job.commit import commit_metric
 from ray_jobs.job.errors import JobError
 from ray_jobs.job.manifest import build_manifest, previous_manifest, write_manifest
@@ -31,15 +31,16 @@ from scoring.schema import carried_columns
 
 def run_job(config: JobConfig) -> dict[str, Any]:
     """Run a validated job; returns the manifest (also written to `OUT/manifest.json`)."""
+    key = manifest_key.load_key(config.manifest_key_env)  # on the driver, before any work; never leaves it
     session = RaySession(address=config.ray.address, num_cpus=config.ray.num_cpus, temp_dir=config.ray.temp_dir,
                          object_store_memory=config.ray.object_store_memory)
     try:
-        return _run(config, session)
+        return _run(config, session, key)
     finally:
         session.close()
 
 
-def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
+def _run(config: JobConfig, session: RaySession, key: manifest_key.ManifestKey | None = None) -> dict[str, Any]:
     started_at = dt.datetime.now(dt.timezone.utc)
     t0 = time.perf_counter()
     metrics = resolve_metrics(config, session)
@@ -53,7 +54,7 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
     #    where the manifest does not vouch for them; every part's footer, checked against it
     needed = tuple(dict.fromkeys(c for metric in metrics for c in metric.read_columns))
     with meter.waiting():
-        previous, previous_problem = previous_manifest(out_fs, config)
+        previous, previous_problem = previous_manifest(out_fs, config, key)
         shards, bad, not_read = _read_input(config, in_fs, needed, previous, metrics)
         writes.probe_writable(out_fs, config.output)
         tree = listing.list_tree(out_fs, config.output)
@@ -68,7 +69,10 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
         manifest_uri = layout.manifest_uri(config.output)
         if uris.fs_path(manifest_uri) in tree:
             writes.remove(out_fs, manifest_uri)  # no manifest while outputs may change
-        plans = [plan_metric(out_fs, config, metric, shards, tree, previous) for metric in metrics]
+        # with a key, earlier parts are reused only under a manifest it signed (a forged part can agree with itself)
+        trusted = key is None or previous is not None
+        signed = key is not None and previous is not None  # only the parts it records are reused
+        plans = [plan_metric(out_fs, config, metric, shards, tree, previous, trusted, signed) for metric in metrics]
 
     # 2. check: ids per shard and across shards, in the workers; only the shards the id index
     #    does not know are read (all of them without a usable index)
@@ -78,7 +82,7 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
         session.ensure()
         cluster.check_pool_fits(pools, session)
         with meter.waiting():
-            header = id_index.read_index_header(out_fs, config.output, tree)
+            header = id_index.read_index_header(out_fs, config.output, tree) if trusted else None
         checked = check_stage.check_shards(shards, config, header)
         bad_ids, duplicates = checked.bad, checked.duplicates
         id_check = {"index": checked.index, "id_columns_read": checked.id_columns_read,
@@ -143,10 +147,15 @@ def _run(config: JobConfig, session: RaySession) -> dict[str, Any]:
     manifest["id_check"] = id_check
     if previous_problem:  # the previous manifest was set aside: its footers were read instead
         manifest["previous_manifest_ignored"] = previous_problem
+    not_trusted = sum(plan.not_trusted for plan in plans)
+    if not_trusted:  # a key is set and no manifest it signed vouched for the earlier parts
+        why = (f"previous manifest set aside: {previous_problem}" if previous_problem
+               else "no readable previous manifest to vouch for it")
+        manifest["earlier_output_not_trusted"] = {"why": why, "parts": not_trusted}
     if not_read:  # named like Parquet, yet no shard: their rows are not in rows_in
         manifest["inputs_not_read"] = not_read
     with meter.waiting():
-        written = write_manifest(out_fs, config, manifest, meter)
+        written = write_manifest(out_fs, config, manifest, meter, key)
     for label, report in metrics_report.items():  # its columns are there, but null in every row
         if report["rows_out"] and report["rows_skipped"] == report["rows_out"]:
             raise applicability.NotApplicable(
