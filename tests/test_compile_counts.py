@@ -166,6 +166,57 @@ def test_compiled_encoder_and_decoder_layers_compile_a_bounded_number_of_times(t
     assert len(seen) == 1 and seen[0].startswith("tolist at ragged.py"), seen
 
 
+def _prefix_calls(config, seed: int, shapes):
+    """CTRLEval-prefix-like engine calls, one per (source count, targets per source, longest
+    target) in `shapes`: sources of 3 to 20 tokens, targets of 1 to `longest` tokens."""
+    rng = np.random.default_rng(seed)
+
+    def ids(n):
+        return rng.integers(3, config.vocab_size, size=n).tolist()
+
+    return [([ids(int(rng.integers(3, 20))) + [config.eos_token_id] for _ in range(count)],
+             [[ids(int(rng.integers(1, longest + 1))) for _ in range(per_source)] for _ in range(count)])
+            for count, per_source, longest in shapes]
+
+
+# warm-up: several sources, one target of 2 to 8 tokens each (as many targets as sources)
+WARM_UP_SHAPES = [(5, 1, 8), (9, 1, 6), (3, 1, 8), (12, 1, 5), (7, 1, 8), (4, 1, 7)]
+# held out: one source, one target of one token (a decoder row of 1 token), targets of 1 token,
+# several targets per source
+HELD_OUT_SHAPES = [(1, 1, 1), (6, 1, 1), (1, 2, 4), (8, 2, 8), (1, 1, 6), (3, 3, 2), (10, 1, 3), (2, 1, 1)]
+
+
+@pytest.mark.unit
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", ["bart", "pegasus"])
+def test_packed_layers_compile_no_graph_for_held_out_chunk_layouts(tiny_models, fresh_dynamo, name):
+    """After warm-up calls of the CTRLEval prefix kind, held-out layouts compile no further graph:
+    a layer traced on chunks of several sources, one target each, must not have specialised on
+    a count above 1 (0/1 specialisation) nor on targets and sources counting alike (duck
+    sizing). Counting backend, tiny models, old code: 2 graphs after the warm-up, then 5 more for
+    these 8 layouts (guards `2 <= host_lengths.size()[0]`, `2 <= args[0].size()[1]`, and
+    `cross.host_query_lengths.size()[0] == targets.host_lengths.size()[0]`); now 2, then none
+    (`scoring.compile_shapes`)."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(tiny_models[name]).eval()
+    config = model.config
+    engine = Seq2SeqLikelihood(model, pad_id=config.pad_token_id, decoder_start_id=config.decoder_start_token_id,
+                               token_budget=4096)
+    engine.packed_encoder = engine.packed_decoder = True
+    warm_up, held_out = _prefix_calls(config, 1, WARM_UP_SHAPES), _prefix_calls(config, 2, HELD_OUT_SHAPES)
+    want = [engine.mean_nll(sources, targets) for sources, targets in held_out]
+    backend = _compile(model)
+    for sources, targets in warm_up:
+        engine.mean_nll(sources, targets)
+    assert backend.graphs == 2, f"{backend.graphs} graphs after the warm-up (one per layer type)"
+    got = [engine.mean_nll(sources, targets) for sources, targets in held_out]
+    assert backend.graphs == 2, f"{backend.graphs - 2} more graphs for {len(held_out)} held-out layouts"
+    for scores, expected in zip(got, want):
+        assert _flat(scores) == pytest.approx(_flat(expected), rel=1e-6)
+    _assert_no_break_and_no_eager_fallback(fresh_dynamo)
+
+
 @pytest.mark.parametrize("kv_heads", [4, 2])
 def test_the_opaque_ops_equal_the_eager_functions_and_pass_opcheck(kv_heads):
     """What a compiled layer calls (`packed_attention_op`, `source_run_attention_op`) gives the
