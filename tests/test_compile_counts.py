@@ -108,6 +108,34 @@ def test_a_compiled_causal_block_compiles_once_for_every_chunk_layout(tiny_model
         assert len(seen) == 1 and seen[0].startswith("tolist at ragged.py"), seen
 
 
+@pytest.mark.unit
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_a_packed_causal_block_compiles_no_graph_for_a_single_sequence_chunk(tiny_models, fresh_dynamo, name):
+    """A packed causal block traced on chunks of several sequences is not specialised on a
+    count above 1: a later chunk of one sequence compiles no further graph (old code: 1 more,
+    guard `2 <= host_lengths.size()[0]`), with the uncompiled scores."""
+    from tests.test_packed_attention import _causal_model
+
+    model = _causal_model(tiny_models, name)
+    engine = CausalLikelihood(model, pad_id=0, token_budget=4096)
+    engine.packed = True
+    rng = np.random.default_rng(4)
+    vocabulary = model.config.vocab_size
+    warm_up = [[rng.integers(3, vocabulary, size=int(rng.integers(3, 12))).tolist() for _ in range(count)] for count in (3, 5, 4)]
+    held_out = [[rng.integers(3, vocabulary, size=size).tolist()] for size in (2, 3, 9)]
+    want = [engine.sequence_nll(sequences) for sequences in held_out]
+    backend = _compile(model)
+    for sequences in warm_up:
+        engine.sequence_nll(sequences)
+    assert backend.graphs == 1
+    got = [engine.sequence_nll(sequences) for sequences in held_out]
+    assert backend.graphs == 1, f"{backend.graphs - 1} more graphs for single-sequence chunks"
+    for scores, expected in zip(got, want):
+        assert [total for total, _ in scores] == pytest.approx([total for total, _ in expected], rel=1e-6)
+    _assert_no_break_and_no_eager_fallback(fresh_dynamo)
+
+
 def _seq2seq_calls(config):
     rng = np.random.default_rng(9)
 
