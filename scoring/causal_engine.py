@@ -25,6 +25,7 @@ from scoring import shared_source_attention
 from scoring.compile_shapes import generic_shapes
 from scoring.engine_setup import (
     compile_model_layers,
+    layer_stacks,
     require_causal_attention,
     require_ieee_float32,
     rope_switch_length,
@@ -151,7 +152,7 @@ class CausalLikelihood:
         segments = PackedSegments(lengths, packed["cu_seqlens"], max(lengths))
         # a 4-D mask is passed through untouched by transformers (no mask is built); the
         # attention function reads the segments instead, and refuses this mask without them
-        with generic_shapes():  # compiled blocks traced for any chunk layout, a single sequence included
+        with generic_shapes(layer_stacks(self.model)[0]):  # compiled blocks traced for any chunk layout, a single sequence included
             hidden = self.model.base_model(
                 input_ids=packed["ids"][None], position_ids=packed["positions"][None],
                 attention_mask=shared_source_attention.packed_mask(self.device),

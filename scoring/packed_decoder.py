@@ -37,7 +37,7 @@ def packed_decoder_states(decoder, inputs: torch.Tensor, positions: torch.Tensor
     target) against the (S, d) packed states of their sources, grouped as `packing` says."""
     hidden = packed_embeddings(decoder, inputs, positions)
     sources = source_states[None]
-    with generic_shapes():  # a compiled layer traced for any chunk layout
+    with generic_shapes(decoder.layers):  # a compiled layer traced for any chunk layout
         for layer in decoder.layers:
             hidden = layer(hidden, None, encoder_hidden_states=sources, encoder_attention_mask=None, cache=None, use_cache=False,
                            **{shared_source_attention.PACKING_KWARG: packing})

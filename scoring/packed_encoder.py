@@ -31,7 +31,7 @@ def packed_encoder_states(encoder, ids: torch.Tensor, positions: torch.Tensor, s
     """(T, d) encoder states of T packed source tokens (`ids`, and `positions` within each
     source), the sources' boundaries in `segments`."""
     hidden = packed_embeddings(encoder, ids, positions)
-    with generic_shapes():  # a compiled layer traced for any chunk layout
+    with generic_shapes(encoder.layers):  # a compiled layer traced for any chunk layout
         for layer in encoder.layers:
             hidden = layer(hidden, None, **{shared_source_attention.PACKING_KWARG: segments})
     final = getattr(encoder, "layer_norm", None)

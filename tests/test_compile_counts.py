@@ -194,6 +194,27 @@ def test_compiled_encoder_and_decoder_layers_compile_a_bounded_number_of_times(t
     assert len(seen) == 1 and seen[0].startswith("tolist at ragged.py"), seen
 
 
+@pytest.mark.unit
+def test_generic_shapes_patches_tracing_for_compiled_layers_only():
+    """Eager layers: torch's tracing settings untouched (no cost per chunk). Compiled layers:
+    no 0/1 specialisation and no duck sizing inside the context, the settings restored after."""
+    from torch.fx.experimental import _config
+
+    from scoring.compile_shapes import generic_shapes
+
+    layers = torch.nn.ModuleList([torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)])
+    before = (_config.backed_size_oblivious, _config.use_duck_shape)
+    with generic_shapes(layers):
+        assert (_config.backed_size_oblivious, _config.use_duck_shape) == before
+    layers[0].compile(dynamic=True, backend=_CountingBackend())
+    with generic_shapes(layers):
+        assert (_config.backed_size_oblivious, _config.use_duck_shape) == (True, False)
+        with generic_shapes(layers):  # re-entered (a decoder inside an engine call, say)
+            assert _config.backed_size_oblivious
+        assert not _config.use_duck_shape
+    assert (_config.backed_size_oblivious, _config.use_duck_shape) == before
+
+
 def _prefix_calls(config, seed: int, shapes):
     """CTRLEval-prefix-like engine calls, one per (source count, targets per source, longest
     target) in `shapes`: sources of 3 to 20 tokens, targets of 1 to `longest` tokens."""
