@@ -22,8 +22,10 @@ from typing import Sequence
 import torch
 
 from scoring import shared_source_attention
+from scoring.compile_shapes import generic_shapes
 from scoring.engine_setup import (
     compile_model_layers,
+    layer_stacks,
     require_causal_attention,
     require_ieee_float32,
     rope_switch_length,
@@ -150,11 +152,12 @@ class CausalLikelihood:
         segments = PackedSegments(lengths, packed["cu_seqlens"], max(lengths))
         # a 4-D mask is passed through untouched by transformers (no mask is built); the
         # attention function reads the segments instead, and refuses this mask without them
-        hidden = self.model.base_model(
-            input_ids=packed["ids"][None], position_ids=packed["positions"][None],
-            attention_mask=shared_source_attention.packed_mask(self.device),
-            use_cache=False, **{shared_source_attention.PACKING_KWARG: segments},
-        ).last_hidden_state[0]
+        with generic_shapes(layer_stacks(self.model)[0]):  # compiled blocks traced for any chunk layout, a single sequence included
+            hidden = self.model.base_model(
+                input_ids=packed["ids"][None], position_ids=packed["positions"][None],
+                attention_mask=shared_source_attention.packed_mask(self.device),
+                use_cache=False, **{shared_source_attention.PACKING_KWARG: segments},
+            ).last_hidden_state[0]
         self._count_tokens(batch, sequences, segments.total)
         predicting = packed["predicting"]
         sums = self.head.logprob_sums_at(hidden.index_select(0, predicting), packed["ids"].index_select(0, predicting + 1),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from scoring import shared_source_attention
+from scoring.compile_shapes import generic_shapes
 from scoring.packed_encoder import can_pack_encoder, packed_embeddings
 from scoring.varlen_attention import DecoderPacking
 
@@ -36,9 +37,10 @@ def packed_decoder_states(decoder, inputs: torch.Tensor, positions: torch.Tensor
     target) against the (S, d) packed states of their sources, grouped as `packing` says."""
     hidden = packed_embeddings(decoder, inputs, positions)
     sources = source_states[None]
-    for layer in decoder.layers:
-        hidden = layer(hidden, None, encoder_hidden_states=sources, encoder_attention_mask=None, cache=None, use_cache=False,
-                       **{shared_source_attention.PACKING_KWARG: packing})
+    with generic_shapes(decoder.layers):  # a compiled layer traced for any chunk layout
+        for layer in decoder.layers:
+            hidden = layer(hidden, None, encoder_hidden_states=sources, encoder_attention_mask=None, cache=None, use_cache=False,
+                           **{shared_source_attention.PACKING_KWARG: packing})
     final = getattr(decoder, "layer_norm", None)
     if final is not None:
         hidden = final(hidden)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from scoring import shared_source_attention
+from scoring.compile_shapes import generic_shapes
 from scoring.varlen_attention import PackedSegments
 
 ARCHITECTURES = ("bart", "mbart", "pegasus")
@@ -30,8 +31,9 @@ def packed_encoder_states(encoder, ids: torch.Tensor, positions: torch.Tensor, s
     """(T, d) encoder states of T packed source tokens (`ids`, and `positions` within each
     source), the sources' boundaries in `segments`."""
     hidden = packed_embeddings(encoder, ids, positions)
-    for layer in encoder.layers:
-        hidden = layer(hidden, None, **{shared_source_attention.PACKING_KWARG: segments})
+    with generic_shapes(encoder.layers):  # a compiled layer traced for any chunk layout
+        for layer in encoder.layers:
+            hidden = layer(hidden, None, **{shared_source_attention.PACKING_KWARG: segments})
     final = getattr(encoder, "layer_norm", None)
     if final is not None:
         hidden = final(hidden)

@@ -108,6 +108,34 @@ def test_a_compiled_causal_block_compiles_once_for_every_chunk_layout(tiny_model
         assert len(seen) == 1 and seen[0].startswith("tolist at ragged.py"), seen
 
 
+@pytest.mark.unit
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_a_packed_causal_block_compiles_no_graph_for_a_single_sequence_chunk(tiny_models, fresh_dynamo, name):
+    """A packed causal block traced on chunks of several sequences is not specialised on a
+    count above 1: a later chunk of one sequence compiles no further graph (old code: 1 more,
+    guard `2 <= host_lengths.size()[0]`), with the uncompiled scores."""
+    from tests.test_packed_attention import _causal_model
+
+    model = _causal_model(tiny_models, name)
+    engine = CausalLikelihood(model, pad_id=0, token_budget=4096)
+    engine.packed = True
+    rng = np.random.default_rng(4)
+    vocabulary = model.config.vocab_size
+    warm_up = [[rng.integers(3, vocabulary, size=int(rng.integers(3, 12))).tolist() for _ in range(count)] for count in (3, 5, 4)]
+    held_out = [[rng.integers(3, vocabulary, size=size).tolist()] for size in (2, 3, 9)]
+    want = [engine.sequence_nll(sequences) for sequences in held_out]
+    backend = _compile(model)
+    for sequences in warm_up:
+        engine.sequence_nll(sequences)
+    assert backend.graphs == 1
+    got = [engine.sequence_nll(sequences) for sequences in held_out]
+    assert backend.graphs == 1, f"{backend.graphs - 1} more graphs for single-sequence chunks"
+    for scores, expected in zip(got, want):
+        assert [total for total, _ in scores] == pytest.approx([total for total, _ in expected], rel=1e-6)
+    _assert_no_break_and_no_eager_fallback(fresh_dynamo)
+
+
 def _seq2seq_calls(config):
     rng = np.random.default_rng(9)
 
@@ -164,6 +192,78 @@ def test_compiled_encoder_and_decoder_layers_compile_a_bounded_number_of_times(t
                         [range(sum(counts[:i]), sum(counts[: i + 1])) for i in range(len(counts))])
     seen = device_reads(seen)
     assert len(seen) == 1 and seen[0].startswith("tolist at ragged.py"), seen
+
+
+@pytest.mark.unit
+def test_generic_shapes_patches_tracing_for_compiled_layers_only():
+    """Eager layers: torch's tracing settings untouched (no cost per chunk). Compiled layers:
+    no 0/1 specialisation and no duck sizing inside the context, the settings restored after."""
+    from torch.fx.experimental import _config
+
+    from scoring.compile_shapes import generic_shapes
+
+    layers = torch.nn.ModuleList([torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)])
+    before = (_config.backed_size_oblivious, _config.use_duck_shape)
+    with generic_shapes(layers):
+        assert (_config.backed_size_oblivious, _config.use_duck_shape) == before
+    layers[0].compile(dynamic=True, backend=_CountingBackend())
+    with generic_shapes(layers):
+        assert (_config.backed_size_oblivious, _config.use_duck_shape) == (True, False)
+        with generic_shapes(layers):  # re-entered (a decoder inside an engine call, say)
+            assert _config.backed_size_oblivious
+        assert not _config.use_duck_shape
+    assert (_config.backed_size_oblivious, _config.use_duck_shape) == before
+
+
+def _prefix_calls(config, seed: int, shapes):
+    """CTRLEval-prefix-like engine calls, one per (source count, targets per source, longest
+    target) in `shapes`: sources of 3 to 20 tokens, targets of 1 to `longest` tokens."""
+    rng = np.random.default_rng(seed)
+
+    def ids(n):
+        return rng.integers(3, config.vocab_size, size=n).tolist()
+
+    return [([ids(int(rng.integers(3, 20))) + [config.eos_token_id] for _ in range(count)],
+             [[ids(int(rng.integers(1, longest + 1))) for _ in range(per_source)] for _ in range(count)])
+            for count, per_source, longest in shapes]
+
+
+# warm-up: several sources, one target of 2 to 8 tokens each (as many targets as sources)
+WARM_UP_SHAPES = [(5, 1, 8), (9, 1, 6), (3, 1, 8), (12, 1, 5), (7, 1, 8), (4, 1, 7)]
+# held out: one source, one target of one token (a decoder row of 1 token), targets of 1 token,
+# several targets per source
+HELD_OUT_SHAPES = [(1, 1, 1), (6, 1, 1), (1, 2, 4), (8, 2, 8), (1, 1, 6), (3, 3, 2), (10, 1, 3), (2, 1, 1)]
+
+
+@pytest.mark.unit
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", ["bart", "pegasus"])
+def test_packed_layers_compile_no_graph_for_held_out_chunk_layouts(tiny_models, fresh_dynamo, name):
+    """After warm-up calls of the CTRLEval prefix kind, held-out layouts compile no further graph:
+    a layer traced on chunks of several sources, one target each, must not have specialised on
+    a count above 1 (0/1 specialisation) nor on targets and sources counting alike (duck
+    sizing). Counting backend, tiny models, old code: 2 graphs after the warm-up, then 5 more for
+    these 8 layouts (guards `2 <= host_lengths.size()[0]`, `2 <= args[0].size()[1]`, and
+    `cross.host_query_lengths.size()[0] == targets.host_lengths.size()[0]`); now 2, then none
+    (`scoring.compile_shapes`)."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(tiny_models[name]).eval()
+    config = model.config
+    engine = Seq2SeqLikelihood(model, pad_id=config.pad_token_id, decoder_start_id=config.decoder_start_token_id,
+                               token_budget=4096)
+    engine.packed_encoder = engine.packed_decoder = True
+    warm_up, held_out = _prefix_calls(config, 1, WARM_UP_SHAPES), _prefix_calls(config, 2, HELD_OUT_SHAPES)
+    want = [engine.mean_nll(sources, targets) for sources, targets in held_out]
+    backend = _compile(model)
+    for sources, targets in warm_up:
+        engine.mean_nll(sources, targets)
+    assert backend.graphs == 2, f"{backend.graphs} graphs after the warm-up (one per layer type)"
+    got = [engine.mean_nll(sources, targets) for sources, targets in held_out]
+    assert backend.graphs == 2, f"{backend.graphs - 2} more graphs for {len(held_out)} held-out layouts"
+    for scores, expected in zip(got, want):
+        assert _flat(scores) == pytest.approx(_flat(expected), rel=1e-6)
+    _assert_no_break_and_no_eager_fallback(fresh_dynamo)
 
 
 @pytest.mark.parametrize("kv_heads", [4, 2])
