@@ -9,7 +9,7 @@ everything else exact. So each file contributes two things:
   key-value metadata and rows, with each score value (a float score column,
   `scoring.schema.is_score_column`) replaced by whether it is null; `manifest.json` less what
   depends on the run (clock times, durations, rates, absolute paths, request counts, local
-  files' modification times) and less each part's byte size (compressed float bytes). Row
+  files' modification times) and less each part's byte size and md5 (compressed float bytes). Row
   order, ids, errors, skip reasons, signatures (the tiny models' digests among them) and
   counts are compared exactly;
 * `scores`: the non-null score values per file and column, in row order, compared within
@@ -60,12 +60,16 @@ def _canonical(value: Any, roots: dict[str, str]) -> Any:
     return value
 
 
+BYTE_DEPENDENT = ("size", "md5")  # a part record's fields that follow its score bytes
+
+
 def _without_part_sizes(manifest: dict[str, Any]) -> dict[str, Any]:
-    """The manifest less each committed part's byte size (it follows the score bytes)."""
+    """The manifest less each committed part's byte size and md5 (they follow the score bytes)."""
     for report in (manifest.get("metrics") or {}).values():
         for record in (report.get("parts") or {}).values():
             for entry in (record.get("parts") or {}).values():
-                entry.pop("size", None)
+                for field in BYTE_DEPENDENT:
+                    entry.pop(field, None)
     return manifest
 
 
