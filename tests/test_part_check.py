@@ -372,3 +372,28 @@ def test_a_vanished_folder_lends_only_the_parts_that_agree_with_their_record(tmp
     shard_plan = planned.shards["b.parquet"]
     assert shard_plan.units == [(0, 4), (4, 8)] and shard_plan.previous == [str(paths[1])]
     assert [(item["file"], item["field"]) for item in planned.not_reused] == [(str(paths[0]), "md5")]
+
+
+def test_a_footer_declaring_gigabytes_is_not_read():
+    """A file in a part's place whose last 8 bytes declare a 4 GiB footer (the file being that
+    large too) is no part, and nothing past its 64 KiB tail is read into memory."""
+    import struct
+
+    from ray_jobs.storage import reads
+
+    tail = b"x" * 100 + struct.pack("<I", 4_000_000_000) + reads.MAGIC
+    size = 5_000_000_000
+
+    class HugeFile:
+        def __init__(self):
+            self.reads = []
+
+        def cat_file(self, path, start=None, end=None):
+            self.reads.append(start)
+            return tail
+
+    fs = HugeFile()
+    read = reads.read_footer_and_md5(fs, "s3://b/out/text_stats/a/part.parquet", size, hashed=False)
+    assert read.footer is None and not read.missing
+    assert fs.reads == [size - reads.FOOTER_TAIL]  # the tail only, no second read of the footer
+    assert reads.read_footer_metadata(fs, "s3://b/out/_id_index.parquet", size) is None

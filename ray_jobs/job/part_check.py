@@ -141,3 +141,21 @@ def _shown(value: Any) -> str:
     if isinstance(value, str) and _PLAIN.fullmatch(value):  # a count or an md5
         return value
     return quoted(value, 40)
+
+
+def manifest_parts(manifest: dict[str, Any] | None, label: str) -> dict[str, dict[str, Any]]:
+    """A manifest's record of one metric's committed parts, by shard rel (empty when absent)."""
+    try:
+        records = manifest["metrics"][label]["parts"]
+    except (KeyError, TypeError):
+        return {}
+    return records if isinstance(records, dict) else {}
+
+
+def recorded_entry(record: dict[str, Any] | None, uri: str, digest: str) -> dict[str, Any] | None:
+    """The manifest's entry for the part at `uri` in a shard's `record`, when that record is of
+    the signature `digest` (a part the plan could reuse); else None."""
+    if not record or record.get("digest") != digest:
+        return None
+    entry = (record.get("parts") or {}).get(uri.rsplit("/", 1)[-1])
+    return entry if isinstance(entry, dict) else None

@@ -31,7 +31,7 @@ from ray_jobs.config import JobConfig
 from ray_jobs.job import layout
 from ray_jobs.job.errors import JobError
 from ray_jobs.job.metrics import ResolvedMetric
-from ray_jobs.job.part_check import CheckedPart, check_part
+from ray_jobs.job.part_check import CheckedPart, check_part, manifest_parts, recorded_entry
 from ray_jobs.job.reuse_cache import SameSizeFolders
 from ray_jobs.job.vouch import known_inputs
 from ray_jobs.storage import listing, parallel, shard_checks, uris, writes
@@ -232,24 +232,6 @@ def _reuse_by_content(out_fs, config: JobConfig, plan: MetricPlan, files_by_stem
             break
         else:
             same_size.apply(shard_plan)
-
-
-def manifest_parts(manifest: dict[str, Any] | None, label: str) -> dict[str, dict[str, Any]]:
-    """A manifest's record of one metric's committed parts, by shard rel (empty when absent)."""
-    try:
-        records = manifest["metrics"][label]["parts"]
-    except (KeyError, TypeError):
-        return {}
-    return records if isinstance(records, dict) else {}
-
-
-def recorded_entry(record: dict[str, Any] | None, uri: str, digest: str) -> dict[str, Any] | None:
-    """The manifest's entry for the part at `uri` in a shard's `record`, when that record is of
-    the signature `digest` (a part the plan could reuse); else None."""
-    if not record or record.get("digest") != digest:
-        return None
-    entry = (record.get("parts") or {}).get(uri.rsplit("/", 1)[-1])
-    return entry if isinstance(entry, dict) else None
 
 
 def _plan_shard(part_rows: int, digest: str, shard: Shard, files: list[str], checked: dict[str, CheckedPart]) -> ShardPlan:

@@ -26,6 +26,9 @@ from scoring.parquet_read import read_parquet_here
 PYTHON_FILE_READS = {"use_threads": False, "pre_buffer": False}
 
 FOOTER_TAIL = 64 << 10  # bytes read from a file's end: a part's footer is a few KiB
+# the largest footer read (parts and id index files: ctgscore's own, a few KiB); a file put in
+# their place may declare up to 4 GiB, which would be read into the driver's memory whole
+MAX_FOOTER_BYTES = 64 << 20
 MAGIC = b"PAR1"
 
 Footer = tuple[int, dict[str, str]]
@@ -100,6 +103,8 @@ def _footer(fs, path: str, size: int | None):
     if len(tail) < 12 or tail[-4:] != MAGIC:
         raise ValueError("not a Parquet file (no footer magic)")
     length = struct.unpack("<I", tail[-8:-4])[0]
+    if length > MAX_FOOTER_BYTES:  # a file ctgscore wrote has a footer of a few KiB; this one would be read whole
+        raise ValueError(f"a Parquet footer of {length:,} bytes (at most {MAX_FOOTER_BYTES:,} read)")
     if length + 8 > len(tail):  # a footer longer than the tail: one more ranged GET, of the footer only
         if size is not None and length + 8 > size:
             raise ValueError("truncated Parquet footer")
