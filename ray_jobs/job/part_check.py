@@ -33,6 +33,7 @@ from typing import Any
 
 from ray_jobs import incremental
 from ray_jobs.storage import reads
+from ray_jobs.storage.shard_checks import footer_rows_problem
 from ray_jobs.storage.uris import is_s3
 from scoring.display_names import quoted
 
@@ -58,13 +59,12 @@ def check_part(out_fs, listed, entry: dict[str, Any] | None, digest: str) -> Che
         return CheckedPart(None, md5, None if gone else ("footer", "not a readable Parquet file (truncated or replaced)"))
     if by_etag and listed.etag == entry.get("etag"):
         md5 = entry.get("md5") if isinstance(entry.get("md5"), str) else None  # the same object: the bytes recorded
-    try:
-        kv = {k.decode(): v.decode() for k, v in (meta.metadata or {}).items() if not k.startswith(b"ARROW")}
-    except UnicodeDecodeError:
+    kv = reads.footer_text_metadata(meta)
+    if kv is None:
         return CheckedPart(None, md5, ("footer", "its footer metadata is not UTF-8"))
     rows = sum(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
     ours = kv.get(PREFIX + "signature_digest") == digest
-    problem = _own_problem(meta, kv, rows) if ours or entry is not None else None
+    problem = _own_problem(meta, kv) if ours or entry is not None else None
     if problem is None and entry is not None:
         problem = _record_problem(entry, listed, md5, rows, kv)
     if problem is not None:
@@ -72,10 +72,10 @@ def check_part(out_fs, listed, entry: dict[str, Any] | None, digest: str) -> Che
     return CheckedPart((rows, kv), md5)
 
 
-def _own_problem(meta, kv: dict[str, str], rows: int) -> tuple[str, str] | None:
+def _own_problem(meta, kv: dict[str, str]) -> tuple[str, str] | None:
     """Where the part contradicts itself: declared rows, or its error count."""
-    if meta.num_rows != rows:
-        return "rows", f"its footer declares {meta.num_rows} rows, its row groups hold {rows}"
+    if (declared := footer_rows_problem(meta)) is not None:
+        return "rows", declared
     held = error_rows(meta)
     if held is None:
         return "errors", "its 'error' column has no statistics to count errors from"

@@ -46,10 +46,16 @@ def read_footer_metadata(fs, uri: str, size: int | None = None) -> Footer | None
         if is_transient(exc) or isinstance(exc, PermissionError):
             raise storage_error(exc, uri, "read footer of") from exc
         return None
-    raw = meta.metadata or {}
+    text = footer_text_metadata(meta)
+    return None if text is None else (meta.num_rows, text)
+
+
+def footer_text_metadata(meta: pq.FileMetaData) -> dict[str, str] | None:
+    """A footer's key-value metadata as text, Arrow's own schema entry left out; None when a key
+    or value is not UTF-8 (an edited footer: not one this job wrote, so not reused)."""
     try:
-        return meta.num_rows, {k.decode(): v.decode() for k, v in raw.items() if not k.startswith(b"ARROW")}
-    except UnicodeDecodeError:  # an edited footer: not one this job wrote, so not reused
+        return {k.decode(): v.decode() for k, v in (meta.metadata or {}).items() if not k.startswith(b"ARROW")}
+    except UnicodeDecodeError:
         return None
 
 
